@@ -1,0 +1,120 @@
+"""The artifact tree of one run (ARCHITECTURE.md, "Run directory").
+
+    $NVRX_WORK_DIR/runs/$NVRX_RUN_ID/
+      fault_injected.json      injection marker (absent: no fault happened)
+      cycle_infos/             NVRx cycle_info.<job>.<attempt>.<cycle> JSON files
+      checkpoints/             Megatron --save/--load dir (or NVRX_CHECKPOINT_DIR)
+      logs/train_cycle.log     application log prefix; per cycle: train_cycle_cycle<N>.log
+      logs/launcher.log        launcher / rank-monitor log
+      logs/console.log         every line the harness captured, with its wall-clock time
+      run.json                 the RunSpec and the exact commands, written before launch
+      launch.json              how the launch ended (launcher exit status, early stop), by the harness
+      verdict.json, report.md  written by verify
+
+Pure path arithmetic: nothing here touches the filesystem except the read-only
+`existing_problem` check.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+_RUN_ID_RE = re.compile(RUN_ID_PATTERN + r"\Z")
+
+MARKER_NAME = "fault_injected.json"
+TRACKER_NAME = "latest_checkpointed_iteration.txt"
+FT_STATE_NAME = "ft_state.json"
+CYCLE_LOG_STEM = "train_cycle"
+
+
+def is_valid_run_id(run_id: str) -> bool:
+    return bool(_RUN_ID_RE.match(run_id))
+
+
+def checkpoint_iter_dir(checkpoints: Path, iteration: int) -> Path:
+    """Megatron's `iter_%07d` directory for one saved iteration."""
+    return checkpoints / f"iter_{iteration:07d}"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    root: Path
+    checkpoints: Path
+
+    @classmethod
+    def for_run(cls, work_dir: Path, run_id: str, checkpoint_dir: Path | None = None) -> "RunLayout":
+        root = Path(work_dir) / "runs" / run_id
+        return cls(root=root, checkpoints=Path(checkpoint_dir) if checkpoint_dir else root / "checkpoints")
+
+    @classmethod
+    def of_dir(cls, run_dir: Path, checkpoint_dir: Path | None = None) -> "RunLayout":
+        root = Path(run_dir)
+        return cls(root=root, checkpoints=Path(checkpoint_dir) if checkpoint_dir else root / "checkpoints")
+
+    @property
+    def run_id(self) -> str:
+        return self.root.name
+
+    @property
+    def marker(self) -> Path:
+        return self.root / MARKER_NAME
+
+    @property
+    def cycle_infos(self) -> Path:
+        return self.root / "cycle_infos"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def train_log_prefix(self) -> Path:
+        """What `--ft-per-cycle-applog-prefix` gets; NVRx appends `_cycle<N>` to the stem."""
+        return self.logs / f"{CYCLE_LOG_STEM}.log"
+
+    def cycle_log(self, cycle: int) -> Path:
+        return self.logs / f"{CYCLE_LOG_STEM}_cycle{cycle}.log"
+
+    @property
+    def launcher_log(self) -> Path:
+        return self.logs / "launcher.log"
+
+    @property
+    def console_log(self) -> Path:
+        return self.logs / "console.log"
+
+    @property
+    def elastic_log_dir(self) -> Path:
+        """torch elastic's --log-dir, kept inside the run instead of a stray /tmp dir."""
+        return self.logs / "elastic"
+
+    @property
+    def run_json(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def launch_json(self) -> Path:
+        return self.root / "launch.json"
+
+    @property
+    def verdict_json(self) -> Path:
+        return self.root / "verdict.json"
+
+    @property
+    def report_md(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def tracker(self) -> Path:
+        return self.checkpoints / TRACKER_NAME
+
+    @property
+    def ft_state(self) -> Path:
+        return self.checkpoints / FT_STATE_NAME
+
+    def artifact_dirs(self) -> tuple[Path, ...]:
+        """Directories a launch needs before anything starts."""
+        return (self.root, self.logs, self.cycle_infos, self.checkpoints)
