@@ -1,0 +1,88 @@
+"""Which NVRx launcher will run the job, and what its command line can say.
+
+The flag set differs by version (FACTS.md, "NVRx versions"): 0.6.0 added per-cycle
+application logs, the launcher log file, cycle infos and the progress tracker;
+0.7.0 added the no-restart exit code. The version is detected from the installed
+package (optionally from an extra directory such as a `pip --target` install) or
+declared for a dry run prepared on another machine.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+DIST_NAME = "nvidia-resiliency-ext"
+LAUNCHER_MODULE = "nvidia_resiliency_ext.fault_tolerance.launcher"
+# Megatron's --enable-ft-package calls init_workload_monitoring(num_warmup_iters=...), new in 0.6.0.
+MEGATRON_MIN_VERSION = (0, 6, 0)
+
+
+class NvrxError(ValueError):
+    """NVRx is missing or its version string cannot be understood."""
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """'0.7.0', '0.6.0rc1', '0.4.1.post2' -> (major, minor, patch)."""
+    m = re.match(r"\s*(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not m:
+        raise NvrxError(f"NVRx version {text!r} is not of the form X.Y.Z: pass e.g. --nvrx-version 0.7.0")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+@dataclass(frozen=True)
+class NvrxTarget:
+    """The launcher generation a plan is written for."""
+
+    version: str
+    # Directory prepended to PYTHONPATH so that this NVRx is imported (a --target install);
+    # None: the one installed in the interpreter's environment.
+    path: Path | None = None
+
+    @property
+    def version_tuple(self) -> tuple[int, int, int]:
+        return parse_version(self.version)
+
+    @property
+    def routes_logs(self) -> bool:
+        """--ft-per-cycle-applog-prefix, --ft-nvrx-logfile, --ft-cycle-info-dir (0.6.0+)."""
+        return self.version_tuple >= (0, 6, 0)
+
+    @property
+    def has_progress_tracker(self) -> bool:
+        return self.version_tuple >= (0, 6, 0)
+
+    @property
+    def has_no_restart_exit_code(self) -> bool:
+        return self.version_tuple >= (0, 7, 0)
+
+    @property
+    def supports_megatron_ft(self) -> bool:
+        return self.version_tuple >= MEGATRON_MIN_VERSION
+
+
+def installed_version(extra_path: Path | None = None) -> str | None:
+    """Version of the NVRx distribution Python would import, extra_path first."""
+    search = ([str(extra_path)] if extra_path else []) + sys.path
+    for dist in importlib.metadata.distributions(path=search):
+        if (dist.metadata["Name"] or "").lower() == DIST_NAME:
+            return dist.version
+    return None
+
+
+def resolve(declared: str | None, extra_path: Path | None) -> NvrxTarget:
+    """The declared version wins (dry run for another machine); else what is installed."""
+    if declared:
+        parse_version(declared)
+        return NvrxTarget(version=declared, path=extra_path)
+    found = installed_version(extra_path)
+    if found is None:
+        where = f" in {extra_path} or" if extra_path else ""
+        raise NvrxError(
+            f"nvidia-resiliency-ext is not installed{where} in this Python ({sys.executable}): "
+            "pip install nvidia-resiliency-ext, or declare the cluster's version with --nvrx-version for a dry run"
+        )
+    return NvrxTarget(version=found, path=extra_path)

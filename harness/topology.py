@@ -1,0 +1,114 @@
+"""Parallel layout arithmetic and the CUDA_DEVICE_MAX_CONNECTIONS policy.
+
+Megatron's rules (FACTS.md): world % (TP*PP*CP) == 0, DP = world / (TP*PP*CP),
+global_batch % (micro_batch*DP) == 0, heads % TP == 0, layers % PP == 0.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+FSDP_FLAGS = ("--use-torch-fsdp2", "--use-megatron-fsdp")
+MOE_OVERLAP_FLAG = "--overlap-moe-expert-parallel-comm"
+
+# Compute capability major >= 10 is Blackwell (B200/GB200: 10.0, RTX Blackwell: 12.0).
+_ARCH_NAMES = {"volta": 7, "turing": 7, "ampere": 8, "ada": 8, "hopper": 9, "blackwell": 10}
+
+
+@dataclass(frozen=True)
+class Topology:
+    nnodes: int
+    gpus_per_node: int
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    micro_batch: int = 1
+    global_batch: int | None = None  # None: the active GPU count, as the seed does
+
+    @property
+    def world(self) -> int:
+        return self.nnodes * self.gpus_per_node
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    @property
+    def dp(self) -> int:
+        return self.world // self.model_parallel
+
+    @property
+    def effective_global_batch(self) -> int:
+        return self.global_batch if self.global_batch is not None else self.world
+
+
+def problems(topo: Topology, num_layers: int, num_heads: int) -> list[str]:
+    """Every divisibility rule the layout breaks, each one actionable line."""
+    out: list[str] = []
+    for name, value in (("NNODES", topo.nnodes), ("GPUS_PER_NODE", topo.gpus_per_node), ("TP", topo.tp),
+                        ("PP", topo.pp), ("CP", topo.cp), ("micro batch size", topo.micro_batch)):
+        if value < 1:
+            out.append(f"{name}={value} must be a positive integer: set it to 1 or more")
+    if out:
+        return out
+    if topo.world % topo.model_parallel:
+        out.append(
+            f"world size {topo.world} (NNODES={topo.nnodes} x GPUS_PER_NODE={topo.gpus_per_node}) is not divisible "
+            f"by TP*PP*CP={topo.model_parallel} (TP={topo.tp}, PP={topo.pp}, CP={topo.cp}): "
+            f"make the world a multiple of {topo.model_parallel} or change TP/PP/CP"
+        )
+        return out
+    if num_heads % topo.tp:
+        out.append(f"num_attention_heads={num_heads} is not divisible by TP={topo.tp}: choose a TP that divides {num_heads}")
+    if num_layers % topo.pp:
+        out.append(f"num_layers={num_layers} is not divisible by PP={topo.pp}: choose a PP that divides {num_layers}")
+    gb, per_step = topo.effective_global_batch, topo.micro_batch * topo.dp
+    if gb < 1 or gb % per_step:
+        out.append(
+            f"global batch size {gb} is not divisible by micro batch {topo.micro_batch} x DP {topo.dp} = {per_step}: "
+            f"set --global-batch-size to a multiple of {per_step}"
+        )
+    return out
+
+
+def arch_major(arch: str | None) -> int | None:
+    """'hopper' -> 9, 'sm_90'/'sm90' -> 9, '9.0' -> 9, '10.0' -> 10; None when unknown."""
+    if not arch:
+        return None
+    text = arch.strip().lower()
+    if text in _ARCH_NAMES:
+        return _ARCH_NAMES[text]
+    m = re.fullmatch(r"(?:sm_?)?(\d+)(?:\.(\d+))?", text)
+    if not m:
+        return None
+    digits = m.group(1)
+    if m.group(2) is None and len(digits) >= 2:  # sm90, sm100, sm120: all but the last digit
+        return int(digits[:-1])
+    return int(digits)
+
+
+@dataclass(frozen=True)
+class ConnectionsPolicy:
+    """What CUDA_DEVICE_MAX_CONNECTIONS must be, and why (the Slurm guide's policy)."""
+
+    value: str | None  # None: leave the variable unset
+    reason: str
+
+
+def connections_policy(tp: int, cp: int, arch: str | None, extra_args: tuple[str, ...] = ()) -> ConnectionsPolicy:
+    fsdp = any(flag in extra_args for flag in FSDP_FLAGS)
+    if MOE_OVERLAP_FLAG in extra_args:
+        return ConnectionsPolicy("32", "overlap_moe_expert_parallel_comm is on: it needs 32")
+    if fsdp:
+        return ConnectionsPolicy(None, "Torch-FSDP2 / Megatron-FSDP must not run with 1: left unset")
+    if tp <= 1 and cp <= 1:
+        return ConnectionsPolicy(None, "TP=1 and CP=1: not required, left unset")
+    major = arch_major(arch)
+    if major is not None and major >= 10:
+        return ConnectionsPolicy(None, f"Blackwell GPU ({arch}): no effect, left unset")
+    if major is None:
+        # Unknown arch: 1 is required on pre-Blackwell and has no effect on Blackwell, so it is safe.
+        return ConnectionsPolicy("1", f"TP={tp}, CP={cp} without FSDP on an unknown GPU architecture: "
+                                      "1 is required before Blackwell and harmless on it")
+    return ConnectionsPolicy("1", f"TP={tp}, CP={cp} without FSDP on pre-Blackwell ({arch}): Megatron asserts it is 1")
