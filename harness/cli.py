@@ -1,0 +1,197 @@
+"""`nvrx-qual plan | run | sbatch | verify | diagnose`.
+
+Exit status: 0 qualified (or plan written), 1 a criterion failed, 2 input refused before
+anything was launched (the message names the value and the fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Callable, Sequence
+
+from harness import __version__, discovery, nvrx, ports, spec as specmod
+from harness import plan as planmod
+from harness.spec import RunSpec, SpecError
+
+EXIT_QUALIFIED, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
+
+
+def _split_workload_args(argv: Sequence[str]) -> tuple[list[str], tuple[str, ...]]:
+    """Everything after the first `--` is appended to the workload's own command line."""
+    argv = list(argv)
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], tuple(argv[i + 1:])
+    return argv, ()
+
+
+def detected_defaults(flags: dict, env: dict) -> dict:
+    """Facts of this machine that feed RunSpec defaults (declared values always win)."""
+    workload = flags.get("workload") or env.get("NVRX_QUAL_WORKLOAD") or "megatron"
+    if workload != "megatron":
+        return {"uv": discovery.uv_managed()}
+    return {
+        "gpu_arch": discovery.gpu_arch(discovery.nvidia_smi_gpus()),
+        "transformer_engine": discovery.has_transformer_engine(),
+        "uv": discovery.uv_managed(),
+    }
+
+
+def resolve_spec(args: argparse.Namespace, extra: tuple[str, ...], env: dict | None = None,
+                 *, for_sbatch: bool = False) -> tuple[RunSpec, nvrx.NvrxTarget, int]:
+    """Flags + environment -> validated RunSpec with ports chosen, its NVRx target and the
+    restored iteration. Raises SpecError / NvrxError; creates nothing."""
+    env = dict(os.environ if env is None else env)
+    flags = {k.field: getattr(args, k.field, None) for k in specmod.KNOBS}
+    spec = specmod.from_sources(flags, env, extra, detected_defaults(flags, env))
+    target = nvrx.resolve(spec.nvrx_version, spec.nvrx_path)
+    rdzv_port, log_port = ports.free_ports(2)
+    if spec.nnodes == 1 and not spec.rdzv_endpoint:
+        spec = dataclasses.replace(spec, rdzv_endpoint=f"127.0.0.1:{rdzv_port}")
+    if target.routes_logs and spec.log_server_port is None:
+        spec = dataclasses.replace(spec, log_server_port=log_port)
+    restored = specmod.validate(spec, needs_endpoint=not for_sbatch)
+    return spec, target, restored
+
+
+def _refused(exc: Exception) -> int:
+    for line in str(exc).splitlines():
+        print(f"nvrx-qual: error: {line}", file=sys.stderr)
+    return EXIT_REFUSED
+
+
+def cmd_plan(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
+    from harness.prepare import prepare
+
+    try:
+        spec, target, restored = resolve_spec(args, extra)
+        p = planmod.build(spec, target)
+        prepare(p, dry_run=True)
+    except (SpecError, nvrx.NvrxError) as exc:
+        return _refused(exc)
+    if restored:
+        print(f"# resuming: checkpoint iteration {restored} in {spec.layout.checkpoints}; "
+              f"the fault waits for a newer one")
+    print(p.render(), end="")
+    print(f"# dry run: nothing launched. run.json: {p.layout.run_json}")
+    return EXIT_QUALIFIED
+
+
+def cmd_run(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
+    env = dict(os.environ)
+    if args.dry_run is not None and specmod._parse_bool(str(args.dry_run)) or \
+            args.dry_run is None and specmod._parse_bool(env.get("NVRX_DRY_RUN", "")):
+        return cmd_plan(args, extra)
+    from harness import runner
+
+    try:
+        spec, target, _ = resolve_spec(args, extra, env)
+        p = planmod.build(spec, target)
+        runner.preflight(p, env)
+    except (SpecError, nvrx.NvrxError) as exc:
+        return _refused(exc)
+    return runner.run(p, progress=not args.quiet, deadline_s=args.deadline)
+
+
+def cmd_sbatch(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
+    from harness import sbatch
+    from harness.prepare import prepare
+
+    opts = sbatch.SbatchOptions(account=args.account, partition=args.partition, time=args.time,
+                                job_name=args.job_name, container_image=args.container_image,
+                                container_mounts=args.container_mounts, container_workdir=args.container_workdir)
+    try:
+        spec, target, _ = resolve_spec(args, extra, for_sbatch=True)
+        p = planmod.build(spec, target, sbatch=True)
+        python = ["uv", "run", "python"] if spec.uv else [spec.python]
+        script = sbatch.render(p, opts, python)
+        if args.output and os.path.exists(args.output):
+            raise SpecError([f"--output {args.output} already exists: choose a new file name; "
+                             "existing files are never overwritten"])
+        prepare(p, dry_run=False)
+    except (SpecError, nvrx.NvrxError) as exc:
+        return _refused(exc)
+    script_path = p.layout.root / "sbatch.sh"
+    script_path.write_text(script)
+    if args.output:
+        with open(args.output, "x") as out:
+            out.write(script)
+    print(script, end="")
+    print(f"# written to {script_path}; submit with: sbatch {script_path}", file=sys.stderr)
+    return EXIT_QUALIFIED
+
+
+def _delegate(module: str) -> tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]:
+    import importlib
+
+    mod = importlib.import_module(module)
+    return mod.add_arguments, mod.run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nvrx-qual",
+        description="Prove, with evidence, that a Megatron GPT job under NVRx ft_launcher recovers from a "
+                    "dead or hung rank.",
+        epilog="Exit status: 0 qualified, 1 a criterion failed, 2 input refused before launch.")
+    parser.add_argument("--version", action="version", version=f"nvrx-qual {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p_plan = sub.add_parser("plan", help="validate, create the run directory, print the exact commands (dry run)",
+                            description="Dry run: validates, creates the run's artifact directories, writes "
+                                        "run.json and prints the exact commands. Allocates nothing. "
+                                        "Workload arguments follow `--`.")
+    specmod.add_arguments(p_plan)
+    p_plan.set_defaults(handler=cmd_plan)
+
+    p_run = sub.add_parser("run", help="plan, launch, watch and verify one scenario",
+                           description="Plans, launches, watches and verifies one scenario; arguments after `--` "
+                                       "are appended to the workload's command line (e.g. -- --no-load-optim). "
+                                       "NVRX_DRY_RUN=1 makes it a dry run.")
+    specmod.add_arguments(p_run)
+    p_run.add_argument("--quiet", action="store_true", help="no progress lines while the job runs")
+    p_run.add_argument("--deadline", type=float, default=None,
+                       help="seconds before the whole job is stopped (default: derived from the section timeouts)")
+    p_run.set_defaults(handler=cmd_run)
+
+    p_sb = sub.add_parser("sbatch", help="render a complete sbatch script for this run",
+                          description="Validates, creates the run directory and renders an sbatch script in the "
+                                      "Slurm guide's shape; written to RUN_DIR/sbatch.sh and printed.")
+    specmod.add_arguments(p_sb)
+    slurm = p_sb.add_argument_group("Slurm")
+    slurm.add_argument("--account")
+    slurm.add_argument("--partition")
+    slurm.add_argument("--time", default="01:00:00", help="HH:MM:SS (default 01:00:00)")
+    slurm.add_argument("--job-name")
+    slurm.add_argument("--container-image", help="pyxis/enroot image for srun --container-image")
+    slurm.add_argument("--container-mounts", help="srun --container-mounts (shared storage must be mounted)")
+    slurm.add_argument("--container-workdir")
+    slurm.add_argument("--output", help="also write the script to this new file")
+    p_sb.set_defaults(handler=cmd_sbatch)
+
+    for name, module, text in (("verify", "harness.verify", "check the five recovery criteria of a run directory"),
+                               ("diagnose", "harness.diagnose", "find the root cause of a failed run across ranks")):
+        try:
+            add, run = _delegate(module)
+        except ImportError:
+            continue
+        p_sub = sub.add_parser(name, help=text)
+        add(p_sub)
+        p_sub.set_defaults(handler=lambda a, _extra, _run=run: _run(a))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own, extra = _split_workload_args(argv)
+    if own and own[0] in ("verify", "diagnose"):
+        own, extra = argv, ()
+    args = build_parser().parse_args(own)
+    return args.handler(args, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""RunSpec -> Plan: the exact commands, environment and run layout. Pure: no I/O.
+
+One launcher command per node: NVRx's ft_launcher (run as `python -m` of the interpreter
+that has the packages, never a bare console script that may resolve to another Python),
+wrapping the nemesis, wrapping the unmodified workload entrypoint:
+
+    python -m nvidia_resiliency_ext.fault_tolerance.launcher <launcher flags> \
+        -m harness.nemesis <fault flags> -- <entrypoint> <workload args>
+
+With NVRx >= 0.6 the launcher itself writes the per-cycle application logs, the launcher
+log and the cycle infos into the run directory; with older launchers the harness captures
+the console (`--tee 3` prefixes worker lines with `[default<local rank>]:`) and writes the
+same files. With more than one node the launcher command runs under
+`srun --ntasks=NNODES --ntasks-per-node=1`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import topology
+from harness.layout import RunLayout
+from harness.nvrx import LAUNCHER_MODULE, NvrxTarget
+from harness.spec import RunSpec, SpecError
+from harness.workloads import megatron, reference_args
+
+NEMESIS_MODULE = "harness.nemesis"
+# NVRx 0.7.0's exit status when it decides not to restart (no-progress stop).
+NO_RESTART_EXIT_CODE = 93
+# Placeholder for values only the batch script knows at run time (rendered as "${NAME}").
+_SHELL_VAR = "__NVRXQ_VAR_{}__"
+
+
+def shell_var(name: str) -> str:
+    return _SHELL_VAR.format(name)
+
+
+@dataclass(frozen=True)
+class Command:
+    argv: tuple[str, ...]
+    cwd: Path
+    env: tuple[tuple[str, str], ...] = ()  # set in the child's environment
+    pythonpath: tuple[str, ...] = ()  # prepended to the inherited PYTHONPATH
+
+    def environ(self, base: dict[str, str]) -> dict[str, str]:
+        """The child's full environment, given the parent's."""
+        env = dict(base)
+        env.update(self.env)
+        if self.pythonpath:
+            env["PYTHONPATH"] = ":".join([*self.pythonpath, *filter(None, [base.get("PYTHONPATH")])])
+        return env
+
+    def shell(self) -> str:
+        """Copy-pasteable: cd, environment, then the argv, every word quoted."""
+        words = [f"{k}={shlex.quote(v)}" for k, v in self.env]
+        if self.pythonpath:
+            words.append(f"PYTHONPATH={shlex.quote(':'.join(self.pythonpath))}${{PYTHONPATH:+:$PYTHONPATH}}")
+        line = join(self.argv)
+        return f"cd {shlex.quote(str(self.cwd))} && " + (" ".join(words) + " " if words else "") + line
+
+    def to_json(self, name: str) -> dict:
+        return {"name": name, "argv": list(self.argv), "cwd": str(self.cwd), "env": dict(self.env),
+                "pythonpath_prepend": list(self.pythonpath)}
+
+
+def join(argv: tuple[str, ...] | list[str]) -> str:
+    """shlex.join, then placeholders become shell variable references."""
+    text = shlex.join(argv)
+    while "__NVRXQ_VAR_" in text:
+        start = text.index("__NVRXQ_VAR_")
+        end = text.index("__", start + len("__NVRXQ_VAR_"))
+        name = text[start + len("__NVRXQ_VAR_"):end]
+        text = text[:start] + '"${' + name + '}"' + text[end + 2:]
+    return text
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: RunSpec
+    nvrx: NvrxTarget
+    launcher: Command  # what runs on every node
+    srun: Command | None  # the multi-node wrapper, or None on one node
+    connections: topology.ConnectionsPolicy
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def layout(self) -> RunLayout:
+        return self.spec.layout
+
+    @property
+    def command(self) -> Command:
+        """The one command the harness executes."""
+        return self.srun or self.launcher
+
+    @property
+    def captures_console(self) -> bool:
+        """The harness, not the launcher, writes logs/launcher.log and the per-cycle logs."""
+        return not self.nvrx.routes_logs
+
+    def render(self) -> str:
+        lines = [f"# nvrx-qual plan: run {self.spec.run_id} ({self.spec.workload}, fault {self.spec.fault}"
+                 f"{'' if self.spec.fault == 'none' else f' on rank {self.spec.fault_rank}'}, "
+                 f"NVRx {self.nvrx.version})",
+                 f"# run directory: {self.layout.root}",
+                 f"# checkpoints:   {self.layout.checkpoints}",
+                 f"# CUDA_DEVICE_MAX_CONNECTIONS: {self.connections.value or 'unset'} ({self.connections.reason})"]
+        lines += [f"# note: {n}" for n in self.notes]
+        lines.append(self.command.shell())
+        return "\n".join(lines) + "\n"
+
+
+def check(spec: RunSpec, nvrx: NvrxTarget) -> None:
+    """Plan-level refusals (they depend on the launcher version or the workload)."""
+    problems = []
+    if spec.workload == "megatron":
+        if not nvrx.supports_megatron_ft:
+            problems.append(f"NVRx {nvrx.version} cannot run Megatron's --enable-ft-package (it needs >= 0.6.0): "
+                            "install nvidia-resiliency-ext>=0.6.0 (Python >= 3.12, glibc >= 2.39) or pass "
+                            "--nvrx-version for the cluster's launcher")
+        problems += megatron.extra_arg_problems(spec.extra_args)
+    else:
+        problems += reference_args.extra_arg_problems(spec.extra_args)
+    if problems:
+        raise SpecError(problems)
+
+
+def workload_argv(spec: RunSpec) -> list[str]:
+    return megatron.argv(spec) if spec.workload == "megatron" else reference_args.argv(spec)
+
+
+def nemesis_argv(spec: RunSpec) -> list[str]:
+    args = ["-m", NEMESIS_MODULE, "--fault", spec.fault]
+    if spec.fault != "none":
+        args += ["--fault-rank", str(spec.fault_rank)]
+    args += ["--run-dir", str(spec.layout.root), "--checkpoint-dir", str(spec.layout.checkpoints)]
+    if spec.poll_interval is not None:
+        args += ["--poll-interval", _num(spec.poll_interval)]
+    return args + ["--"]
+
+
+def launcher_argv(spec: RunSpec, nvrx: NvrxTarget, rdzv_endpoint: str, log_server_port: str | None) -> list[str]:
+    layout = spec.layout
+    python = ["uv", "run", "python"] if spec.uv else [spec.python]
+    args = python + ["-m", LAUNCHER_MODULE,
+                     "--nnodes", str(spec.nnodes),
+                     "--nproc-per-node", str(spec.gpus_per_node),
+                     "--rdzv-backend", "c10d",
+                     "--rdzv-endpoint", rdzv_endpoint,
+                     "--rdzv-id", spec.run_id,
+                     "--max-restarts", str(spec.max_restarts),
+                     "--ft-rank-section-timeouts", spec.section_timeouts_arg,
+                     "--ft-rank-out-of-section-timeout", _num(spec.out_of_section_timeout)]
+    if spec.monitor_interval is not None:
+        args += ["--monitor-interval", _num(spec.monitor_interval)]
+    if spec.workload_check_interval is not None:
+        args += ["--ft-workload-check-interval", _num(spec.workload_check_interval)]
+    if nvrx.routes_logs:
+        args += ["--ft-per-cycle-applog-prefix", str(layout.train_log_prefix),
+                 "--ft-nvrx-logfile", str(layout.launcher_log)]
+        if log_server_port is not None:
+            # Without it NVRx binds 0.0.0.0:50051 and two launchers on one host lose lines.
+            args += ["--ft-log-server-port", log_server_port]
+        args += ["--ft-cycle-info-dir", str(layout.cycle_infos),
+                 "--ft-checkpoint-iteration-file", str(layout.tracker)]
+    else:
+        # Worker lines reach the console prefixed with [default<local rank>]: for the harness to split.
+        args += ["--tee", "3", "--log-dir", str(layout.elastic_log_dir)]
+    if nvrx.has_no_restart_exit_code:
+        args += ["--ft-no-restart-exit-code", str(NO_RESTART_EXIT_CODE)]
+    return args + nemesis_argv(spec) + workload_argv(spec)
+
+
+def build(spec: RunSpec, nvrx: NvrxTarget, *, sbatch: bool = False) -> Plan:
+    """The plan for a validated spec. With sbatch=True the rendezvous endpoint is the batch
+    script's ${RDZV_ENDPOINT}, computed on the first node at run time."""
+    check(spec, nvrx)
+    notes = []
+    if sbatch:  # both ports are picked on the first node when the job starts
+        endpoint, log_port = shell_var("RDZV_ENDPOINT"), shell_var("NVRX_LOG_SERVER_PORT")
+    elif spec.rdzv_endpoint:
+        endpoint = spec.rdzv_endpoint
+        log_port = None if spec.log_server_port is None else str(spec.log_server_port)
+    else:
+        raise SpecError(["internal: a rendezvous endpoint must be chosen before planning"])
+
+    policy = (topology.connections_policy(spec.tp, spec.cp, spec.gpu_arch, spec.extra_args)
+              if spec.workload == "megatron" else
+              topology.ConnectionsPolicy(None, "CPU reference workload: not applicable"))
+    env = [("PYTHONUNBUFFERED", "1")]  # a killed worker must not take buffered lines with it
+    if policy.value is not None:
+        env.append(("CUDA_DEVICE_MAX_CONNECTIONS", policy.value))
+    pythonpath = (str(nvrx.path),) if nvrx.path else ()
+    cwd = spec.megatron_path if spec.workload == "megatron" and spec.megatron_path else spec.layout.root
+    if spec.workload == "megatron" and not spec.transformer_engine:
+        notes.append("Transformer Engine absent: --transformer-impl local --no-gradient-accumulation-fusion")
+    if spec.fault != "none" and spec.world == 1:
+        notes.append("one rank: the fault is injected on rank 0")
+    launcher = Command(tuple(launcher_argv(spec, nvrx, endpoint, log_port)), Path(cwd), tuple(env), pythonpath)
+
+    srun = None
+    if spec.nnodes > 1 and not sbatch:
+        srun = Command(tuple(srun_prefix(spec, nvrx) + list(launcher.argv)), launcher.cwd, launcher.env,
+                       launcher.pythonpath)
+    return Plan(spec=spec, nvrx=nvrx, launcher=launcher, srun=srun, connections=policy, notes=tuple(notes))
+
+
+def srun_prefix(spec: RunSpec, nvrx: NvrxTarget, container: tuple[str, ...] = ()) -> list[str]:
+    prefix = ["srun", f"--ntasks={spec.nnodes}", "--ntasks-per-node=1", f"--gpus-per-node={spec.gpus_per_node}"]
+    if spec.workload == "reference":
+        prefix = prefix[:-1]  # CPU workload: no GPUs to ask for
+    if not nvrx.routes_logs:
+        prefix.append("--label")  # node index on every line, to map [default<local>] to global ranks
+    return prefix + list(container)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)

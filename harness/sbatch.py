@@ -1,0 +1,137 @@
+"""A complete sbatch script in the Slurm guide's shape for one qualification run.
+
+One task per node, one ft_launcher per task forming one worker group across the nodes,
+MASTER_ADDR from `scontrol show hostnames`, logs on the run directory (shared storage),
+`uv run python -m ...` where the environment is uv-managed, container flags on the srun
+line, then `nvrx-qual verify` on the run directory.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from harness import plan as planmod
+from harness import ports
+from harness.spec import SpecError
+
+
+@dataclass(frozen=True)
+class SbatchOptions:
+    account: str | None = None
+    partition: str | None = None
+    time: str = "01:00:00"
+    job_name: str | None = None
+    container_image: str | None = None
+    container_mounts: str | None = None
+    container_workdir: str | None = None
+
+    def container_flags(self) -> tuple[str, ...]:
+        flags = []
+        if self.container_image:
+            flags.append(f"--container-image={self.container_image}")
+        if self.container_mounts:
+            flags.append(f"--container-mounts={self.container_mounts}")
+        if self.container_workdir:
+            flags.append(f"--container-workdir={self.container_workdir}")
+        return tuple(flags)
+
+
+def check(p: planmod.Plan, opts: SbatchOptions) -> None:
+    problems = []
+    if not p.nvrx.routes_logs:
+        problems.append(f"nvrx-qual sbatch needs NVRx >= 0.6.0, whose launcher writes the run's logs itself "
+                        f"(planned for {p.nvrx.version}): pass --nvrx-version with the cluster's version")
+    if not _valid_time(opts.time):
+        problems.append(f"--time={opts.time!r} is not a Slurm time: use HH:MM:SS or D-HH:MM:SS")
+    if problems:
+        raise SpecError(problems)
+
+
+def _valid_time(text: str) -> bool:
+    days, _, clock = text.rpartition("-")
+    parts = clock.split(":")
+    return (not days or days.isdigit()) and 1 <= len(parts) <= 3 and all(x.isdigit() for x in parts)
+
+
+def _continued(argv: list[str], indent: str = "    ") -> str:
+    """One flag (with its value) per line, joined by backslash-newline; every word quoted."""
+    groups: list[list[str]] = []
+    for word in argv:
+        # a flag starts a line; so does a word after a self-contained --flag=value
+        if not groups or word.startswith("-") or "=" in groups[-1][-1] and groups[-1][-1].startswith("--"):
+            groups.append([word])
+        else:
+            groups[-1].append(word)
+    return (" \\\n" + indent).join(planmod.join(g) for g in groups)
+
+
+def render(p: planmod.Plan, opts: SbatchOptions, verify_python: list[str]) -> str:
+    check(p, opts)
+    spec, layout = p.spec, p.layout
+    q = shlex.quote
+    job = opts.job_name or f"nvrx-qual-{spec.run_id}"
+    header = [
+        "#!/bin/bash",
+        f"# nvrx-qual: run {spec.run_id}: {spec.workload}, fault {spec.fault}"
+        + ("" if spec.fault == "none" else f" on rank {spec.fault_rank}")
+        + f", {spec.nnodes} node(s) x {spec.gpus_per_node} GPU(s), TP={spec.tp} PP={spec.pp}, NVRx {p.nvrx.version}",
+        f"#SBATCH --job-name={job}",
+    ]
+    if opts.account:
+        header.append(f"#SBATCH --account={opts.account}")
+    if opts.partition:
+        header.append(f"#SBATCH --partition={opts.partition}")
+    header += [
+        f"#SBATCH --nodes={spec.nnodes}",
+        "#SBATCH --ntasks-per-node=1",
+    ]
+    if spec.workload == "megatron":
+        header.append(f"#SBATCH --gpus-per-node={spec.gpus_per_node}")
+    header += [
+        f"#SBATCH --time={opts.time}",
+        f"#SBATCH --output={layout.logs}/slurm-%x-%j.out",
+        f"#SBATCH --error={layout.logs}/slurm-%x-%j.err",
+    ]
+    run_dir = q(str(layout.root))
+    free_ports = " ".join(q(w) for w in verify_python) + f" -c {q(ports.FREE_PORTS_SNIPPET)} 2"
+    body = [
+        "",
+        "set -euo pipefail",
+        f"cd {q(str(p.launcher.cwd))}",
+        "",
+        f"RUN_DIR={run_dir}",
+        "# Every test needs a fresh run ID: the marker stops replacement workers from injecting again.",
+        'if [ -e "$RUN_DIR/fault_injected.json" ]; then',
+        '  echo "nvrx-qual: $RUN_DIR already holds fault_injected.json: plan a new run ID" >&2',
+        "  exit 2",
+        "fi",
+        "",
+        'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
+        "# The batch step runs on the first node: ask its OS for free ports (rendezvous, NVRx log server).",
+        f"read -r RDZV_PORT NVRX_LOG_SERVER_PORT < <({free_ports})",
+        'export RDZV_ENDPOINT="${MASTER_ADDR}:${RDZV_PORT}"',
+        "export NNODES=${SLURM_NNODES}",
+        f"export GPUS_PER_NODE={spec.gpus_per_node}",
+    ]
+    for key, value in p.launcher.env:
+        if key == "CUDA_DEVICE_MAX_CONNECTIONS":
+            body.append(f"# {p.connections.reason}")
+        body.append(f"export {key}={q(value)}")
+    if p.connections.value is None and spec.workload == "megatron":
+        body.append(f"# CUDA_DEVICE_MAX_CONNECTIONS left unset: {p.connections.reason}")
+    if p.launcher.pythonpath:
+        body.append(f"export PYTHONPATH={q(':'.join(p.launcher.pythonpath))}${{PYTHONPATH:+:$PYTHONPATH}}")
+    srun = planmod.srun_prefix(spec, p.nvrx, opts.container_flags())
+    srun[1] = "--ntasks=" + planmod.shell_var("NNODES")
+    body += [
+        "",
+        "set +e",
+        _continued(srun + list(p.launcher.argv)),
+        "launcher_status=$?",
+        "set -e",
+        'echo "nvrx-qual: launcher exit status ${launcher_status}; verifying $RUN_DIR"',
+        "# The verdict, not the launcher's exit status, decides: 0 qualified, 1 a criterion failed.",
+        " ".join(q(w) for w in verify_python) + ' -m harness verify "$RUN_DIR"',
+    ]
+    return "\n".join(header + body) + "\n"

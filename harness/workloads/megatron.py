@@ -1,0 +1,90 @@
+"""Megatron-LM's unmodified pretrain_gpt.py: the argument set of the seed's default run.
+
+FACTS.md, "Arguments for the seed's default run". `--load` equals `--save` because the
+launcher re-runs the identical command after a failure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.spec import RunSpec
+
+ENTRYPOINT = "pretrain_gpt.py"
+
+# Flags the harness sets from the RunSpec; passing them again after `--` would silently
+# disagree with what the checks expect.
+OWNED_FLAGS = {
+    "--save": "the run's checkpoint dir (use NVRX_CHECKPOINT_DIR)",
+    "--load": "the run's checkpoint dir (use NVRX_CHECKPOINT_DIR)",
+    "--save-interval": "--save-interval",
+    "--train-iters": "TRAIN_ITERS / --train-iters",
+    "--tensor-model-parallel-size": "TP / --tp",
+    "--pipeline-model-parallel-size": "PP / --pp",
+    "--context-parallel-size": "CP / --cp",
+    "--num-layers": "--num-layers",
+    "--hidden-size": "--hidden-size",
+    "--num-attention-heads": "--num-attention-heads",
+    "--seq-length": "--seq-length",
+    "--micro-batch-size": "--micro-batch-size",
+    "--global-batch-size": "--global-batch-size",
+    "--enable-ft-package": "always on",
+    "--log-interval": "always 1: every committed iteration is evidence",
+}
+# Flags that defeat the qualification itself (FACTS.md).
+REFUSED_FLAGS = {
+    "--exit-signal-handler": "it hangs when a peer rank is dead",
+    "--calc-ft-timeouts": "it writes ft_state.json, which overrides the fixed deadlines of this run",
+    "--exit-interval": "Megatron then exits 0 before the final iteration",
+    "--exit-duration-in-mins": "Megatron then exits 0 before the final iteration",
+    "--ckpt-step": "it loads a fixed iteration whatever the tracker says",
+}
+
+
+def extra_arg_problems(extra: tuple[str, ...]) -> list[str]:
+    out = []
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        if flag in OWNED_FLAGS:
+            out.append(f"workload argument {flag} is set by the harness ({OWNED_FLAGS[flag]}): "
+                       "remove it from the arguments after --")
+        elif flag in REFUSED_FLAGS or flag.startswith("--fault-injector"):
+            why = REFUSED_FLAGS.get(flag, "Megatron's injector re-arms after every restart")
+            out.append(f"workload argument {flag} is refused: {why}; remove it from the arguments after --")
+    return out
+
+
+def argv(spec: "RunSpec") -> list[str]:
+    """pretrain_gpt.py and its arguments for one qualification run."""
+    assert spec.megatron_path is not None
+    ckpt = str(spec.layout.checkpoints)
+    gbs = spec.topology.effective_global_batch
+    args = [
+        str(Path(spec.megatron_path) / ENTRYPOINT),
+        "--tensor-model-parallel-size", str(spec.tp),
+        "--pipeline-model-parallel-size", str(spec.pp),
+    ]
+    if spec.cp > 1:
+        args += ["--context-parallel-size", str(spec.cp)]
+    args += [
+        "--num-layers", str(spec.num_layers),
+        "--hidden-size", str(spec.hidden_size),
+        "--num-attention-heads", str(spec.num_attention_heads),
+        "--seq-length", str(spec.seq_length),
+        "--max-position-embeddings", str(spec.seq_length),
+        "--micro-batch-size", str(spec.micro_batch_size),
+        "--global-batch-size", str(gbs),
+        "--train-iters", str(spec.train_iters),
+        "--lr", "1e-4", "--min-lr", "1e-5", "--lr-decay-style", "cosine", "--lr-warmup-iters", "10",
+        "--bf16", "--use-distributed-optimizer",
+        "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(spec.vocab_size),
+        "--save", ckpt, "--load", ckpt, "--save-interval", str(spec.save_interval),
+        "--ckpt-format", "torch_dist", "--async-save", "--use-persistent-ckpt-worker",
+        "--log-interval", "1", "--eval-iters", "0",
+        "--enable-ft-package", "--ft-num-warmup-iters", "0",
+    ]
+    if not spec.transformer_engine:
+        args += ["--transformer-impl", "local", "--no-gradient-accumulation-fusion"]
+    return args + list(spec.extra_args)
