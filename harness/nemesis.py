@@ -1,0 +1,594 @@
+"""The once-only fault injector ("nemesis") that wraps an unmodified training entrypoint.
+
+    python -m harness.nemesis [--fault {kill,hang,none}] [--fault-rank N] [--run-dir DIR]
+                              [--checkpoint-dir DIR] [--poll-interval SECONDS]
+                              -- ENTRYPOINT [ARGS...]      (or: -- -m MODULE [ARGS...])
+
+The entrypoint (Megatron's `pretrain_gpt.py`, the reference workload, any script) runs in
+this very process, exactly as `python ENTRYPOINT ARGS...` would run it, so a signal hits
+the real training process. On the selected global rank a daemon thread polls Megatron's
+tracker file; the first time it holds an iteration above the value read at startup, the
+thread claims `<run>/fault_injected.json` with O_EXCL and only then SIGKILLs or SIGSTOPs
+its own process. The launcher restarts the identical command, and the replacement worker
+finds the marker and stays quiet: one fault per run, whatever the number of restarts.
+
+The wrapper never touches training state. It only reads the tracker, writes the marker
+and signals itself. Stdlib only (plus the path constants of harness.layout): it is
+imported by every training worker and must not pull in torch or slow startup down.
+
+Exit status: the entrypoint's own, unchanged; 2 for bad options or an unusable tracker /
+marker path, found before the entrypoint starts; 3 when the selected rank ends normally
+without its requested fault having happened (an uninterrupted run is not a recovery).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import math
+import os
+import runpy
+import signal
+import socket
+import stat
+import sys
+import threading
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from harness.layout import RunLayout, is_valid_run_id
+
+FAULTS = ("kill", "hang", "none")
+FAULT_SIGNALS = {"kill": signal.SIGKILL, "hang": signal.SIGSTOP}
+DEFAULT_FAULT = "kill"
+DEFAULT_FAULT_RANK = 1
+# bench/nemesis_latency.py on a 2-core VM: tracker write -> SIGKILL median 33 ms, p95 65 ms;
+# the poller costs ~0.3 % of one core (~0.2 ms CPU per poll, wakeup included).
+DEFAULT_POLL_INTERVAL_S = 0.05
+
+EXIT_USAGE = 2
+EXIT_FAULT_NEVER_HAPPENED = 3
+
+POLLER_THREAD_NAME = "nemesis-poller"
+_TRACKER_READ_LIMIT = 4096  # a tracker is a bare integer; more than this is not one
+
+
+class NemesisError(Exception):
+    """Input the wrapper refuses before the entrypoint starts; the message is one line."""
+
+
+class TrackerError(NemesisError):
+    """The tracker file exists but holds no usable iteration."""
+
+
+class MarkerError(NemesisError):
+    """The injection marker could not be claimed for a reason other than 'already there'."""
+
+
+# ---------------------------------------------------------------- the marker record
+
+
+@dataclass(frozen=True)
+class InjectionRecord:
+    """Contents of `fault_injected.json` (COMMON.md); `iteration` triggered the fault."""
+
+    fault: str
+    signal: str
+    rank: int
+    local_rank: int | None
+    cycle: int | None
+    iteration: int
+    baseline_iteration: int
+    injected_at: str
+    host: str
+    pid: int
+    tracker: str
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+
+def utc_now_iso() -> str:
+    """UTC ISO-8601 with milliseconds and a Z, the stamp format of every harness file."""
+    now = datetime.now(timezone.utc)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+# ---------------------------------------------------------------- tracker reading
+
+
+def parse_iteration(text: str) -> int | None:
+    """Megatron's tracker holds a bare non-negative integer (maybe a newline); else None."""
+    stripped = text.strip()
+    if stripped.isascii() and stripped.isdigit():
+        return int(stripped)
+    return None
+
+
+def _read_tracker_text(tracker: Path) -> str:
+    # O_NONBLOCK: a FIFO put there by mistake must not block the worker; regular files
+    # ignore it. One read syscall per poll; a longer file is no tracker (and must not be
+    # cut into a plausible number).
+    fd = os.open(tracker, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        data = os.read(fd, _TRACKER_READ_LIMIT + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _TRACKER_READ_LIMIT:
+        raise OSError(errno.EFBIG, f"longer than {_TRACKER_READ_LIMIT} bytes, not a tracker")
+    return data.decode("ascii", errors="replace")
+
+
+def read_baseline(tracker: Path) -> int:
+    """The iteration already checkpointed at startup: 0 when the tracker is absent.
+
+    Anything else that is not an integer raises TrackerError: treating an empty or
+    garbled tracker as 0 would let the fault fire on a checkpoint that predates this run.
+    """
+    try:
+        text = _read_tracker_text(tracker)
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise TrackerError(
+            f"checkpoint tracker {tracker} is unreadable ({exc.strerror or exc}): "
+            "fix or remove it before starting (an absent tracker means a fresh run)"
+        ) from exc
+    if not text.strip():
+        raise TrackerError(
+            f"checkpoint tracker {tracker} is empty: write the last completed iteration "
+            "into it or remove it before starting"
+        )
+    value = parse_iteration(text)
+    if value is None:
+        raise TrackerError(
+            f"checkpoint tracker {tracker} holds {text.strip()[:40]!r}, not an iteration number: "
+            "point the checkpoint dir at a training checkpoint or remove the file"
+        )
+    return value
+
+
+def read_tracker(tracker: Path) -> int | None:
+    """One poll: the tracker's iteration, or None for any failure.
+
+    Megatron writes the tracker non-atomically (open 'w', then write), so an empty or
+    missing file while polling is a passing state, never a value.
+    """
+    try:
+        return parse_iteration(_read_tracker_text(tracker))
+    except OSError:
+        return None
+
+
+def watch_tracker(
+    tracker: Path,
+    baseline: int,
+    interval: float,
+    stop: threading.Event,
+    read: Callable[[Path], int | None] = read_tracker,
+) -> int | None:
+    """Poll until the tracker holds an iteration above `baseline` (returned) or `stop` is set (None)."""
+    while not stop.is_set():
+        value = read(tracker)
+        if value is not None and value > baseline:
+            return value
+        stop.wait(interval)
+    return None
+
+
+# ---------------------------------------------------------------- marker claiming
+
+
+def marker_present(marker: Path) -> bool:
+    """A claimed marker is a regular file; a symlink there is no marker (and is refused)."""
+    try:
+        return stat.S_ISREG(os.lstat(marker).st_mode)
+    except OSError:
+        return False
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        # Some network filesystems cannot fsync a directory; the file itself is synced.
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def claim_marker(marker: Path, record: InjectionRecord) -> bool:
+    """Create `marker` exclusively with `record`, durably. True: this process won the claim.
+
+    False: a marker already exists (another worker, or an earlier cycle, injected).
+    MarkerError: anything else, including a symlink at the path; nothing is then written
+    through the link and a partly written marker is removed, so nobody reads it as a claim.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(marker, flags, 0o644)
+    except FileExistsError:
+        # O_CREAT|O_EXCL also fails with EEXIST on a symlink, wherever it points.
+        if os.path.islink(marker):
+            raise MarkerError(f"refusing marker {marker}: it is a symlink, not a file") from None
+        return False
+    except OSError as exc:
+        raise MarkerError(f"cannot create marker {marker}: {exc.strerror or exc}") from exc
+    try:
+        try:
+            data = memoryview(record.to_json().encode())
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _fsync_dir(marker.parent)
+    except OSError as exc:
+        try:
+            os.unlink(marker)
+        except OSError:
+            pass
+        raise MarkerError(f"cannot write marker {marker}: {exc.strerror or exc}") from exc
+    return True
+
+
+# ---------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class Entrypoint:
+    """What runs inside the wrapper: a script path (like `python X`) or a module (`python -m X`)."""
+
+    target: str
+    args: tuple[str, ...]
+    is_module: bool = False
+
+
+@dataclass(frozen=True)
+class NemesisConfig:
+    fault: str
+    fault_rank: int
+    rank: int
+    local_rank: int | None
+    cycle: int | None
+    layout: RunLayout | None  # None only when fault is none
+    poll_interval: float
+    # The entrypoint's --train-iters: a fault after the *final* checkpoint leaves nothing to
+    # recover, so the run is reported as "fault never happened" instead of racing the exit.
+    final_iteration: int | None = None
+
+    @property
+    def selected(self) -> bool:
+        """This process is the one that must inject."""
+        return self.fault != "none" and self.rank == self.fault_rank
+
+
+def _env(env: Mapping[str, str], name: str) -> str | None:
+    # Launch scripts often export empty variables; empty means unset.
+    value = env.get(name, "").strip()
+    return value or None
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int | None:
+    value = _env(env, name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise NemesisError(f"{name}={value!r} is not an integer: unset it or set a number") from None
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.nemesis",
+        usage="%(prog)s [options] -- ENTRYPOINT [ARGS...]   (or: -- -m MODULE [ARGS...])",
+        description="Run a training entrypoint unmodified and inject one fault on one rank "
+        "right after its first new checkpoint, once per run.",
+        epilog="Options fall back to NVRX_DEMO_FAULT, NVRX_FAULT_RANK, "
+        "NVRX_RUN_DIR (else $NVRX_WORK_DIR/runs/$NVRX_RUN_ID), NVRX_CHECKPOINT_DIR, NVRX_POLL_INTERVAL.",
+    )
+    parser.add_argument("--fault", choices=FAULTS, help=f"default $NVRX_DEMO_FAULT or {DEFAULT_FAULT}")
+    parser.add_argument(
+        "--fault-rank", type=_non_negative_int, help=f"global RANK that injects; default $NVRX_FAULT_RANK or {DEFAULT_FAULT_RANK}"
+    )
+    parser.add_argument("--run-dir", type=Path, help="run directory holding fault_injected.json")
+    parser.add_argument("--checkpoint-dir", type=Path, help="Megatron --save dir; default <run-dir>/checkpoints")
+    parser.add_argument(
+        "--poll-interval", type=_positive_seconds, help=f"seconds between tracker reads; default {DEFAULT_POLL_INTERVAL_S}"
+    )
+    return parser
+
+
+def _split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    """Options before the first '--', the entrypoint command after it (None: no '--')."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, None
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
+
+
+def _entrypoint(command: list[str] | None) -> Entrypoint:
+    if command is None:
+        raise NemesisError("no entrypoint: put '--' and then the script (or -m MODULE) with its arguments")
+    if not command:
+        raise NemesisError("no entrypoint after '--': give the training script and its arguments")
+    if command[0] == "-m":
+        if len(command) < 2:
+            raise NemesisError("'-m' after '--' needs a module name")
+        return Entrypoint(command[1], tuple(command[2:]), is_module=True)
+    return Entrypoint(command[0], tuple(command[1:]))
+
+
+def _run_dir(options: argparse.Namespace, env: Mapping[str, str]) -> Path | None:
+    if options.run_dir is not None:
+        return options.run_dir
+    if (explicit := _env(env, "NVRX_RUN_DIR")) is not None:
+        return Path(explicit)
+    work_dir, run_id = _env(env, "NVRX_WORK_DIR"), _env(env, "NVRX_RUN_ID")
+    if work_dir is None or run_id is None:
+        return None
+    if not is_valid_run_id(run_id):
+        raise NemesisError(f"NVRX_RUN_ID={run_id!r} is not a valid run id: use letters, digits, '.', '_' and '-'")
+    return RunLayout.for_run(Path(work_dir), run_id).root
+
+
+def parse_command_line(argv: Sequence[str], env: Mapping[str, str]) -> tuple[NemesisConfig, Entrypoint]:
+    """Options + environment -> config. NemesisError (or argparse's exit 2) on bad input."""
+    option_args, command = _split_command(argv)
+    options = build_parser().parse_args(option_args)  # first, so that --help works alone
+    entrypoint = _entrypoint(command)
+
+    fault = options.fault or _env(env, "NVRX_DEMO_FAULT") or DEFAULT_FAULT
+    if fault not in FAULTS:
+        raise NemesisError(f"NVRX_DEMO_FAULT={fault!r} is not one of {', '.join(FAULTS)}")
+    fault_rank = options.fault_rank
+    if fault_rank is None:
+        fault_rank = _env_int(env, "NVRX_FAULT_RANK")
+        fault_rank = DEFAULT_FAULT_RANK if fault_rank is None else fault_rank
+        if fault_rank < 0:
+            raise NemesisError(f"NVRX_FAULT_RANK={fault_rank} is negative: set a global rank >= 0")
+    poll_interval = options.poll_interval
+    if poll_interval is None:
+        raw = _env(env, "NVRX_POLL_INTERVAL")
+        try:
+            poll_interval = DEFAULT_POLL_INTERVAL_S if raw is None else _positive_seconds(raw)
+        except argparse.ArgumentTypeError as exc:
+            raise NemesisError(f"NVRX_POLL_INTERVAL: {exc}") from None
+
+    # Without a launcher there is one process: rank 0 of a world of 1.
+    rank = _env_int(env, "RANK")
+    world_size = _env_int(env, "WORLD_SIZE") if rank is not None else 1
+    rank = 0 if rank is None else rank
+    if fault != "none" and world_size is not None and fault_rank >= world_size:
+        raise NemesisError(
+            f"fault rank {fault_rank} does not exist in a world of {world_size}: "
+            f"set NVRX_FAULT_RANK (or --fault-rank) below {world_size}, or NVRX_DEMO_FAULT=none"
+        )
+
+    layout = None
+    run_dir = _run_dir(options, env)
+    if run_dir is not None:
+        checkpoint_dir = options.checkpoint_dir or (Path(v) if (v := _env(env, "NVRX_CHECKPOINT_DIR")) else None)
+        layout = RunLayout.of_dir(run_dir, checkpoint_dir)
+    elif fault != "none":
+        raise NemesisError(
+            f"fault {fault!r} needs a run directory for its marker: pass --run-dir, set NVRX_RUN_DIR, "
+            "or set NVRX_WORK_DIR and NVRX_RUN_ID (or NVRX_DEMO_FAULT=none)"
+        )
+
+    config = NemesisConfig(
+        fault=fault,
+        fault_rank=fault_rank,
+        rank=rank,
+        local_rank=_env_int(env, "LOCAL_RANK"),
+        cycle=_env_int(env, "TORCHELASTIC_RESTART_COUNT"),
+        layout=layout,
+        poll_interval=poll_interval,
+        final_iteration=final_iteration(entrypoint.args),
+    )
+    return config, entrypoint
+
+
+def final_iteration(args: Sequence[str]) -> int | None:
+    """The value of `--train-iters N` / `--train-iters=N` (Megatron's flag), if given."""
+    for i, arg in enumerate(args):
+        value = arg.partition("=")[2] if arg.startswith("--train-iters=") else (
+            args[i + 1] if arg == "--train-iters" and i + 1 < len(args) else None)
+        if value is not None:
+            return parse_iteration(value)
+    return None
+
+
+# ---------------------------------------------------------------- the process part
+
+
+def log(message: str) -> None:
+    """One unbuffered line on fd 2: it must be out before a SIGKILL, whatever sys.stderr is now."""
+    try:
+        os.write(2, f"[nemesis] {message}\n".encode(errors="replace"))
+    except OSError:
+        pass
+
+
+class Injector:
+    """The selected rank's poller thread: waits for a new checkpoint, claims, signals."""
+
+    def __init__(self, config: NemesisConfig, layout: RunLayout, baseline: int) -> None:
+        self._config = config
+        self._layout = layout
+        self._baseline = baseline
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # disarm() cannot slip between claim and signal
+        self._disarmed = False
+        self.failure: str | None = None  # why the fault did not happen, when we know
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name=POLLER_THREAD_NAME, daemon=True).start()
+
+    def disarm(self) -> None:
+        """Stop for good; waits for an injection in progress (which then ends this process)."""
+        self._stop.set()
+        with self._lock:
+            self._disarmed = True
+
+    def _run(self) -> None:
+        try:
+            iteration = watch_tracker(self._layout.tracker, self._baseline, self._config.poll_interval, self._stop)
+            final = self._config.final_iteration
+            if iteration is not None and final is not None and iteration >= final:
+                self.failure = (f"the first checkpoint newer than the baseline {self._baseline} was the final one "
+                                f"(iteration {iteration}, --train-iters {final}): a fault there leaves nothing to "
+                                "recover; use a save interval below the train iterations")
+                log(f"rank {self._config.rank}: not injecting: {self.failure}")
+                return
+            if iteration is not None:
+                with self._lock:
+                    if not self._disarmed:
+                        self._inject(iteration)
+        except BaseException as exc:  # a dead poller must be reported at exit, not lost
+            self.failure = f"the poller thread failed: {exc!r}"
+            log(f"rank {self._config.rank}: {self.failure}")
+
+    def _record(self, iteration: int) -> InjectionRecord:
+        config = self._config
+        return InjectionRecord(
+            fault=config.fault,
+            signal=FAULT_SIGNALS[config.fault].name,
+            rank=config.rank,
+            local_rank=config.local_rank,
+            cycle=config.cycle,
+            iteration=iteration,
+            baseline_iteration=self._baseline,
+            injected_at=utc_now_iso(),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            tracker=os.path.abspath(self._layout.tracker),
+        )
+
+    def _inject(self, iteration: int) -> None:
+        rank, marker = self._config.rank, self._layout.marker
+        try:
+            claimed = claim_marker(marker, self._record(iteration))
+        except MarkerError as exc:
+            self.failure = f"claiming the marker failed: {exc}"
+            log(f"rank {rank}: not injecting: {exc}")
+            return
+        if not claimed:
+            log(f"rank {rank}: marker {marker} already claimed by another worker; not injecting")
+            return
+        sig = FAULT_SIGNALS[self._config.fault]
+        log(f"rank {rank} injecting {sig.name} after checkpoint iteration {iteration} (baseline {self._baseline})")
+        os.kill(os.getpid(), sig)
+
+
+def arm(config: NemesisConfig) -> Injector | None:
+    """Startup checks of the selected rank; the armed poller, or None when nothing is to be done."""
+    if not config.selected:
+        return None
+    layout = config.layout
+    assert layout is not None  # parse_command_line guarantees it when a fault is requested
+    if not layout.root.is_dir():
+        raise NemesisError(f"run directory {layout.root} does not exist: create it (nvrx-qual does) or fix --run-dir")
+    if os.path.lexists(layout.marker) and not marker_present(layout.marker):
+        raise NemesisError(f"marker path {layout.marker} exists but is not a regular file: remove it or use a new run id")
+    if marker_present(layout.marker):
+        log(f"rank {config.rank}: marker {layout.marker} exists (fault injected in an earlier cycle); not injecting again")
+        return None
+    baseline = read_baseline(layout.tracker)
+    log(
+        f"rank {config.rank} armed: {config.fault} once {layout.tracker} passes iteration {baseline} "
+        f"(poll every {config.poll_interval:g} s)"
+    )
+    injector = Injector(config, layout, baseline)
+    injector.start()
+    return injector
+
+
+def run_entrypoint(entrypoint: Entrypoint) -> None:
+    """Run it the way `python SCRIPT ARGS` / `python -m MODULE ARGS` would, in this process."""
+    if entrypoint.is_module:
+        sys.argv = [entrypoint.target, *entrypoint.args]
+        runpy.run_module(entrypoint.target, run_name="__main__", alter_sys=True)
+        return
+    script = entrypoint.target
+    sys.argv = [script, *entrypoint.args]
+    # Like the interpreter: the script's (real) directory first on the path, replacing
+    # this wrapper's; Megatron's pretrain_gpt.py imports `megatron` from its checkout.
+    # run_path sets argv[0] and __file__ to the path as given (the harness gives absolute ones).
+    sys.path[0] = os.path.dirname(os.path.realpath(script))
+    runpy.run_path(script, run_name="__main__")
+
+
+def _exit_code(exc: SystemExit) -> int | None:
+    """The status a SystemExit means: 0 for None/0, None when it is not a plain int (a message)."""
+    if exc.code is None:
+        return 0
+    return exc.code if isinstance(exc.code, int) else None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config, entrypoint = parse_command_line(sys.argv[1:] if argv is None else argv, os.environ)
+        if not entrypoint.is_module and not os.path.exists(entrypoint.target):
+            raise NemesisError(f"entrypoint {entrypoint.target} does not exist: give the training script's path")
+        injector = arm(config)
+    except NemesisError as exc:
+        print(f"nemesis: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+
+    pid = os.getpid()
+    try:
+        run_entrypoint(entrypoint)
+    except SystemExit as exc:
+        if os.getpid() != pid or _exit_code(exc) != 0:
+            raise  # a forked child, or the entrypoint's own failure: pass it through unchanged
+    finally:
+        if injector is not None and os.getpid() == pid:
+            injector.disarm()
+    if os.getpid() != pid or not config.selected:
+        return 0
+    assert config.layout is not None
+    if marker_present(config.layout.marker):
+        return 0
+    reason = (injector.failure if injector is not None else None) or (
+        f"no checkpoint newer than the startup baseline appeared in {config.layout.tracker} before the entrypoint ended"
+    )
+    print(
+        f"nemesis: requested fault {config.fault} on rank {config.rank} never happened: {reason}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return EXIT_FAULT_NEVER_HAPPENED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
