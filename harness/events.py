@@ -1,0 +1,530 @@
+"""Typed events of one run's history and the Timeline that orders them.
+
+Every event is a frozen dataclass that carries where it was read (`Src`: a path relative
+to the run directory, a 1-based line number and the line itself, clipped) and the time
+stamp written on that line. Launcher-log prefixes and Megatron stamps are the *local* time
+of the node that wrote them; NVRx 0.7.0 profiling events, cycle_info files and the
+injection marker are UTC. Events keep the stamp as written (`ts`, `ts_utc`) and the
+Timeline converts with the run's UTC offset (`Timeline.utc`), which is only known once
+every source has been read.
+
+Produced by harness.history, consumed by harness.criteria and harness.metrics; nothing here
+reads files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator, TypeVar
+
+EVIDENCE_TEXT_MAX = 240
+
+E = TypeVar("E", bound="Event")
+
+
+def clip(text: str, limit: int = EVIDENCE_TEXT_MAX) -> str:
+    """One evidence line: no line breaks, long lines cut with a visible ellipsis."""
+    text = text.replace("\r", "").replace("\n", " ").rstrip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def iso_utc(ts: float | None) -> str | None:
+    """UTC ISO-8601 with milliseconds and a Z (the harness's stamp format)."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+@dataclass(frozen=True)
+class Src:
+    """Where a fact was read: `path:line: text`, path relative to the run directory.
+
+    Line 0 marks a file-level fact (a file that exists or is missing, a JSON record)."""
+
+    path: str
+    line: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.text}"
+
+
+# ---------------------------------------------------------------- base classes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    src: Src
+    ts: float | None = None  # seconds since the epoch, as written (see ts_utc)
+    ts_utc: bool = False  # True: ts is UTC; False: local time of the writing node
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppEvent(Event):
+    """A line of the training application (Megatron or the reference workload)."""
+
+    rank: int | None = None  # the rank prefix of the line, when it had one
+
+
+@dataclass(frozen=True, kw_only=True)
+class LauncherEvent(Event):
+    """A line of ft_launcher or its rank monitors; `cycle` is the launcher cycle (restart
+    count) the line speaks about, as far as the launcher log tells."""
+
+    cycle: int | None = None
+
+
+# ---------------------------------------------------------------- application events
+
+
+@dataclass(frozen=True)
+class ArgLine:
+    name: str
+    value: str
+    line: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArgumentsPrinted(AppEvent):
+    """Megatron's sorted `arguments` table, printed by rank 0 at every start."""
+
+    args: tuple[ArgLine, ...]
+
+    def get(self, name: str) -> str | None:
+        for arg in self.args:
+            if arg.name == name:
+                return arg.value
+        return None
+
+    def src_of(self, name: str) -> Src | None:
+        for arg in self.args:
+            if arg.name == name:
+                return Src(self.src.path, arg.line, clip(f"  {arg.name} {'.' * max(0, 48 - len(arg.name))} {arg.value}"))
+        return None
+
+    def flag(self, name: str) -> bool | None:
+        value = self.get(name)
+        if value is None:
+            return None
+        return value.strip() == "True"
+
+    def integer(self, name: str) -> int | None:
+        value = self.get(name)
+        try:
+            return int(value) if value is not None else None
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkersInitialized(AppEvent):
+    """`FT: initialized. Timeouts=...`: once per worker-group (re)start, rank 0."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaveStarted(AppEvent):
+    iteration: int
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaveScheduled(AppEvent):
+    iteration: int
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaveCommitted(AppEvent):
+    """`successfully saved checkpoint from iteration N`: printed after the tracker write."""
+
+    iteration: int
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaveOverwrite(AppEvent):
+    """`Overwriting old incomplete / corrupted checkpoint...`."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadStarted(AppEvent):
+    iteration: int
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerLoaded(AppEvent):
+    """`Loading distributed optimizer sharded state of type ...`: once per real optimizer load."""
+
+    kind: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerValueLoaded(AppEvent):
+    """`> using checkpoint value X for NAME` of the LR scheduler."""
+
+    name: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointLoaded(AppEvent):
+    iteration: int
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartedFromRandom(AppEvent):
+    """`could not find the metadata file ... will start from random`."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelBuilt(AppEvent):
+    """`[after model, optimizer, and learning rate scheduler are built] datetime: ...`:
+    the first stamped line after a load (whole seconds)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Iteration(AppEvent):
+    """One iteration line (a committed optimizer step), printed by the last rank."""
+
+    iteration: int
+    train_iters: int
+    consumed_samples: int | None = None
+    lm_loss: float | None = None
+    skipped: int | None = None
+    nan: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingDone(AppEvent):
+    """`[after training is done] datetime: ...`."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NemesisInjected(AppEvent):
+    """The injector's own line `[nemesis] rank R injecting SIG after checkpoint iteration N`."""
+
+    target_rank: int
+    signal: str
+    iteration: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class NemesisNeverFired(AppEvent):
+    """`nemesis: requested fault F on rank R never happened: reason`."""
+
+    reason: str
+
+
+# ---------------------------------------------------------------- launcher events
+
+# 0.7.0 profiling events that belong to the start of the cycle they name.
+CYCLE_START_EVENTS = frozenset(
+    {"rendezvous_started", "health_check_completed", "rendezvous_completed", "worker_start_started", "worker_start_completed"}
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfilingEvent(LauncherEvent):
+    """NVRx >= 0.6 `Cycle: N Event: NAME Node: ... Rank: ... Time: ... UTC` (ts is UTC).
+
+    NVRx numbers `failure_detected` and `worker_terminated` with the *next* cycle: they are
+    about the workers of `cycle - 1` (see `subject_cycle`)."""
+
+    name: str
+    node: str
+
+    @property
+    def subject_cycle(self) -> int | None:
+        if self.cycle is None:
+            return None
+        return self.cycle - 1 if self.name in ("failure_detected", "worker_terminated") else self.cycle
+
+
+@dataclass(frozen=True, kw_only=True)
+class RendezvousJoined(LauncherEvent):
+    """`has joined round N of the rendezvous` (0.4.1) / `has joined the rendezvous` (0.7.0: no round)."""
+
+    round: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerFailed(LauncherEvent):
+    """`failed (exitcode: -9) local_rank: 1 (pid: 123)`."""
+
+    exitcode: int
+    local_rank: int
+    pid: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerGroupFailed(LauncherEvent):
+    """`Worker group UNHEALTHY|FAILED. 2/2 attempts left; will restart worker group`."""
+
+    state: str
+    attempts_left: int | None
+    max_restarts: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankTimeout(LauncherEvent):
+    """A rank monitor's timeout: `section` (Section 'step' has been open ...),
+    `out_of_section` (Was out of section ...) or `heartbeat` (Did not get ... heartbeat).
+
+    0.4.1 names the monitored *global* rank (`RankMonServer<pid>@host:<rank>`); 0.7.0
+    names the monitor's local rank (`[workload:?(<local rank>) ...]`) and the node."""
+
+    kind: str
+    section: str | None
+    rank: int | None
+    local_rank: int | None
+    node: str | None
+    elapsed: float | None
+    timeout: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FtTimeoutElapsed(LauncherEvent):
+    """0.4.1 `FT timeout elapsed.` right after a timeout message."""
+
+    rank: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerGroupSucceeded(LauncherEvent):
+    """`[default] worker group successfully finished.`"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LauncherSucceeded(LauncherEvent):
+    """`Agent .run() is OK. No failures in the result.`"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LauncherExit(LauncherEvent):
+    """`Agent exits with exit code = N` / `... Agent's exit code = N`."""
+
+    code: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class LauncherFailed(LauncherEvent):
+    """The agent ended in failure (`Agent .run() raised ...`, `Some rank(s) exited with
+    non-zero exit code`, a terminal worker-group failure, ...)."""
+
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoProgressStop(LauncherEvent):
+    """NVRx >= 0.6 progress tracker stopped the job (no progress across restarts)."""
+
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestartsExhausted(LauncherEvent):
+    """`0/N restart attempts left. Exiting...` (min-healthy policy)."""
+
+
+# ---------------------------------------------------------------- records of other files
+
+
+@dataclass(frozen=True, kw_only=True)
+class CycleInfo(Event):
+    """One `cycle_infos/cycle_info.<job>.<attempt>.<cycle>` record (times UTC)."""
+
+    cycle: int
+    attempt: int | None
+    ended: float | None
+    log_file: str | None
+    active_ranks: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Injection(Event):
+    """The injection marker `fault_injected.json` (injected_at is UTC)."""
+
+    fault: str
+    signal: str | None
+    rank: int | None
+    local_rank: int | None
+    cycle: int | None
+    iteration: int | None
+    baseline_iteration: int | None
+    host: str | None
+    pid: int | None
+
+
+# ---------------------------------------------------------------- non-event state
+
+
+@dataclass(frozen=True)
+class CheckpointOnDisk:
+    """One `iter_%07d` directory. `committed`: dist-checkpointing's commit marker
+    `metadata.json` is present. Optimizer keys come from the DCP `.metadata` (only for the
+    iterations that matter; None when not inspected)."""
+
+    iteration: int
+    rel: str
+    committed: bool
+    has_dcp_metadata: bool
+    optimizer_keys: int | None = None
+    total_keys: int | None = None
+    sample_key: str | None = None
+    inspect_note: str | None = None
+
+    def commit_src(self) -> Src:
+        if self.committed:
+            return Src(f"{self.rel}/metadata.json", 0, "present: the save was committed")
+        return Src(f"{self.rel}/metadata.json", 0, "missing: the save was never committed")
+
+    def keys_src(self) -> Src:
+        if self.optimizer_keys is None:
+            return Src(f"{self.rel}/.metadata", 0, f"not inspected: {self.inspect_note or 'unknown reason'}")
+        sample = f" (e.g. {self.sample_key})" if self.sample_key else ""
+        return Src(f"{self.rel}/.metadata", 0, f"{self.optimizer_keys} optimizer keys{sample} of {self.total_keys} keys")
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """The checkpoint directory as found when the history was read."""
+
+    path: str | None  # as shown in evidence (relative to the run dir when inside it)
+    how: str  # how it was found (run.json, <run>/checkpoints, the arguments table)
+    exists: bool
+    tracker: str | None  # the tracker's text, stripped; None when absent
+    iterations: tuple[CheckpointOnDisk, ...] = ()
+
+    def get(self, iteration: int) -> CheckpointOnDisk | None:
+        for ckpt in self.iterations:
+            if ckpt.iteration == iteration:
+                return ckpt
+        return None
+
+    def tracker_src(self) -> Src:
+        return Src(f"{self.path}/latest_checkpointed_iteration.txt", 0, self.tracker if self.tracker is not None else "missing")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What the run was meant to do: run.json's spec, else Megatron's arguments table."""
+
+    requested_fault: str | None = None
+    fault_rank: int | None = None
+    train_iters: int | None = None
+    train_iters_src: str | None = None  # evidence line (`file:line: text`) of where it was read
+    save_interval: int | None = None
+    save_interval_src: str | None = None
+    nvrx_version: str | None = None
+    utc_offset_s: int | None = None
+    extra_args: tuple[str, ...] = ()
+    argv: tuple[str, ...] = ()
+    dry_run: bool = False
+    has_run_json: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """`launch.json`, written by the harness after the launcher ended."""
+
+    exit_code: int | None
+    started_at: float | None
+    ended_at: float | None
+    stopped_early: str | None
+    nvrx_version: str | None
+    src: Src
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A log file read, with the roles it served (app, launcher) and the bytes read."""
+
+    rel: str
+    kind: str  # cycle | launcher | console | other
+    bytes_read: int
+    roles: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AppStart:
+    """One start of the training application (a worker-group start): the events of one
+    per-cycle log, or of one section of a single log cut at its starts.
+
+    Iteration lines are summarised (first, last, and any with skipped or NaN steps) so
+    that memory stays bounded whatever the length of the run."""
+
+    index: int
+    cycle: int | None
+    source: str
+    events: tuple[AppEvent, ...]
+    first_iteration: Iteration | None = None
+    last_iteration: Iteration | None = None
+    bad_iterations: tuple[Iteration, ...] = ()
+
+    def of(self, kind: type[E]) -> list[E]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def first(self, kind: type[E]) -> E | None:
+        for e in self.events:
+            if isinstance(e, kind):
+                return e
+        return None
+
+    @property
+    def arguments(self) -> ArgumentsPrinted | None:
+        return self.first(ArgumentsPrinted)
+
+    def load_block(self) -> list[AppEvent]:
+        """The events of this start's checkpoint load: from `loading distributed checkpoint`
+        to `successfully loaded checkpoint` (or to the first iteration when the latter is missing)."""
+        block: list[AppEvent] = []
+        inside = False
+        for e in self.events:
+            if isinstance(e, LoadStarted):
+                inside = True
+            if inside:
+                block.append(e)
+                if isinstance(e, (CheckpointLoaded, Iteration, ModelBuilt)):
+                    break
+        return block
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Everything verify knows about one run, read once from its directory."""
+
+    run_dir: Path
+    events: tuple[Event, ...]  # every event, ordered (by UTC time where known, then source order)
+    starts: tuple[AppStart, ...]
+    checkpoints: CheckpointState | None
+    run: RunConfig
+    launch: LaunchRecord | None
+    injections: tuple[Injection, ...]
+    cycle_infos: tuple[CycleInfo, ...]
+    utc_offset_s: int
+    offset_how: str
+    launcher_dialect: str | None  # "0.4.1" | "0.7.0" (0.6+ format) | None: no launcher lines
+    sources: tuple[SourceFile, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def utc(self, event: Event | None) -> float | None:
+        """The event's time as UTC seconds since the epoch, or None when it carries none."""
+        if event is None or event.ts is None:
+            return None
+        return event.ts if event.ts_utc else event.ts - self.utc_offset_s
+
+    def of(self, kind: type[E]) -> list[E]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def launcher_events(self) -> Iterator[LauncherEvent]:
+        return (e for e in self.events if isinstance(e, LauncherEvent))
+
+    def has_role(self, role: str) -> bool:
+        return any(role in s.roles for s in self.sources)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(s.bytes_read for s in self.sources)

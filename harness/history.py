@@ -1,0 +1,1169 @@
+"""Run directory -> Timeline of typed events (harness.events).
+
+Streaming and bounded: logs are read in binary, in large chunks, from the offset reached by
+the previous read; only lines that contain one of a few keywords are decoded and matched
+(everything else is skipped at C speed with bytes.find), and iteration lines are folded
+into per-start summaries (first, last, anomalies) instead of being kept one by one. A
+`HistoryReader` can be polled while the run is still writing: each `poll()` parses only the
+bytes appended since the last one and keeps incomplete last lines for later.
+
+Sources (COMMON.md, "Run-directory files"):
+- application lines: `logs/*_cycle<N>.*` (one start per file, cycle N), else any other log
+  (a user's single log, cut into starts at its argument tables / `FT: initialized` /
+  checkpoint-load lines), else `logs/launcher.log` or `logs/console.log` when those carry them;
+- launcher lines: `logs/launcher.log`, else `logs/console.log`, else any other log;
+- `fault_injected.json`, `run.json`, `launch.json`, `cycle_infos/`, the checkpoint directory.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import os
+import re
+import time
+import warnings
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from harness import events as ev
+from harness.events import Src, clip
+from harness.layout import MARKER_NAME, TRACKER_NAME
+
+CHUNK_SIZE = 8 << 20
+MAX_PENDING_LINE = 1 << 20  # a "line" longer than this (binary junk) is cut, to bound memory
+MAX_BAD_ITERATIONS = 64  # per start: skipped / NaN iteration lines kept as evidence
+MAX_ARGS_LINES = 4000  # an arguments table that never ends is closed after this many lines
+LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
+
+# Lines worth decoding contain one of these (iteration lines are handled separately).
+# Every keyword costs one bytes.find pass over the data, so a per-cycle application log is
+# searched for the application keywords only.
+APP_KEYWORDS = (
+    b"checkpoint",  # save / load / tracker-not-found / scheduler value / overwrite lines, and the
+    #                 nemesis's "[nemesis] rank R injecting SIG after checkpoint iteration N"
+    b"ptimizer",  # optimizer state load; [after model, optimizer, ... are built] (longer needles scan faster)
+    b"arguments ---",  # Megatron's arguments table header and footer
+    b"FT: initialized",
+    b"training is done",
+)
+LAUNCHER_KEYWORDS = (
+    b"nemesis",  # "nemesis: requested fault ... never happened" (stderr of the worker)
+    b"Cycle",  # NVRx >= 0.6 profiling events and `[Cycle N] Section ...` timeouts
+    b"Timeout is",  # section / out-of-section timeouts
+    b"heartbeat",
+    b"FT timeout",
+    b"joined",  # rendezvous rounds
+    b"(exitcode",
+    b"orker group",
+    b"attempts left",
+    b"Agent",
+    b"progress",
+)
+ALL_KEYWORDS = APP_KEYWORDS + LAUNCHER_KEYWORDS
+ITER_KEY = b" iteration "
+
+# ---- prefixes
+_CONSOLE_RE = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?Z (?:out|err) ")
+_RANK_RE = re.compile(r" *(\d+|\?): ")
+_TEE_RE = re.compile(r"\[(?:default|rank)(\d+)\]:")
+
+# ---- stamps
+_STAMP_RE = re.compile(r"\[?(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
+_GLOG_RE = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) ")
+_DATETIME_RE = re.compile(r"\] datetime: (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+
+# ---- application lines (FACTS.md)
+_ITER_RE = re.compile(r"iteration +(\d+)/ *(\d+) \|")
+_CONSUMED_RE = re.compile(r"consumed samples: +(\d+)")
+_LOSS_RE = re.compile(r"lm loss: ([-+0-9.eEnaifNA]+)")
+_SKIPPED_RE = re.compile(r"number of skipped iterations: +(\d+)")
+_NAN_RE = re.compile(r"number of nan iterations: +(\d+)")
+_BAD_SKIPPED_RE = re.compile(rb"skipped iterations: *[1-9]")
+_BAD_NAN_RE = re.compile(rb"nan iterations: *[1-9]")
+# Cheap screen before those regexes: a region whose every counter field reads "0 | ... 0 |" has no bad step.
+_COUNTER_FIELD = b"number of skipped iterations:"
+_COUNTERS_ZERO = b"number of skipped iterations:   0 | number of nan iterations:   0 |"
+_SAVE_START_RE = re.compile(r"saving checkpoint at iteration +(\d+) to (.+?) in \S+ format")
+_SAVE_SCHED_RE = re.compile(r"scheduled an async checkpoint save at iteration +(\d+) to (\S+)")
+_SAVE_DONE_RE = re.compile(r"successfully saved checkpoint (?:from|at) iteration +(\d+) to (.+?)(?: \[|$)")
+_LOAD_START_RE = re.compile(r"loading distributed checkpoint from (.+?) at iteration (\d+)")
+_LOAD_DONE_RE = re.compile(r"successfully loaded checkpoint from (.+?)(?: \[[^\]]*\])? at iteration (\d+)")
+_OPT_RE = re.compile(r"Loading distributed optimizer sharded state of type (\S+)")
+_SCHED_RE = re.compile(r"> using checkpoint value \S+ for (.+?)\s*$")
+_ARGS_HEADER_RE = re.compile(r"-{3,} arguments -{3,}")
+_ARGS_FOOTER_RE = re.compile(r"-{3,} end of arguments -{3,}")
+_ARG_LINE_RE = re.compile(r"\s*([A-Za-z_]\w*) \.* ?(?: (.*))?$")
+_NEMESIS_INJECT_RE = re.compile(r"\[nemesis\] rank (\d+) injecting (\w+) after checkpoint iteration (\d+)")
+_NEMESIS_NEVER_RE = re.compile(r"nemesis: requested fault \w+ on rank \d+ never happened: (.*)")
+
+# ---- launcher lines (NVRx 0.4.1 and 0.6+/0.7.0 sources)
+_PROFILING_RE = re.compile(
+    r"Cycle: (\d+) Event: (\w+) Node: (\S+) Rank: \S+ Time: (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))? UTC"
+)
+_JOIN_ROUND_RE = re.compile(r"has joined round (\d+) of the rendezvous")
+_FAILED_RE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+_GROUP_RE = re.compile(r"Worker group (UNHEALTHY|FAILED)\. (\d+)/(\d+) attempts left")
+_MIN_HEALTHY_RE = re.compile(r"(\d+)/(\d+) restart attempts left")
+_SECTION_RE = re.compile(r"Section '([^']+)' has been open for ([\d.]+) seconds\. Timeout is ([\d.]+) seconds")
+_OOS_RE = re.compile(r"Was out of section for ([\d.]+) seconds\. Timeout is ([\d.]+) seconds")
+_HB_RE = re.compile(r"Did not get (initial|subsequent) heartbeat\. Waited ([\d.]+) seconds")
+_RANKMON_RE = re.compile(r"\[RankMonServer\d+@([^:\]]+):(\d+|<none>)\]")
+_WORKLOAD_RE = re.compile(r"\[([^\]\[]+)\] \[workload:(\d+|\?)\((\d+|\?)\) infra:")
+_CYCLE_TAG_RE = re.compile(r"\[Cycle (\d+)\]")
+_EXIT_RE = re.compile(r"Agent(?: exits with exit code =|'s exit code =) (-?\d+)")
+
+# Phases of one application start, in the order Megatron prints them. A line that opens a
+# phase the current start has already reached begins the next start (single logs only).
+PH_NONE, PH_ARGS, PH_FT, PH_LOAD, PH_BUILT, PH_ITER, PH_DONE = -1, 0, 1, 2, 3, 4, 5
+
+_CYCLE_FILE_RE = re.compile(r"_cycle(\d+)(\.[^.]*)?$")
+_CYCLE_INFO_RE = re.compile(r"cycle_info\.(.*)\.(\d+)\.(\d+)$")
+
+
+class RunDirError(Exception):
+    """The path is not a readable run directory; the message says why and what to do."""
+
+
+# ---------------------------------------------------------------- time helpers
+
+_DAY_CACHE: dict[tuple[int, int, int], int] = {}
+
+
+def _epoch(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None) -> float:
+    """Seconds since the epoch of a wall-clock stamp read as if it were UTC."""
+    key = (y, mo, d)
+    day = _DAY_CACHE.get(key)
+    if day is None:
+        day = _DAY_CACHE[key] = calendar.timegm((y, mo, d, 0, 0, 0))
+    t = day + h * 3600 + mi * 60 + s
+    if frac:
+        t += int(frac) / 10 ** len(frac)
+    return float(t)
+
+
+def parse_iso_utc(text: object) -> float | None:
+    """`2026-11-29T16:32:09.789Z` (or +00:00) -> UTC epoch seconds; None when not a stamp."""
+    if not isinstance(text, str) or not text:
+        return None
+    value = text.strip()
+    if value.endswith("Z"):
+        value = value[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.timestamp()
+
+
+def _strip_prefix(text: str) -> tuple[int | None, str, float | None]:
+    """(rank, body, console capture time UTC) of one line: removes the harness console
+    stamp, NVRx's `<rank>: ` prefix and torch's `[default<r>]:` / `[rank<r>]:` prefixes."""
+    console = None
+    if text[:2] == "20":
+        m = _CONSOLE_RE.match(text)
+        if m:
+            console = _epoch(*map(int, m.groups()[:6]), m.group(7))
+            text = text[m.end():]
+    rank = None
+    m = _RANK_RE.match(text)
+    if m:
+        rank = int(m.group(1)) if m.group(1) != "?" else None
+        text = text[m.end():]
+    elif text[:1] == "[":
+        m = _TEE_RE.match(text)
+        if m:
+            rank = int(m.group(1))
+            text = text[m.end():]
+    return rank, text, console
+
+
+# ---------------------------------------------------------------- one log file
+
+
+class _ArgsBuilder:
+    __slots__ = ("rank", "src", "lines", "count")
+
+    def __init__(self, rank: int | None, src: Src) -> None:
+        self.rank = rank
+        self.src = src
+        self.lines: list[ev.ArgLine] = []
+        self.count = 0
+
+    def build(self) -> ev.ArgumentsPrinted:
+        return ev.ArgumentsPrinted(src=self.src, rank=self.rank, args=tuple(self.lines))
+
+
+class _StartBuilder:
+    __slots__ = ("phase", "events", "first", "last", "bad")
+
+    def __init__(self) -> None:
+        self.phase = PH_NONE
+        self.events: list[object] = []  # AppEvent, or an _ArgsBuilder while its table is open
+        self.first: ev.Iteration | None = None
+        self.last: ev.Iteration | None = None
+        self.bad: dict[int, ev.Iteration] = {}
+
+
+class LogParser:
+    """Incremental parser of one log file; `feed` takes whole lines (bytes)."""
+
+    def __init__(self, rel: str, *, split_starts: bool, keywords: tuple[bytes, ...] = ALL_KEYWORDS) -> None:
+        self.rel = rel
+        self.split_starts = split_starts
+        self.keywords = keywords
+        self.lineno = 0
+        self.starts: list[_StartBuilder] = []
+        self.launcher: list[ev.LauncherEvent] = []
+        self.year: int | None = None
+        self.launcher_cycle = 0
+        self.dialect: str | None = None
+        self.offset_pairs: list[tuple[float, float]] = []  # (local stamp, UTC stamp) of one line
+        self.first_local_ts: float | None = None
+        self._args: _ArgsBuilder | None = None
+
+    # ---- driving
+
+    def feed(self, data: bytes | bytearray, end: int | None = None) -> None:
+        """Parse data[:end], which ends at a line boundary (or is a file's last, cut line)."""
+        n = len(data) if end is None else end
+        pos = 0
+        line = self.lineno  # lines wholly before `pos`
+        if self._args is not None:
+            pos, line = self._args_block(data, pos, n, line)
+        for ls in _candidate_starts(data, n, self.keywords):
+            if ls < pos:
+                continue
+            between = data.count(b"\n", pos, ls)
+            self._iterations(data, pos, ls, line, between)
+            line += between
+            le = data.find(b"\n", ls, n)
+            if le < 0:
+                le = n
+            line += 1
+            self._line(data[ls:le], line)
+            pos = le + 1
+            if self._args is not None:
+                pos, line = self._args_block(data, pos, n, line)
+        if pos < n:
+            between = data.count(b"\n", pos, n)
+            self._iterations(data, pos, n, line, between)
+            line += between
+            if data[n - 1:n] != b"\n":
+                line += 1
+        self.lineno = line
+
+    def _args_block(self, data: bytes, pos: int, n: int, line: int) -> tuple[int, int]:
+        """Inside an open arguments table every line matters (the table lines carry no keyword)."""
+        while pos < n and self._args is not None:
+            le = data.find(b"\n", pos, n)
+            if le < 0:
+                le = n
+            line += 1
+            self._args_line(data[pos:le], line)
+            pos = le + 1
+        return pos, line
+
+    def _args_line(self, raw: bytes, lineno: int) -> None:
+        args = self._args
+        assert args is not None
+        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        rank, body, _ = _strip_prefix(text)
+        args.count += 1
+        if _ARGS_FOOTER_RE.search(body) or args.count > MAX_ARGS_LINES:
+            self._close_args()
+            return
+        if rank == args.rank:
+            m = _ARG_LINE_RE.match(body)
+            if m and body.startswith(" "):
+                args.lines.append(ev.ArgLine(m.group(1), (m.group(2) or "").strip(), lineno))
+                return
+        self._line(raw, lineno)  # an interleaved line of another rank or of the launcher
+
+    def _close_args(self) -> None:
+        args, self._args = self._args, None
+        for start in self.starts:
+            for i, item in enumerate(start.events):
+                if item is args:
+                    start.events[i] = args.build()
+
+    # ---- starts
+
+    def _start(self, opener: int | None = None, phase: int = PH_NONE) -> _StartBuilder:
+        cur = self.starts[-1] if self.starts else None
+        if cur is None or (opener is not None and self.split_starts and cur.phase >= opener):
+            cur = _StartBuilder()
+            self.starts.append(cur)
+        cur.phase = max(cur.phase, opener if opener is not None else phase)
+        return cur
+
+    def _app(self, event: ev.AppEvent, opener: int | None = None, phase: int = PH_NONE) -> None:
+        self._start(opener, phase).events.append(event)
+
+    # ---- iteration lines (the bulk of a training log)
+
+    def _iterations(self, data: bytes, a: int, b: int, line_at_a: int, newlines: int) -> None:
+        """Fold the iteration lines of data[a:b] (no keyword lines in between; `newlines`
+        line breaks) into the current start: only the first, the last and those reporting
+        skipped or NaN steps are parsed; everything else is skipped at C speed."""
+        i = data.find(ITER_KEY, a, b)
+        if i < 0:
+            return
+
+        def lineno(ls: int) -> int:  # count from the nearer end of the region
+            if ls - a < b - ls:
+                return line_at_a + data.count(b"\n", a, ls) + 1
+            return line_at_a + newlines - data.count(b"\n", ls, b) + 1
+
+        start = self.starts[-1] if self.starts else None
+        first_at = -1  # offset of the line parsed as this start's first iteration, if in this region
+        if start is None or start.first is None:
+            while i >= 0:
+                ls = max(data.rfind(b"\n", a, i) + 1, a)
+                le = _line_end(data, i, b)
+                it = self._iteration(data[ls:le], lineno(ls))
+                if it is not None:
+                    start = self._start(phase=PH_ITER)
+                    start.first = start.last = it
+                    first_at = ls
+                    break
+                i = data.find(ITER_KEY, le, b)
+            if first_at < 0:
+                return  # " iteration " only in other lines: no start is implied
+        assert start is not None
+        start.phase = max(start.phase, PH_ITER)
+        j = data.rfind(ITER_KEY, a, b)
+        while j >= a:
+            ls = max(data.rfind(b"\n", a, j) + 1, a)
+            if ls <= first_at:
+                break
+            it = self._iteration(data[ls:_line_end(data, j, b)], lineno(ls))
+            if it is not None:
+                start.last = it
+                break
+            j = data.rfind(ITER_KEY, a, ls)
+        if len(start.bad) >= MAX_BAD_ITERATIONS or data.count(_COUNTER_FIELD, a, b) == data.count(_COUNTERS_ZERO, a, b):
+            return
+        for rx in (_BAD_SKIPPED_RE, _BAD_NAN_RE):
+            for m in rx.finditer(data, a, b):
+                ls = max(data.rfind(b"\n", a, m.start()) + 1, a)
+                at = lineno(ls)
+                if at in start.bad or len(start.bad) >= MAX_BAD_ITERATIONS:
+                    continue
+                it = self._iteration(data[ls:_line_end(data, m.start(), b)], at)
+                if it is not None and ((it.skipped or 0) > 0 or (it.nan or 0) > 0):
+                    start.bad[at] = it
+
+    def _iteration(self, raw: bytes, lineno: int) -> ev.Iteration | None:
+        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        rank, body, _ = _strip_prefix(text)
+        m = _ITER_RE.search(body)
+        if not m:
+            return None
+        return ev.Iteration(
+            src=Src(self.rel, lineno, clip(text)),
+            ts=self._stamp(body),
+            rank=rank,
+            iteration=int(m.group(1)),
+            train_iters=int(m.group(2)),
+            consumed_samples=_int_of(_CONSUMED_RE.search(body)),
+            lm_loss=_float_of(_LOSS_RE.search(body)),
+            skipped=_int_of(_SKIPPED_RE.search(body)),
+            nan=_int_of(_NAN_RE.search(body)),
+        )
+
+    # ---- stamps
+
+    def _stamp(self, body: str) -> float | None:
+        s = body.lstrip()
+        m = _STAMP_RE.match(s)
+        if m:
+            y = int(m.group(1))
+            self.year = y
+            t = _epoch(y, *map(int, m.groups()[1:6]), m.group(7))
+            if self.first_local_ts is None:
+                self.first_local_ts = t
+            return t
+        m = _GLOG_RE.match(s)
+        if m and self.year is not None:
+            g = m.groups()
+            return _epoch(self.year, int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5])
+        return None
+
+    # ---- one keyword line
+
+    def _line(self, raw: bytes, lineno: int) -> None:
+        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        rank, body, console = _strip_prefix(text)
+        src = Src(self.rel, lineno, clip(text))
+        if console is not None and len(self.offset_pairs) < 16:
+            local = self._stamp(body)
+            if local is not None:
+                self.offset_pairs.append((local, console))
+        if self._app_line(body, src, rank):
+            return
+        self._launcher_line(body, src)
+
+    def _app_line(self, b: str, src: Src, rank: int | None) -> bool:  # noqa: C901 - one flat dispatch
+        if "nemesis" in b:  # before "checkpoint": its lines say "after checkpoint iteration N"
+            if m := _NEMESIS_INJECT_RE.search(b):
+                self._app(ev.NemesisInjected(src=src, rank=rank, target_rank=int(m.group(1)), signal=m.group(2),
+                                             iteration=int(m.group(3))))
+                return True
+            if m := _NEMESIS_NEVER_RE.search(b):
+                self._app(ev.NemesisNeverFired(src=src, rank=rank, reason=m.group(1)))
+                return True
+        if "checkpoint" in b:
+            if m := _SAVE_DONE_RE.search(b):
+                self._app(ev.SaveCommitted(src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2)), phase=PH_ITER)
+            elif m := _SAVE_SCHED_RE.search(b):
+                self._app(ev.SaveScheduled(src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2)), phase=PH_ITER)
+            elif m := _SAVE_START_RE.search(b):
+                self._app(ev.SaveStarted(src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2)), phase=PH_ITER)
+            elif m := _LOAD_START_RE.search(b):
+                self._app(ev.LoadStarted(src=src, rank=rank, iteration=int(m.group(2)), path=m.group(1)), opener=PH_LOAD)
+            elif m := _LOAD_DONE_RE.search(b):
+                self._app(ev.CheckpointLoaded(src=src, rank=rank, iteration=int(m.group(2)), path=m.group(1)), phase=PH_LOAD)
+            elif "could not find the metadata file" in b:
+                self._app(ev.StartedFromRandom(src=src, rank=rank), opener=PH_LOAD)
+            elif m := _SCHED_RE.search(b):
+                self._app(ev.SchedulerValueLoaded(src=src, rank=rank, name=m.group(1)), phase=PH_LOAD)
+            elif "Overwriting old incomplete" in b:
+                self._app(ev.SaveOverwrite(src=src, ts=self._stamp(b), rank=rank), phase=PH_ITER)
+            else:
+                return False
+            return True
+        if "optimizer" in b:
+            if m := _OPT_RE.search(b):
+                self._app(ev.OptimizerLoaded(src=src, rank=rank, kind=m.group(1)), phase=PH_LOAD)
+            elif "[after model, optimizer, and learning rate scheduler are built]" in b:
+                self._app(ev.ModelBuilt(src=src, ts=self._datetime(b), rank=rank), opener=PH_BUILT)
+            else:
+                return False
+            return True
+        if "arguments" in b:
+            if _ARGS_HEADER_RE.search(b) and "end of" not in b:
+                if self._args is not None:
+                    self._close_args()
+                self._args = _ArgsBuilder(rank, src)
+                self._start(opener=PH_ARGS).events.append(self._args)
+                return True
+            return False
+        if "FT: initialized" in b:
+            self._app(ev.WorkersInitialized(src=src, ts=self._stamp(b), rank=rank), opener=PH_FT)
+            return True
+        if "[after training is done]" in b:
+            self._app(ev.TrainingDone(src=src, ts=self._datetime(b), rank=rank), phase=PH_DONE)
+            return True
+        return False
+
+    def _datetime(self, b: str) -> float | None:
+        m = _DATETIME_RE.search(b)
+        if not m:
+            return None
+        self.year = int(m.group(1))
+        return _epoch(*map(int, m.groups()), None)
+
+    def _launcher_line(self, b: str, src: Src) -> None:  # noqa: C901 - one flat dispatch
+        if self.dialect is None:
+            if "[workload:" in b:
+                self.dialect = "0.7.0"
+            elif "[ft_launcher" in b or "[RankMonServer" in b:
+                self.dialect = "0.4.1"
+        emit = self.launcher.append
+        if "Timeout is" in b or "heartbeat" in b:
+            timeout = self._timeout(b, src)
+            if timeout is not None:
+                emit(timeout)
+            return
+        if "Cycle" in b:
+            m = _PROFILING_RE.search(b)
+            if m:
+                cycle, name = int(m.group(1)), m.group(2)
+                utc = _epoch(*map(int, m.groups()[3:9]), m.group(10))
+                local = self._stamp(b)
+                if local is not None and len(self.offset_pairs) < 16:
+                    self.offset_pairs.append((local, utc))
+                if name in ev.CYCLE_START_EVENTS:
+                    self.launcher_cycle = cycle
+                emit(ev.ProfilingEvent(src=src, ts=utc, ts_utc=True, cycle=cycle, name=name, node=m.group(3)))
+            return
+        if "FT timeout" in b and "FT timeout elapsed" in b:
+            m = _RANKMON_RE.search(b)
+            rank = int(m.group(2)) if m and m.group(2).isdigit() else None
+            emit(ev.FtTimeoutElapsed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, rank=rank))
+            return
+        if "joined" in b:
+            m = _JOIN_ROUND_RE.search(b)
+            if m:
+                self.launcher_cycle = int(m.group(1))
+                emit(ev.RendezvousJoined(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, round=self.launcher_cycle))
+            elif "has joined the rendezvous" in b:
+                emit(ev.RendezvousJoined(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, round=None))
+            return
+        if "(exitcode" in b:
+            m = _FAILED_RE.search(b)
+            if m:
+                emit(ev.WorkerFailed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, exitcode=int(m.group(1)),
+                                     local_rank=int(m.group(2)), pid=int(m.group(3))))
+            return
+        if "orker group" in b:
+            m = _GROUP_RE.search(b)
+            if m:
+                emit(ev.WorkerGroupFailed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, state=m.group(1),
+                                          attempts_left=int(m.group(2)), max_restarts=int(m.group(3))))
+            elif "worker group successfully finished" in b:
+                emit(ev.WorkerGroupSucceeded(src=src, ts=self._stamp(b), cycle=self.launcher_cycle))
+            return
+        if "attempts left" in b:
+            m = _MIN_HEALTHY_RE.search(b)
+            if m and m.group(1) == "0":
+                emit(ev.RestartsExhausted(src=src, ts=self._stamp(b), cycle=self.launcher_cycle))
+            elif m:
+                emit(ev.WorkerGroupFailed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, state="FAILED",
+                                          attempts_left=int(m.group(1)), max_restarts=int(m.group(2))))
+            return
+        if "Agent" in b:
+            ts = self._stamp(b)
+            if "Agent .run() is OK" in b:
+                emit(ev.LauncherSucceeded(src=src, ts=ts, cycle=self.launcher_cycle))
+            if m := _EXIT_RE.search(b):
+                emit(ev.LauncherExit(src=src, ts=ts, cycle=self.launcher_cycle, code=int(m.group(1))))
+            if any(k in b for k in ("Agent .run() raised", "terminal worker-group failure",
+                                    "Some rank(s) exited with non-zero", "Agent run ended with exception")):
+                emit(ev.LauncherFailed(src=src, ts=ts, cycle=self.launcher_cycle, message=clip(b, 160)))
+            if "must not be restarted" in b and "progress" in b:
+                emit(ev.NoProgressStop(src=src, ts=ts, cycle=self.launcher_cycle, message=clip(b, 160)))
+            return
+        if "progress" in b and ("detected no progress across restarts" in b or "EARLY TERMINATION" in b):
+            emit(ev.NoProgressStop(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, message=clip(b, 160)))
+
+    def _timeout(self, b: str, src: Src) -> ev.RankTimeout | None:
+        if m := _SECTION_RE.search(b):
+            kind, section, elapsed, timeout = "section", m.group(1), float(m.group(2)), float(m.group(3))
+        elif m := _OOS_RE.search(b):
+            kind, section, elapsed, timeout = "out_of_section", None, float(m.group(1)), float(m.group(2))
+        elif m := _HB_RE.search(b):
+            kind, section, elapsed, timeout = "heartbeat", None, None, float(m.group(2))
+        else:
+            return None
+        rank = local_rank = node = None
+        if m := _RANKMON_RE.search(b):  # 0.4.1: the monitored global rank
+            node = m.group(1)
+            rank = int(m.group(2)) if m.group(2).isdigit() else None
+        elif m := _WORKLOAD_RE.search(b):  # 0.6+: [node] [workload:<rank>(<local rank>) ...]
+            node = m.group(1)
+            rank = int(m.group(2)) if m.group(2).isdigit() else None
+            local_rank = int(m.group(3)) if m.group(3).isdigit() else None
+        tag = _CYCLE_TAG_RE.search(b)
+        cycle = int(tag.group(1)) if tag else self.launcher_cycle
+        return ev.RankTimeout(src=src, ts=self._stamp(b), cycle=cycle, kind=kind, section=section, rank=rank,
+                              local_rank=local_rank, node=node, elapsed=elapsed, timeout=timeout)
+
+    # ---- results
+
+    def snapshot_starts(self) -> list[tuple[list[ev.AppEvent], ev.Iteration | None, ev.Iteration | None, list[ev.Iteration]]]:
+        out = []
+        for s in self.starts:
+            events = [e.build() if isinstance(e, _ArgsBuilder) else e for e in s.events]
+            out.append((events, s.first, s.last, [s.bad[k] for k in sorted(s.bad)]))
+        return out
+
+
+def _line_end(data: bytes, i: int, b: int) -> int:
+    le = data.find(b"\n", i, b)
+    return b if le < 0 else le
+
+
+def _candidate_starts(data: bytes, n: int, keywords: tuple[bytes, ...]) -> list[int]:
+    """Offsets of the starts of lines in data[:n] that contain a keyword, sorted (bytes.find: C speed)."""
+    found: set[int] = set()
+    find, rfind = data.find, data.rfind
+    for kw in keywords:
+        i = find(kw, 0, n)
+        while i >= 0:
+            found.add(rfind(b"\n", 0, i) + 1)
+            nl = find(b"\n", i, n)
+            if nl < 0:
+                break
+            i = find(kw, nl + 1, n)
+    return sorted(found)
+
+
+def _int_of(m: re.Match | None) -> int | None:
+    return int(m.group(1)) if m else None
+
+
+def _float_of(m: re.Match | None) -> float | None:
+    if not m:
+        return None
+    try:
+        return float(m.group(1))
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------- files, incrementally
+
+
+class _TrackedFile:
+    def __init__(self, path: Path, rel: str, kind: str, cycle: int | None) -> None:
+        self.path = path
+        self.rel = rel
+        self.kind = kind
+        self.cycle = cycle
+        self.offset = 0
+        self.bytes_read = 0
+        self.ident: tuple[int, int] | None = None
+        self.error: str | None = None  # why the last read failed, if it did
+        self.parser = self._new_parser()
+
+    def _new_parser(self) -> LogParser:
+        # a per-cycle log holds worker output only: the launcher keywords would be wasted passes
+        keywords = APP_KEYWORDS if self.kind == "cycle" else ALL_KEYWORDS
+        return LogParser(self.rel, split_starts=self.kind != "cycle", keywords=keywords)
+
+    def read(self, chunk_size: int, final: bool) -> None:
+        """Parse what was appended since the last read; incomplete last lines wait unless final.
+
+        One buffer is reused for the whole file (readinto): fresh multi-MiB objects per
+        chunk would cost a page fault per 4 KiB, as much as the parsing itself."""
+        try:
+            st = self.path.stat()
+        except OSError:
+            return
+        ident = (st.st_dev, st.st_ino)
+        if self.ident != ident or st.st_size < self.offset:  # replaced or truncated: start over
+            if self.ident is not None:
+                self.parser = self._new_parser()
+                self.offset = 0
+            self.ident = ident
+        if st.st_size == self.offset:
+            return
+        parser = self.parser
+        buf = bytearray(chunk_size + MAX_PENDING_LINE)
+        view = memoryview(buf)
+        consumed = self.offset
+        kept = 0  # bytes of an incomplete line carried at the front of buf
+        self.error = None
+        try:
+            with open(self.path, "rb", buffering=0) as f:
+                f.seek(self.offset)
+                while True:
+                    got = f.readinto(view[kept:kept + chunk_size])
+                    if not got:
+                        break
+                    end = kept + got
+                    cut = buf.rfind(b"\n", 0, end)
+                    if cut < 0:
+                        if end < MAX_PENDING_LINE:
+                            kept = end
+                            continue
+                        cut = end - 1  # a monster line (binary junk): cut it, memory stays bounded
+                    parser.feed(buf, cut + 1)
+                    consumed += cut + 1
+                    kept = end - cut - 1
+                    buf[:kept] = buf[cut + 1:end]
+                if final and kept:
+                    parser.feed(buf, kept)
+                    consumed += kept
+        except OSError as exc:  # what was parsed stays; the rest is reported, not guessed
+            self.error = exc.strerror or str(exc)
+        finally:
+            view.release()
+        self.bytes_read += consumed - self.offset
+        self.offset = consumed
+
+
+def _classify_logs(run_dir: Path) -> list[tuple[Path, str, str, int | None]]:
+    """(path, rel, kind, cycle) of every log file of the run directory."""
+    found: list[tuple[Path, str, str, int | None]] = []
+    logs = run_dir / "logs"
+    for directory in (logs, run_dir):
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if not entry.is_file():
+                    continue
+            except OSError:
+                continue
+            name = entry.name
+            rel = f"logs/{name}" if directory is logs else name
+            m = _CYCLE_FILE_RE.search(name)
+            if directory is logs and name == "launcher.log":
+                found.append((Path(entry.path), rel, "launcher", None))
+            elif directory is logs and name == "console.log":
+                found.append((Path(entry.path), rel, "console", None))
+            elif m and name.endswith(LOG_SUFFIXES + (f"_cycle{m.group(1)}",)):
+                found.append((Path(entry.path), rel, "cycle", int(m.group(1))))
+            elif name.endswith(LOG_SUFFIXES):
+                found.append((Path(entry.path), rel, "other", None))
+    return found
+
+
+# ---------------------------------------------------------------- the reader
+
+
+@dataclass
+class _JsonFile:
+    data: object
+    src: Src
+    error: str | None
+
+
+class HistoryReader:
+    """Reads a run directory into a Timeline; `poll()` again to take in what was appended.
+
+    `inspect_checkpoints=False` skips listing optimizer keys from DCP metadata (that needs
+    torch, several seconds to import): a watcher of a live run wants it off."""
+
+    def __init__(self, run_dir: str | os.PathLike, *, inspect_checkpoints: bool = True,
+                 chunk_size: int = CHUNK_SIZE) -> None:
+        self.run_dir = Path(run_dir)
+        self.inspect_checkpoints = inspect_checkpoints
+        self.chunk_size = chunk_size
+        self._files: dict[str, _TrackedFile] = {}
+        self._dcp_cache: dict[tuple[str, int, int], tuple[int | None, int | None, str | None, str | None]] = {}
+
+    def poll(self, *, final: bool = False) -> ev.Timeline:
+        """The Timeline of everything readable now. With final=True a last line without a
+        newline (a process killed mid-write) is parsed too: use it once the run has ended."""
+        check_run_dir(self.run_dir)
+        notes: list[str] = []
+        run_json = _read_json(self.run_dir / "run.json", "run.json")
+        launch_json = _read_json(self.run_dir / "launch.json", "launch.json")
+        for jf, name in ((run_json, "run.json"), (launch_json, "launch.json")):
+            if jf is not None and jf.error:
+                notes.append(f"{name} is unreadable ({jf.error}); ignored")
+        injections = self._injections(notes)
+        cycle_infos = self._cycle_infos(notes)
+
+        files = self._discover()
+        app_files = self._pick_role(files, "app", final)
+        launcher_files = self._pick_role(files, "launcher", final)
+
+        starts, app_stream = self._starts(app_files)
+        launcher_events = [e for f in launcher_files for e in f.parser.launcher]
+        dialect = next((f.parser.dialect for f in launcher_files if f.parser.dialect), None)
+        config = _run_config(run_json, launch_json, starts)
+        offset, offset_how = self._utc_offset(config, files, notes)
+        checkpoints = self._checkpoints(run_json, starts, injections, notes)
+        launch = _launch_record(launch_json)
+
+        ordered = _order(app_stream, [(f.rel, f.parser.launcher) for f in launcher_files], injections, cycle_infos, offset)
+        sources = tuple(
+            ev.SourceFile(f.rel, f.kind, f.bytes_read,
+                          tuple(r for r, chosen in (("app", app_files), ("launcher", launcher_files)) if f in chosen))
+            for f in files if f.bytes_read or f in app_files or f in launcher_files
+        )
+        for f in files:
+            if f.error:
+                notes.append(f"{f.rel} could not be read completely ({f.error}); its remaining lines are missing")
+        if not app_files:
+            notes.append("no application log lines found (no logs/*_cycle<N>.log or other training log)")
+        if not launcher_files:
+            notes.append("no launcher log lines found (logs/launcher.log, logs/console.log or another log)")
+        return ev.Timeline(
+            run_dir=self.run_dir, events=tuple(ordered), starts=tuple(starts), checkpoints=checkpoints, run=config,
+            launch=launch, injections=tuple(injections), cycle_infos=tuple(cycle_infos), utc_offset_s=offset,
+            offset_how=offset_how, launcher_dialect=dialect, sources=sources, notes=tuple(notes),
+        )
+
+    # ---- logs
+
+    def _discover(self) -> list[_TrackedFile]:
+        out = []
+        for path, rel, kind, cycle in _classify_logs(self.run_dir):
+            tracked = self._files.get(rel)
+            if tracked is None:
+                tracked = self._files[rel] = _TrackedFile(path, rel, kind, cycle)
+            out.append(tracked)
+        return out
+
+    def _pick_role(self, files: list[_TrackedFile], role: str, final: bool) -> list[_TrackedFile]:
+        """The highest-priority group of files that carries lines of this role (parsed lazily)."""
+        by_kind = {k: [f for f in files if f.kind == k] for k in ("cycle", "launcher", "console", "other")}
+        order = ("cycle", "other", "launcher", "console") if role == "app" else ("launcher", "console", "other")
+        for kind in order:
+            group = by_kind[kind]
+            for f in group:
+                f.read(self.chunk_size, final)
+            if role == "app" and kind == "cycle" and group:
+                return sorted(group, key=lambda f: (f.cycle, f.rel))
+            if any((f.parser.starts if role == "app" else f.parser.launcher) for f in group):
+                return [f for f in group if (f.parser.starts if role == "app" else f.parser.launcher)]
+        return []
+
+    def _starts(self, app_files: list[_TrackedFile]) -> tuple[list[ev.AppStart], list[tuple[str, list[ev.Event]]]]:
+        starts: list[ev.AppStart] = []
+        stream: list[tuple[str, list[ev.Event]]] = []
+        for f in app_files:
+            file_events: list[ev.Event] = []
+            for ordinal, (events, first, last, bad) in enumerate(f.parser.snapshot_starts()):
+                merged = list(events)
+                for it in _unique([first, last, *bad]):
+                    merged.append(it)
+                merged.sort(key=lambda e: e.src.line)
+                cycle = f.cycle if f.kind == "cycle" else ordinal
+                starts.append(ev.AppStart(index=len(starts), cycle=cycle, source=f.rel, events=tuple(merged),
+                                          first_iteration=first, last_iteration=last, bad_iterations=tuple(bad)))
+                file_events.extend(merged)
+            stream.append((f.rel, file_events))
+        return starts, stream
+
+    # ---- small JSON records
+
+    def _injections(self, notes: list[str]) -> list[ev.Injection]:
+        path = self.run_dir / MARKER_NAME
+        if not path.exists():
+            return []
+        try:
+            text = path.read_text(errors="replace")
+        except OSError as exc:
+            notes.append(f"{MARKER_NAME} exists but is unreadable ({exc.strerror}); counted as one injection")
+            return [ev.Injection(src=Src(MARKER_NAME, 0, "unreadable"), fault="unknown", signal=None, rank=None,
+                                 local_rank=None, cycle=None, iteration=None, baseline_iteration=None, host=None, pid=None)]
+        records: list[object] = []
+        try:
+            data = json.loads(text)
+            records = data if isinstance(data, list) else [data]
+        except ValueError:
+            for line in text.splitlines():  # tolerate JSON lines (one record per injection)
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    continue
+        if not records:
+            notes.append(f"{MARKER_NAME} holds no JSON record; counted as one injection of unknown iteration")
+            records = [{}]
+        out = []
+        for i, rec in enumerate(records):
+            rec = rec if isinstance(rec, dict) else {}
+            shown = json.dumps({k: rec[k] for k in ("fault", "rank", "cycle", "iteration", "injected_at") if k in rec})
+            out.append(ev.Injection(
+                src=Src(MARKER_NAME, i + 1 if len(records) > 1 else 1, clip(shown)),
+                ts=parse_iso_utc(rec.get("injected_at")), ts_utc=True,
+                fault=str(rec.get("fault") or "unknown"), signal=_str(rec.get("signal")), rank=_int(rec.get("rank")),
+                local_rank=_int(rec.get("local_rank")), cycle=_int(rec.get("cycle")), iteration=_int(rec.get("iteration")),
+                baseline_iteration=_int(rec.get("baseline_iteration")), host=_str(rec.get("host")), pid=_int(rec.get("pid")),
+            ))
+        return out
+
+    def _cycle_infos(self, notes: list[str]) -> list[ev.CycleInfo]:
+        directory = self.run_dir / "cycle_infos"
+        out: list[ev.CycleInfo] = []
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            return out
+        for name in names:
+            m = _CYCLE_INFO_RE.match(name)
+            path = directory / name
+            if not m or path.is_symlink():
+                continue
+            jf = _read_json(path, f"cycle_infos/{name}")
+            if jf is None or jf.error or not isinstance(jf.data, dict):
+                notes.append(f"cycle_infos/{name} is unreadable; ignored")
+                continue
+            d = jf.data
+            cycle = _int(d.get("cycle_number"))
+            out.append(ev.CycleInfo(
+                src=jf.src, ts=parse_iso_utc(d.get("cycle_start_time")), ts_utc=True,
+                cycle=cycle if cycle is not None else int(m.group(3)), attempt=_int(d.get("attempt_index")),
+                ended=parse_iso_utc(d.get("cycle_end_time")), log_file=_str(d.get("cycle_log_file")),
+                active_ranks=_str(d.get("active_ranks")),
+            ))
+        out.sort(key=lambda c: (c.attempt or 0, c.cycle))
+        return out
+
+    # ---- time
+
+    def _utc_offset(self, config: ev.RunConfig, files: list[_TrackedFile], notes: list[str]) -> tuple[int, str]:
+        if config.utc_offset_s is not None:
+            return config.utc_offset_s, "run.json utc_offset_s"
+        pairs = [p for f in files for p in f.parser.offset_pairs]
+        if not pairs:
+            pairs = _console_head_pairs(self.run_dir / "logs" / "console.log")
+        if pairs:
+            offsets = sorted(round((local - utc) / 900) * 900 for local, utc in pairs)
+            return int(offsets[len(offsets) // 2]), "derived from log lines that carry both local and UTC time"
+        local_ts = next((f.parser.first_local_ts for f in files if f.parser.first_local_ts is not None), None)
+        at = local_ts if local_ts is not None else time.time()
+        offset = int(time.localtime(at).tm_gmtoff)
+        if local_ts is not None:
+            notes.append(f"UTC offset of the log stamps unknown (no run.json utc_offset_s, no line with both local and UTC "
+                         f"time): assumed this machine's ({offset:+d} s); latencies that mix the marker's UTC time with "
+                         "log stamps may be off by whole hours")
+            return offset, "assumed: the verifying machine's local offset"
+        return offset, "not needed (no local-time stamps)"
+
+    # ---- checkpoints
+
+    def _checkpoints(self, run_json: _JsonFile | None, starts: list[ev.AppStart], injections: list[ev.Injection],
+                     notes: list[str]) -> ev.CheckpointState | None:
+        candidates: list[tuple[Path, str]] = []
+        spec = _spec(run_json)
+        if spec.get("checkpoint_dir"):
+            candidates.append((Path(str(spec["checkpoint_dir"])), "run.json spec.checkpoint_dir"))
+        candidates.append((self.run_dir / "checkpoints", "<run>/checkpoints"))
+        for start in starts:
+            args = start.arguments
+            for key in ("save", "load"):
+                value = args.get(key) if args else None
+                if value and value != "None":
+                    candidates.append((Path(value), f"the arguments table's {key}"))
+        chosen = next(((p, how) for p, how in candidates if p.is_dir()), None)
+        if chosen is None:
+            shown = _shown(candidates[0][0], self.run_dir) if candidates else None
+            return ev.CheckpointState(path=shown, how="not found", exists=False, tracker=None)
+        path, how = chosen
+        if candidates[0][0] != path and candidates[0][1] == "run.json spec.checkpoint_dir":
+            notes.append(f"run.json's checkpoint_dir {candidates[0][0]} is not here; used {path} ({how})")
+        shown = _shown(path, self.run_dir)
+        tracker = None
+        try:
+            tracker = (path / TRACKER_NAME).read_text(errors="replace").strip()[:64]
+        except OSError:
+            pass
+        wanted = self._interesting_iterations(starts, injections)
+        iters = []
+        try:
+            entries = list(os.scandir(path))
+        except OSError as exc:
+            notes.append(f"checkpoint dir {shown} unreadable ({exc.strerror})")
+            entries = []
+        for entry in entries:
+            m = re.fullmatch(r"iter_(\d{7,})", entry.name)
+            if not m or not entry.is_dir():
+                continue
+            it = int(m.group(1))
+            d = Path(entry.path)
+            has_md = (d / ".metadata").is_file()
+            opt = total = sample = note = None
+            if it in wanted:
+                opt, total, sample, note = self._dcp_keys(d) if has_md else (None, None, None, "no .metadata file")
+            else:
+                note = "not needed by any check"
+            iters.append(ev.CheckpointOnDisk(iteration=it, rel=f"{shown}/{entry.name}", committed=(d / "metadata.json").is_file(),
+                                             has_dcp_metadata=has_md, optimizer_keys=opt, total_keys=total,
+                                             sample_key=sample, inspect_note=note))
+        iters.sort(key=lambda c: c.iteration)
+        return ev.CheckpointState(path=shown, how=how, exists=True, tracker=tracker, iterations=tuple(iters))
+
+    @staticmethod
+    def _interesting_iterations(starts: list[ev.AppStart], injections: list[ev.Injection]) -> set[int]:
+        wanted = {i.iteration for i in injections if i.iteration is not None}
+        for start in starts:
+            for e in start.events:
+                if isinstance(e, (ev.LoadStarted, ev.CheckpointLoaded)):
+                    wanted.add(e.iteration)
+            saved = [e.iteration for e in start.events if isinstance(e, ev.SaveCommitted)]
+            if saved:
+                wanted.add(max(saved))
+        return wanted
+
+    def _dcp_keys(self, directory: Path) -> tuple[int | None, int | None, str | None, str | None]:
+        if not self.inspect_checkpoints:
+            return None, None, None, "checkpoint inspection turned off"
+        md = directory / ".metadata"
+        try:
+            st = md.stat()
+        except OSError as exc:
+            return None, None, None, f".metadata unreadable ({exc.strerror})"
+        key = (str(md), st.st_mtime_ns, st.st_size)
+        if key not in self._dcp_cache:
+            self._dcp_cache[key] = dcp_optimizer_keys(directory)
+        return self._dcp_cache[key]
+
+
+def dcp_optimizer_keys(directory: Path) -> tuple[int | None, int | None, str | None, str | None]:
+    """(optimizer keys, all keys, a sample optimizer key, why not known) of one DCP checkpoint,
+    read with PyTorch's own reader. Optimizer tensors are keys under `optimizer.` holding
+    Adam moments (`exp_avg`, `exp_avg_sq`), as Megatron's distributed optimizer writes them."""
+    try:
+        with warnings.catch_warnings():  # torch's import-time warnings (pynvml, ...) are not the user's business
+            warnings.simplefilter("ignore")
+            from torch.distributed.checkpoint import FileSystemReader
+    except Exception as exc:  # torch absent or broken: the check degrades, it does not crash
+        return None, None, None, f"PyTorch is not importable here ({type(exc).__name__}); optimizer keys not listed"
+    try:
+        metadata = FileSystemReader(str(directory)).read_metadata()
+        keys = list(metadata.state_dict_metadata)
+    except Exception as exc:
+        return None, None, None, f"DCP metadata unreadable: {clip(str(exc), 120)}"
+    optimizer = sorted(k for k in keys if k.startswith("optimizer.") and "exp_avg" in k)
+    return len(optimizer), len(keys), (optimizer[0] if optimizer else None), None
+
+
+# ---------------------------------------------------------------- assembly helpers
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Raise RunDirError unless this looks like a run directory we can read."""
+    if not run_dir.exists():
+        raise RunDirError(f"{run_dir} does not exist: give the path of a run directory (runs/<run-id>)")
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir} is not a directory: give the path of a run directory (runs/<run-id>)")
+    if not os.access(run_dir, os.R_OK | os.X_OK):
+        raise RunDirError(f"{run_dir} is not readable: check its permissions")
+    has_logs = bool(_classify_logs(run_dir))
+    has_marker = (run_dir / MARKER_NAME).exists()
+    try:
+        has_ckpt = any((run_dir / "checkpoints").iterdir())
+    except OSError:
+        has_ckpt = False
+    if not (has_logs or has_marker or has_ckpt):
+        what = "only run.json (a planned or dry run that never launched)" if (run_dir / "run.json").exists() else "nothing"
+        raise RunDirError(
+            f"{run_dir} holds {what}: no logs (logs/*.log), no {MARKER_NAME} and no checkpoints; "
+            "point verify at the directory of a run that was launched"
+        )
+
+
+def _console_head_pairs(path: Path, limit: int = 256 << 10) -> list[tuple[float, float]]:
+    """(local, UTC) stamp pairs from the head of the harness's console capture: its UTC
+    capture time next to the launcher's own local stamp gives the node's UTC offset."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(limit)
+    except OSError:
+        return []
+    parser = LogParser("logs/console.log", split_starts=True)
+    pairs: list[tuple[float, float]] = []
+    for raw in head.split(b"\n")[:-1]:
+        _, body, console = _strip_prefix(raw.decode("utf-8", "replace"))
+        local = parser._stamp(body) if console is not None else None
+        if local is not None:
+            pairs.append((local, console))
+            if len(pairs) >= 16:
+                break
+    return pairs
+
+
+def _read_json(path: Path, rel: str) -> _JsonFile | None:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return _JsonFile(None, Src(rel, 0, "unreadable"), exc.strerror or str(exc))
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return _JsonFile(None, Src(rel, 0, "not JSON"), str(exc))
+    return _JsonFile(data, Src(rel, 1, clip(json.dumps(data, separators=(", ", ": ")))), None)
+
+
+def _spec(run_json: _JsonFile | None) -> dict:
+    if run_json is None or not isinstance(run_json.data, dict):
+        return {}
+    spec = run_json.data.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def _run_config(run_json: _JsonFile | None, launch_json: _JsonFile | None, starts: list[ev.AppStart]) -> ev.RunConfig:
+    data = run_json.data if run_json is not None and isinstance(run_json.data, dict) else {}
+    spec = _spec(run_json)
+    args = next((s.arguments for s in starts if s.arguments is not None), None)
+    train_iters = train_src = save_interval = save_src = None
+    if args is not None and args.integer("train_iters") is not None:
+        train_iters, train_src = args.integer("train_iters"), str(args.src_of("train_iters"))
+    elif _int(spec.get("train_iters")) is not None:
+        train_iters = _int(spec.get("train_iters"))
+        train_src = f"run.json:0: spec.train_iters = {train_iters}"
+    else:
+        last = next((s.last_iteration for s in reversed(starts) if s.last_iteration is not None), None)
+        if last is not None:
+            train_iters, train_src = last.train_iters, str(last.src)
+    if args is not None and args.integer("save_interval") is not None:
+        save_interval, save_src = args.integer("save_interval"), str(args.src_of("save_interval"))
+    elif _int(spec.get("save_interval")) is not None:
+        save_interval = _int(spec.get("save_interval"))
+        save_src = f"run.json:0: spec.save_interval = {save_interval}"
+    commands = data.get("commands") if isinstance(data.get("commands"), list) else []
+    argv: tuple[str, ...] = ()
+    if commands and isinstance(commands[0], dict) and isinstance(commands[0].get("argv"), list):
+        argv = tuple(str(a) for a in commands[0]["argv"])
+    nvrx = _str(data.get("nvrx_version"))
+    if nvrx is None and launch_json is not None and isinstance(launch_json.data, dict):
+        nvrx = _str(launch_json.data.get("nvrx_version"))
+    extra = spec.get("extra_args") if isinstance(spec.get("extra_args"), list) else []
+    return ev.RunConfig(
+        requested_fault=_str(spec.get("fault")), fault_rank=_int(spec.get("fault_rank")),
+        train_iters=train_iters, train_iters_src=train_src, save_interval=save_interval, save_interval_src=save_src,
+        nvrx_version=nvrx, utc_offset_s=_int(data.get("utc_offset_s")), extra_args=tuple(str(a) for a in extra),
+        argv=argv, dry_run=bool(data.get("dry_run")), has_run_json=run_json is not None and run_json.error is None,
+    )
+
+
+def _launch_record(launch_json: _JsonFile | None) -> ev.LaunchRecord | None:
+    if launch_json is None or not isinstance(launch_json.data, dict):
+        return None
+    d = launch_json.data
+    stopped = d.get("stopped_early")
+    return ev.LaunchRecord(exit_code=_int(d.get("launcher_exit_code")), started_at=parse_iso_utc(d.get("started_at")),
+                           ended_at=parse_iso_utc(d.get("ended_at")), stopped_early=str(stopped) if stopped else None,
+                           nvrx_version=_str(d.get("nvrx_version")), src=launch_json.src)
+
+
+def _order(app_stream: list[tuple[str, list[ev.Event]]], launcher_stream: list[tuple[str, list[ev.LauncherEvent]]],
+           injections: list[ev.Injection], cycle_infos: list[ev.CycleInfo], offset: int) -> list[ev.Event]:
+    """One order for every event: UTC time where the event has one; an unstamped line takes
+    the time of the stamped line before it in the same file (or after it, at a file's top)."""
+    keyed: list[tuple[float, int, int, ev.Event]] = []
+    rank = 0
+    for _, events in [*app_stream, *launcher_stream]:
+        times = [(e.ts if e.ts_utc else e.ts - offset) if e.ts is not None else None for e in events]
+        carried: float | None = next((t for t in times if t is not None), None)
+        for i, (e, t) in enumerate(zip(events, times)):
+            if t is not None:
+                carried = t
+            keyed.append((carried if carried is not None else float("inf"), rank, i, e))
+        rank += 1
+    for e in [*injections, *cycle_infos]:
+        keyed.append((e.ts if e.ts is not None else float("inf"), rank, 0, e))
+        rank += 1
+    keyed.sort(key=lambda k: (k[0], k[1], k[2]))
+    return [k[3] for k in keyed]
+
+
+def _unique(items: list[ev.Iteration | None]) -> list[ev.Iteration]:
+    seen: set[int] = set()
+    out = []
+    for it in items:
+        if it is not None and it.src.line not in seen:
+            seen.add(it.src.line)
+            out.append(it)
+    return out
+
+
+def _shown(path: Path, run_dir: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(run_dir.resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _str(value: object) -> str | None:
+    return str(value) if value is not None and value != "" else None
+
+
+def read_history(run_dir: str | os.PathLike, **kwargs) -> ev.Timeline:
+    """The whole history of a finished run (incomplete last lines included)."""
+    return HistoryReader(run_dir, **kwargs).poll(final=True)

@@ -1,0 +1,142 @@
+"""Recovery latency split and lost work: a pure function of the Timeline (and its Analysis).
+
+    injected ──detection──► failure detected ──restart──► replacement workers started
+             ──restore──► checkpoint loaded ──first step──► first committed iteration
+    failure_to_first_step = first committed iteration − injected (the headline)
+    lost_iterations = last iteration logged before the fault − K (the checkpoint reloaded)
+
+Where the timestamps come from (COMMON.md, ARCHITECTURE.md):
+- injected: the marker's `injected_at` (UTC).
+- failure detected: NVRx >= 0.6 `Cycle: c+1 Event: failure_detected` (UTC); otherwise the first
+  launcher record of cycle c's failure (`failed (exitcode`, a rank timeout, `FT timeout
+  elapsed`, `Worker group UNHEALTHY/FAILED`; local time).
+- workers started: `Cycle: r Event: worker_start_completed` (UTC); 0.4.1: `has joined round r`.
+- checkpoint loaded: Megatron prints no time on its load lines; the first stamped line of
+  that start after the load is `[after model, optimizer, and learning rate scheduler are
+  built] datetime: ...` (whole seconds, so restore and first step are ±1 s).
+- first committed step: the stamp of the first iteration line of the replacement start.
+A metric whose timestamps are missing is None: never guessed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness import events as ev
+from harness.criteria import Analysis
+from harness.events import Timeline, iso_utc
+
+SECOND_RESOLUTION_NOTE = ("restore_s and first_step_s rest on Megatron's "
+                          "'[after model, optimizer, and learning rate scheduler are built] datetime:' line, "
+                          "printed in whole seconds: they are exact to ±1 s")
+
+
+@dataclass(frozen=True)
+class Metrics:
+    detection_s: float | None = None
+    restart_s: float | None = None
+    restore_s: float | None = None
+    first_step_s: float | None = None
+    failure_to_first_step_s: float | None = None
+    lost_iterations: int | None = None
+    injected_at: float | None = None
+    detected_at: float | None = None
+    workers_started_at: float | None = None
+    checkpoint_loaded_at: float | None = None
+    first_step_at: float | None = None
+    restored_iteration: int | None = None
+    last_iteration_before_fault: int | None = None
+    first_step_iteration: int | None = None
+    evidence: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {
+            "detection_s": self.detection_s,
+            "restart_s": self.restart_s,
+            "restore_s": self.restore_s,
+            "first_step_s": self.first_step_s,
+            "failure_to_first_step_s": self.failure_to_first_step_s,
+            "lost_iterations": self.lost_iterations,
+            "timestamps": {
+                "injected_at": iso_utc(self.injected_at),
+                "failure_detected_at": iso_utc(self.detected_at),
+                "workers_started_at": iso_utc(self.workers_started_at),
+                "checkpoint_loaded_at": iso_utc(self.checkpoint_loaded_at),
+                "first_step_at": iso_utc(self.first_step_at),
+            },
+            "iterations": {
+                "restored": self.restored_iteration,
+                "last_before_fault": self.last_iteration_before_fault,
+                "first_after_restore": self.first_step_iteration,
+            },
+            "evidence": dict(self.evidence),
+            "notes": list(self.notes),
+        }
+
+
+def _span(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else round(end - start, 3)
+
+
+def _detection(tl: Timeline, a: Analysis) -> ev.LauncherEvent | None:
+    c = a.failed_cycle
+    launcher = list(tl.launcher_events())
+    profiled = [e for e in launcher if isinstance(e, ev.ProfilingEvent) and e.name == "failure_detected"
+                and e.subject_cycle == c and tl.utc(e) is not None]
+    if profiled:
+        return min(profiled, key=tl.utc)
+    records = [e for e in launcher if isinstance(e, (ev.WorkerFailed, ev.WorkerGroupFailed, ev.RankTimeout, ev.FtTimeoutElapsed))
+               and e.cycle == c and tl.utc(e) is not None]
+    return min(records, key=tl.utc) if records else None
+
+
+def compute(tl: Timeline, a: Analysis) -> Metrics:
+    if a.injection is None:
+        return Metrics(notes=("no injection: there is no recovery to time",) if a.is_fault_run else ())
+    notes: list[str] = []
+    evidence: dict[str, str] = {"injected_at": str(a.injection.src)}
+    injected = tl.utc(a.injection)
+    if injected is None:
+        notes.append("the marker has no injected_at: latencies from the injection are unknown")
+
+    detected_ev = _detection(tl, a)
+    detected = tl.utc(detected_ev)
+    started_ev = a.workers_started.get(a.replacement_cycle) if a.replacement_cycle is not None else None
+    started = tl.utc(started_ev)
+
+    r = a.replacement
+    built_ev = r.first(ev.ModelBuilt) if r is not None else None
+    loaded_ev = r.first(ev.CheckpointLoaded) if r is not None else None
+    loaded = tl.utc(built_ev) if loaded_ev is not None else None
+    first_ev = r.first_iteration if r is not None else None
+    first = tl.utc(first_ev)
+    if loaded is not None or first is not None:
+        notes.append(SECOND_RESOLUTION_NOTE if loaded is not None else "no model-built stamp after the load: restore_s unknown")
+
+    for name, e in (("failure_detected_at", detected_ev), ("workers_started_at", started_ev),
+                    ("checkpoint_loaded_at", built_ev if loaded is not None else None), ("first_step_at", first_ev)):
+        if e is not None:
+            evidence[name] = str(e.src)
+
+    last_before = a.fault_start.last_iteration if a.fault_start is not None else None
+    if r is not None and r.first(ev.StartedFromRandom) is not None:
+        k: int | None = 0  # a replacement that started from random lost everything
+    else:
+        k = loaded_ev.iteration if loaded_ev is not None else a.expected_k
+    lost = last_before.iteration - k if last_before is not None and k is not None else None
+    if last_before is not None:
+        evidence["last_iteration_before_fault"] = str(last_before.src)
+
+    values = {"detection_s": _span(injected, detected), "restart_s": _span(detected, started),
+              "restore_s": _span(started, loaded), "first_step_s": _span(loaded, first)}
+    negative = [k_ for k_, v in values.items() if v is not None and v < -1.0]
+    if negative:
+        notes.append(f"{', '.join(negative)} came out negative: the clocks or the UTC offset "
+                     f"({tl.utc_offset_s:+d} s, {tl.offset_how}) do not match")
+    return Metrics(
+        **values, failure_to_first_step_s=_span(injected, first), lost_iterations=lost,
+        injected_at=injected, detected_at=detected, workers_started_at=started, checkpoint_loaded_at=loaded,
+        first_step_at=first, restored_iteration=k, last_iteration_before_fault=last_before.iteration if last_before else None,
+        first_step_iteration=first_ev.iteration if first_ev is not None else None, evidence=evidence, notes=tuple(notes),
+    )

@@ -1,0 +1,154 @@
+"""The verdict of one run and its two renderings: verdict.json and report.md.
+
+The only place that renders. `render_report(verdict, extra_sections=())` takes further
+Markdown sections (e.g. a cross-rank triage) to append after the built-in ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from harness.criteria import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CriterionResult
+from harness.events import iso_utc
+from harness.metrics import Metrics
+
+SCHEMA = 1
+_MARK = {PASS: "✅ pass", FAIL: "❌ fail", NOT_APPLICABLE: "➖ not applicable", UNKNOWN: "❔ unknown"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    run_dir: str
+    fault: str
+    fault_how: str
+    qualified: bool
+    criteria: tuple[CriterionResult, ...]
+    metrics: Metrics
+    launcher: dict = field(default_factory=dict)  # dialect, nvrx_version, exit_code, offset: plain values only
+    notes: tuple[str, ...] = ()
+    verified_at: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "run_dir": self.run_dir,
+            "fault": self.fault,
+            "fault_source": self.fault_how,
+            "qualified": self.qualified,
+            "criteria": [c.to_json() for c in self.criteria],
+            "metrics": self.metrics.to_json(),
+            "launcher": dict(self.launcher),
+            "notes": list(self.notes),
+            "verified_at": self.verified_at,
+        }
+
+    def criterion(self, cid: str) -> CriterionResult:
+        for c in self.criteria:
+            if c.id == cid:
+                return c
+        raise KeyError(cid)
+
+    @property
+    def exit_status(self) -> int:
+        return 0 if self.qualified else 1
+
+
+def verdict_json(verdict: Verdict) -> str:
+    return json.dumps(verdict.to_json(), indent=2, ensure_ascii=False) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def render_report(verdict: Verdict, extra_sections: Sequence[str] = ()) -> str:
+    m = verdict.metrics
+    head = "QUALIFIED" if verdict.qualified else "NOT QUALIFIED"
+    out = [f"# Recovery verdict: {head}", ""]
+    out.append(f"- Run directory: `{verdict.run_dir}`")
+    out.append(f"- Fault: **{verdict.fault}** ({verdict.fault_how})")
+    launcher = verdict.launcher
+    if launcher:
+        shown = ", ".join(f"{k} {v}" for k, v in launcher.items() if v is not None)
+        out.append(f"- Launcher: {shown}")
+    if verdict.verified_at:
+        out.append(f"- Verified at: {verdict.verified_at}")
+    out += ["", "## Criteria", "", "| # | criterion | status | detail |", "|---|---|---|---|"]
+    for i, c in enumerate(verdict.criteria, 1):
+        out.append(f"| {i} | `{c.id}` | {_MARK.get(c.status, c.status)} | {_cell(c.detail)} |")
+    out += ["", "## Latency split", "",
+            "| phase | seconds | from | to |", "|---|---|---|---|"]
+    rows = (
+        ("detection", m.detection_s, "injected", "failure detected"),
+        ("restart", m.restart_s, "failure detected", "replacement workers started"),
+        ("restore", m.restore_s, "workers started", "checkpoint loaded"),
+        ("first step", m.first_step_s, "checkpoint loaded", "first committed iteration"),
+        ("**failure → first committed step**", m.failure_to_first_step_s, "injected", "first committed iteration"),
+    )
+    for name, value, start, end in rows:
+        out.append(f"| {name} | {_seconds(value)} | {start} | {end} |")
+    lost = "—" if m.lost_iterations is None else str(m.lost_iterations)
+    out += ["", f"Lost iterations: {lost} (last iteration logged before the fault "
+                f"{m.last_iteration_before_fault if m.last_iteration_before_fault is not None else '—'} − checkpoint "
+                f"reloaded {m.restored_iteration if m.restored_iteration is not None else '—'}).", ""]
+    stamps = [("injected", m.injected_at), ("failure detected", m.detected_at), ("workers started", m.workers_started_at),
+              ("checkpoint loaded", m.checkpoint_loaded_at), ("first committed step", m.first_step_at)]
+    if any(t is not None for _, t in stamps):
+        out += ["| moment (UTC) | time | source |", "|---|---|---|"]
+        keys = ("injected_at", "failure_detected_at", "workers_started_at", "checkpoint_loaded_at", "first_step_at")
+        for (name, t), key in zip(stamps, keys):
+            out.append(f"| {name} | {iso_utc(t) or '—'} | {_cell('`' + m.evidence[key] + '`') if key in m.evidence else ''} |")
+        out.append("")
+    out += ["## Evidence", ""]
+    for c in verdict.criteria:
+        out.append(f"### `{c.id}`: {c.status}")
+        out.append("")
+        out.append(c.detail)
+        out.append("")
+        if c.evidence:
+            out.append("```")
+            out.extend(c.evidence)
+            out.append("```")
+            out.append("")
+    notes = [*verdict.notes, *m.notes]
+    if notes:
+        out += ["## Notes", ""]
+        out += [f"- {n}" for n in notes]
+        out.append("")
+    for section in extra_sections:
+        out += [section.rstrip(), ""]
+    return "\n".join(out)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_outputs(verdict: Verdict, run_dir: str | os.PathLike | None, json_path: str | os.PathLike | None = None,
+                  extra_sections: Sequence[str] = ()) -> list[Path]:
+    """Write verdict.json and report.md into run_dir (when given) and the JSON to json_path
+    ('-' is stdout). Returns the files written; raises OSError when one cannot be."""
+    written: list[Path] = []
+    text = verdict_json(verdict)
+    if run_dir is not None:
+        root = Path(run_dir)
+        _atomic_write(root / "verdict.json", text)
+        _atomic_write(root / "report.md", render_report(verdict, extra_sections))
+        written += [root / "verdict.json", root / "report.md"]
+    if json_path is not None:
+        if str(json_path) == "-":
+            print(text, end="")
+        else:
+            Path(json_path).write_text(text, encoding="utf-8")
+            written.append(Path(json_path))
+    return written

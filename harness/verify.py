@@ -1,0 +1,131 @@
+"""`nvrx-qual verify RUN_DIR [--json PATH] [--fault none|kill|hang] [--no-write]`.
+
+Reads only the run directory (it works on a directory produced by a user's own sbatch
+script and copied off a cluster), checks the five recovery criteria, times the recovery and
+writes verdict.json and report.md into the run directory.
+
+Exit status: 0 qualified, 1 a criterion failed (or could not be decided), 2 the path is not
+a readable run directory (the message says why).
+
+Library use: `verify_run(run_dir, fault=None, write=False)` -> Verdict (pytest fixtures,
+`nvrx-qual run`); `verify_timeline(timeline, fault)` for a Timeline already in hand (a
+watcher polling a live run with harness.history.HistoryReader).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Sequence
+
+from harness import criteria, metrics
+from harness.events import Timeline
+from harness.history import RunDirError, read_history
+from harness.report import Verdict, write_outputs
+
+EXIT_QUALIFIED, EXIT_FAILED, EXIT_UNREADABLE = 0, 1, 2
+
+__all__ = ["RunDirError", "Verdict", "add_arguments", "main", "run", "verify_run", "verify_timeline"]
+
+
+def verify_timeline(timeline: Timeline, fault: str | None = None) -> Verdict:
+    """The verdict of a Timeline (pure: writes nothing)."""
+    analysis = criteria.analyze(timeline, fault)
+    results = criteria.evaluate(timeline, analysis)
+    times = metrics.compute(timeline, analysis)
+    notes = [*timeline.notes, *analysis.notes]
+    if timeline.starts and any(s.source == timeline.starts[0].source for s in timeline.starts[1:]):
+        notes.append(f"one application log ({timeline.starts[0].source}) holds several starts: cycles were "
+                     "numbered by its starts (argument tables, FT: initialized, checkpoint loads)")
+    launch = timeline.launch
+    launcher = {
+        "log_format": timeline.launcher_dialect,
+        "nvrx_version": timeline.run.nvrx_version or (launch.nvrx_version if launch else None),
+        "exit_code": launch.exit_code if launch else None,
+        "utc_offset_s": timeline.utc_offset_s,
+        "utc_offset_source": timeline.offset_how,
+    }
+    return Verdict(
+        run_dir=str(timeline.run_dir), fault=analysis.fault, fault_how=analysis.fault_how,
+        qualified=criteria.qualified(results), criteria=results, metrics=times, launcher=launcher,
+        notes=tuple(notes), verified_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+    )
+
+
+def verify_run(run_dir: str | os.PathLike, fault: str | None = None, *, write: bool = False,
+               json_path: str | os.PathLike | None = None, inspect_checkpoints: bool = True,
+               extra_sections: Sequence[str] = ()) -> Verdict:
+    """Read the run directory and judge it. Raises RunDirError for a path that is not a
+    readable run directory and ValueError for an unknown fault. With write=True,
+    verdict.json and report.md go into the run directory; json_path gets the JSON too."""
+    if fault is not None and fault not in criteria.FAULTS:
+        raise ValueError(f"fault {fault!r} is not one of {', '.join(criteria.FAULTS)}: pass none, kill or hang")
+    timeline = read_history(run_dir, inspect_checkpoints=inspect_checkpoints)
+    verdict = verify_timeline(timeline, fault)
+    if write or json_path is not None:
+        write_outputs(verdict, run_dir if write else None, json_path, extra_sections)
+    return verdict
+
+
+# ---------------------------------------------------------------- command line
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Check the five recovery criteria of a run directory from its files alone and time the "
+                          "recovery. Exit status: 0 qualified, 1 a criterion failed, 2 not a readable run directory.")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run directory ($NVRX_WORK_DIR/runs/<run-id>)")
+    parser.add_argument("--json", metavar="PATH", dest="json_path",
+                        help="also write the verdict JSON to PATH ('-': standard output)")
+    parser.add_argument("--fault", choices=criteria.FAULTS, default=None,
+                        help="the fault the run was meant to survive (default: run.json, else the injection marker, "
+                             "else none)")
+    parser.add_argument("--no-write", action="store_true",
+                        help="do not write verdict.json and report.md into the run directory")
+    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+
+
+def _summary(verdict: Verdict) -> str:
+    lines = [f"nvrx-qual verify: {verdict.run_dir} (fault {verdict.fault}: {verdict.fault_how})"]
+    width = max(len(c.id) for c in verdict.criteria)
+    for c in verdict.criteria:
+        lines.append(f"  {c.status:<14} {c.id:<{width}}  {c.detail}")
+    m = verdict.metrics
+    if m.failure_to_first_step_s is not None or m.detection_s is not None:
+        def s(v: float | None) -> str:
+            return "?" if v is None else f"{v:.2f}s"
+        lines.append(f"  failure -> first committed step {s(m.failure_to_first_step_s)} (detection {s(m.detection_s)}, "
+                     f"restart {s(m.restart_s)}, restore {s(m.restore_s)}, first step {s(m.first_step_s)}); "
+                     f"lost iterations {m.lost_iterations if m.lost_iterations is not None else '?'}")
+    lines.append("QUALIFIED" if verdict.qualified else "NOT QUALIFIED")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    try:
+        verdict = verify_run(run_dir, args.fault)
+    except RunDirError as exc:
+        print(f"nvrx-qual verify: error: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    quiet = getattr(args, "quiet", False)
+    try:
+        write_outputs(verdict, None if args.no_write else run_dir, args.json_path)
+    except OSError as exc:
+        print(f"nvrx-qual verify: warning: could not write the verdict ({exc}); pass --no-write for a read-only "
+              "run directory, or --json PATH", file=sys.stderr)
+    if not quiet and args.json_path != "-":
+        print(_summary(verdict))
+    return verdict.exit_status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.verify")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

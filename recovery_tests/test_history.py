@@ -1,0 +1,367 @@
+"""history: run directory -> Timeline. Real launcher samples, Megatron's line formats,
+rank prefixes, single logs cut into starts, junk, cut-off lines, chunk boundaries, and the
+incremental reader of a growing run directory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness import events as ev
+from harness.history import HistoryReader, LogParser, RunDirError, read_history
+from recovery_tests import rundirs
+from recovery_tests.rundirs import Scenario
+
+SAMPLES = Path(__file__).parent / "data" / "samples"
+
+
+def _run_with_launcher_log(tmp_path: Path, sample: str, name: str) -> Path:
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    shutil.copy(SAMPLES / sample / name, run / "logs" / "launcher.log")
+    if (SAMPLES / sample / "cycle_infos").is_dir():
+        shutil.copytree(SAMPLES / sample / "cycle_infos", run / "cycle_infos")
+    return run
+
+
+def _parse(text: str, *, split_starts: bool = True) -> LogParser:
+    parser = LogParser("x.log", split_starts=split_starts)
+    data = text.encode()
+    parser.feed(data)
+    return parser
+
+
+# ---------------------------------------------------------------- real launcher output
+
+
+def test_sample_070_kill_cycles_failure_and_success(tmp_path):
+    tl = read_history(_run_with_launcher_log(tmp_path, "nvrx-0.7.0-kill", "launcher.log"))
+    assert tl.launcher_dialect == "0.7.0"
+    detected = [e for e in tl.of(ev.ProfilingEvent) if e.name == "failure_detected"]
+    assert [(e.cycle, e.subject_cycle) for e in detected] == [(1, 0)]  # numbered with the *next* cycle
+    assert tl.utc(detected[0]) == pytest.approx(1795972158.543)  # 2026-11-29 17:09:18.543 UTC
+    started = {e.cycle: tl.utc(e) for e in tl.of(ev.ProfilingEvent) if e.name == "worker_start_completed"}
+    assert started == {0: pytest.approx(1795972154.035), 1: pytest.approx(1795972160.881)}
+    failed = tl.of(ev.WorkerFailed)
+    assert [(f.cycle, f.local_rank, f.exitcode, f.pid) for f in failed] == [(0, 1, -9, 17412)]
+    assert tl.utc(failed[0]) == pytest.approx(1795972158.543)  # glog stamp, year from the lines before it
+    group = tl.of(ev.WorkerGroupFailed)
+    assert [(g.cycle, g.state, g.attempts_left, g.max_restarts) for g in group] == [(0, "UNHEALTHY", 2, 2)]
+    assert len(tl.of(ev.LauncherSucceeded)) == 1
+    assert tl.of(ev.LauncherExit) == []  # --ft-nvrx-logfile loses the final "Agent exits" line
+    assert [(c.cycle, c.ts, c.ended) for c in tl.cycle_infos] == [
+        (0, pytest.approx(1795972154.009478), pytest.approx(1795972158.545036)),
+        (1, pytest.approx(1795972160.872980), pytest.approx(1795972170.002574)),
+    ]
+    # local prefix and "Time: ... UTC" on the same line give the node's offset
+    assert (tl.utc_offset_s, tl.offset_how) == (0, "derived from log lines that carry both local and UTC time")
+
+
+def test_sample_041_kill_rounds_and_outcome(tmp_path):
+    tl = read_history(_run_with_launcher_log(tmp_path, "nvrx-0.4.1-kill", "launcher-console.log"))
+    assert tl.launcher_dialect == "0.4.1"
+    assert [(j.round, j.src.line) for j in tl.of(ev.RendezvousJoined)] == [(0, 22), (1, 115)]
+    assert [(f.cycle, f.local_rank, f.exitcode) for f in tl.of(ev.WorkerFailed)] == [(0, 1, -9)]
+    assert [(g.cycle, g.state) for g in tl.of(ev.WorkerGroupFailed)] == [(0, "UNHEALTHY")]
+    assert [e.code for e in tl.of(ev.LauncherExit)] == [0]
+    assert tl.of(ev.RankTimeout) == []  # "Section(s) ['step'] were still open" is no timeout
+
+
+def test_sample_041_hang_names_every_timed_out_rank(tmp_path):
+    tl = read_history(_run_with_launcher_log(tmp_path, "nvrx-0.4.1-hang", "launcher-console.log"))
+    timeouts = tl.of(ev.RankTimeout)
+    assert [(t.kind, t.section, t.rank, t.elapsed, t.timeout, t.cycle) for t in timeouts] == [
+        ("section", "step", 0, 14.35, 10.0, 0), ("section", "step", 1, 14.57, 10.0, 0)]
+    assert [e.rank for e in tl.of(ev.FtTimeoutElapsed)] == [0, 1]
+    assert [(g.state, g.cycle) for g in tl.of(ev.WorkerGroupFailed)] == [("FAILED", 0)]  # FAILED, not UNHEALTHY
+    assert str(timeouts[1].src).startswith("logs/launcher.log:")
+
+
+def test_samples_are_the_shared_ones_verbatim():
+    shared = Path("/work/shared/samples")
+    if not shared.is_dir():
+        pytest.skip("/work/shared/samples is not on this machine (CI clones only this repository)")
+    for path in shared.rglob("*"):
+        if path.is_file():
+            assert (SAMPLES / path.relative_to(shared)).read_bytes() == path.read_bytes(), path
+
+
+def test_070_timeout_lines_name_local_rank_and_node():
+    text = ("2026-11-29 17:16:04,303 [WARNING] [vm] [workload:?(0) infra:?(?)] rank_monitor_server.py:522 [Cycle 0] "
+            "Section 'step' has been open for 14.46 seconds. Timeout is 10.00 seconds.\n"
+            "2026-11-29 17:16:04,319 [WARNING] [node7] [workload:5(1) infra:?(?)] rank_monitor_server.py:540 [Cycle 2] "
+            "Was out of section for 200.00 seconds. Timeout is 180.00 seconds.\n"
+            "2026-11-29 17:16:04,320 [WARNING] [vm] [workload:?(1) infra:?(?)] rank_monitor_server.py:498 [Cycle 0] "
+            "Did not get subsequent heartbeat. Waited 60.00 seconds.\n")
+    timeouts = _parse(text).launcher
+    assert [(t.kind, t.rank, t.local_rank, t.node, t.cycle) for t in timeouts] == [
+        ("section", None, 0, "vm", 0), ("out_of_section", 5, 1, "node7", 2), ("heartbeat", None, 1, "vm", 0)]
+
+
+def test_launcher_outcomes_of_both_generations():
+    text = (
+        "[2026-11-29 17:05:47,701] [INFO] [ft_launcher1@vm] 0/2 restart attempts left. Exiting...\n"
+        "[2026-11-29 17:05:48,000] [ERROR] [ft_launcher1@vm] Some rank(s) exited with non-zero exit code: "
+        "{1: ProcessFailure()}. Agent's exit code = 1\n"
+        "2026-11-29 17:09:18,544 [ERROR] [vm] [workload:?(?) infra:?(?)] launcher.py:620 [default] Progress tracker "
+        "detected no progress across restarts. No more restarts will be attempted.\n"
+        "2026-11-29 17:09:18,545 [ERROR] [vm] [workload:?(?) infra:?(?)] launcher.py:3742 NVRx decided the job must "
+        "not be restarted (no_progress): Progress tracker detected no progress across restarts.. Agent's exit code = 93\n"
+        "2026-11-29 17:09:18,546 [INFO] [vm] [workload:?(?) infra:?(?)] progress_tracker.py:215 Training cycle #0 made "
+        "progress: 0 → 10 (10 iterations)\n")
+    kinds = [(type(e).__name__, getattr(e, "code", None)) for e in _parse(text).launcher]
+    assert kinds == [("RestartsExhausted", None), ("LauncherExit", 1), ("LauncherFailed", None), ("NoProgressStop", None),
+                     ("LauncherExit", 93), ("NoProgressStop", None)]
+
+
+# ---------------------------------------------------------------- Megatron's lines
+
+
+MEGATRON_START = """\
+0: ------------------------ arguments ------------------------
+0:   finetune ........................................ False
+1: [W1129 16:32:01.000000000 socket.cpp:200] [c10d] hostname not resolved
+0:   no_load_optim ................................... True
+0:   a_very_long_argument_name_that_is_longer_than_48_chars  17
+0:   train_iters ..................................... 100
+0: -------------------- end of arguments ---------------------
+0: FT: initialized. Timeouts=RankMonitorConfig(...)
+0:  loading distributed checkpoint from /ckpt at iteration 10
+0: INFO:megatron.core.optimizer.distrib_optimizer:Loading distributed optimizer sharded state of type dp_reshardable
+0: INFO:megatron.core.optimizer_param_scheduler: > using checkpoint value 0.0001 for learning rate
+0:   successfully loaded checkpoint from /ckpt [ t 1/1, gtp_remat 1/1, p 1/1 ] at iteration 10
+0: [after model, optimizer, and learning rate scheduler are built] datetime: 2026-11-29 17:32:08 
+1:  [2026-11-29 17:32:09.310000] iteration       11/     100 | consumed samples:          352 | elapsed time per iteration (ms): 200.0 | learning rate: 1.000000E-04 | global batch size:    32 | lm loss: 9.400000E+00 | loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |
+0: [2026-11-29 17:32:10.000000] saving checkpoint at iteration      15 to /ckpt in torch_dist format
+0:   [2026-11-29 17:32:10.005000] scheduled an async checkpoint save at iteration      15 to /ckpt
+1:  [2026-11-29 17:32:10.110000] iteration       16/     100 | consumed samples:          512 | lm loss: 9.300000E+00 | number of skipped iterations:   2 | number of nan iterations:   0 |
+0:   [2026-11-29 17:32:10.150000] successfully saved checkpoint from iteration      15 to /ckpt [ t 1/1, gtp_remat 1/1, p 1/1 ]
+0:   [2026-11-29 17:32:11.150000] successfully saved checkpoint at iteration      20 to /ckpt [ t 1/1, p 1/1 ]
+1:  [2026-11-29 17:32:12.110000] iteration       20/     100 | consumed samples:          640 | lm loss: 9.200000E+00 | number of skipped iterations:   0 | number of nan iterations:   0 |
+0: WARNING:megatron.core.dist_checkpointing.serialization:Overwriting old incomplete / corrupted checkpoint...
+1: [nemesis] rank 1 injecting SIGKILL after checkpoint iteration 20 (baseline 0)
+0: [after training is done] datetime: 2026-11-29 17:32:13 
+"""
+
+
+def test_megatron_start_parsed_into_typed_events():
+    parser = _parse(MEGATRON_START, split_starts=False)
+    ((events, first, last, bad),) = parser.snapshot_starts()
+    names = [type(e).__name__ for e in events]
+    assert names == ["ArgumentsPrinted", "WorkersInitialized", "LoadStarted", "OptimizerLoaded", "SchedulerValueLoaded",
+                     "CheckpointLoaded", "ModelBuilt", "SaveStarted", "SaveScheduled", "SaveCommitted", "SaveCommitted",
+                     "SaveOverwrite", "NemesisInjected", "TrainingDone"]
+    args = events[0]
+    assert args.get("no_load_optim") == "True" and args.flag("finetune") is False
+    assert args.integer("train_iters") == 100
+    assert args.get("a_very_long_argument_name_that_is_longer_than_48_chars") == "17"
+    assert str(args.src_of("train_iters")) == "x.log:6:   train_iters ..................................... 100"
+    assert [(e.iteration, e.path) for e in events if isinstance(e, ev.SaveCommitted)] == [(15, "/ckpt"), (20, "/ckpt")]
+    assert events[5].iteration == 10 and events[12].target_rank == 1 and events[12].iteration == 20
+    assert (first.iteration, first.train_iters, first.consumed_samples, first.lm_loss, first.rank) == (11, 100, 352, 9.4, 1)
+    assert first.ts == pytest.approx(1795973529.31)  # local stamp as written, converted later with the offset
+    assert events[6].ts == pytest.approx(1795973528.0)  # whole seconds of the model-built datetime
+    assert (last.iteration, last.src.line) == (20, 20)
+    assert [(b.iteration, b.skipped) for b in bad] == [(16, 2)]
+
+
+def test_single_log_is_cut_into_starts():
+    start = "\n".join(line[3:] for line in MEGATRON_START.splitlines()[:13]) + "\n"  # without rank prefixes
+    random = ("------------------------ arguments ------------------------\n  train_iters ... 100\n"
+              "-------------------- end of arguments ---------------------\nFT: initialized. Timeouts=...\n"
+              "WARNING: could not find the metadata file /ckpt/latest_checkpointed_iteration.txt\n"
+              "    will not load any checkpoints and will start from random\n")
+    no_table = "FT: initialized. Timeouts=...\n loading distributed checkpoint from /ckpt at iteration 5\n"
+    parser = _parse(random + start + no_table)
+    starts = parser.snapshot_starts()
+    assert [[type(e).__name__ for e in s[0]][:3] for s in starts] == [
+        ["ArgumentsPrinted", "WorkersInitialized", "StartedFromRandom"],
+        ["ArgumentsPrinted", "WorkersInitialized", "LoadStarted"],
+        ["WorkersInitialized", "LoadStarted"]]
+
+
+def test_prefix_variants_rank_padding_tee_and_console():
+    lines = (
+        " 3:  [2026-11-29 17:32:09.310000] iteration       11/     100 | consumed samples: 1 |\n"
+        "[default1]:[2026-11-29 17:32:09.510000] iteration       12/     100 | consumed samples: 2 |\n"
+        "2026-11-29T16:32:09.789Z out [default0]: loading distributed checkpoint from /c at iteration 3\n"
+    )
+    parser = _parse(lines, split_starts=False)
+    ((events, first, last, _),) = parser.snapshot_starts()
+    assert (first.rank, first.iteration, last.rank, last.iteration) == (3, 11, 1, 12)
+    assert [(type(e).__name__, e.rank) for e in events] == [("LoadStarted", 0)]
+    assert parser.offset_pairs == []  # the load line carries no local stamp to pair with
+
+
+def test_junk_and_cut_off_last_line(tmp_path):
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    good = MEGATRON_START.encode()
+    junk = b"0: \xff\xfe\x00\x00 binary \x1b[0m\r\n" + bytes(range(256)) + b"\n"
+    cut = b"1:  [2026-11-29 17:32:13.110000] iteration       21/     100 | consumed sam"
+    (run / "logs" / "train_cycle_cycle0.log").write_bytes(good + junk + cut)
+    reader = HistoryReader(run)
+    live = reader.poll()  # a live run: the cut line may still be completed
+    assert live.starts[0].last_iteration.iteration == 20
+    final = reader.poll(final=True)  # the writer is gone: what was written counts
+    assert final.starts[0].last_iteration.iteration == 21
+    assert final.starts[0].first(ev.TrainingDone) is not None
+
+
+def test_monster_line_without_newline_is_cut_not_buffered(tmp_path):
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    blob = b"\x00" * (3 << 20)  # 3 MiB of junk without a line break, then real lines
+    (run / "logs" / "train_cycle_cycle0.log").write_bytes(blob + b"\n" + MEGATRON_START.encode())
+    tl = HistoryReader(run, chunk_size=1 << 20).poll(final=True)
+    assert tl.starts[0].last_iteration.iteration == 20
+
+
+# ---------------------------------------------------------------- whole run directories
+
+
+def test_chunk_boundaries_do_not_change_the_timeline(tmp_path):
+    built = rundirs.build(tmp_path / "run", Scenario(fault="hang", nvrx="0.4.1", world=16, fault_rank=5, train_iters=60))
+    whole = read_history(built.run_dir)
+    tiny = HistoryReader(built.run_dir, chunk_size=977).poll(final=True)  # cuts lines and the arguments table
+    assert _shape(tiny) == _shape(whole)
+    assert whole.starts[1].first_iteration.iteration == 11 and whole.starts[1].last_iteration.iteration == 60
+    assert whole.starts[1].arguments.integer("train_iters") == 60
+
+
+def _shape(tl: ev.Timeline) -> list:
+    return [(type(e).__name__, str(e.src), tl.utc(e)) for e in tl.events]
+
+
+def test_incremental_polls_read_each_byte_once_and_match_a_full_read(tmp_path):
+    built = rundirs.build(tmp_path / "done", Scenario(train_iters=40))
+    live = tmp_path / "live"
+    files = sorted(p for p in built.run_dir.rglob("*") if p.is_file() and not p.is_symlink())
+    for p in files:  # small files whole, the logs grow in pieces cut mid-line
+        (live / p.relative_to(built.run_dir)).parent.mkdir(parents=True, exist_ok=True)
+    logs = [p for p in files if p.suffix == ".log"]
+    for p in files:
+        if p not in logs:
+            shutil.copy(p, live / p.relative_to(built.run_dir))
+    reader = HistoryReader(live)
+    data = {p: p.read_bytes() for p in logs}
+    done = {p: 0 for p in logs}
+    step = 0
+    while any(done[p] < len(data[p]) for p in logs):
+        for p in logs:
+            piece = data[p][done[p]:done[p] + 1500 + 37 * step]
+            with open(live / p.relative_to(built.run_dir), "ab") as f:
+                f.write(piece)
+            done[p] += len(piece)
+        reader.poll()
+        step += 1
+    final = reader.poll(final=True)
+    assert step > 5
+    assert _shape(final) == _shape(read_history(built.run_dir))
+    assert sum(s.bytes_read for s in final.sources) == sum(len(d) for d in data.values())
+
+
+def test_checkpoint_state_commit_markers_tracker_and_optimizer_keys(tmp_path):
+    built = rundirs.build(tmp_path / "run", Scenario(uncommitted=(5,)))
+    tl = read_history(built.run_dir)
+    ck = tl.checkpoints
+    assert (ck.path, ck.how, ck.exists, ck.tracker) == ("checkpoints", "run.json spec.checkpoint_dir", True, "30")
+    assert [(c.iteration, c.committed) for c in ck.iterations][:3] == [(5, False), (10, True), (15, True)]
+    k = ck.get(10)  # the marker's and the loaded iteration: inspected with PyTorch's DCP reader
+    assert (k.optimizer_keys, k.total_keys) == (2, 5)  # exp_avg and exp_avg_sq; not param
+    assert k.sample_key.startswith("optimizer.distributed.") and "exp_avg" in k.sample_key
+    assert ck.get(20).optimizer_keys is None and ck.get(20).inspect_note == "not needed by any check"
+    off = HistoryReader(built.run_dir, inspect_checkpoints=False).poll(final=True).checkpoints.get(10)
+    assert off.optimizer_keys is None and off.inspect_note == "checkpoint inspection turned off"
+
+
+def test_checkpoint_dir_found_from_the_arguments_table_when_run_json_is_gone(tmp_path):
+    built = rundirs.build(tmp_path / "run", Scenario(run_json=False))
+    moved = tmp_path / "elsewhere"
+    shutil.move(built.run_dir / "checkpoints", moved)
+    tl = read_history(built.run_dir)
+    assert tl.checkpoints.exists is False  # the table names the old path, which is gone
+    shutil.move(moved, built.run_dir / "checkpoints")
+    assert read_history(built.run_dir).checkpoints.how == "<run>/checkpoints"
+
+
+def test_marker_variants(tmp_path):
+    built = rundirs.build(tmp_path / "run", Scenario(checkpoints=False))
+    marker = built.run_dir / "fault_injected.json"
+    record = json.loads(marker.read_text())
+    marker.write_text(json.dumps(record) + "\n" + json.dumps({**record, "iteration": 15}) + "\n")  # JSON lines
+    tl = read_history(built.run_dir)
+    assert [(i.iteration, i.src.line) for i in tl.injections] == [(10, 1), (15, 2)]
+    marker.write_text("")  # claimed but never written: still an injection
+    tl = read_history(built.run_dir)
+    assert len(tl.injections) == 1 and tl.injections[0].iteration is None
+    assert any("fault_injected.json holds no JSON record" in n for n in tl.notes)
+
+
+def test_offset_from_console_capture_without_run_json(tmp_path):
+    built = rundirs.build(tmp_path / "run", Scenario(nvrx="0.4.1", run_json=False, console_log=True, utc_offset_s=-18000))
+    tl = read_history(built.run_dir)
+    assert (tl.utc_offset_s, tl.offset_how) == (-18000, "derived from log lines that carry both local and UTC time")
+
+
+def test_sources_and_roles(tmp_path):
+    built = rundirs.build(tmp_path / "run", Scenario(console_log=True))
+    tl = read_history(built.run_dir)
+    roles = {s.rel: s.roles for s in tl.sources}
+    assert roles == {"logs/launcher.log": ("launcher",), "logs/train_cycle_cycle0.log": ("app",),
+                     "logs/train_cycle_cycle1.log": ("app",)}  # console.log is a fallback, not read
+    single = rundirs.build(tmp_path / "single", Scenario(per_cycle_logs=False, run_json=False))
+    tl = read_history(single.run_dir)
+    assert {s.rel: s.roles for s in tl.sources} == {"logs/megatron-1234.out": ("app", "launcher")}
+    assert [s.cycle for s in tl.starts] == [0, 1]
+
+
+def _missing(p: Path) -> Path:
+    return p / "missing"
+
+
+def _a_file(p: Path) -> Path:
+    (p / "file").write_text("x")
+    return p / "file"
+
+
+def _empty(p: Path) -> Path:
+    (p / "empty").mkdir()
+    return p / "empty"
+
+
+def _plan_only(p: Path) -> Path:
+    (p / "plan").mkdir()
+    (p / "plan" / "run.json").write_text('{"dry_run": true}')
+    return p / "plan"
+
+
+@pytest.mark.parametrize("make, why", [
+    (_missing, "does not exist"),
+    (_a_file, "is not a directory"),
+    (_empty, "holds nothing"),
+    (_plan_only, "holds only run.json (a planned or dry run that never launched)"),
+])
+def test_unreadable_run_dirs_say_why(tmp_path, make, why):
+    with pytest.raises(RunDirError) as info:
+        read_history(make(tmp_path))
+    assert why in str(info.value)
+
+
+def test_an_unreadable_log_is_a_note_not_a_crash(tmp_path, monkeypatch):
+    from harness import history
+
+    built = rundirs.build(tmp_path / "run", Scenario(checkpoints=False))
+
+    def refuse(path, *args, **kwargs):
+        if str(path).endswith("train_cycle_cycle1.log"):
+            raise PermissionError(13, "Permission denied")
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr(history, "open", refuse, raising=False)
+    tl = read_history(built.run_dir)
+    assert "logs/train_cycle_cycle1.log could not be read completely (Permission denied)" in " ".join(tl.notes)
+    assert [s.cycle for s in tl.starts] == [0]  # cycle 0 is still there; cycle 1 is missing, not invented
