@@ -20,7 +20,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import topology
+from harness import slurm, topology
 from harness.layout import RunLayout
 from harness.nvrx import LAUNCHER_MODULE, NvrxTarget
 from harness.spec import RunSpec, SpecError
@@ -207,9 +207,11 @@ def build(spec: RunSpec, nvrx: NvrxTarget, *, sbatch: bool = False) -> Plan:
 
 
 def srun_prefix(spec: RunSpec, nvrx: NvrxTarget, container: tuple[str, ...] = ()) -> list[str]:
-    prefix = ["srun", f"--ntasks={spec.nnodes}", "--ntasks-per-node=1", f"--gpus-per-node={spec.gpus_per_node}"]
-    if spec.workload == "reference":
-        prefix = prefix[:-1]  # CPU workload: no GPUs to ask for
+    prefix = ["srun", f"--ntasks={spec.nnodes}", "--ntasks-per-node=1"]
+    if spec.workload == "megatron":  # the CPU workload asks for no GPUs
+        prefix.append(f"--gpus-per-node={spec.gpus_per_node}")
+    # A named step can be cancelled by name when the harness stops the job early.
+    prefix.append(f"--job-name={slurm.step_name(spec.run_id)}")
     if not nvrx.routes_logs:
         prefix.append("--label")  # node index on every line, to map [default<local>] to global ranks
     return prefix + list(container)

@@ -35,6 +35,7 @@ srun \
     --ntasks="${NNODES}" \
     --ntasks-per-node=1 \
     --gpus-per-node=4 \
+    --job-name=nvrx-qual-gold-sbatch \
     --container-image=nvcr.io/nvidia/pytorch:25.09-py3 \
     --container-mounts=/lustre:/lustre \
     <PYTHON> \

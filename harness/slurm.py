@@ -1,0 +1,82 @@
+"""The Slurm allocation the suite runs in, and the commands that stop one job step.
+
+Killing a local `srun` does not reliably stop its remote tasks, so an early stop cancels
+the step by name (`srun --job-name=<run step>`): squeue lists the allocation's steps,
+scancel cancels the one with our name.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+Runner = Callable[[list[str]], str]  # argv -> stdout; raises on failure
+
+
+def run_command(argv: list[str], timeout_s: float = 30.0) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=timeout_s).stdout
+
+
+@dataclass(frozen=True)
+class Allocation:
+    job_id: str
+    nodes: tuple[str, ...]
+    gpus_per_node: int | None
+
+    @property
+    def nnodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def first_host(self) -> str:
+        return self.nodes[0]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], runner: Runner = run_command) -> "Allocation | None":
+        """None outside an allocation. Node names come from `scontrol show hostnames`, as in
+        the Slurm guide (it expands node-list ranges like gpu[001-004])."""
+        job = env.get("SLURM_JOB_ID")
+        nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+        if not job or not nodelist:
+            return None
+        nodes = tuple(h for h in runner(["scontrol", "show", "hostnames", nodelist]).split() if h)
+        return cls(job_id=job, nodes=nodes, gpus_per_node=_gpus_per_node(env))
+
+
+def _gpus_per_node(env: Mapping[str, str]) -> int | None:
+    for key in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):
+        value = env.get(key, "")
+        digits = value.rsplit(":", 1)[-1].split("(")[0]  # "4", "h100:4", "4(x2)"
+        if digits.isdigit():
+            return int(digits)
+    return None
+
+
+def step_name(run_id: str) -> str:
+    return f"nvrx-qual-{run_id}"
+
+
+def list_steps_argv(job_id: str) -> list[str]:
+    return ["squeue", "--steps", "--noheader", "--format=%i|%j", f"--jobs={job_id}"]
+
+
+def find_step(squeue_output: str, name: str) -> str | None:
+    """The step id (`<job>.<step>`) whose name is `name`, from list_steps_argv's output."""
+    for line in squeue_output.splitlines():
+        step, _, step_name_ = line.strip().partition("|")
+        if step_name_ == name:
+            return step
+    return None
+
+
+def cancel_step_argv(step_id: str) -> list[str]:
+    return ["scancel", step_id]
+
+
+def cancel_step(job_id: str, name: str, runner: Runner = run_command) -> str | None:
+    """Cancel our step; returns its id, or None when it is already gone."""
+    step = find_step(runner(list_steps_argv(job_id)), name)
+    if step:
+        runner(cancel_step_argv(step))
+    return step
