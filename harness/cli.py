@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from harness import __version__, discovery, nvrx, ports, spec as specmod
 from harness import plan as planmod
@@ -40,12 +40,17 @@ def detected_defaults(flags: dict, env: dict) -> dict:
     }
 
 
-def resolve_spec(args: argparse.Namespace, extra: tuple[str, ...], env: dict | None = None,
+def spec_flags(args: argparse.Namespace) -> dict:
+    return {k.field: getattr(args, k.field, None) for k in specmod.KNOBS}
+
+
+def resolve_spec(flags: Mapping[str, object], extra: tuple[str, ...] = (), env: Mapping[str, str] | None = None,
                  *, for_sbatch: bool = False) -> tuple[RunSpec, nvrx.NvrxTarget, int]:
-    """Flags + environment -> validated RunSpec with ports chosen, its NVRx target and the
-    restored iteration. Raises SpecError / NvrxError; creates nothing."""
+    """Flags (strings as typed, or typed values) + environment -> validated RunSpec with
+    ports chosen, its NVRx target and the restored iteration. Raises SpecError /
+    NvrxError; creates nothing. The pytest fixtures build their runs through this too."""
     env = dict(os.environ if env is None else env)
-    flags = {k.field: getattr(args, k.field, None) for k in specmod.KNOBS}
+    flags = dict(flags)
     spec = specmod.from_sources(flags, env, extra, detected_defaults(flags, env))
     target = nvrx.resolve(spec.nvrx_version, spec.nvrx_path)
     rdzv_port, log_port = ports.free_ports(2)
@@ -67,7 +72,7 @@ def cmd_plan(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
     from harness.prepare import prepare
 
     try:
-        spec, target, restored = resolve_spec(args, extra)
+        spec, target, restored = resolve_spec(spec_flags(args), extra)
         p = planmod.build(spec, target)
         prepare(p, dry_run=True)
     except (SpecError, nvrx.NvrxError) as exc:
@@ -88,7 +93,7 @@ def cmd_run(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
     from harness import runner
 
     try:
-        spec, target, _ = resolve_spec(args, extra, env)
+        spec, target, _ = resolve_spec(spec_flags(args), extra, env)
         p = planmod.build(spec, target)
         runner.preflight(p, env)
     except (SpecError, nvrx.NvrxError) as exc:
@@ -104,7 +109,7 @@ def cmd_sbatch(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
                                 job_name=args.job_name, container_image=args.container_image,
                                 container_mounts=args.container_mounts, container_workdir=args.container_workdir)
     try:
-        spec, target, _ = resolve_spec(args, extra, for_sbatch=True)
+        spec, target, _ = resolve_spec(spec_flags(args), extra, for_sbatch=True)
         p = planmod.build(spec, target, sbatch=True)
         python = ["uv", "run", "python"] if spec.uv else [spec.python]
         script = sbatch.render(p, opts, python)

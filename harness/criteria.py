@@ -353,6 +353,18 @@ def check_optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
                                              "reloaded.")
     k = a.expected_k
     who = f"The replacement workers (cycle {r.cycle})"
+    # Decided by the configuration alone, so it holds even for a run stopped before its load ended.
+    args = r.arguments
+    shown = [r.first(ev.LoadStarted), r.first(ev.CheckpointLoaded)]
+    for flag, option in (("no_load_optim", "--no-load-optim"), ("finetune", "--finetune")):
+        if args is not None and args.flag(flag):
+            return _result(cid, FAIL, f"{who} ran with {option}: Megatron skips the optimizer state when loading "
+                                      f"checkpoint {k}; remove {option} from the workload arguments.",
+                           [*shown, args.src_of(flag)])
+        if option in tl.run.argv or option in tl.run.extra_args:
+            return _result(cid, FAIL, f"{who} ran with {option} on the run's command line, so Megatron skips the "
+                                      f"optimizer state when loading checkpoint {k}; remove {option}.",
+                           [*shown, "run.json:0: " + option + " in the launcher command"])
     random = r.first(ev.StartedFromRandom)
     if random is not None:
         return _result(cid, FAIL, f"{who} started from random instead of loading checkpoint {k}: Megatron found no "
@@ -382,14 +394,6 @@ def check_optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
     if loaded.iteration <= 0:
         return _result(cid, FAIL, f"{who} loaded iteration 0: that is a fresh start, not a recovery.", evidence)
     args = r.arguments
-    for flag, option in (("no_load_optim", "--no-load-optim"), ("finetune", "--finetune")):
-        if args is not None and args.flag(flag):
-            return _result(cid, FAIL, f"{who} loaded checkpoint {k} with {option}: Megatron skipped the optimizer "
-                                      f"state; remove {option} from the workload arguments.", [*evidence, args.src_of(flag)])
-        if option in tl.run.argv or option in tl.run.extra_args:
-            return _result(cid, FAIL, f"{who} loaded checkpoint {k}, but the run's command line has {option}, so "
-                                      f"Megatron skipped the optimizer state; remove {option}.",
-                           [*evidence, "run.json:0: " + option + " in the launcher command"])
     block = r.load_block()
     opt = [e for e in block if isinstance(e, ev.OptimizerLoaded)]
     sched = [e for e in block if isinstance(e, ev.SchedulerValueLoaded)]

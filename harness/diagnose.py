@@ -27,6 +27,7 @@ without one takes its process's nearest stamp), then the earliest cycle, then fi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -413,7 +414,7 @@ _SHAPE_RE = re.compile(
     re.IGNORECASE,
 )
 _SHAPE_ASSERT_RE = re.compile(r"\bassert\b.*(%|divisib|shape|size|world|heads|multiple)", re.IGNORECASE)
-_TEARDOWN_RE = re.compile(r"SignalException|KeyboardInterrupt|got signal: (?:15|2|1)\b")
+_TEARDOWN_RE = re.compile(r"SignalException|KeyboardInterrupt|CancelledError|got signal: (?:15|2|1)\b")
 _NVML_RE = re.compile(r"nvml|libnvidia-ml", re.IGNORECASE)
 
 
@@ -1210,7 +1211,17 @@ def diagnose(run_dir: Path, *, utc_offset_s: int | None = None) -> Triage:
     ctx = _Context(timedelta(seconds=facts.utc_offset_s), facts.ref.year, facts.ref.month)
     scanner = _Scanner(root, ctx)
     scanner.scan(files)
-    return _decide(root, scanner, facts)
+    return _stopped_by_harness(root, _decide(root, scanner, facts))
+
+
+def _stopped_by_harness(root: Path, triage: Triage) -> Triage:
+    """Signal deaths after the harness stopped a doomed job are its doing, not a root cause."""
+    reason = (_read_json(root / "launch.json") or {}).get("stopped_early")
+    if not reason or triage.category not in ("exit", "none"):
+        return triage
+    return dataclasses.replace(
+        triage, summary=f"The harness stopped the job early: {reason}. The signal exits that follow are its doing.",
+        advice="Act on the reason the harness stopped the job (see the failed criteria); nothing crashed on its own.")
 
 
 def _single_node(scanner: _Scanner, facts: _RunFacts) -> bool:

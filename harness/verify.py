@@ -21,7 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from harness import criteria, metrics
+from harness import continuity, criteria, metrics
+from harness import events as ev
 from harness.events import Timeline
 from harness.history import RunDirError, read_history
 from harness.report import Verdict, write_outputs
@@ -31,10 +32,13 @@ EXIT_QUALIFIED, EXIT_FAILED, EXIT_UNREADABLE = 0, 1, 2
 __all__ = ["RunDirError", "Verdict", "add_arguments", "main", "run", "verify_run", "verify_timeline"]
 
 
-def verify_timeline(timeline: Timeline, fault: str | None = None) -> Verdict:
-    """The verdict of a Timeline (pure: writes nothing)."""
+def verify_timeline(timeline: Timeline, fault: str | None = None, baseline: str | os.PathLike | None = None) -> Verdict:
+    """The verdict of a Timeline (writes nothing). With a baseline run directory (an
+    uninterrupted run of the same configuration) loss continuity is checked too."""
     analysis = criteria.analyze(timeline, fault)
     results = criteria.evaluate(timeline, analysis)
+    if baseline is not None:
+        results = (*results, _loss_continuity(timeline, analysis, Path(baseline)))
     times = metrics.compute(timeline, analysis)
     notes = [*timeline.notes, *analysis.notes]
     if timeline.starts and any(s.source == timeline.starts[0].source for s in timeline.starts[1:]):
@@ -55,16 +59,27 @@ def verify_timeline(timeline: Timeline, fault: str | None = None) -> Verdict:
     )
 
 
+def _loss_continuity(timeline: Timeline, analysis: criteria.Analysis, baseline: Path) -> criteria.CriterionResult:
+    replacement = analysis.replacement
+    loaded = replacement.first(ev.CheckpointLoaded) if replacement is not None else None
+    restored = loaded.iteration if loaded is not None else None
+
+    def check(_tl: Timeline, a: criteria.Analysis) -> criteria.CriterionResult:
+        return continuity.check_loss_continuity(timeline.run_dir, baseline, a.fault, restored, timeline.run.train_iters)
+
+    return criteria.check_safe(continuity.CRITERION_ID, check, timeline, analysis)
+
+
 def verify_run(run_dir: str | os.PathLike, fault: str | None = None, *, write: bool = False,
                json_path: str | os.PathLike | None = None, inspect_checkpoints: bool = True,
-               extra_sections: Sequence[str] = ()) -> Verdict:
+               extra_sections: Sequence[str] = (), baseline: str | os.PathLike | None = None) -> Verdict:
     """Read the run directory and judge it. Raises RunDirError for a path that is not a
     readable run directory and ValueError for an unknown fault. With write=True,
     verdict.json and report.md go into the run directory; json_path gets the JSON too."""
     if fault is not None and fault not in criteria.FAULTS:
         raise ValueError(f"fault {fault!r} is not one of {', '.join(criteria.FAULTS)}: pass none, kill or hang")
     timeline = read_history(run_dir, inspect_checkpoints=inspect_checkpoints)
-    verdict = verify_timeline(timeline, fault)
+    verdict = verify_timeline(timeline, fault, baseline)
     if write or json_path is not None:
         write_outputs(verdict, run_dir if write else None, json_path, extra_sections)
     return verdict
@@ -82,6 +97,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fault", choices=criteria.FAULTS, default=None,
                         help="the fault the run was meant to survive (default: run.json, else the injection marker, "
                              "else none)")
+    parser.add_argument("--baseline", metavar="RUN_DIR",
+                        help="an uninterrupted run of the same configuration: also check that every lm loss after the "
+                             "restored checkpoint equals its (loss_continuity; needs deterministic training)")
     parser.add_argument("--no-write", action="store_true",
                         help="do not write verdict.json and report.md into the run directory")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -106,7 +124,7 @@ def _summary(verdict: Verdict) -> str:
 def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     try:
-        verdict = verify_run(run_dir, args.fault)
+        verdict = verify_run(run_dir, args.fault, baseline=args.baseline)
     except RunDirError as exc:
         print(f"nvrx-qual verify: error: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE

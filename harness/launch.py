@@ -1,0 +1,245 @@
+"""Run a Plan: real processes, every line captured with the harness's wall-clock time,
+a deadline, an early stop when the verdict is already certain, and nothing left behind.
+
+Process hygiene. The launcher starts in its own session (process group). torch elastic
+starts every worker in a session of its own too, so killing the launcher's group is not
+enough: every process of the launch carries a tag in its environment
+(NVRX_QUAL_LAUNCH=<id>), inherited by workers, async checkpoint workers and NVRx's log
+servers alike, and the final sweep kills each tagged process that is still alive, on
+every exit path (normal end, deadline, early stop, exception, Ctrl-C).
+
+Capture. stdout and stderr of the launcher share one pipe so that lines keep the
+order in which the launcher wrote them; each line goes to logs/console.log with the
+time the harness read it. For NVRx < 0.6 (no log routing in the launcher) the console
+is also split into NVRx's shapes: worker lines `[default<local rank>]:text` go to
+logs/train_cycle_cycle<N>.log as `<global rank>: text` (N advances with the launcher's
+`joined round N` lines), everything else to logs/launcher.log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, TextIO
+
+import psutil
+
+from harness.layout import RunLayout
+from harness.plan import Plan
+
+TAG = "NVRX_QUAL_LAUNCH"
+
+_WORKER_LINE = re.compile(r"^(?:(\d+): )?\[default(\d+)\]:(.*)$", re.DOTALL)
+_SRUN_LABEL = re.compile(r"^\d+: ")
+_ROUND = re.compile(r"has joined round (\d+) of the rendezvous")
+
+
+def utc_iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    launcher_exit_code: int | None  # None: the harness had to kill it
+    started_at: str
+    ended_at: str
+    stopped_early: str | None  # why the harness stopped the job, or None
+    nvrx_version: str
+    leftover_processes_killed: int
+
+    @property
+    def duration_s(self) -> float:
+        parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()  # noqa: E731
+        return parse(self.ended_at) - parse(self.started_at)
+
+
+class ConsoleSplitter:
+    """Writes NVRx >= 0.6's log shapes from an older launcher's console."""
+
+    def __init__(self, layout: RunLayout, gpus_per_node: int, labelled: bool):
+        self._layout = layout
+        self._gpus = gpus_per_node
+        self._labelled = labelled
+        self._cycle = 0
+        self._launcher = open(layout.launcher_log, "a", encoding="utf-8")
+        self._cycle_logs: dict[int, TextIO] = {}
+
+    def feed(self, line: str) -> None:
+        m = _WORKER_LINE.match(line)
+        if m:
+            node, local, text = int(m.group(1) or 0), int(m.group(2)), m.group(3)
+            self._cycle_log().write(f"{node * self._gpus + local}: {text}\n")
+            return
+        if self._labelled:
+            line = _SRUN_LABEL.sub("", line, count=1)
+        r = _ROUND.search(line)
+        if r:
+            self._cycle = max(self._cycle, int(r.group(1)))
+        self._launcher.write(line + "\n")
+
+    def _cycle_log(self) -> TextIO:
+        log = self._cycle_logs.get(self._cycle)
+        if log is None:
+            log = self._cycle_logs[self._cycle] = open(self._layout.cycle_log(self._cycle), "a", encoding="utf-8")
+        return log
+
+    def flush(self) -> None:
+        self._launcher.flush()
+        for log in self._cycle_logs.values():
+            log.flush()
+
+    def close(self) -> None:
+        self._launcher.close()
+        for log in self._cycle_logs.values():
+            log.close()
+
+
+class _Capture(threading.Thread):
+    """Reads the launcher's merged stdout/stderr line by line until EOF."""
+
+    def __init__(self, pipe, console: TextIO, splitter: ConsoleSplitter | None,
+                 on_line: Callable[[str], None] | None):
+        super().__init__(name="nvrx-qual-capture", daemon=True)
+        self._pipe, self._console, self._splitter, self._on_line = pipe, console, splitter, on_line
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        for raw in iter(self._pipe.readline, b""):
+            now = time.time()
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            with self.lock:
+                self._console.write(f"{utc_iso(now)} out {line}\n")
+                if self._splitter:
+                    self._splitter.feed(line)
+            if self._on_line:
+                self._on_line(line)
+
+    def flush(self) -> None:
+        with self.lock:
+            self._console.flush()
+            if self._splitter:
+                self._splitter.flush()
+
+
+def tagged_processes(tag_value: str) -> list[psutil.Process]:
+    """Every live process whose environment carries this launch's tag."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.environ().get(TAG) == tag_value:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+    return found
+
+
+def kill_tagged(tag_value: str, timeout_s: float = 10.0) -> int:
+    """SIGKILL every tagged process (stopped ones included: SIGKILL needs no SIGCONT) and
+    wait until none is left. Returns how many were killed."""
+    killed = 0
+    deadline = time.monotonic() + timeout_s
+    while True:
+        procs = [p for p in tagged_processes(tag_value) if p.pid != os.getpid()]
+        if not procs:
+            return killed
+        for proc in procs:
+            try:
+                proc.kill()
+                killed += 1
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+        if time.monotonic() > deadline:
+            survivors = [p.pid for p in tagged_processes(tag_value)]
+            raise RuntimeError(f"processes {survivors} of launch {tag_value} survived SIGKILL")
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | None] | None = None,
+           tick_s: float = 0.5, term_grace_s: float = 10.0, on_line: Callable[[str], None] | None = None,
+           base_env: dict[str, str] | None = None, on_stop: Callable[[], object] | None = None) -> LaunchResult:
+    """Run the plan's command to its end, the deadline, or the first reason `watch` returns.
+
+    `watch` is called about every `tick_s` seconds while the job runs; returning a string
+    stops the job (SIGTERM to the launcher's group, SIGKILL to everything after
+    `term_grace_s`) and records that string as the reason; `on_stop` runs first (a
+    multi-node run cancels its srun step there). Writes launch.json.
+    """
+    layout = plan.layout
+    command = plan.command
+    tag_value = f"{plan.spec.run_id}-{uuid.uuid4().hex[:12]}"
+    env = command.environ(dict(os.environ if base_env is None else base_env))
+    env[TAG] = tag_value
+    layout.logs.mkdir(parents=True, exist_ok=True)
+
+    console = open(layout.console_log, "a", encoding="utf-8")
+    splitter = (ConsoleSplitter(layout, plan.spec.gpus_per_node, labelled=plan.srun is not None)
+                if plan.captures_console else None)
+    started = time.time()
+    stopped_early: str | None = None
+    exit_code: int | None = None
+    leftovers = 0
+    proc = subprocess.Popen(list(command.argv), cwd=command.cwd, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    capture = _Capture(proc.stdout, console, splitter, on_line)
+    capture.start()
+    try:
+        while True:
+            try:
+                exit_code = proc.wait(timeout=tick_s)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            capture.flush()  # the watcher reads the split logs
+            if deadline_s is not None and time.time() - started > deadline_s:
+                stopped_early = f"deadline of {deadline_s:.0f} s passed before the launcher finished"
+            elif watch is not None:
+                stopped_early = watch()
+            if stopped_early:
+                if on_stop is not None:
+                    try:
+                        on_stop()
+                    except Exception as exc:  # the group signals below still stop the local side
+                        stopped_early += f" (cancelling the job step failed: {exc})"
+                _signal_group(proc.pid, signal.SIGTERM)
+                try:
+                    exit_code = proc.wait(timeout=term_grace_s)
+                except subprocess.TimeoutExpired:
+                    exit_code = None
+                break
+    finally:
+        _signal_group(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.wait()
+        leftovers = kill_tagged(tag_value)
+        capture.join(timeout=10.0)
+        capture.flush()
+        console.close()
+        if splitter:
+            splitter.close()
+        result = LaunchResult(
+            launcher_exit_code=exit_code, started_at=utc_iso(started), ended_at=utc_iso(time.time()),
+            stopped_early=stopped_early, nvrx_version=plan.nvrx.version, leftover_processes_killed=leftovers)
+        write_launch_json(layout, result)
+    return result
+
+
+def write_launch_json(layout: RunLayout, result: LaunchResult) -> None:
+    tmp = layout.launch_json.with_name(f".launch.json.{os.getpid()}")
+    tmp.write_text(json.dumps(asdict(result), indent=2) + "\n")
+    os.replace(tmp, layout.launch_json)

@@ -1,0 +1,131 @@
+"""`nvrx-qual run` and the pytest fixtures share this: prepare the run directory, launch
+with the watcher, verify with the same code as `nvrx-qual verify`, triage a failure."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, TextIO
+
+from harness import diagnose, discovery, launch
+from harness.plan import Plan
+from harness.prepare import prepare
+from harness.report import Verdict, write_outputs
+from harness.spec import RunSpec, SpecError
+from harness.verify import verify_run
+from harness.watch import Watcher
+
+
+@dataclass(frozen=True)
+class Outcome:
+    plan: Plan
+    launch: launch.LaunchResult
+    verdict: Verdict
+    triage: diagnose.Triage | None  # only for a run that did not qualify
+
+    @property
+    def run_dir(self) -> Path:
+        return self.plan.layout.root
+
+
+def default_deadline(spec: RunSpec) -> float:
+    """An upper bound no healthy run reaches: every allowed cycle spends its whole setup,
+    out-of-section and checkpointing deadlines, plus a full step deadline per iteration."""
+    sections = dict(spec.section_timeouts)
+    per_cycle = sections.get("setup", 0) + spec.out_of_section_timeout + sections.get("checkpointing", 0)
+    return (spec.max_restarts + 1) * per_cycle + spec.train_iters * sections.get("step", 0)
+
+
+def preflight(plan: Plan, env: Mapping[str, str]) -> None:
+    """What the machine must offer before anything is launched (SpecError otherwise)."""
+    spec, problems = plan.spec, []
+    if spec.nnodes > 1:
+        if not env.get("SLURM_JOB_ID"):
+            problems.append(f"NNODES={spec.nnodes} runs srun inside a Slurm allocation: run inside salloc/sbatch, "
+                            "or render a batch script with nvrx-qual sbatch")
+        if shutil.which("srun") is None:
+            problems.append("srun is not on PATH: run inside the Slurm allocation's environment")
+    elif env.get("SLURM_JOB_ID") and not env.get("SLURM_PROCID") and plan.nvrx.has_no_restart_exit_code:
+        problems.append(f"NVRx {plan.nvrx.version} exits at once when SLURM_JOB_ID is set without SLURM_PROCID: "
+                        "run under srun --ntasks=1, or unset SLURM_JOB_ID for a single-node run")
+    if spec.workload == "megatron":
+        gpus = discovery.nvidia_smi_gpus()
+        if not gpus:
+            problems.append("the megatron workload needs NVIDIA GPUs and nvidia-smi lists none here: run on a GPU "
+                            "node, or use --workload reference for the CPU reference run")
+        elif spec.nnodes == 1 and len(gpus) < spec.gpus_per_node:
+            problems.append(f"GPUS_PER_NODE={spec.gpus_per_node} but this node has {len(gpus)} GPU(s): "
+                            f"set GPUS_PER_NODE={len(gpus)} or less")
+    if problems:
+        raise SpecError(problems)
+
+
+def execute(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = True,
+            out: TextIO | None = sys.stdout, base_env: dict[str, str] | None = None,
+            baseline: Path | None = None) -> Outcome:
+    """Prepare, launch, watch, verify (with loss continuity against `baseline`, an
+    uninterrupted run, when given). The run directory is kept whatever happens."""
+    prepare(plan, dry_run=False)
+    watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast)
+    result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
+                           watch=watcher, base_env=base_env, on_stop=_step_canceller(plan, base_env))
+    verdict = verify_run(plan.layout.root, baseline=baseline)
+    triage = None
+    sections: tuple[str, ...] = ()
+    if not verdict.qualified:
+        triage = diagnose.diagnose(plan.layout.root)
+        sections = (diagnose.render_markdown(triage),)
+    write_outputs(verdict, plan.layout.root, extra_sections=sections)
+    return Outcome(plan, result, verdict, triage)
+
+
+def _step_canceller(plan: Plan, base_env: dict[str, str] | None):
+    """For a multi-node run, cancelling the named srun step stops the remote tasks too."""
+    if plan.srun is None:
+        return None
+    import os
+
+    from harness import slurm
+
+    job = (base_env or os.environ).get("SLURM_JOB_ID")
+    if not job:
+        return None
+    return lambda: slurm.cancel_step(job, slurm.step_name(plan.spec.run_id))
+
+
+def summary(outcome: Outcome) -> str:
+    v, m = outcome.verdict, outcome.verdict.metrics
+    width = max(len(c.id) for c in v.criteria)
+    lines = ["", f"{'criterion'.ljust(width)}  status          detail"]
+    for c in v.criteria:
+        lines.append(f"{c.id.ljust(width)}  {c.status.ljust(14)}  {c.detail}")
+
+    def s(x: float | None) -> str:
+        return "—" if x is None else f"{x:.2f} s"
+
+    lines += ["",
+              f"latency: detection {s(m.detection_s)} | restart {s(m.restart_s)} | restore {s(m.restore_s)} | "
+              f"first step {s(m.first_step_s)} | failure → first committed step {s(m.failure_to_first_step_s)} | "
+              f"lost iterations {'—' if m.lost_iterations is None else m.lost_iterations}"]
+    if outcome.launch.stopped_early:
+        lines.append(f"stopped early: {outcome.launch.stopped_early}")
+    if outcome.triage is not None and outcome.triage.failed:
+        lines.append(f"triage: {outcome.triage.summary}")
+    verdict = "QUALIFIED" if v.qualified else "NOT QUALIFIED"
+    lines.append(f"{verdict}: {outcome.plan.spec.workload} workload, fault {v.fault}; report: "
+                 f"{outcome.run_dir / 'report.md'}")
+    if outcome.plan.spec.workload == "reference":
+        lines.append("note: the CPU reference run qualifies this harness and launcher, not GPU training recovery.")
+    return "\n".join(lines)
+
+
+def run(plan: Plan, *, progress: bool = True, deadline_s: float | None = None) -> int:
+    spec = plan.spec
+    fault = "no fault" if spec.fault == "none" else f"{spec.fault} on rank {spec.fault_rank}"
+    print(f"nvrx-qual: run {spec.run_id}: {spec.workload} workload, {fault}, NVRx {plan.nvrx.version}, "
+          f"{spec.nnodes}x{spec.gpus_per_node} ranks\n  run directory: {plan.layout.root}", flush=True)
+    outcome = execute(plan, deadline_s=deadline_s, out=sys.stdout if progress else None)
+    print(summary(outcome), flush=True)
+    return outcome.verdict.exit_status

@@ -1,0 +1,82 @@
+"""The CPU tier: real ft_launcher (every installed NVRx generation), real kills and hangs,
+real async checkpoints reloaded with optimizer state, judged by the same verdict code as
+`nvrx-qual verify`. Each criterion of each fault is its own test id, so a failure names
+the criterion, the fault and the launcher version."""
+
+from __future__ import annotations
+
+import pytest
+
+from fixtures.runs import Scenario
+from harness.criteria import CRITERIA_IDS, FAIL, NOT_APPLICABLE, PASS
+from harness.continuity import CRITERION_ID as LOSS_CONTINUITY
+
+pytestmark = pytest.mark.e2e
+
+FAULTS = ("kill", "hang", "none")
+CHECKS = (*CRITERIA_IDS, LOSS_CONTINUITY)
+FAULT_SPECIFIC = {"pre_fault_checkpoint", "replacement_cycle", "optimizer_reload", LOSS_CONTINUITY}
+
+
+def scenario(fault: str, nvrx_target, **kw) -> Scenario:
+    baseline = None if fault == "none" else Scenario("none", nvrx_target)
+    return Scenario(fault, nvrx_target, baseline=baseline, **kw)
+
+
+def explain(outcome, criterion_id: str) -> str:
+    c = outcome.verdict.criterion(criterion_id)
+    lines = [f"{c.id}: {c.status}: {c.detail}", *c.evidence, f"run directory: {outcome.run_dir}"]
+    if outcome.launch.stopped_early:
+        lines.append(f"stopped early: {outcome.launch.stopped_early}")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(("fault", "check"), [(f, c) for f in FAULTS for c in CHECKS
+                                               if not (f == "none" and c == LOSS_CONTINUITY)])
+def test_reference_recovers(fault, check, nvrx_target, scenarios):
+    outcome = scenarios.outcome(scenario(fault, nvrx_target))
+    expected = NOT_APPLICABLE if fault == "none" and check in FAULT_SPECIFIC else PASS
+    assert outcome.verdict.criterion(check).status == expected, explain(outcome, check)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_reference_run_qualifies_with_latency_split(fault, nvrx_target, scenarios, record_property):
+    outcome = scenarios.outcome(scenario(fault, nvrx_target))
+    m = outcome.verdict.metrics
+    for key, value in m.to_json().items():
+        if isinstance(value, (int, float)) or value is None:
+            record_property(key, value)
+    assert outcome.verdict.qualified, outcome.run_dir
+    assert outcome.launch.launcher_exit_code == 0 and outcome.launch.stopped_early is None
+    if fault == "none":
+        assert m.failure_to_first_step_s is None
+        return
+    # Every phase was measured from real timestamps, and they add up to the headline.
+    parts = (m.detection_s, m.restart_s, m.restore_s, m.first_step_s)
+    assert None not in parts and m.failure_to_first_step_s is not None, m
+    assert abs(sum(parts) - m.failure_to_first_step_s) < 0.01
+    assert m.lost_iterations is not None and m.lost_iterations >= 0
+
+
+def test_no_load_optim_is_caught(nvrx_target, scenarios):
+    """The restored workers skip the optimizer state: optimizer_reload and loss continuity
+    fail while the launcher-side criteria still pass. No early stop, to show the whole run."""
+    outcome = scenarios.outcome(scenario("kill", nvrx_target, name=f"no-load-optim-{nvrx_target.version}",
+                                         workload_args=("--no-load-optim",), fail_fast=False))
+    statuses = {c.id: c.status for c in outcome.verdict.criteria}
+    assert statuses == {"pre_fault_checkpoint": PASS, "replacement_cycle": PASS, "optimizer_reload": FAIL,
+                        "later_checkpoint": PASS, "clean_finish": PASS, LOSS_CONTINUITY: FAIL}, outcome.run_dir
+    assert "--no-load-optim" in outcome.verdict.criterion("optimizer_reload").detail
+    assert not outcome.verdict.qualified
+
+
+def test_fault_rank_that_never_sees_a_checkpoint_fails_and_stops_early(nvrx_target, scenarios):
+    """Save interval larger than the training: the fault never fires; the selected worker
+    reports it at exit, the watcher stops the job at once, and the verdict says why."""
+    outcome = scenarios.outcome(scenario("kill", nvrx_target, name=f"never-fires-{nvrx_target.version}",
+                                         knobs=(("save_interval", 40),)))
+    pre = outcome.verdict.criterion("pre_fault_checkpoint")
+    assert pre.status == FAIL and "never injected" in pre.detail, explain(outcome, pre.id)
+    assert outcome.launch.stopped_early and "never happened" in outcome.launch.stopped_early
+    assert not (outcome.run_dir / "fault_injected.json").exists()
+    assert not outcome.verdict.qualified
