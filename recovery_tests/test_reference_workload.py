@@ -10,34 +10,27 @@ iter_0000015/ without metadata.json, nothing later), seeds the resumed runs.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-WORKLOAD = REPO / "harness" / "workloads" / "reference.py"
-# Where NVRx 0.7.0 is installed with `pip --target`; to be replaced by project configuration.
-NVRX_070_PATH = Path("/tmp/nvrx070")
+from fixtures.runs import Scenario, ScenarioRunner
+from harness import launch
+from harness.layout import TRACKER_NAME as TRACKER
+from harness.nvrx import NvrxTarget
+from harness.prepare import prepare
+
 TRAIN_ITERS = 20
 SAVE_INTERVAL = 5
 WORLD = 2
 RESUME_AT = 10  # committed checkpoint the resumed runs start from
 IN_FLIGHT = 15  # save a killed run left incomplete
 LAUNCH_DEADLINE_S = 240.0
-TRACKER = "latest_checkpointed_iteration.txt"
 PARALLEL = "[ t 1/1, gtp_remat 1/1, p 1/1 ]"
 TS = r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}\]"
 ITERATION_RE = re.compile(
@@ -47,18 +40,10 @@ ITERATION_RE = re.compile(
     r"grad norm: \d+\.\d{3} \| number of skipped iterations: +0 \| number of nan iterations: +0 \|$"
 )
 DATETIME_RE = r"datetime: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d ?$"
+RANK_LINE_RE = re.compile(r"^ *(\d+): (.*)$")
 
 
 # --------------------------------------------------------------------------- launching
-
-
-@dataclass(frozen=True)
-class Launcher:
-    version: str
-    pythonpath: Path | None  # None: the venv's own NVRx
-
-
-LAUNCHERS = {"0.4.1": Launcher("0.4.1", None), "0.7.0": Launcher("0.7.0", NVRX_070_PATH)}
 
 
 @dataclass(frozen=True)
@@ -77,12 +62,12 @@ class TrackerSighting:
 
 @dataclass(frozen=True)
 class WorkloadRun:
-    returncode: int
+    returncode: int | None
     wall_s: float
     lines: tuple[RankLine, ...]
     checkpoints: Path
     sightings: tuple[TrackerSighting, ...]
-    console: Path
+    run_dir: Path
 
     def rank0(self) -> list[str]:
         return [line.text for line in self.lines if line.rank == 0]
@@ -97,74 +82,7 @@ class WorkloadRun:
         return found
 
     def explain(self) -> str:
-        return f"launcher rc={self.returncode}; console: {self.console}"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def launcher_argv(launcher: Launcher, run_dir: Path, workload_args: list[str]) -> list[str]:
-    argv = [
-        sys.executable, "-m", "nvidia_resiliency_ext.fault_tolerance.launcher",
-        "--nproc-per-node", str(WORLD), "--nnodes", "1", "--max-restarts", "0",
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-        "--rdzv-id", f"reference-{uuid.uuid4().hex[:8]}", "--monitor-interval", "0.3",
-        "--ft-rank-section-timeouts", "setup:60,step:10,checkpointing:30",
-        "--ft-rank-out-of-section-timeout", "30",
-    ]
-    if launcher.version == "0.4.1":
-        argv += ["--tee", "3", "--log-dir", str(run_dir / "elastic")]
-    else:
-        argv += [
-            "--ft-per-cycle-applog-prefix", str(run_dir / "train_cycle.log"),
-            "--ft-cycle-info-dir", str(run_dir),
-            "--ft-nvrx-logfile", str(run_dir / "launcher.log"),
-            "--ft-log-server-port", str(free_port()),
-        ]
-    return argv + [str(WORKLOAD), *workload_args]
-
-
-def workload_args(checkpoints: Path, *extra: str) -> list[str]:
-    return [
-        "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-        "--seq-length", "32", "--max-position-embeddings", "32", "--vocab-size", "256",
-        "--micro-batch-size", "1", "--global-batch-size", str(WORLD),
-        "--train-iters", str(TRAIN_ITERS), "--lr", "1e-3", "--seed", "1234",
-        "--save", str(checkpoints), "--load", str(checkpoints), "--save-interval", str(SAVE_INTERVAL),
-        "--log-interval", "1", "--async-save", "--ckpt-format", "torch_dist", "--eval-iters", "0",
-        "--enable-ft-package", "--ft-num-warmup-iters", "0", "--step-time-ms", "20",
-        *extra,
-    ]
-
-
-def _pids_carrying(token: str) -> list[int]:
-    """Live processes whose environment holds the launch's token: the launcher and every worker,
-    even workers in sessions of their own (torch elastic starts them so) or orphaned ones."""
-    needle = f"NVRX_QUAL_TEST_LAUNCH={token}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-            except OSError:
-                pass  # gone, a zombie, or not ours
-    return found
-
-
-def kill_launch(proc: subprocess.Popen, token: str) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10.0
-    while (pids := _pids_carrying(token)) and time.monotonic() < deadline:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
-    proc.wait()
+        return f"launcher rc={self.returncode}; run directory: {self.run_dir}"
 
 
 def _sight_tracker(checkpoints: Path) -> TrackerSighting | None:
@@ -176,53 +94,31 @@ def _sight_tracker(checkpoints: Path) -> TrackerSighting | None:
     return TrackerSighting(iteration, (checkpoints / f"iter_{iteration:07d}" / "metadata.json").is_file())
 
 
-def launch(launcher: Launcher, run_dir: Path, args: list[str], checkpoints: Path) -> WorkloadRun:
-    """Run the workload under ft_launcher to completion or the deadline, watching the tracker;
-    everything started is killed on every way out."""
-    if launcher.pythonpath is not None and not launcher.pythonpath.is_dir():
-        pytest.skip(f"NVRx {launcher.version} not installed at {launcher.pythonpath}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    token = uuid.uuid4().hex
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("SLURM_")}
-    env["NVRX_QUAL_TEST_LAUNCH"] = token
-    if launcher.pythonpath is not None:
-        env["PYTHONPATH"] = str(launcher.pythonpath)
-    console = run_dir / "console.log"
+def run_workload(scenarios: ScenarioRunner, target: NvrxTarget, name: str, *extra: str,
+                 checkpoint_dir: Path | None = None) -> WorkloadRun:
+    """The workload alone (fault none) under ft_launcher, through the harness's own plan and
+    launch, with the tracker sighted every 20 ms while the run is live."""
+    knobs = [("train_iters", TRAIN_ITERS), ("save_interval", SAVE_INTERVAL), ("step_time_ms", 20)]
+    if checkpoint_dir is not None:
+        knobs.append(("checkpoint_dir", checkpoint_dir))
+    plan = scenarios.plan(Scenario("none", target, name=f"{name}-{target.version}", knobs=tuple(knobs),
+                                   workload_args=extra))
+    prepare(plan, dry_run=False)
+    checkpoints = plan.layout.checkpoints
     sightings: list[TrackerSighting] = []
-    started = time.monotonic()
-    with console.open("wb") as out:
-        proc = subprocess.Popen(
-            launcher_argv(launcher, run_dir, args), stdout=out, stderr=subprocess.STDOUT,
-            env=env, cwd=run_dir, start_new_session=True,
-        )
-        try:
-            while proc.poll() is None:
-                if time.monotonic() - started > LAUNCH_DEADLINE_S:
-                    pytest.fail(f"NVRx {launcher.version} launch still running after {LAUNCH_DEADLINE_S:.0f} s: {console}")
-                sighting = _sight_tracker(checkpoints)
-                if sighting is not None and sighting not in sightings[-1:]:
-                    sightings.append(sighting)
-                time.sleep(0.02)
-        finally:
-            kill_launch(proc, token)
-    wall_s = time.monotonic() - started
-    lines = app_lines(launcher, run_dir, console)
-    return WorkloadRun(proc.returncode, wall_s, lines, checkpoints, tuple(sightings), console)
 
+    def sight() -> None:
+        sighting = _sight_tracker(checkpoints)
+        if sighting is not None and sighting not in sightings[-1:]:
+            sightings.append(sighting)
 
-def app_lines(launcher: Launcher, run_dir: Path, console: Path) -> tuple[RankLine, ...]:
-    """The workers' output with its rank: 0.4.1 tees it into the console as `[default<r>]:`,
-    0.7.0 writes `<rank>: ` lines into the per-cycle log."""
-    if launcher.version == "0.4.1":
-        source, pattern = console, re.compile(r"^\[default(\d+)\]:(.*)$")
-    else:
-        source, pattern = run_dir / "train_cycle_cycle0.log", re.compile(r"^ *(\d+): (.*)$")
-    lines = []
-    for raw in source.read_text(errors="replace").splitlines():
-        match = pattern.match(raw)
-        if match:
-            lines.append(RankLine(int(match.group(1)), match.group(2)))
-    return tuple(lines)
+    result = launch.launch(plan, deadline_s=LAUNCH_DEADLINE_S, watch=sight, tick_s=0.02)
+    assert result.stopped_early is None, f"{result.stopped_early}: {plan.layout.root}"
+    log = plan.layout.cycle_log(0)
+    lines = tuple(RankLine(int(m.group(1)), m.group(2))
+                  for raw in log.read_text(errors="replace").splitlines() if (m := RANK_LINE_RE.match(raw)))
+    return WorkloadRun(result.launcher_exit_code, result.duration_s, lines, checkpoints, tuple(sightings),
+                       plan.layout.root)
 
 
 def crashed_copy(src: Path, dst: Path) -> Path:
@@ -240,42 +136,34 @@ def crashed_copy(src: Path, dst: Path) -> Path:
 
 # --------------------------------------------------------------------------- fixtures
 # Launches dominate the file's run time (~15-20 s each here, mostly workers importing torch), so
-# each one is made to count: one uninterrupted run (0.4.1) is the reference; the resume, the
-# path a restart takes, runs under both launchers; --no-load-optim, a workload-side switch
-# that no launcher touches, under one.
+# each one is made to count: one uninterrupted run (oldest launcher) is the reference; the
+# resume, the path a restart takes, runs under every installed launcher, through the seed's
+# NVRX_CHECKPOINT_DIR flow; --no-load-optim, a workload-side switch no launcher touches, under one.
 
 
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory: pytest.TempPathFactory) -> WorkloadRun:
-    run_dir = tmp_path_factory.mktemp("full-0.4.1")
-    return launch(LAUNCHERS["0.4.1"], run_dir, workload_args(run_dir / "ckpt"), run_dir / "ckpt")
+def full_run(scenarios: ScenarioRunner, installed_launchers: list) -> WorkloadRun:
+    return run_workload(scenarios, installed_launchers[0], "reference-full")
 
 
 @pytest.fixture(scope="module")
-def launcher(request: pytest.FixtureRequest) -> Launcher:
-    return LAUNCHERS[request.param]
+def resumed_run(scenarios: ScenarioRunner, nvrx_target: NvrxTarget, full_run: WorkloadRun,
+                tmp_path_factory: pytest.TempPathFactory) -> WorkloadRun:
+    return _resume(scenarios, nvrx_target, full_run, tmp_path_factory, "reference-resumed")
 
 
 @pytest.fixture(scope="module")
-def resumed_run(launcher: Launcher, full_run: WorkloadRun, tmp_path_factory: pytest.TempPathFactory) -> WorkloadRun:
-    return _resume(launcher, full_run, tmp_path_factory, "resumed")
+def no_load_optim_run(scenarios: ScenarioRunner, installed_launchers: list, full_run: WorkloadRun,
+                      tmp_path_factory: pytest.TempPathFactory) -> WorkloadRun:
+    return _resume(scenarios, installed_launchers[0], full_run, tmp_path_factory, "reference-no-load-optim",
+                   "--no-load-optim")
 
 
-@pytest.fixture(scope="module")
-def no_load_optim_run(full_run: WorkloadRun, tmp_path_factory: pytest.TempPathFactory) -> WorkloadRun:
-    return _resume(LAUNCHERS["0.4.1"], full_run, tmp_path_factory, "no-load-optim", "--no-load-optim")
-
-
-def _resume(
-    launcher: Launcher, full_run: WorkloadRun, tmp_path_factory: pytest.TempPathFactory, name: str, *extra: str
-) -> WorkloadRun:
+def _resume(scenarios: ScenarioRunner, target: NvrxTarget, full_run: WorkloadRun,
+            tmp_path_factory: pytest.TempPathFactory, name: str, *extra: str) -> WorkloadRun:
     assert full_run.returncode == 0, full_run.explain()
-    run_dir = tmp_path_factory.mktemp(f"{name}-{launcher.version}")
-    checkpoints = crashed_copy(full_run.checkpoints, run_dir / "ckpt")
-    return launch(launcher, run_dir, workload_args(checkpoints, *extra), checkpoints)
-
-
-both_launchers = pytest.mark.parametrize("launcher", ["0.4.1", "0.7.0"], indirect=True, scope="module")
+    checkpoints = crashed_copy(full_run.checkpoints, tmp_path_factory.mktemp(f"{name}-{target.version}") / "ckpt")
+    return run_workload(scenarios, target, name, *extra, checkpoint_dir=checkpoints)
 
 
 def _first_match(lines: list[str], pattern: str) -> int:
@@ -397,7 +285,6 @@ def test_uninterrupted_run_prints_megatron_lines(full_run: WorkloadRun) -> None:
 
 
 @pytest.mark.e2e
-@both_launchers
 def test_resume_reloads_model_and_optimizer_and_continues_bitwise(
     full_run: WorkloadRun, resumed_run: WorkloadRun
 ) -> None:
