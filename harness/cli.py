@@ -179,10 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, module, text in (("verify", "harness.verify", "check the five recovery criteria of a run directory"),
                                ("diagnose", "harness.diagnose", "find the root cause of a failed run across ranks")):
-        try:
-            add, run = _delegate(module)
-        except ImportError:
-            continue
+        add, run = _delegate(module)
         p_sub = sub.add_parser(name, help=text)
         add(p_sub)
         p_sub.set_defaults(handler=lambda a, _extra, _run=run: _run(a))

@@ -80,3 +80,14 @@ def cancel_step(job_id: str, name: str, runner: Runner = run_command) -> str | N
     if step:
         runner(cancel_step_argv(step))
     return step
+
+
+def free_port_on_argv(host: str, python: str, snippet: str) -> list[str]:
+    """Ask `host`'s own OS for a free port (the rendezvous store binds there), as a one-task step."""
+    return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap", python, "-c", snippet, "1"]
+
+
+def free_port_on(host: str, python: str, runner: Runner = run_command) -> int:
+    from harness.ports import FREE_PORTS_SNIPPET
+
+    return int(runner(free_port_on_argv(host, python, FREE_PORTS_SNIPPET)).split()[0])

@@ -1,0 +1,99 @@
+"""The GPU tier: Megatron-LM's unmodified pretrain_gpt.py under ft_launcher on this node
+(and across the nodes of a Slurm allocation), one real kill / hang / none per scenario,
+judged by the same verdict code as `nvrx-qual verify`.
+
+Run on a GPU node:   pytest -m gpu --megatron-path /path/to/Megatron-LM
+In CI GPU runners:   pytest -m gpu --require-gpu --junitxml=gpu.xml
+Multi-node (inside `salloc --nodes=2 --gpus-per-node=4`): add --work-dir on shared storage.
+
+Missing prerequisites skip these tests with what to install or set; --require-gpu turns
+that into failures. A CPU run or a dry run is not evidence of GPU training recovery.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from fixtures.runs import Scenario
+from harness import slurm
+from harness.criteria import CRITERIA_IDS, NOT_APPLICABLE, PASS
+from harness.nvrx import NvrxTarget, installed_version
+from harness.spec import SHARED_FS_TYPES, SystemProbe
+
+pytestmark = [pytest.mark.gpu, pytest.mark.e2e]
+
+FAULTS = ("kill", "hang", "none")
+FAULT_SPECIFIC = {"pre_fault_checkpoint", "replacement_cycle", "optimizer_reload"}
+
+
+def megatron_scenario(gpu_env, fault: str, **knobs) -> Scenario:
+    """The seed's default run on this node: two GPUs and fault rank 1, or one GPU and rank 0."""
+    gpus = knobs.pop("gpus_per_node", min(2, len(gpu_env.gpus)))
+    rank, _why = gpu_env.fault_rank_for(gpus * knobs.get("nnodes", 1))
+    base = {"megatron_path": gpu_env.megatron_path, "gpus_per_node": gpus, "fault_rank": rank,
+            "transformer_engine": gpu_env.transformer_engine, "gpu_arch": gpu_env.arch}
+    base.update(knobs)
+    name = f"megatron-{fault}-{knobs.get('nnodes', 1)}x{gpus}"
+    return Scenario(fault, NvrxTarget(installed_version() or "0"), workload="megatron", name=name,
+                    knobs=tuple(sorted(base.items())))
+
+
+def explain(outcome, check: str) -> str:
+    c = outcome.verdict.criterion(check)
+    lines = [f"{c.id}: {c.status}: {c.detail}", *c.evidence, f"run directory: {outcome.run_dir}"]
+    if outcome.launch.stopped_early:
+        lines.append(f"stopped early: {outcome.launch.stopped_early}")
+    if outcome.triage is not None and outcome.triage.failed:
+        lines.append(f"triage: {outcome.triage.summary}")
+    return "\n".join(lines)
+
+
+def record_latency(record_property, outcome) -> None:
+    """Latency split into the JUnit XML (one property per metric)."""
+    for key, value in outcome.verdict.metrics.to_json().items():
+        if isinstance(value, (int, float)) or value is None:
+            record_property(key, value)
+    record_property("run_dir", str(outcome.run_dir))
+
+
+@pytest.mark.parametrize("check", CRITERIA_IDS)
+@pytest.mark.parametrize("fault", FAULTS)
+def test_megatron_single_node(fault, check, gpu_env, scenarios, record_property):
+    outcome = scenarios.outcome(megatron_scenario(gpu_env, fault))
+    record_latency(record_property, outcome)
+    expected = NOT_APPLICABLE if fault == "none" and check in FAULT_SPECIFIC else PASS
+    assert outcome.verdict.criterion(check).status == expected, explain(outcome, check)
+
+
+MULTINODE = {"tp2-pp2-dp2": dict(nnodes=2, gpus_per_node=4, tp=2, pp=2)}
+
+
+@pytest.fixture
+def allocation_scenario(request, gpu_env, work_dir, pytestconfig):
+    """The seed's TP=2 PP=2 DP=2 example on 2x4 GPUs, inside the current allocation: one
+    launcher per node via srun, rendezvous on the allocation's first host, shared storage."""
+    fault, shape = request.param
+    knobs = dict(MULTINODE[shape])
+    problem = gpu_env.multinode_problem(knobs["nnodes"], knobs["gpus_per_node"])
+    fstype = SystemProbe().fs_type(work_dir)
+    if problem is None and fstype not in SHARED_FS_TYPES:
+        problem = (f"--work-dir {work_dir} is on {fstype or 'an unknown filesystem'}, which other nodes cannot see: "
+                   "pass --work-dir on shared storage (NFS, Lustre, GPFS, ...)")
+    if problem:
+        if pytestconfig.getoption("--require-gpu"):
+            pytest.fail(f"--require-gpu: {problem}", pytrace=False)
+        pytest.skip(problem)
+    host = gpu_env.allocation.first_host
+    port = slurm.free_port_on(host, sys.executable)
+    return megatron_scenario(gpu_env, fault, rdzv_endpoint=f"{host}:{port}", **knobs)
+
+
+@pytest.mark.parametrize("allocation_scenario", [(f, s) for f in FAULTS for s in MULTINODE],
+                         ids=[f"{f}-{s}" for f in FAULTS for s in MULTINODE], indirect=True)
+def test_megatron_multinode(allocation_scenario, scenarios, record_property):
+    outcome = scenarios.outcome(allocation_scenario)
+    record_latency(record_property, outcome)
+    failed = [c for c in outcome.verdict.criteria if c.status not in (PASS, NOT_APPLICABLE)]
+    assert not failed, "\n\n".join(explain(outcome, c.id) for c in failed)
