@@ -14,7 +14,7 @@ from harness.plan import Plan
 from harness.prepare import prepare
 from harness.report import Verdict, write_outputs
 from harness.spec import RunSpec, SpecError
-from harness.verify import verify_run
+from harness.verify import triage, verify_run
 from harness.watch import Watcher
 
 
@@ -72,13 +72,9 @@ def execute(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = Tr
     result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
                            watch=watcher, base_env=base_env, on_stop=_step_canceller(plan, base_env))
     verdict = verify_run(plan.layout.root, baseline=baseline)
-    triage = None
-    sections: tuple[str, ...] = ()
-    if not verdict.qualified:
-        triage = diagnose.diagnose(plan.layout.root)
-        sections = (diagnose.render_markdown(triage),)
+    found, sections = triage(verdict)
     write_outputs(verdict, plan.layout.root, extra_sections=sections)
-    return Outcome(plan, result, verdict, triage)
+    return Outcome(plan, result, verdict, found)
 
 
 def _step_canceller(plan: Plan, base_env: dict[str, str] | None):

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from harness import continuity, criteria, metrics
+from harness import continuity, criteria, diagnose, metrics
 from harness import events as ev
 from harness.events import Timeline
 from harness.history import RunDirError, read_history
@@ -68,6 +68,14 @@ def _loss_continuity(timeline: Timeline, analysis: criteria.Analysis, baseline: 
         return continuity.check_loss_continuity(timeline.run_dir, baseline, a.fault, restored, timeline.run.train_iters)
 
     return criteria.check_safe(continuity.CRITERION_ID, check, timeline, analysis)
+
+
+def triage(verdict: Verdict) -> tuple["diagnose.Triage | None", tuple[str, ...]]:
+    """A run that did not qualify gets the cross-rank failure triage as a report section."""
+    if verdict.qualified:
+        return None, ()
+    found = diagnose.diagnose(Path(verdict.run_dir))
+    return found, (diagnose.render_markdown(found),)
 
 
 def verify_run(run_dir: str | os.PathLike, fault: str | None = None, *, write: bool = False,
@@ -130,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     quiet = getattr(args, "quiet", False)
     try:
-        write_outputs(verdict, None if args.no_write else run_dir, args.json_path)
+        _found, sections = triage(verdict)
+        write_outputs(verdict, None if args.no_write else run_dir, args.json_path, sections)
     except OSError as exc:
         print(f"nvrx-qual verify: warning: could not write the verdict ({exc}); pass --no-write for a read-only "
               "run directory, or --json PATH", file=sys.stderr)

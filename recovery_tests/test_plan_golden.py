@@ -27,19 +27,6 @@ def normalise(text: str, work: Path, megatron: Path) -> str:
     return text
 
 
-@pytest.fixture
-def megatron_checkout(tmp_path: Path) -> Path:
-    root = tmp_path / "Megatron-LM"
-    root.mkdir()
-    (root / "pretrain_gpt.py").write_text("# stand-in: plans never run it\n")
-    return root
-
-
-@pytest.fixture
-def clean_env(clean_spec_env) -> None:
-    return None
-
-
 def plan_output(capsys, argv: list[str], work: Path, megatron: Path) -> str:
     status = cli.main(argv)
     out, err = capsys.readouterr()
@@ -65,14 +52,14 @@ MEGATRON_SCENARIOS = {
 
 
 @pytest.mark.parametrize("name", sorted(MEGATRON_SCENARIOS))
-def test_megatron_plan_golden_070(name, tmp_path, megatron_checkout, clean_env, capsys):
+def test_megatron_plan_golden_070(name, tmp_path, megatron_checkout, clean_spec_env, capsys):
     work = tmp_path / "work"
     argv = ["plan", "--megatron-path", str(megatron_checkout), "--work-dir", str(work), "--run-id", f"gold-{name}",
             "--nvrx-version", "0.7.0", "--transformer-engine", "1", *MEGATRON_SCENARIOS[name]]
     check_golden(f"nvrx-0.7.0_megatron_{name}.txt", plan_output(capsys, argv, work, megatron_checkout))
 
 
-def test_megatron_resume_golden_070(tmp_path, megatron_checkout, clean_env, capsys):
+def test_megatron_resume_golden_070(tmp_path, megatron_checkout, clean_spec_env, capsys):
     work, ckpt = tmp_path / "work", tmp_path / "old-checkpoints"
     ckpt.mkdir()
     (ckpt / "latest_checkpointed_iteration.txt").write_text("20")
@@ -93,14 +80,14 @@ REFERENCE_SCENARIOS = {
 
 @pytest.mark.parametrize("version", ["0.4.1", "0.7.0"])
 @pytest.mark.parametrize("name", sorted(REFERENCE_SCENARIOS))
-def test_reference_plan_golden(name, version, tmp_path, clean_env, capsys):
+def test_reference_plan_golden(name, version, tmp_path, clean_spec_env, capsys):
     work = tmp_path / "work"
     argv = ["plan", "--workload", "reference", "--work-dir", str(work), "--run-id", f"gold-{name}",
             "--nvrx-version", version, *REFERENCE_SCENARIOS[name]]
     check_golden(f"nvrx-{version}_reference_{name}.txt", plan_output(capsys, argv, work, tmp_path / "none"))
 
 
-def test_sbatch_golden_070(tmp_path, megatron_checkout, clean_env, capsys):
+def test_sbatch_golden_070(tmp_path, megatron_checkout, clean_spec_env, capsys):
     work = tmp_path / "work"
     argv = ["sbatch", "--megatron-path", str(megatron_checkout), "--work-dir", str(work), "--run-id", "gold-sbatch",
             "--nvrx-version", "0.7.0", "--transformer-engine", "1", "--nnodes", "2", "--gpus-per-node", "4",

@@ -13,11 +13,8 @@ from harness.spec import RunSpec, SpecError
 
 
 @pytest.fixture
-def megatron(tmp_path: Path) -> Path:
-    root = tmp_path / "Megatron-LM"
-    root.mkdir()
-    (root / "pretrain_gpt.py").write_text("")
-    return root
+def megatron(megatron_checkout: Path) -> Path:
+    return megatron_checkout
 
 
 def snapshot(root: Path) -> set[str]:

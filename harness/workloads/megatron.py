@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.workloads import checkpoint_and_ft_args, model_args
+
 if TYPE_CHECKING:
     from harness.spec import RunSpec
 
@@ -59,8 +61,6 @@ def extra_arg_problems(extra: tuple[str, ...]) -> list[str]:
 def argv(spec: "RunSpec") -> list[str]:
     """pretrain_gpt.py and its arguments for one qualification run."""
     assert spec.megatron_path is not None
-    ckpt = str(spec.layout.checkpoints)
-    gbs = spec.topology.effective_global_batch
     args = [
         str(Path(spec.megatron_path) / ENTRYPOINT),
         "--tensor-model-parallel-size", str(spec.tp),
@@ -68,23 +68,15 @@ def argv(spec: "RunSpec") -> list[str]:
     ]
     if spec.cp > 1:
         args += ["--context-parallel-size", str(spec.cp)]
+    args += model_args(spec)
     args += [
-        "--num-layers", str(spec.num_layers),
-        "--hidden-size", str(spec.hidden_size),
-        "--num-attention-heads", str(spec.num_attention_heads),
-        "--seq-length", str(spec.seq_length),
-        "--max-position-embeddings", str(spec.seq_length),
-        "--micro-batch-size", str(spec.micro_batch_size),
-        "--global-batch-size", str(gbs),
-        "--train-iters", str(spec.train_iters),
         "--lr", "1e-4", "--min-lr", "1e-5", "--lr-decay-style", "cosine", "--lr-warmup-iters", "10",
         "--bf16", "--use-distributed-optimizer",
         "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(spec.vocab_size),
-        "--save", ckpt, "--load", ckpt, "--save-interval", str(spec.save_interval),
-        "--ckpt-format", "torch_dist", "--async-save", "--use-persistent-ckpt-worker",
-        "--log-interval", "1", "--eval-iters", "0",
-        "--enable-ft-package", "--ft-num-warmup-iters", "0",
     ]
+    args += checkpoint_and_ft_args(spec)
+    # --async-save is silently disabled without it (FACTS.md).
+    args.append("--use-persistent-ckpt-worker")
     if not spec.transformer_engine:
         args += ["--transformer-impl", "local", "--no-gradient-accumulation-fusion"]
     return args + list(spec.extra_args)

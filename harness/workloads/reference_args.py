@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.workloads import checkpoint_and_ft_args, model_args
+
 if TYPE_CHECKING:
     from harness.spec import RunSpec
 
@@ -25,24 +27,8 @@ def extra_arg_problems(extra: tuple[str, ...]) -> list[str]:
 
 
 def argv(spec: "RunSpec") -> list[str]:
-    ckpt = str(spec.layout.checkpoints)
-    args = [
-        str(SCRIPT),
-        "--num-layers", str(spec.num_layers),
-        "--hidden-size", str(spec.hidden_size),
-        "--num-attention-heads", str(spec.num_attention_heads),
-        "--seq-length", str(spec.seq_length),
-        "--max-position-embeddings", str(spec.seq_length),
-        "--vocab-size", str(spec.vocab_size),
-        "--micro-batch-size", str(spec.micro_batch_size),
-        "--global-batch-size", str(spec.topology.effective_global_batch),
-        "--train-iters", str(spec.train_iters),
-        "--lr", "1e-3",
-        "--save", ckpt, "--load", ckpt, "--save-interval", str(spec.save_interval),
-        "--ckpt-format", "torch_dist", "--async-save",
-        "--log-interval", "1", "--eval-iters", "0",
-        "--enable-ft-package", "--ft-num-warmup-iters", "0",
-    ]
+    args = [str(SCRIPT), *model_args(spec), "--vocab-size", str(spec.vocab_size), "--lr", "1e-3",
+            *checkpoint_and_ft_args(spec)]
     if spec.step_time_ms is not None:
         args += ["--step-time-ms", str(spec.step_time_ms)]
     return args + list(spec.extra_args)

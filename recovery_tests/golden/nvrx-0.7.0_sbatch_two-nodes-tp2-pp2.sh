@@ -84,11 +84,11 @@ srun \
     --save-interval 5 \
     --ckpt-format torch_dist \
     --async-save \
-    --use-persistent-ckpt-worker \
     --log-interval 1 \
     --eval-iters 0 \
     --enable-ft-package \
-    --ft-num-warmup-iters 0
+    --ft-num-warmup-iters 0 \
+    --use-persistent-ckpt-worker
 launcher_status=$?
 set -e
 echo "nvrx-qual: launcher exit status ${launcher_status}; verifying $RUN_DIR"
