@@ -4,7 +4,7 @@ The logs are built here in the shapes the real tools print: Megatron's arguments
 stamped lines, torch's `[rankN]: ` tracebacks and ProcessGroupNCCL watchdog lines (glog
 stamps), NVRx's per-cycle `<rank>: ` files, 0.4.1's `[default<N>]:` console capture with the
 harness's ISO prefix, torch elastic's per-rank logs and ChildFailedError summary, Slurm's
-.err/.out. Real NVRx launcher output lives in data/diagnose/.
+.err/.out. Real NVRx launcher output lives in data/samples/.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pytest
 from harness import diagnose as dg
 from harness.diagnose import Triage, diagnose, render_markdown
 
-DATA = Path(__file__).parent / "data" / "diagnose"
+DATA = Path(__file__).parent / "data" / "samples"  # real NVRx launcher output (shared/samples, verbatim)
 MEGATRON = "/workspace/Megatron-LM"
 
 # ----------------------------------------------------------------------------- log builders
@@ -409,7 +409,7 @@ def test_clean_run_is_none(tmp_path: Path) -> None:
     lines += ["0: [after training is done] datetime: 2026-11-29 16:40:00"]
     write(tmp_path, "logs/train_cycle_cycle0.log", lines)
     # the 0.4.1 launcher's health check logs an NVML traceback on hosts without NVML: noise
-    write(tmp_path, "logs/launcher.log", (DATA / "nvrx-0.4.1-kill.console.log").read_text().splitlines()[:70] + [
+    write(tmp_path, "logs/launcher.log", (DATA / "nvrx-0.4.1-kill/launcher-console.log").read_text().splitlines()[:70] + [
         "[2026-11-29 17:05:55,846] [INFO] [ft_launcher16897@vm] Agent .run() is OK. No failures in the result.",
         "[2026-11-29 17:05:55,869] [INFO] [ft_launcher16897@vm] Agent exits with exit code = 0.",
     ])  # fmt: skip
@@ -651,7 +651,7 @@ def sample_run(run: Path, sample: str, marker: dict | None) -> None:
 
 
 def test_real_041_kill_is_the_injected_sigkill_not_the_gloo_reset(tmp_path: Path) -> None:
-    sample_run(tmp_path, "nvrx-0.4.1-kill.console.log", {
+    sample_run(tmp_path, "nvrx-0.4.1-kill/launcher-console.log", {
         "fault": "kill", "signal": "SIGKILL", "rank": 1, "local_rank": 1, "cycle": 0, "iteration": 10,
         "injected_at": "2026-11-29T17:05:47.650Z",
     })  # fmt: skip
@@ -663,14 +663,14 @@ def test_real_041_kill_is_the_injected_sigkill_not_the_gloo_reset(tmp_path: Path
 
 
 def test_real_041_hang_is_the_injected_hang(tmp_path: Path) -> None:
-    sample_run(tmp_path, "nvrx-0.4.1-hang.console.log", {"fault": "hang", "signal": "SIGSTOP", "rank": 1, "local_rank": 1})
+    sample_run(tmp_path, "nvrx-0.4.1-hang/launcher-console.log", {"fault": "hang", "signal": "SIGSTOP", "rank": 1, "local_rank": 1})
     t = diagnose(tmp_path)
     assert (t.category, t.rank, t.injected) == ("hang", 1, True)
     assert "Section 'step' has been open" in t.summary
 
 
 def test_real_070_kill_without_a_marker(tmp_path: Path) -> None:
-    sample_run(tmp_path, "nvrx-0.7.0-kill.launcher.log", None)
+    sample_run(tmp_path, "nvrx-0.7.0-kill/launcher.log", None)
     t = diagnose(tmp_path)
     assert (t.category, t.rank, t.cycle, t.injected) == ("exit", 1, 0, False)
     assert not any(s.kind == "traceback" for s in t.symptoms)  # NVML health-check noise is ignored
@@ -678,7 +678,7 @@ def test_real_070_kill_without_a_marker(tmp_path: Path) -> None:
 
 def test_a_later_cycle_failure_outranks_the_injected_fault(tmp_path: Path) -> None:
     """The kill was deliberate; the replacement workers then failed to load the checkpoint."""
-    sample_run(tmp_path, "nvrx-0.7.0-kill.launcher.log", {"fault": "kill", "signal": "SIGKILL", "rank": 1,
+    sample_run(tmp_path, "nvrx-0.7.0-kill/launcher.log", {"fault": "kill", "signal": "SIGKILL", "rank": 1,
                                                            "local_rank": 1, "cycle": 0})  # fmt: skip
     write(tmp_path, "logs/train_cycle_cycle0.log", ["0:  [2026-11-29 17:09:16.000000] saving checkpoint at iteration 10"])
     write(tmp_path, "logs/train_cycle_cycle1.log", prefixed("0: [rank0]: ", tb_lines([
