@@ -144,7 +144,8 @@ def tagged_processes(tag_value: str) -> list[psutil.Process]:
 
 def kill_tagged(tag_value: str, timeout_s: float = 10.0) -> int:
     """SIGKILL every tagged process (stopped ones included: SIGKILL needs no SIGCONT) and
-    wait until none is left. Returns how many were killed."""
+    wait until each is gone or a zombie (dead; only its reaping parent is left to act).
+    Returns how many were killed."""
     killed = 0
     deadline = time.monotonic() + timeout_s
     while True:
@@ -157,10 +158,18 @@ def kill_tagged(tag_value: str, timeout_s: float = 10.0) -> int:
                 killed += 1
             except psutil.NoSuchProcess:
                 pass
-        psutil.wait_procs(procs, timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+        while time.monotonic() < deadline and any(_alive(p) for p in procs):
+            time.sleep(0.02)
         if time.monotonic() > deadline:
             survivors = [p.pid for p in tagged_processes(tag_value)]
             raise RuntimeError(f"processes {survivors} of launch {tag_value} survived SIGKILL")
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -207,7 +216,7 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                 pass
             capture.flush()  # the watcher reads the split logs
             if deadline_s is not None and time.time() - started > deadline_s:
-                stopped_early = f"deadline of {deadline_s:.0f} s passed before the launcher finished"
+                stopped_early = f"deadline of {deadline_s:g} s passed before the launcher finished"
             elif watch is not None:
                 stopped_early = watch()
             if stopped_early:

@@ -15,7 +15,7 @@ from typing import Callable, TextIO
 
 from harness import events as ev
 from harness.criteria import Analysis, analyze
-from harness.history import HistoryReader
+from harness.history import HistoryReader, RunDirError
 from harness.spec import RunSpec
 
 # After the launcher reported success, how long it may take to exit on its own (NVRx 0.7.0
@@ -142,7 +142,10 @@ class Watcher:
             print(f"  [{self._clock() - self._start:7.1f}s] {text}", file=self._out, flush=True)
 
     def __call__(self) -> str | None:
-        tl = self._reader.poll()
+        try:
+            tl = self._reader.poll()
+        except RunDirError:  # nothing written yet: no log, no checkpoint, no marker
+            return None
         a = analyze(tl, self._spec.fault)
         progress = Progress.of(tl, a)
         for line in progress.changes(self._progress):

@@ -1,0 +1,368 @@
+"""harness.launch: the console split of NVRx < 0.6 output, and `launch()` on a stand-in
+launcher (launch_entrypoints/fake_launcher.py) that prints, exits, runs forever, and leaves
+orphans in sessions of their own the way torch elastic's workers do.
+
+Whether a process survived is checked from /proc directly, not with the module's own
+`tagged_processes`, so that a bug there cannot hide itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness import launch
+from harness.launch import ConsoleSplitter, LaunchResult
+from harness.layout import RunLayout
+from harness.nvrx import NvrxTarget
+from harness.plan import Command, Plan
+from harness.spec import RunSpec
+from harness.topology import ConnectionsPolicy
+
+FAKE_LAUNCHER = Path(__file__).parent / "launch_entrypoints" / "fake_launcher.py"
+STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+WAIT_S = 30.0  # a deadline no test should reach: only a hang does
+
+
+# ---------------------------------------------------------------- ConsoleSplitter
+
+
+def split(tmp_path: Path, lines: list[str], *, gpus: int = 2, labelled: bool = False) -> RunLayout:
+    layout = RunLayout.of_dir(tmp_path / "run")
+    layout.logs.mkdir(parents=True)
+    splitter = ConsoleSplitter(layout, gpus, labelled=labelled)
+    for line in lines:
+        splitter.feed(line)
+    splitter.close()
+    return layout
+
+
+def read_lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+JOIN = ("[2026-11-29 17:05:41,733] [INFO] [ft_launcher16897@vm] The node 'localhost_16897_0' has joined round {} of "
+        "the rendezvous 'rep_kill-0.4.1_0' as rank 0 in a world of size 1.")
+FAILED = ("[2026-11-29 17:05:47,701] [ERROR] [ft_launcher16897@vm] failed (exitcode: -9) local_rank: 1 (pid: 16905) "
+          "of binary: /usr/bin/python3")
+
+
+def test_splitter_sends_worker_lines_to_cycle_logs_and_the_rest_to_launcher_log(tmp_path):
+    layout = split(tmp_path, [
+        "[2026-11-29 17:05:41,697] [INFO] [ft_launcher16897@vm] [default] starting workers for entrypoint: python3",
+        JOIN.format(0),
+        "[default0]: loading distributed checkpoint from /ckpt at iteration 10",
+        "[default1]:[rank1]: RuntimeError: boom",
+        "[default0]:",
+        FAILED,
+    ])
+    assert read_lines(layout.cycle_log(0)) == [
+        "0:  loading distributed checkpoint from /ckpt at iteration 10",
+        "1: [rank1]: RuntimeError: boom",
+        "0: ",
+    ]
+    assert read_lines(layout.launcher_log) == [
+        "[2026-11-29 17:05:41,697] [INFO] [ft_launcher16897@vm] [default] starting workers for entrypoint: python3",
+        JOIN.format(0),
+        FAILED,
+    ]
+    assert not layout.cycle_log(1).exists()
+
+
+def test_splitter_advances_the_cycle_with_each_rendezvous_round(tmp_path):
+    layout = split(tmp_path, [
+        JOIN.format(0), "[default1]:cycle zero",
+        JOIN.format(1), "[default1]:cycle one", "[default0]:also one",
+        JOIN.format(2), "[default0]:cycle two",
+    ])
+    assert read_lines(layout.cycle_log(0)) == ["1: cycle zero"]
+    assert read_lines(layout.cycle_log(1)) == ["1: cycle one", "0: also one"]
+    assert read_lines(layout.cycle_log(2)) == ["0: cycle two"]
+    assert read_lines(layout.launcher_log) == [JOIN.format(n) for n in range(3)]
+
+
+def test_splitter_puts_worker_lines_before_any_round_in_cycle_0(tmp_path):
+    layout = split(tmp_path, ["[default1]:early bird", JOIN.format(0), "[default0]:after the join"])
+    assert read_lines(layout.cycle_log(0)) == ["1: early bird", "0: after the join"]
+
+
+def test_splitter_never_goes_back_to_an_older_cycle(tmp_path):
+    layout = split(tmp_path, [JOIN.format(2), JOIN.format(1), "[default0]:still two"])
+    assert read_lines(layout.cycle_log(2)) == ["0: still two"]
+    assert not layout.cycle_log(1).exists()
+
+
+def test_splitter_maps_srun_labels_to_global_ranks(tmp_path):
+    layout = split(tmp_path, [
+        "0: " + JOIN.format(0),
+        "1: " + JOIN.format(0),
+        "0: [default3]:node 0 local 3",
+        "1: [default0]:node 1 local 0",
+        "1: [default2]:node 1 local 2",
+        "1: " + FAILED,
+    ], gpus=4, labelled=True)
+    assert read_lines(layout.cycle_log(0)) == ["3: node 0 local 3", "4: node 1 local 0", "6: node 1 local 2"]
+    # the node label is dropped from launcher lines too, leaving the launcher's own format
+    assert read_lines(layout.launcher_log) == [JOIN.format(0), JOIN.format(0), FAILED]
+
+
+def test_splitter_keeps_a_leading_number_of_an_unlabelled_launcher_line(tmp_path):
+    layout = split(tmp_path, ["1: not an srun label here"], labelled=False)
+    assert read_lines(layout.launcher_log) == ["1: not an srun label here"]
+
+
+# ---------------------------------------------------------------- launch() on a fake launcher
+
+
+def fake_plan(tmp_path: Path, *args: str, nvrx: str = "0.7.0", env: tuple[tuple[str, str], ...] = ()) -> Plan:
+    """A real Plan whose one command is the fake launcher (no srun, single node)."""
+    spec = RunSpec(workload="reference", work_dir=tmp_path / "work", run_id="launch-test", gpus_per_node=2)
+    command = Command(argv=(sys.executable, str(FAKE_LAUNCHER), *args), cwd=tmp_path, env=env)
+    return Plan(spec=spec, nvrx=NvrxTarget(nvrx), launcher=command, srun=None,
+                connections=ConnectionsPolicy(None, "not applicable"))
+
+
+def read_record(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def await_record(path: Path) -> dict:
+    deadline = time.monotonic() + WAIT_S
+    while (doc := read_record(path)) is None:
+        assert time.monotonic() < deadline, f"the fake launcher never wrote {path}"
+        time.sleep(0.02)  # poll interval of the wait, not a fixed delay
+    return doc
+
+
+def _alive(pid: int) -> bool:
+    """Exists and is not a zombie (a killed orphan waits for init to reap it)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def pids_with_tag(tag: str) -> list[int]:
+    """Live processes whose environment holds NVRX_QUAL_LAUNCH=<tag>, read from /proc."""
+    needle = f"{launch.TAG}={tag}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0") and _alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+def record(tmp_path: Path):
+    """Where the fake launcher records its pid, tag and orphans; anything recorded there
+    that still carries the tag is killed at teardown, whatever the test's outcome."""
+    path = tmp_path / "record.json"
+    yield path
+    doc = read_record(path)
+    if doc and doc["tag"]:
+        for pid in pids_with_tag(doc["tag"]):  # each one leads a session of its own
+            try:
+                pgid = os.getpgid(pid)
+                if pgid != os.getpgrp():
+                    os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def launch_json(plan: Plan) -> dict:
+    return json.loads(plan.layout.launch_json.read_text())
+
+
+@pytest.mark.e2e
+def test_exit_status_and_every_line_with_a_utc_stamp(tmp_path, record):
+    lines = [("out", "first line"), ("err", "a line on stderr"), ("out", "  indented ünïcode"), ("err", ""),
+             ("out", "[default0]:looks like a worker")]
+    plan = fake_plan(tmp_path, *[f"--line={s}:{t}" for s, t in lines], "--record", str(record), "--exit", "3",
+                     env=(("QUAL_GREETING", "hi"),))
+    seen = []
+    result = launch.launch(plan, deadline_s=None, tick_s=0.05, on_line=seen.append,
+                           base_env={"PATH": os.environ["PATH"], "MARK": "from-base"})
+
+    assert result.launcher_exit_code == 3 and result.stopped_early is None
+    assert launch_json(plan) == {
+        "launcher_exit_code": 3, "started_at": result.started_at, "ended_at": result.ended_at,
+        "stopped_early": None, "nvrx_version": "0.7.0", "leftover_processes_killed": 0}
+    assert re.fullmatch(STAMP, result.started_at) and re.fullmatch(STAMP, result.ended_at)
+    assert result.duration_s >= 0
+
+    console = read_lines(plan.layout.console_log)
+    parsed = [re.fullmatch(rf"({STAMP}) out (.*)", line) for line in console]
+    assert all(parsed), console
+    assert [m.group(2) for m in parsed] == [t for _, t in lines]  # stdout and stderr, in the order written
+    stamps = [m.group(1) for m in parsed]
+    assert stamps == sorted(stamps) and result.started_at <= stamps[0] and stamps[-1] <= result.ended_at
+    assert seen == [t for _, t in lines]
+
+    # the environment: base_env, the command's own variables, and the launch tag
+    doc = read_record(record)
+    assert doc["env"] == {"MARK": "from-base", "QUAL_GREETING": "hi", "HOME": None}
+    assert doc["tag"].startswith("launch-test-")
+    # NVRx >= 0.6 writes its own logs: the harness does not split the console
+    assert not plan.layout.launcher_log.exists() and not plan.layout.cycle_log(0).exists()
+
+
+@pytest.mark.e2e
+def test_lines_still_in_the_pipe_at_exit_are_captured_whole(tmp_path, monkeypatch):
+    # The launcher exits with 500 lines unread in the pipe, and the capture is held back on
+    # the first of them until launch() has swept the tagged processes: the console may be
+    # closed (and launch.json written) only after the capture has drained the pipe.
+    swept = threading.Event()
+    real_kill_tagged = launch.kill_tagged
+
+    def kill_tagged(tag: str, *args, **kwargs) -> int:
+        killed = real_kill_tagged(tag, *args, **kwargs)
+        swept.set()
+        return killed
+
+    def on_line(line: str) -> None:
+        if not seen:
+            assert swept.wait(WAIT_S), "launch() never swept the tagged processes"
+        seen.append(line)
+
+    seen: list[str] = []
+    monkeypatch.setattr(launch, "kill_tagged", kill_tagged)
+    plan = fake_plan(tmp_path, "--burst", "500")
+    assert launch.launch(plan, deadline_s=WAIT_S, tick_s=0.05, on_line=on_line).launcher_exit_code == 0
+    console = read_lines(plan.layout.console_log)
+    assert len(console) == len(seen) == 500
+    assert console[-1].endswith(" out burst 000499 " + "x" * 86)
+
+
+@pytest.mark.e2e
+def test_console_of_an_old_launcher_is_split_into_nvrx_log_shapes(tmp_path, record):
+    lines = ["[INFO] starting workers", JOIN.format(0), "[default1]:training", FAILED, JOIN.format(1),
+             "[default0]:resumed"]
+    plan = fake_plan(tmp_path, *[f"--line=out:{t}" for t in lines], nvrx="0.4.1")
+    assert plan.captures_console
+    result = launch.launch(plan, deadline_s=None, tick_s=0.05)
+    assert result.launcher_exit_code == 0
+    assert read_lines(plan.layout.launcher_log) == ["[INFO] starting workers", JOIN.format(0), FAILED, JOIN.format(1)]
+    assert read_lines(plan.layout.cycle_log(0)) == ["1: training"]
+    assert read_lines(plan.layout.cycle_log(1)) == ["0: resumed"]
+    assert len(read_lines(plan.layout.console_log)) == len(lines)
+
+
+@pytest.mark.e2e
+def test_orphans_in_their_own_sessions_are_killed_after_a_normal_exit(tmp_path, record):
+    plan = fake_plan(tmp_path, "--orphans", "--record", str(record))
+    result = launch.launch(plan, deadline_s=None, tick_s=0.05)
+
+    doc = read_record(record)
+    assert doc is not None and len(doc["orphans"]) == 2
+    assert result.launcher_exit_code == 0 and result.stopped_early is None
+    assert result.leftover_processes_killed >= 2
+    assert pids_with_tag(doc["tag"]) == []
+    assert not any(_alive(pid) for pid in doc["orphans"])  # the SIGSTOPped one included
+    assert launch_json(plan)["leftover_processes_killed"] == result.leftover_processes_killed
+    # the sleeping orphan wrote into the inherited pipe; its line was captured
+    assert any(line.endswith(" out orphan sleeping") for line in read_lines(plan.layout.console_log))
+
+
+@pytest.mark.e2e
+def test_deadline_stops_a_launcher_that_runs_forever(tmp_path, record):
+    plan = fake_plan(tmp_path, "--forever", "--record", str(record))
+    deadline_s, grace_s = 1.0, 5.0
+    result = launch.launch(plan, deadline_s=deadline_s, tick_s=0.05, term_grace_s=grace_s)
+
+    assert result.stopped_early is not None and "deadline of 1 s" in result.stopped_early
+    assert result.launcher_exit_code == -signal.SIGTERM  # it honoured the SIGTERM
+    assert deadline_s <= result.duration_s < deadline_s + grace_s
+    assert launch_json(plan)["stopped_early"] == result.stopped_early
+    assert pids_with_tag(read_record(record)["tag"]) == []
+
+
+@pytest.mark.e2e
+def test_a_launcher_ignoring_sigterm_is_killed_after_the_grace(tmp_path, record):
+    plan = fake_plan(tmp_path, "--ignore-term", "--forever", "--record", str(record))
+    result = launch.launch(plan, deadline_s=0.5, tick_s=0.05, term_grace_s=1.0)
+
+    assert result.launcher_exit_code is None  # the harness had to SIGKILL it
+    assert "deadline" in result.stopped_early
+    assert result.duration_s >= 1.5
+    assert launch_json(plan)["launcher_exit_code"] is None
+    assert pids_with_tag(read_record(record)["tag"]) == []
+
+
+@pytest.mark.e2e
+def test_watch_reason_stops_the_job_after_on_stop(tmp_path, record):
+    plan = fake_plan(tmp_path, "--forever", "--record", str(record))
+    calls, stops = [], []
+
+    def watch() -> str | None:
+        calls.append(time.monotonic())
+        if len(calls) == 1:  # the launcher is up (and recorded) before the reason comes
+            await_record(record)
+        return "the replacement started from random" if len(calls) == 2 else None
+
+    def on_stop() -> None:  # runs before the SIGTERM: the launcher is still alive
+        stops.append(_alive(read_record(record)["pid"]))
+
+    result = launch.launch(plan, deadline_s=WAIT_S, tick_s=0.05, watch=watch, on_stop=on_stop)
+
+    assert result.stopped_early == "the replacement started from random"
+    assert len(calls) == 2 and stops == [True]
+    assert result.launcher_exit_code == -signal.SIGTERM
+    assert launch_json(plan)["stopped_early"] == "the replacement started from random"
+    assert pids_with_tag(read_record(record)["tag"]) == []
+
+
+@pytest.mark.e2e
+def test_a_failing_on_stop_is_recorded_and_the_job_still_stops(tmp_path, record):
+    plan = fake_plan(tmp_path, "--forever", "--record", str(record))
+
+    def on_stop() -> None:
+        raise RuntimeError("scancel: Invalid job id specified")
+
+    result = launch.launch(plan, deadline_s=WAIT_S, tick_s=0.05, watch=lambda: await_record(record) and "doomed",
+                           on_stop=on_stop)
+    assert result.stopped_early == "doomed (cancelling the job step failed: scancel: Invalid job id specified)"
+    assert result.launcher_exit_code == -signal.SIGTERM
+    assert pids_with_tag(read_record(record)["tag"]) == []
+
+
+@pytest.mark.e2e
+def test_an_exception_in_watch_propagates_and_leaves_nothing_alive(tmp_path, record):
+    plan = fake_plan(tmp_path, "--orphans", "--forever", "--record", str(record))
+
+    def watch() -> str | None:
+        if read_record(record) is None:  # orphans not started yet
+            return None
+        raise RuntimeError("the watcher broke")
+
+    with pytest.raises(RuntimeError, match="the watcher broke"):
+        launch.launch(plan, deadline_s=WAIT_S, tick_s=0.05, watch=watch)
+
+    doc = read_record(record)
+    assert pids_with_tag(doc["tag"]) == []
+    assert not _alive(doc["pid"]) and not any(_alive(pid) for pid in doc["orphans"])
+    written = launch_json(plan)
+    assert written["launcher_exit_code"] is None and written["stopped_early"] is None
+    assert written["leftover_processes_killed"] >= 2
+
+
+def test_launch_result_duration():
+    result = LaunchResult(0, "2026-11-29T16:32:00.000Z", "2026-11-29T16:32:09.789Z", None, "0.7.0", 0)
+    assert result.duration_s == pytest.approx(9.789)

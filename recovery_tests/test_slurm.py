@@ -1,0 +1,204 @@
+"""harness.slurm (the allocation, finding and cancelling our named job step), the srun
+form of multi-node plans, and the step canceller the runner hands to launch()."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import plan as planning
+from harness import runner, slurm
+from harness.nvrx import NvrxTarget
+from harness.slurm import Allocation, cancel_step, find_step, list_steps_argv
+from harness.spec import RunSpec
+
+
+class FakeRunner:
+    """Stands in for subprocess: answers argv by its first word, records every call."""
+
+    def __init__(self, answers: dict[str, str]):
+        self.answers = answers
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str]) -> str:
+        self.calls.append(list(argv))
+        return self.answers.get(argv[0], "")
+
+
+# ---------------------------------------------------------------- the allocation
+
+ALLOC_ENV = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[001-002]", "SLURM_GPUS_ON_NODE": "4"}
+
+
+def test_allocation_expands_the_node_list_with_scontrol():
+    run = FakeRunner({"scontrol": "gpu001\ngpu002\n"})
+    alloc = Allocation.from_env(ALLOC_ENV, run)
+    assert alloc == Allocation(job_id="4242", nodes=("gpu001", "gpu002"), gpus_per_node=4)
+    assert (alloc.nnodes, alloc.first_host) == (2, "gpu001")
+    assert run.calls == [["scontrol", "show", "hostnames", "gpu[001-002]"]]
+
+
+def test_allocation_falls_back_to_slurm_nodelist():
+    run = FakeRunner({"scontrol": "node7\n"})
+    alloc = Allocation.from_env({"SLURM_JOB_ID": "9", "SLURM_NODELIST": "node7"}, run)
+    assert alloc is not None and alloc.nodes == ("node7",) and alloc.gpus_per_node is None
+    assert run.calls == [["scontrol", "show", "hostnames", "node7"]]
+
+
+@pytest.mark.parametrize("env", [{}, {"SLURM_JOB_ID": "4242"}, {"SLURM_JOB_NODELIST": "gpu[001-002]"},
+                                 {"SLURM_JOB_ID": "", "SLURM_JOB_NODELIST": "gpu001"}])
+def test_no_allocation_outside_slurm_and_no_command_run(env):
+    run = FakeRunner({"scontrol": "gpu001\n"})
+    assert Allocation.from_env(env, run) is None
+    assert run.calls == []
+
+
+def test_allocation_propagates_a_failing_scontrol():
+    def broken(argv: list[str]) -> str:
+        raise FileNotFoundError(2, "No such file or directory", "scontrol")
+
+    with pytest.raises(FileNotFoundError):
+        Allocation.from_env(ALLOC_ENV, broken)
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"SLURM_GPUS_ON_NODE": "4"}, 4),
+    ({"SLURM_GPUS_PER_NODE": "h100:4"}, 4),
+    ({"SLURM_GPUS_PER_NODE": "4(x2)"}, 4),
+    ({"SLURM_GPUS_PER_NODE": "8"}, 8),
+    ({"SLURM_GPUS_ON_NODE": "2", "SLURM_GPUS_PER_NODE": "8"}, 2),  # what this node has wins
+    ({"SLURM_GPUS_ON_NODE": "", "SLURM_GPUS_PER_NODE": "gpu:a100:8"}, 8),
+    ({"SLURM_GPUS_PER_NODE": "h100"}, None),
+    ({}, None),
+])
+def test_gpus_per_node(env, expected):
+    assert slurm._gpus_per_node(env) == expected
+
+
+# ---------------------------------------------------------------- our job step
+
+SQUEUE = """\
+4242.extern|extern
+4242.batch|batch
+4242.0|bash
+4242.1|nvrx-qual-run-a
+4242.2|nvrx-qual-run-ab
+"""
+
+
+def test_list_steps_argv():
+    assert list_steps_argv("4242") == ["squeue", "--steps", "--noheader", "--format=%i|%j", "--jobs=4242"]
+
+
+@pytest.mark.parametrize("name, step", [("nvrx-qual-run-a", "4242.1"), ("nvrx-qual-run-ab", "4242.2"),
+                                        ("bash", "4242.0"), ("nvrx-qual-run", None), ("nvrx-qual-run-abc", None)])
+def test_find_step_matches_the_whole_name(name, step):
+    assert find_step(SQUEUE, name) == step
+
+
+def test_find_step_tolerates_padding_and_blank_lines():
+    assert find_step("\n  4242.3|nvrx-qual-x  \n\n", "nvrx-qual-x") == "4242.3"
+    assert find_step("", "nvrx-qual-x") is None
+
+
+def test_cancel_step_cancels_exactly_the_named_step():
+    run = FakeRunner({"squeue": SQUEUE})
+    assert cancel_step("4242", "nvrx-qual-run-a", run) == "4242.1"
+    assert run.calls == [list_steps_argv("4242"), ["scancel", "4242.1"]]
+
+
+def test_cancel_step_does_nothing_when_the_step_is_gone():
+    run = FakeRunner({"squeue": "4242.batch|batch\n"})
+    assert cancel_step("4242", "nvrx-qual-run-a", run) is None
+    assert run.calls == [list_steps_argv("4242")]
+
+
+def test_step_name():
+    assert slurm.step_name("megatron-kill-20261129T163200Z-ab12") == "nvrx-qual-megatron-kill-20261129T163200Z-ab12"
+
+
+# ---------------------------------------------------------------- the srun form of a plan
+
+
+@pytest.fixture
+def megatron_checkout(tmp_path: Path) -> Path:
+    root = tmp_path / "Megatron-LM"
+    root.mkdir()
+    (root / "pretrain_gpt.py").write_text("# stand-in: plans never run it\n")
+    return root
+
+
+def spec(tmp_path: Path, **kwargs) -> RunSpec:
+    values = dict(workload="reference", work_dir=tmp_path / "work", run_id="two-nodes", nnodes=2, gpus_per_node=4,
+                  rdzv_endpoint="node001:29400", log_server_port=29555)
+    values.update(kwargs)
+    return RunSpec(**values)
+
+
+def test_two_node_megatron_plan_runs_the_launcher_under_a_named_srun_step(tmp_path, megatron_checkout):
+    p = planning.build(spec(tmp_path, workload="megatron", megatron_path=megatron_checkout), NvrxTarget("0.7.0"))
+    assert p.srun is not None and p.command is p.srun
+    n = len(p.launcher.argv)
+    assert list(p.command.argv[:-n]) == ["srun", "--ntasks=2", "--ntasks-per-node=1", "--gpus-per-node=4",
+                                         "--job-name=nvrx-qual-two-nodes"]
+    assert p.command.argv[-n:] == p.launcher.argv
+    assert (p.command.cwd, p.command.env) == (p.launcher.cwd, p.launcher.env)
+    assert "--label" not in p.command.argv  # NVRx >= 0.6 routes its own logs
+    assert not p.captures_console
+
+
+def test_two_node_plan_for_an_old_launcher_labels_every_line(tmp_path):
+    # Megatron needs NVRx >= 0.6, so the old launcher is planned with the reference workload
+    # (which asks srun for no GPUs).
+    p = planning.build(spec(tmp_path), NvrxTarget("0.4.1"))
+    assert p.srun is not None and p.captures_console
+    n = len(p.launcher.argv)
+    assert list(p.command.argv[:-n]) == ["srun", "--ntasks=2", "--ntasks-per-node=1",
+                                         "--job-name=nvrx-qual-two-nodes", "--label"]
+
+
+def test_one_node_plan_has_no_srun(tmp_path):
+    p = planning.build(spec(tmp_path, nnodes=1), NvrxTarget("0.7.0"))
+    assert p.srun is None and p.command is p.launcher and p.command.argv[0] != "srun"
+
+
+# ---------------------------------------------------------------- the runner's step canceller
+
+
+@pytest.fixture
+def cancels(monkeypatch) -> list[tuple[str, str]]:
+    calls: list[tuple[str, str]] = []
+
+    def fake_cancel(job_id: str, name: str, runner=None) -> str:
+        calls.append((job_id, name))
+        return f"{job_id}.7"
+
+    monkeypatch.setattr(slurm, "cancel_step", fake_cancel)
+    return calls
+
+
+def test_step_canceller_cancels_our_named_step_in_the_allocation(tmp_path, cancels):
+    p = planning.build(spec(tmp_path), NvrxTarget("0.7.0"))
+    cancel = runner._step_canceller(p, {"SLURM_JOB_ID": "4242"})
+    assert callable(cancel) and cancels == []  # nothing happens until the launch stops early
+    cancel()
+    assert cancels == [("4242", "nvrx-qual-two-nodes")]
+
+
+def test_step_canceller_reads_the_job_from_the_process_environment(tmp_path, cancels, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "777")
+    cancel = runner._step_canceller(planning.build(spec(tmp_path), NvrxTarget("0.7.0")), None)
+    assert cancel is not None
+    cancel()
+    assert cancels == [("777", "nvrx-qual-two-nodes")]
+
+
+def test_no_step_canceller_for_one_node_or_outside_an_allocation(tmp_path, cancels, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    one_node = planning.build(spec(tmp_path, nnodes=1), NvrxTarget("0.7.0"))
+    assert runner._step_canceller(one_node, {"SLURM_JOB_ID": "4242"}) is None
+    two_nodes = planning.build(spec(tmp_path), NvrxTarget("0.7.0"))
+    assert runner._step_canceller(two_nodes, {}) is None
+    assert runner._step_canceller(two_nodes, None) is None
+    assert cancels == []

@@ -1,0 +1,496 @@
+"""harness.watch on run directories that grow while the watcher runs.
+
+A scenario's complete run directory is built by recovery_tests.rundirs into `source/`;
+a background thread then replays it into `live/` write by write, in the order the real run
+would have made the writes (launcher log, per-cycle logs, marker, cycle infos interleaved
+by the time the builder gave each line), while the main thread calls a `Watcher` on `live/`.
+
+Lock-step replays (the writer waits for one watcher poll after every write, long lines
+arriving in two halves) make "the stop reason comes as soon as the deciding line is on
+disk" an exact, repeatable assertion; free-running replays (no hand-shake) check that
+a concurrently growing directory never yields a premature or spurious stop.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from harness import watch
+from harness.criteria import analyze
+from harness.history import HistoryReader
+from harness.spec import RunSpec
+from harness.watch import Progress, Watcher, all_evidence_in, certain_failure
+from recovery_tests import rundirs
+from recovery_tests.rundirs import Scenario
+
+# Short runs keep the replays small; checkpoints are left out because the watcher never
+# inspects them (and writing real DCP files would import torch).
+BASE = dict(train_iters=20, checkpoints=False)
+HANDSHAKE_TIMEOUT_S = 20.0  # generous: the machine is shared; only a real stall reaches it
+SPLIT_AT = 60  # lines longer than this reach the disk in two writes
+
+
+# ---------------------------------------------------------------- replay plan
+
+
+@dataclass(frozen=True)
+class Write:
+    """One write of the replay: append `data` to `rel`, or (data None) copy `rel` from the
+    source run atomically (JSON records, cycle infos)."""
+
+    order: tuple[int, int, int]  # (ms, builder sequence, part): the time the run made it
+    rel: str
+    data: bytes | None = None
+
+
+def _build_with_timing(source: Path, scenario: Scenario):
+    """Build the run dir and keep the builder's per-line times (rundirs keeps them only
+    inside its private _Run object, handed to _finish)."""
+    runs = []
+    original = rundirs._finish
+
+    def finish(run, **kwargs):
+        runs.append(run)
+        return original(run, **kwargs)
+
+    with mock.patch.object(rundirs, "_finish", finish):
+        built = rundirs.build(source, scenario)
+    return built, runs[0]
+
+
+def _line_writes(path: Path, rel: str, timed: list[tuple[int, int]], split: bool) -> list[Write]:
+    """Pair each line of a built file with its time; the killed rank's cut-off last line
+    (no newline, not in the builder's list) follows the file's last timed line."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert len(lines) in (len(timed), len(timed) + 1), f"{rel}: {len(lines)} lines, {len(timed)} times"
+    timed = timed + [timed[-1]] * (len(lines) - len(timed))
+    writes = []
+    for (ms, seq), line in zip(timed, lines):
+        cut = len(line) // 2 if split and len(line) > SPLIT_AT else len(line)
+        writes.append(Write((ms, seq, 0), rel, line[:cut]))
+        if cut < len(line):
+            writes.append(Write((ms, seq, 1), rel, line[cut:]))
+    return writes
+
+
+def _iso_ms(text: str) -> int:
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def plan_replay(root: Path, scenario: Scenario, *, split: bool = True) -> tuple[Path, list[Write]]:
+    """The source run dir and every write that reproduces it, in the run's own order."""
+    source = root / "source"
+    built, run = _build_with_timing(source, scenario)
+    writes = [Write((-1, 0, 0), "run.json")]  # written before the launch
+    for cycle, entries in run.app.items():
+        timed = [(ms, seq) for ms, seq, _, _ in sorted(entries, key=lambda x: (x[0], x[1]))]
+        rel = f"logs/train_cycle_cycle{cycle}.log"
+        writes += _line_writes(source / rel, rel, timed, split)
+    timed = [(ms, seq) for ms, seq, _ in sorted(run.launcher)]
+    writes += _line_writes(source / "logs/launcher.log", "logs/launcher.log", timed, split)
+    if (source / "fault_injected.json").exists():
+        writes.append(Write((int(round(built.times["injected_at"] * 1000)), 0, 0), "fault_injected.json"))
+    for info in sorted((source / "cycle_infos").glob("cycle_info..0.*")):
+        start = _iso_ms(json.loads(info.read_text())["cycle_start_time"])
+        writes.append(Write((start, 0, 0), f"cycle_infos/{info.name}"))
+    writes.sort(key=lambda w: w.order)
+    writes.append(Write((1 << 62, 0, 0), "launch.json"))  # the harness writes it after the launcher ended
+    return source, writes
+
+
+def apply(write: Write, source: Path, live: Path) -> None:
+    target = live / write.rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if write.data is not None:
+        with open(target, "ab") as f:  # one write per call, as a process flushing its line
+            f.write(write.data)
+        return
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.copyfile(source / write.rel, tmp)
+    os.replace(tmp, target)
+    if write.rel.startswith("cycle_infos/"):  # NVRx points `current` at the newest cycle
+        current = target.with_name("cycle_info..current")
+        current.unlink(missing_ok=True)
+        current.symlink_to(target.name)
+
+
+# ---------------------------------------------------------------- replayers
+
+
+class Replayer(threading.Thread):
+    """Writes the plan into `live/`. In lock-step it waits, after every write, until the
+    watcher has polled once; free-running it only paces itself like a slow run."""
+
+    def __init__(self, source: Path, live: Path, writes: list[Write], *, lockstep: bool, pace_s: float = 0.0):
+        super().__init__(name="replay", daemon=True)
+        self.source, self.live, self.writes = source, live, writes
+        self.lockstep, self.pace_s = lockstep, pace_s
+        self.written = threading.Semaphore(0)
+        self.polled = threading.Semaphore(0)
+        self.stop = threading.Event()
+        self.done = 0  # writes on disk
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for write in self.writes:
+                if self.stop.is_set():
+                    return
+                apply(write, self.source, self.live)
+                self.done += 1
+                if self.lockstep:
+                    self.written.release()
+                    if not self.polled.acquire(timeout=HANDSHAKE_TIMEOUT_S):
+                        return
+                elif self.pace_s:
+                    self.stop.wait(self.pace_s)  # a run writes over time, not all at once
+        except BaseException as exc:  # surfaced by the main thread
+            self.error = exc
+        finally:
+            self.written.release()  # a main thread waiting on a failed replay wakes up
+
+    def halt(self) -> None:
+        self.stop.set()
+        self.polled.release()
+        self.join(timeout=HANDSHAKE_TIMEOUT_S)
+        assert not self.is_alive(), "the replay thread did not stop"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The first stop reason and the write after which the watcher gave it."""
+
+    reason: str
+    index: int  # index into the plan of the last write on disk when it was given
+    write: Write
+
+
+def watch_lockstep(watcher: Watcher, source: Path, live: Path, writes: list[Write]) -> Decision | None:
+    replayer = Replayer(source, live, writes, lockstep=True)
+    replayer.start()
+    try:
+        for index, write in enumerate(writes):
+            assert replayer.written.acquire(timeout=HANDSHAKE_TIMEOUT_S), f"replay stalled at write {index}"
+            if replayer.error is not None:
+                raise replayer.error
+            assert replayer.done == index + 1
+            reason = watcher()
+            if reason is not None:
+                return Decision(reason, index, write)
+            replayer.polled.release()
+        return None
+    finally:
+        replayer.halt()
+
+
+def new_live(root: Path) -> Path:
+    """The run directory as harness.launch leaves it before the first watcher tick: the
+    logs directory with its (still empty) console capture."""
+    live = root / "live"
+    (live / "logs").mkdir(parents=True)
+    (live / "logs/console.log").touch()
+    return live
+
+
+def spec_for(root: Path, scenario: Scenario) -> RunSpec:
+    return RunSpec(workload="megatron", work_dir=root, run_id="live", fault=scenario.fault,
+                   train_iters=scenario.train_iters, save_interval=scenario.save_interval)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def line_landed_at(writes: list[Write], rel: str, needle: str) -> int:
+    """Index of the write that completes (newline included) the first line of `rel`
+    containing `needle`."""
+    pending = b""
+    for index, write in enumerate(writes):
+        if write.rel != rel or write.data is None:
+            continue
+        pending += write.data
+        if pending.endswith(b"\n"):
+            if needle.encode() in pending:
+                return index
+            pending = b""
+    raise AssertionError(f"no line of {rel} contains {needle!r}")
+
+
+def said(out: io.StringIO) -> list[str]:
+    """The watcher's progress lines without their elapsed-time prefix."""
+    return [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
+
+
+def scenario(**kwargs) -> Scenario:
+    return Scenario(**{**BASE, **kwargs})
+
+
+# ---------------------------------------------------------------- doomed runs stop early
+
+DOOMED = {
+    # name: (scenario, reason fragment, (file, text of the line that decides))
+    "started-from-random": (scenario(restart_from_random=True), "(cycle 1) started from random",
+                            ("logs/train_cycle_cycle1.log", "could not find the metadata file")),
+    "older-checkpoint": (scenario(load_iteration=5), "loaded iteration 5, older than the checkpoint 10",
+                         ("logs/train_cycle_cycle1.log", "successfully loaded checkpoint")),
+    "no-load-optim": (scenario(no_load_optim=True), "no_load_optim = True",
+                      ("logs/train_cycle_cycle1.log", "no_load_optim .")),
+    "second-failure": (scenario(second_failure_at=17), "a second failure in cycle 1",
+                       ("logs/launcher.log", "(exitcode: 1)")),
+    "second-injection": (scenario(second_failure_at=17, second_injection=True), "2 injections were recorded",
+                         ("logs/train_cycle_cycle1.log", "injecting SIGKILL after checkpoint iteration 15")),
+    "fault-never-fired": (scenario(marker=False, never_fired_exit3=True), "the requested fault never happened",
+                          ("logs/train_cycle_cycle0.log", "nemesis: requested fault kill on rank 1 never happened")),
+    "launcher-gave-up": (scenario(restarts_exhausted=True), "the launcher gave up",
+                         ("logs/launcher.log", "Agent's exit code = 1")),
+    "launcher-gave-up-0.4.1": (scenario(restarts_exhausted=True, nvrx="0.4.1"), "the launcher gave up",
+                               ("logs/launcher.log", "Agent's exit code = 1")),
+    "hang-older-checkpoint-0.4.1": (scenario(fault="hang", nvrx="0.4.1", load_iteration=5), "older than the checkpoint 10",
+                                    ("logs/train_cycle_cycle1.log", "successfully loaded checkpoint")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DOOMED))
+def test_doomed_run_stops_as_soon_as_the_deciding_line_lands(name, tmp_path):
+    s, fragment, (rel, needle) = DOOMED[name]
+    source, writes = plan_replay(tmp_path, s)
+    live = new_live(tmp_path)
+    out = io.StringIO()
+    watcher = Watcher(spec_for(tmp_path, s), live, out=out, clock=FakeClock())
+
+    decision = watch_lockstep(watcher, source, live, writes)
+
+    assert decision is not None, f"{name}: the watcher never gave a stop reason"
+    assert fragment in decision.reason
+    # Not one write later (nor earlier: half a line, or no line, decides nothing).
+    assert decision.index == line_landed_at(writes, rel, needle), (decision.index, decision.write)
+    assert decision.index < len(writes) - 1, "decided only once the whole run was on disk"
+    assert not (live / "launch.json").exists()
+    assert watcher.stop_reason == decision.reason
+    assert said(out)[-1] == f"stopping the job: {decision.reason}"
+
+
+def test_a_worker_dying_in_a_run_without_fault_stops_it(tmp_path):
+    # A kill run minus the nemesis's marker and line: a rank died on its own.
+    s = scenario(fault="kill")
+    source, writes = plan_replay(tmp_path, s, split=False)
+    writes = [w for w in writes if w.rel != "fault_injected.json" and b"[nemesis]" not in (w.data or b"")]
+    live = new_live(tmp_path)
+    spec = RunSpec(workload="megatron", work_dir=tmp_path, run_id="live", fault="none", train_iters=s.train_iters)
+    decision = watch_lockstep(Watcher(spec, live, out=None, clock=FakeClock()), source, live, writes)
+    assert decision is not None
+    assert decision.reason == "a worker failed in cycle 0 of a run without an injected fault"
+    assert decision.index == line_landed_at(writes, "logs/launcher.log", "failed (exitcode: -9)")
+
+
+@pytest.mark.parametrize("name", ["older-checkpoint", "second-failure", "launcher-gave-up"])
+def test_doomed_run_without_fail_fast_is_not_stopped(name, tmp_path):
+    s = DOOMED[name][0]
+    source, writes = plan_replay(tmp_path, s)
+    live = new_live(tmp_path)
+    watcher = Watcher(spec_for(tmp_path, s), live, out=None, fail_fast=False, clock=FakeClock())
+    assert watch_lockstep(watcher, source, live, writes) is None
+    assert watcher.stop_reason is None
+
+
+# ---------------------------------------------------------------- good runs run to the end
+
+GOOD = {
+    "kill-0.7.0": scenario(),
+    "kill-0.4.1": scenario(nvrx="0.4.1"),
+    "hang-0.7.0": scenario(fault="hang"),
+    "hang-0.4.1": scenario(fault="hang", nvrx="0.4.1"),
+    "no-fault": scenario(fault="none"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOOD))
+def test_good_run_is_never_stopped(name, tmp_path):
+    s = GOOD[name]
+    source, writes = plan_replay(tmp_path, s)
+    live = new_live(tmp_path)
+    watcher = Watcher(spec_for(tmp_path, s), live, out=None, clock=FakeClock())
+    assert watch_lockstep(watcher, source, live, writes) is None
+    assert watcher.stop_reason is None
+    assert all_evidence_in(HistoryReader(live, inspect_checkpoints=False).poll())
+    for log in source.glob("logs/*.log"):  # the replay wrote the whole run, byte for byte
+        assert (live / "logs" / log.name).read_bytes() == log.read_bytes()
+
+
+def test_good_run_progress_lines_in_order(tmp_path):
+    s = GOOD["kill-0.7.0"]
+    source, writes = plan_replay(tmp_path, s)
+    live = new_live(tmp_path)
+    out = io.StringIO()
+    assert watch_lockstep(Watcher(spec_for(tmp_path, s), live, out=out, clock=FakeClock()), source, live, writes) is None
+    assert said(out) == [
+        "cycle 0: workers started",
+        "checkpoint 5 committed (iteration 6/20)",
+        "checkpoint 10 committed (iteration 11/20)",
+        "fault injected: SIGKILL on rank 1 after checkpoint 10",
+        "the launcher detected the failure",
+        "cycle 1: workers started",
+        "replacement workers loaded checkpoint 10 with optimizer state",
+        "checkpoint 15 committed (iteration 16/20)",
+        "checkpoint 20 committed (iteration 20/20)",
+        "training done at iteration 20/20",
+    ]
+
+
+def test_good_run_stopped_only_after_the_exit_grace_once_all_evidence_is_in(tmp_path):
+    s = GOOD["kill-0.7.0"]
+    source, writes = plan_replay(tmp_path, s)
+    live = new_live(tmp_path)
+    clock = FakeClock()
+    watcher = Watcher(spec_for(tmp_path, s), live, out=None, clock=clock)
+    assert watch_lockstep(watcher, source, live, writes[:-1]) is None  # everything but launch.json
+    evidence_in = clock.now
+    clock.now = evidence_in + watch.EXIT_GRACE_S
+    assert watcher() is None
+    clock.now = evidence_in + watch.EXIT_GRACE_S + 0.5
+    reason = watcher()
+    assert reason is not None and reason.startswith("all evidence is in")
+    assert f"{watch.EXIT_GRACE_S:.0f} s after success" in reason
+
+
+def test_all_evidence_in_needs_training_done_and_launcher_success(tmp_path):
+    s = GOOD["kill-0.4.1"]
+    source, writes = plan_replay(tmp_path, s, split=False)
+    live = new_live(tmp_path)
+    done = line_landed_at(writes, "logs/train_cycle_cycle1.log", "[after training is done]")
+    success = line_landed_at(writes, "logs/launcher.log", "Agent .run() is OK")
+    reader = HistoryReader(live, inspect_checkpoints=False)
+    seen = []
+    for write in writes:
+        apply(write, source, live)
+        seen.append(all_evidence_in(reader.poll()))
+    first = seen.index(True)
+    assert first == max(done, success)
+    assert all(seen[first:])
+
+
+def test_no_iteration_within_the_setup_deadline_stops_the_job(tmp_path):
+    live = new_live(tmp_path)
+    s = scenario()
+    spec = spec_for(tmp_path, s)
+    clock = FakeClock()
+    watcher = Watcher(spec, live, out=None, clock=clock)
+    budget = dict(spec.section_timeouts)["setup"] + spec.out_of_section_timeout
+    clock.now += budget
+    assert watcher() is None
+    clock.now += 0.5
+    reason = watcher()
+    assert reason is not None and "no training iteration within the setup deadline" in reason
+
+
+# ---------------------------------------------------------------- free-running replays
+
+
+def watch_free_running(watcher: Watcher, source: Path, live: Path, writes: list[Write],
+                       pace_s: float) -> list[tuple[str, int]]:
+    """Poll while the replay writes on its own; (reason, writes on disk after that poll)."""
+    replayer = Replayer(source, live, writes, lockstep=False, pace_s=pace_s)
+    reasons = []
+    replayer.start()
+    deadline = time.monotonic() + 60
+    try:
+        while replayer.is_alive():
+            assert time.monotonic() < deadline, "the free-running replay did not finish"
+            reason = watcher()
+            if reason is not None:
+                reasons.append((reason, replayer.done))
+        if replayer.error is not None:
+            raise replayer.error
+        reason = watcher()  # everything is on disk now
+        if reason is not None:
+            reasons.append((reason, replayer.done))
+    finally:
+        replayer.halt()
+    return reasons
+
+
+def test_good_run_growing_concurrently_is_never_stopped(tmp_path):
+    s = GOOD["kill-0.7.0"]
+    source, writes = plan_replay(tmp_path, s)
+    live = new_live(tmp_path)
+    out = io.StringIO()
+    watcher = Watcher(spec_for(tmp_path, s), live, out=out, clock=FakeClock())
+    assert watch_free_running(watcher, source, live, writes, pace_s=0.0005) == []
+    assert said(out)[-1] == "training done at iteration 20/20"
+
+
+def test_doomed_run_growing_concurrently_is_not_stopped_before_the_deciding_line(tmp_path):
+    s, fragment, (rel, needle) = DOOMED["older-checkpoint"]
+    source, writes = plan_replay(tmp_path, s)
+    live = new_live(tmp_path)
+    watcher = Watcher(spec_for(tmp_path, s), live, out=None, clock=FakeClock())
+    reasons = watch_free_running(watcher, source, live, writes, pace_s=0.0005)
+    assert reasons, "no stop reason"
+    first_reason, on_disk = reasons[0]
+    assert fragment in first_reason
+    assert on_disk > line_landed_at(writes, rel, needle)
+
+
+# ---------------------------------------------------------------- Progress.changes
+
+
+def progress(**kwargs) -> Progress:
+    base = dict(cycle=None, iteration=None, train_iters=None, committed=None, injected=None,
+                failure_detected=False, restored=None, done=False)
+    return Progress(**{**base, **kwargs})
+
+
+def test_progress_changes_from_nothing():
+    assert progress().changes(None) == []
+    assert progress(cycle=0, iteration=3, train_iters=20).changes(None) == ["cycle 0: workers started"]
+
+
+def test_progress_changes_name_every_new_fact_once_in_order():
+    before = progress(cycle=0, iteration=11, train_iters=20, committed=5)
+    after = progress(cycle=1, iteration=12, train_iters=20, committed=10,
+                     injected="SIGKILL on rank 1 after checkpoint 10", failure_detected=True,
+                     restored="loaded checkpoint 10 with optimizer state", done=True)
+    assert after.changes(before) == [
+        "cycle 1: workers started",
+        "checkpoint 10 committed (iteration 12/20)",
+        "fault injected: SIGKILL on rank 1 after checkpoint 10",
+        "the launcher detected the failure",
+        "replacement workers loaded checkpoint 10 with optimizer state",
+        "training done at iteration 12/20",
+    ]
+    assert after.changes(after) == []
+
+
+def test_progress_changes_ignore_facts_that_went_away_and_new_iterations():
+    before = progress(cycle=1, iteration=12, train_iters=20, committed=10, failure_detected=True, done=True)
+    assert progress(cycle=1, iteration=15, train_iters=20, committed=10).changes(before) == []
+
+
+@pytest.mark.parametrize("kwargs, restored", [
+    (dict(restart_from_random=True), "started from random"),
+    (dict(no_load_optim=True), "loaded checkpoint 10 without optimizer state"),
+    (dict(), "loaded checkpoint 10 with optimizer state"),
+])
+def test_progress_of_names_how_the_replacement_restored(kwargs, restored, tmp_path):
+    s = scenario(**kwargs)
+    run_dir = rundirs.build(tmp_path / "run", s).run_dir
+    tl = HistoryReader(run_dir, inspect_checkpoints=False).poll()
+    p = Progress.of(tl, analyze(tl, s.fault))
+    assert p.restored == restored
+    assert (p.cycle, p.failure_detected, p.injected) == (1, True, "SIGKILL on rank 1 after checkpoint 10")
+    assert (certain_failure(tl, analyze(tl, s.fault)) is None) == (not kwargs)
