@@ -99,3 +99,15 @@ def test_sbatch_golden_070(tmp_path, megatron_checkout, clean_spec_env, capsys):
     written = (work / "runs" / "gold-sbatch" / "sbatch.sh").read_text()
     assert normalise(written, work, megatron_checkout) == text
 
+
+
+def test_sbatch_in_a_uv_environment_runs_uv_run_python(tmp_path, megatron_checkout, clean_spec_env, capsys):
+    """The Slurm guide: `uv run python -m ...`, never a bare launcher, where uv manages the env."""
+    argv = ["sbatch", "--megatron-path", str(megatron_checkout), "--work-dir", str(tmp_path / "w"),
+            "--run-id", "uv-1", "--nvrx-version", "0.7.0", "--nnodes", "2", "--gpus-per-node", "4",
+            "--assume-shared-storage", "1", "--uv", "1"]
+    assert cli.main(argv) == 0
+    script = capsys.readouterr().out
+    assert "    uv run python \\\n    -m nvidia_resiliency_ext.fault_tolerance.launcher \\\n" in script
+    assert 'uv run python -m harness verify "$RUN_DIR"' in script
+    assert "ft_launcher" not in script

@@ -3,7 +3,9 @@ line naming the value and the fix, and nothing created or deleted."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -221,3 +223,21 @@ def test_shared_storage_rule_with_probe(tmp_path):
 def test_system_probe_reads_proc_mounts():
     fstype = specmod.SystemProbe().fs_type(Path("/proc/self"))
     assert fstype == "proc"
+
+
+@pytest.mark.usefixtures("clean_spec_env")
+def test_dry_run_through_run_allocates_nothing(capsys, monkeypatch, fresh_run):
+    """NVRX_DRY_RUN=1 nvrx-qual run: validates, creates the artifact directories and run.json,
+    prints the exact command, launches nothing."""
+    work, run_id = fresh_run
+    monkeypatch.setenv("NVRX_DRY_RUN", "1")
+    status = cli.main(["run", "--workload", "reference", "--work-dir", str(work), "--run-id", run_id,
+                       "--nvrx-version", "0.7.0"])
+    out = capsys.readouterr().out
+    run = work / "runs" / run_id
+    assert status == 0 and "# dry run: nothing launched" in out
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "cycle_infos", "logs", "run.json"]
+    assert not any((run / "logs").iterdir()) and not (run / "launch.json").exists()
+    record = json.loads((run / "run.json").read_text())
+    assert record["dry_run"] is True and record["spec"]["run_id"] == run_id
+    assert shlex.join(record["commands"][0]["argv"]) in out  # exactly what would run
