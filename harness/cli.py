@@ -69,16 +69,24 @@ def _refused(exc: Exception) -> int:
 
 
 def cmd_plan(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
-    from harness.prepare import prepare
-
     try:
         spec, target, restored = resolve_spec(spec_flags(args), extra)
         p = planmod.build(spec, target)
-        prepare(p, dry_run=True)
     except (SpecError, nvrx.NvrxError) as exc:
         return _refused(exc)
+    return _dry_run(p, restored)
+
+
+def _dry_run(p: planmod.Plan, restored: int) -> int:
+    """Create the run's directories and run.json, print the exact commands; launch nothing."""
+    from harness.prepare import prepare
+
+    try:
+        prepare(p, dry_run=True)
+    except SpecError as exc:
+        return _refused(exc)
     if restored:
-        print(f"# resuming: checkpoint iteration {restored} in {spec.layout.checkpoints}; "
+        print(f"# resuming: checkpoint iteration {restored} in {p.layout.checkpoints}; "
               f"the fault waits for a newer one")
     print(p.render(), end="")
     print(f"# dry run: nothing launched. run.json: {p.layout.run_json}")
@@ -86,15 +94,14 @@ def cmd_plan(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
 
 
 def cmd_run(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
-    env = dict(os.environ)
-    if args.dry_run is not None and specmod._parse_bool(str(args.dry_run)) or \
-            args.dry_run is None and specmod._parse_bool(env.get("NVRX_DRY_RUN", "")):
-        return cmd_plan(args, extra)
     from harness import runner
 
+    env = dict(os.environ)
     try:
-        spec, target, _ = resolve_spec(spec_flags(args), extra, env)
+        spec, target, restored = resolve_spec(spec_flags(args), extra, env)
         p = planmod.build(spec, target)
+        if spec.dry_run:  # --dry-run 1 or NVRX_DRY_RUN=1
+            return _dry_run(p, restored)
         runner.preflight(p, env)
     except (SpecError, nvrx.NvrxError) as exc:
         return _refused(exc)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.criteria import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CriterionResult
 from harness.events import Src, clip
-from harness.history import _ITER_RE, _LOSS_RE, _classify_logs, _strip_prefix
+from harness.history import application_logs, iteration_loss
 
 CRITERION_ID = "loss_continuity"
 
@@ -31,20 +31,16 @@ class LossLine:
 def iteration_losses(run_dir: Path) -> dict[int, LossLine]:
     """iteration -> the last `lm loss` logged for it: a replacement cycle's value wins over
     the failed cycle's, as cycles are read in order."""
-    logs = _classify_logs(Path(run_dir))
-    cycles = sorted((c for c in logs if c[2] == "cycle"), key=lambda c: c[3])
-    chosen = cycles or [c for c in logs if c[2] == "other"]
     out: dict[int, LossLine] = {}
-    for path, rel, _kind, _cycle in chosen:
+    for path, rel in application_logs(run_dir):
         with open(path, "rb") as f:
             for lineno, raw in enumerate(f, 1):
                 if b"lm loss" not in raw:
                     continue
                 text = raw.decode("utf-8", "replace").rstrip("\r\n")
-                _rank, body, _ = _strip_prefix(text)
-                it, loss = _ITER_RE.search(body), _LOSS_RE.search(body)
-                if it and loss:
-                    out[int(it.group(1))] = LossLine(loss.group(1), Src(rel, lineno, clip(text)))
+                found = iteration_loss(text)
+                if found:
+                    out[found[0]] = LossLine(found[1], Src(rel, lineno, clip(text)))
     return out
 
 

@@ -1167,3 +1167,21 @@ def _str(value: object) -> str | None:
 def read_history(run_dir: str | os.PathLike, **kwargs) -> ev.Timeline:
     """The whole history of a finished run (incomplete last lines included)."""
     return HistoryReader(run_dir, **kwargs).poll(final=True)
+
+
+# ---------------------------------------------------------------- small public readers
+
+
+def application_logs(run_dir: str | os.PathLike) -> list[tuple[Path, str]]:
+    """(path, path relative to the run dir) of the application logs, in cycle order: the
+    per-cycle logs, else the other logs (a user's single log)."""
+    logs = _classify_logs(Path(run_dir))
+    cycles = sorted((c for c in logs if c[2] == "cycle"), key=lambda c: c[3])
+    return [(path, rel) for path, rel, _kind, _cycle in (cycles or [c for c in logs if c[2] == "other"])]
+
+
+def iteration_loss(text: str) -> tuple[int, str] | None:
+    """(iteration, lm loss as printed) of one Megatron iteration line, whatever its prefixes."""
+    _rank, body, _ = _strip_prefix(text)
+    it, loss = _ITER_RE.search(body), _LOSS_RE.search(body)
+    return (int(it.group(1)), loss.group(1)) if it and loss else None

@@ -1,0 +1,85 @@
+"""loss_continuity from run directories written here: the losses after the restore must
+equal the uninterrupted baseline's, printed value for printed value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.continuity import CRITERION_ID, check_loss_continuity, iteration_losses
+from harness.criteria import FAIL, NOT_APPLICABLE, PASS
+
+ITER = (" [2026-11-29 18:45:14.453065] iteration {it:8d}/{total:8d} | consumed samples: {cs:12d} | "
+        "elapsed time per iteration (ms): 101.0 | learning rate: 1.000000E-03 | global batch size:     2 | "
+        "lm loss: {loss} | loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations:   0 | "
+        "number of nan iterations:   0 |")
+
+
+def loss(it: int) -> str:
+    return f"{5 + 1 / it:.6E}"
+
+
+def write_cycle(run: Path, cycle: int, iterations, losses=loss, rank: int = 1) -> None:
+    (run / "logs").mkdir(parents=True, exist_ok=True)
+    lines = ["0: saving checkpoint at iteration       5"]  # a line the reader skips
+    lines += [f"{rank}: " + ITER.format(it=i, total=30, cs=2 * i, loss=losses(i)) for i in iterations]
+    (run / "logs" / f"train_cycle_cycle{cycle}.log").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def baseline(tmp_path: Path) -> Path:
+    run = tmp_path / "baseline"
+    write_cycle(run, 0, range(1, 31))
+    return run
+
+
+def test_recovered_run_matches_the_baseline(tmp_path, baseline):
+    run = tmp_path / "kill"
+    write_cycle(run, 0, range(1, 8), losses=lambda i: "9.999999E+00")  # replaced by cycle 1 from 6 on
+    write_cycle(run, 1, range(6, 31))
+    result = check_loss_continuity(run, baseline, "kill", restored=5, train_iters=30)
+    assert (result.id, result.status) == (CRITERION_ID, PASS), result.detail
+    assert "iterations 6..30" in result.detail and "all 25" in result.detail
+    assert result.evidence[0].startswith("logs/train_cycle_cycle1.log:2: 1:  [")
+
+
+def test_a_fresh_optimizer_drifts_and_fails_at_the_first_difference(tmp_path, baseline):
+    run = tmp_path / "no-load-optim"
+    write_cycle(run, 0, range(1, 7))
+    write_cycle(run, 1, range(6, 31), losses=lambda i: loss(i) if i < 7 else f"{6 + 1 / i:.6E}")
+    result = check_loss_continuity(run, baseline, "kill", restored=5, train_iters=30)
+    assert result.status == FAIL
+    assert f"lm loss at iteration 7 is {6 + 1 / 7:.6E} after the restore of checkpoint 5 but {loss(7)}" in result.detail
+    assert result.evidence[0].startswith("logs/train_cycle_cycle1.log:3:")
+    assert result.evidence[1].startswith("baseline/logs/train_cycle_cycle0.log:8:")
+
+
+def test_a_missing_iteration_fails(tmp_path, baseline):
+    run = tmp_path / "gap"
+    write_cycle(run, 1, [*range(6, 12), *range(13, 31)])
+    result = check_loss_continuity(run, baseline, "kill", restored=5, train_iters=30)
+    assert result.status == FAIL and "lacks iteration 12" in result.detail
+
+
+@pytest.mark.parametrize(("fault", "base", "restored", "why"), [
+    ("none", True, 5, "Fault none"),
+    ("kill", False, 5, "No baseline run given"),
+    ("hang", True, None, "No checkpoint was restored"),
+])
+def test_not_applicable(tmp_path, baseline, fault, base, restored, why):
+    result = check_loss_continuity(tmp_path, baseline if base else None, fault, restored, 30)
+    assert result.status == NOT_APPLICABLE and why in result.detail
+
+
+def test_a_single_unprefixed_log_is_read_in_order(tmp_path):
+    """A user's own run: one log, both starts in it; the later value of an iteration wins."""
+    run = tmp_path / "user"
+    (run / "logs").mkdir(parents=True)
+    lines = [ITER.format(it=i, total=30, cs=2 * i, loss="1.000000E+00") for i in range(1, 8)]
+    lines += [ITER.format(it=i, total=30, cs=2 * i, loss=loss(i)) for i in range(6, 31)]
+    (run / "logs" / "train.log").write_text("\n".join(lines) + "\n")
+    losses = iteration_losses(run)
+    assert sorted(losses) == list(range(1, 31))
+    assert losses[6].loss == loss(6) and losses[5].loss == "1.000000E+00"
+    assert losses[6].src.path == "logs/train.log" and losses[6].src.line == 8
