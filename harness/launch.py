@@ -38,7 +38,7 @@ from harness.plan import Plan
 
 TAG = "NVRX_QUAL_LAUNCH"
 
-_WORKER_LINE = re.compile(r"^(?:(\d+): )?\[default(\d+)\]:(.*)$", re.DOTALL)
+_HEADER = re.compile(r"\[default(\d+)\]:")  # torch elastic's tee prefix, [<role><local rank>]:
 _SRUN_LABEL = re.compile(r"^\d+: ")
 _ROUND = re.compile(r"has joined round (\d+) of the rendezvous")
 
@@ -63,7 +63,14 @@ class LaunchResult:
 
 
 class ConsoleSplitter:
-    """Writes NVRx >= 0.6's log shapes from an older launcher's console."""
+    """Writes NVRx >= 0.6's log shapes from an older launcher's console.
+
+    torch elastic's tee tails each rank's output file and writes whatever `readline`
+    returned, so a line the worker wrote in two pieces (an unbuffered print writes the text,
+    then the newline) reaches the console as a fragment glued to the next write, e.g.
+    `[default0]:...checkpoints[default1]: iteration 16 ...`, and its end arrives later as
+    `[default0]:`. Each physical line is therefore cut at every `[default<r>]:` header; a
+    piece that the newline does not end is held per rank until its end comes."""
 
     def __init__(self, layout: RunLayout, gpus_per_node: int, labelled: bool):
         self._layout = layout
@@ -72,19 +79,26 @@ class ConsoleSplitter:
         self._cycle = 0
         self._launcher = open(layout.launcher_log, "a", encoding="utf-8")
         self._cycle_logs: dict[int, TextIO] = {}
+        self._pending: dict[int, str] = {}  # global rank -> start of a line whose end has not come
 
     def feed(self, line: str) -> None:
-        m = _WORKER_LINE.match(line)
-        if m:
-            node, local, text = int(m.group(1) or 0), int(m.group(2)), m.group(3)
-            self._cycle_log().write(f"{node * self._gpus + local}: {text}\n")
+        node, body = 0, line
+        if self._labelled and (label := _SRUN_LABEL.match(line)):
+            node, body = int(label.group(0)[:-2]), line[label.end():]
+        headers = list(_HEADER.finditer(body))
+        if not headers or headers[0].start() != 0:
+            r = _ROUND.search(body)
+            if r:
+                self._cycle = max(self._cycle, int(r.group(1)))
+            self._launcher.write(body + "\n")
             return
-        if self._labelled:
-            line = _SRUN_LABEL.sub("", line, count=1)
-        r = _ROUND.search(line)
-        if r:
-            self._cycle = max(self._cycle, int(r.group(1)))
-        self._launcher.write(line + "\n")
+        for i, header in enumerate(headers):
+            rank = node * self._gpus + int(header.group(1))
+            text = body[header.end():headers[i + 1].start() if i + 1 < len(headers) else len(body)]
+            if i + 1 < len(headers):  # cut off by another rank's write: its end comes later
+                self._pending[rank] = self._pending.get(rank, "") + text
+            else:
+                self._cycle_log().write(f"{rank}: {self._pending.pop(rank, '')}{text}\n")
 
     def _cycle_log(self) -> TextIO:
         log = self._cycle_logs.get(self._cycle)
@@ -98,6 +112,10 @@ class ConsoleSplitter:
             log.flush()
 
     def close(self) -> None:
+        for rank, text in sorted(self._pending.items()):  # fragments whose end never came
+            if text:
+                self._cycle_log().write(f"{rank}: {text}\n")
+        self._pending.clear()
         self._launcher.close()
         for log in self._cycle_logs.values():
             log.close()

@@ -115,6 +115,27 @@ def test_splitter_maps_srun_labels_to_global_ranks(tmp_path):
     assert read_lines(layout.launcher_log) == [JOIN.format(0), JOIN.format(0), FAILED]
 
 
+def test_splitter_reassembles_a_line_the_tee_cut_in_two(tmp_path):
+    """Seen for real: an unbuffered print writes text then newline; torch's tee read the
+    text alone, glued the next rank's line to it, and sent the newline later."""
+    layout = split(tmp_path, [
+        JOIN.format(0),
+        "[default0]:  [ts] scheduled an async checkpoint save at iteration      15 to /ckpt"
+        "[default1]: [ts] iteration       16/      20 | lm loss: 5.1E+00 |",
+        "[default1]: [ts] iteration       17/      20 | lm loss: 5.0E+00 |",
+        "[default0]:",
+        "[default1]: [ts] iteration       18/      20 | lm[default0]:done",  # rank 1 killed mid-line
+    ])
+    assert read_lines(layout.cycle_log(0)) == [
+        "1:  [ts] iteration       16/      20 | lm loss: 5.1E+00 |",
+        "1:  [ts] iteration       17/      20 | lm loss: 5.0E+00 |",
+        "0:   [ts] scheduled an async checkpoint save at iteration      15 to /ckpt",
+        "0: done",
+        "1:  [ts] iteration       18/      20 | lm",  # kept at the end, as a process cut off mid-line leaves it
+    ]
+    assert read_lines(layout.launcher_log) == [JOIN.format(0)]
+
+
 def test_splitter_keeps_a_leading_number_of_an_unlabelled_launcher_line(tmp_path):
     layout = split(tmp_path, ["1: not an srun label here"], labelled=False)
     assert read_lines(layout.launcher_log) == ["1: not an srun label here"]
