@@ -125,8 +125,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "reference": dict(
         gpus_per_node=2, num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=256,
         train_iters=30, save_interval=5,
-        section_timeouts=(("setup", 60.0), ("step", 10.0), ("checkpointing", 60.0)),
-        out_of_section_timeout=30.0, monitor_interval=0.3, workload_check_interval=1.0, step_time_ms=100,
+        # step, checkpointing and out-of-section alike: whichever of them a SIGSTOP lands in,
+        # the stopped rank's own monitor fires about when its blocked peers' do, so the
+        # timeout message names the injected rank (what replacement_cycle checks for a hang).
+        section_timeouts=(("setup", 60.0), ("step", 10.0), ("checkpointing", 10.0)),
+        out_of_section_timeout=10.0, monitor_interval=0.3, workload_check_interval=1.0, step_time_ms=100,
     ),
 }
 
