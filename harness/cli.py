@@ -102,10 +102,9 @@ def cmd_run(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
         p = planmod.build(spec, target)
         if spec.dry_run:  # --dry-run 1 or NVRX_DRY_RUN=1
             return _dry_run(p, restored)
-        runner.preflight(p, env)
+        return runner.run(p, progress=not args.quiet, deadline_s=args.deadline)
     except (SpecError, nvrx.NvrxError) as exc:
         return _refused(exc)
-    return runner.run(p, progress=not args.quiet, deadline_s=args.deadline)
 
 
 def cmd_sbatch(args: argparse.Namespace, extra: tuple[str, ...]) -> int:

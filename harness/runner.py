@@ -3,13 +3,14 @@ with the watcher, verify with the same code as `nvrx-qual verify`, triage a fail
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from harness import diagnose, discovery, launch
+from harness import diagnose, discovery, launch, nvrx, slurm
 from harness.plan import Plan
 from harness.prepare import prepare
 from harness.report import Verdict, write_outputs
@@ -41,6 +42,12 @@ def default_deadline(spec: RunSpec) -> float:
 def preflight(plan: Plan, env: Mapping[str, str]) -> None:
     """What the machine must offer before anything is launched (SpecError otherwise)."""
     spec, problems = plan.spec, []
+    installed = nvrx.installed_version(plan.nvrx.path)
+    if installed != plan.nvrx.version:
+        where = f" in {plan.nvrx.path}" if plan.nvrx.path else ""
+        problems.append(f"the plan is for NVRx {plan.nvrx.version} but {installed or 'none'} is installed{where}: "
+                        "--nvrx-version is for dry runs prepared for another machine; drop it, or point "
+                        "--nvrx-path at that version")
     if spec.nnodes > 1:
         if not env.get("SLURM_JOB_ID"):
             problems.append(f"NNODES={spec.nnodes} runs srun inside a Slurm allocation: run inside salloc/sbatch, "
@@ -65,8 +72,16 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
 def execute(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = True,
             out: TextIO | None = sys.stdout, base_env: dict[str, str] | None = None,
             baseline: Path | None = None) -> Outcome:
-    """Prepare, launch, watch, verify (with loss continuity against `baseline`, an
-    uninterrupted run, when given). The run directory is kept whatever happens."""
+    """Preflight, prepare, launch, watch, verify (with loss continuity against `baseline`,
+    an uninterrupted run, when given). SpecError before anything exists when the machine
+    cannot run the plan. The run directory is kept whatever happens."""
+    preflight(plan, os.environ if base_env is None else base_env)
+    return _execute_checked(plan, deadline_s=deadline_s, fail_fast=fail_fast, out=out, base_env=base_env,
+                            baseline=baseline)
+
+
+def _execute_checked(plan: Plan, *, deadline_s: float | None, fail_fast: bool, out: TextIO | None,
+                     base_env: dict[str, str] | None, baseline: Path | None) -> Outcome:
     prepare(plan, dry_run=False)
     watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast)
     result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
@@ -81,10 +96,6 @@ def _step_canceller(plan: Plan, base_env: dict[str, str] | None):
     """For a multi-node run, cancelling the named srun step stops the remote tasks too."""
     if plan.srun is None:
         return None
-    import os
-
-    from harness import slurm
-
     job = (base_env or os.environ).get("SLURM_JOB_ID")
     if not job:
         return None
@@ -118,10 +129,13 @@ def summary(outcome: Outcome) -> str:
 
 
 def run(plan: Plan, *, progress: bool = True, deadline_s: float | None = None) -> int:
+    """`nvrx-qual run` after planning: raises SpecError (exit 2) when the machine cannot run it."""
     spec = plan.spec
+    preflight(plan, os.environ)
     fault = "no fault" if spec.fault == "none" else f"{spec.fault} on rank {spec.fault_rank}"
     print(f"nvrx-qual: run {spec.run_id}: {spec.workload} workload, {fault}, NVRx {plan.nvrx.version}, "
           f"{spec.nnodes}x{spec.gpus_per_node} ranks\n  run directory: {plan.layout.root}", flush=True)
-    outcome = execute(plan, deadline_s=deadline_s, out=sys.stdout if progress else None)
+    outcome = _execute_checked(plan, deadline_s=deadline_s, fail_fast=True, out=sys.stdout if progress else None,
+                               base_env=None, baseline=None)
     print(summary(outcome), flush=True)
     return outcome.verdict.exit_status

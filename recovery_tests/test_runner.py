@@ -1,0 +1,71 @@
+"""What `nvrx-qual run` refuses before launching, and how it bounds a run's duration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import discovery, runner
+from harness import plan as planmod
+from harness.nvrx import NvrxTarget, installed_version
+from harness.spec import RunSpec, SpecError
+
+
+def make_plan(tmp_path: Path, version: str | None = None, **fields) -> planmod.Plan:
+    values = dict(workload="reference", work_dir=tmp_path, run_id="pre-1", rdzv_endpoint="127.0.0.1:29500",
+                  log_server_port=50071)
+    values.update(fields)
+    return planmod.build(RunSpec(**values), NvrxTarget(version or installed_version()))
+
+
+def refusal(plan, env) -> str:
+    with pytest.raises(SpecError) as info:
+        runner.preflight(plan, env)
+    return str(info.value)
+
+
+def test_the_installed_launcher_passes(tmp_path):
+    runner.preflight(make_plan(tmp_path), {})
+
+
+def test_a_declared_version_that_is_not_installed_is_refused(tmp_path):
+    message = refusal(make_plan(tmp_path, "9.9.0"), {})
+    assert f"the plan is for NVRx 9.9.0 but {installed_version()} is installed" in message
+    assert "--nvrx-version is for dry runs" in message
+
+
+def test_several_nodes_need_an_allocation(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner.shutil, "which", lambda name: None)
+    message = refusal(make_plan(tmp_path, nnodes=2, rdzv_endpoint="n1:29400"), {})
+    assert "NNODES=2 runs srun inside a Slurm allocation" in message and "srun is not on PATH" in message
+
+
+def test_nvrx_07_single_node_inside_an_allocation_without_procid(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner.nvrx, "installed_version", lambda path=None: "0.7.0")
+    plan = make_plan(tmp_path, "0.7.0")
+    assert "exits at once when SLURM_JOB_ID is set without SLURM_PROCID" in refusal(plan, {"SLURM_JOB_ID": "42"})
+    runner.preflight(plan, {"SLURM_JOB_ID": "42", "SLURM_PROCID": "0"})
+
+
+def test_megatron_needs_gpus(tmp_path, monkeypatch, megatron_checkout):
+    monkeypatch.setattr(runner.nvrx, "installed_version", lambda path=None: "0.7.0")
+    plan = make_plan(tmp_path, "0.7.0", workload="megatron", megatron_path=megatron_checkout, gpus_per_node=4)
+    monkeypatch.setattr(runner.discovery, "nvidia_smi_gpus", lambda: None)
+    assert "the megatron workload needs NVIDIA GPUs" in refusal(plan, {})
+    monkeypatch.setattr(runner.discovery, "nvidia_smi_gpus", lambda: [discovery.Gpu(0, "H100", "9.0")] * 2)
+    assert "GPUS_PER_NODE=4 but this node has 2 GPU(s)" in refusal(plan, {})
+
+
+def test_execute_refuses_before_creating_anything(tmp_path):
+    plan = make_plan(tmp_path, "9.9.0")
+    with pytest.raises(SpecError):
+        runner.execute(plan, out=None)
+    assert not plan.layout.root.exists()
+
+
+def test_default_deadline_bounds_every_cycle_and_step():
+    spec = RunSpec(workload="reference", work_dir=Path("/w"), run_id="d", max_restarts=2, train_iters=30,
+                   section_timeouts=(("setup", 60.0), ("step", 10.0), ("checkpointing", 10.0)),
+                   out_of_section_timeout=10.0)
+    assert runner.default_deadline(spec) == 3 * (60 + 10 + 10) + 30 * 10
