@@ -749,7 +749,6 @@ class HistoryReader:
         launcher_files = self._pick_role(files, "launcher", final)
 
         starts, app_stream = self._starts(app_files)
-        launcher_events = [e for f in launcher_files for e in f.parser.launcher]
         dialect = next((f.parser.dialect for f in launcher_files if f.parser.dialect), None)
         config = _run_config(run_json, launch_json, starts)
         offset, offset_how = self._utc_offset(config, files, notes)

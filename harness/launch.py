@@ -28,7 +28,6 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Callable, TextIO
 
 import psutil

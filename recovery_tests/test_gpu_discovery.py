@@ -94,11 +94,8 @@ def test_uv_managed_defaults_to_this_interpreter(monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def megatron(tmp_path: Path) -> Path:
-    root = tmp_path / "Megatron-LM"
-    root.mkdir()
-    (root / "pretrain_gpt.py").write_text("# stand-in\n")
-    return root
+def megatron(megatron_checkout: Path) -> Path:
+    return megatron_checkout
 
 
 ALLOCATION = Allocation(job_id="4242", nodes=("gpu001", "gpu002"), gpus_per_node=4)

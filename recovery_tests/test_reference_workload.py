@@ -173,7 +173,7 @@ def _first_match(lines: list[str], pattern: str) -> int:
     raise AssertionError(f"no line matches {pattern!r}")
 
 
-def checkpoint_tensors(directory: Path) -> dict[str, "torch.Tensor"]:
+def checkpoint_tensors(directory: Path) -> dict:
     """Every tensor of one DCP checkpoint, read offline with plain PyTorch."""
     import torch
     import torch.distributed.checkpoint as dcp

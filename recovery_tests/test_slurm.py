@@ -121,14 +121,6 @@ def test_step_name():
 # ---------------------------------------------------------------- the srun form of a plan
 
 
-@pytest.fixture
-def megatron_checkout(tmp_path: Path) -> Path:
-    root = tmp_path / "Megatron-LM"
-    root.mkdir()
-    (root / "pretrain_gpt.py").write_text("# stand-in: plans never run it\n")
-    return root
-
-
 def spec(tmp_path: Path, **kwargs) -> RunSpec:
     values = dict(workload="reference", work_dir=tmp_path / "work", run_id="two-nodes", nnodes=2, gpus_per_node=4,
                   rdzv_endpoint="node001:29400", log_server_port=29555)

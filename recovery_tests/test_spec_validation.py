@@ -4,7 +4,6 @@ line naming the value and the fix, and nothing created or deleted."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 from pathlib import Path
 
