@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from harness import events as ev
-from harness.criteria import Analysis, analyze
+from harness.criteria import FAIL, Analysis, analyze, check_optimizer_reload
 from harness.history import HistoryReader, RunDirError
 from harness.spec import RunSpec
 
@@ -52,9 +52,13 @@ def certain_failure(tl: ev.Timeline, a: Analysis) -> str | None:
         if loaded is not None and a.expected_k is not None and loaded.iteration < a.expected_k:
             return (f"the replacement workers loaded iteration {loaded.iteration}, older than the checkpoint "
                     f"{a.expected_k} committed at fault time")
-        if replacement.first_iteration is not None and replacement.first(ev.OptimizerLoaded) is None:
-            return (f"the replacement workers (cycle {replacement.cycle}) trained without the optimizer-load line: "
-                    "optimizer state was not reloaded")
+        # Once the replacement trains, its load block is complete (a rank's stdout and stderr
+        # reach the per-cycle log through separate pipes, so not before): judge it with the
+        # criterion itself, which knows the plain optimizer's scheduler-only evidence too.
+        if replacement.first_iteration is not None:
+            reload = check_optimizer_reload(tl, a)
+            if reload.status == FAIL:
+                return f"optimizer_reload cannot pass: {reload.detail}"
     for e in tl.launcher_events():
         if isinstance(e, ev.NoProgressStop):
             return f"the launcher stopped the job for lack of progress ({e.src})"

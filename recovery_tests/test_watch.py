@@ -260,6 +260,8 @@ DOOMED = {
                          ("logs/launcher.log", "Agent's exit code = 1")),
     "launcher-gave-up-0.4.1": (scenario(restarts_exhausted=True, nvrx="0.4.1"), "the launcher gave up",
                                ("logs/launcher.log", "Agent's exit code = 1")),
+    "optimizer-not-reloaded": (scenario(silent_optimizer_skip=True), "optimizer_reload cannot pass: ",
+                               ("logs/train_cycle_cycle1.log", "iteration       11/")),
     "hang-older-checkpoint-0.4.1": (scenario(fault="hang", nvrx="0.4.1", load_iteration=5), "older than the checkpoint 10",
                                     ("logs/train_cycle_cycle1.log", "successfully loaded checkpoint")),
 }
@@ -316,6 +318,8 @@ GOOD = {
     "hang-0.7.0": scenario(fault="hang"),
     "hang-0.4.1": scenario(fault="hang", nvrx="0.4.1"),
     "no-fault": scenario(fault="none"),
+    # no distributed optimizer: Megatron's scheduler lines are the evidence, no optimizer line
+    "plain-optimizer": scenario(distributed_optimizer=False),
 }
 
 
