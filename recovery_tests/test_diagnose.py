@@ -13,14 +13,14 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tracemalloc
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+
+from fixtures.processes import run_in_session
 
 from harness import diagnose as dg
 from harness.diagnose import Triage, diagnose, render_markdown
@@ -769,16 +769,7 @@ def test_nvrx_qual_diagnose_is_wired(tmp_path: Path, capsys: pytest.CaptureFixtu
 @pytest.mark.e2e
 def test_python_dash_m_harness_diagnose(tmp_path: Path) -> None:
     build_oom_rank5_run(tmp_path)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.diagnose", str(tmp_path), "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 1, err
-    doc = json.loads(out)
+    proc = run_in_session([sys.executable, "-m", "harness.diagnose", str(tmp_path), "--json"], timeout_s=60)
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
     assert (doc["category"], doc["rank"], doc["phase"]) == ("oom", 5, "backward")

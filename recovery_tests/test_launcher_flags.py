@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.processes import run_in_session
+
 from harness.nvrx import LAUNCHER_MODULE, NvrxTarget
 from harness.plan import Command
 
@@ -57,8 +59,8 @@ def golden_versions() -> dict[str, list[Path]]:
 
 def parse_with(target: NvrxTarget, batch: list[list[str]]) -> subprocess.CompletedProcess:
     env = Command((), Path("."), (), (str(target.path),) if target.path else ()).environ(dict(os.environ))
-    return subprocess.run([sys.executable, "-W", "ignore", "-c", PARSE_SNIPPET], input=json.dumps(batch),
-                          capture_output=True, text=True, env=env, timeout=120)
+    return run_in_session([sys.executable, "-W", "ignore", "-c", PARSE_SNIPPET], input=json.dumps(batch),
+                          timeout_s=120, env=env)
 
 
 @pytest.mark.parametrize("version", sorted(golden_versions()))

@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from fixtures.processes import run_in_session
 
 from harness import verify
 from harness.criteria import CRITERIA_IDS
@@ -145,13 +144,7 @@ def test_nvrx_qual_cli_dispatches_to_verify(good_run, capsys):
 
 @pytest.mark.e2e
 def test_python_dash_m_harness_verify(good_run):
-    proc = subprocess.Popen([sys.executable, "-m", "harness.verify", str(good_run), "--json", "-", "--no-write"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 0, err.decode()
-    assert json.loads(out)["qualified"] is True
+    proc = run_in_session([sys.executable, "-m", "harness.verify", str(good_run), "--json", "-", "--no-write"],
+                          timeout_s=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["qualified"] is True
