@@ -493,6 +493,15 @@ class AppStart:
 
 
 @dataclass(frozen=True)
+class ProgressPoint:
+    """One sampled iteration line of a start: the iteration and its UTC time (the timeline
+    picture's curve; history.sample_progress)."""
+
+    iteration: int
+    t: float
+
+
+@dataclass(frozen=True)
 class Timeline:
     """Everything verify knows about one run, read once from its directory."""
 

@@ -1,7 +1,9 @@
-"""The verdict of one run and its two renderings: verdict.json and report.md.
+"""The verdict of one run and its renderings: verdict.json, report.md and timeline.png.
 
 The only place that renders. `render_report(verdict, extra_sections=())` takes further
-Markdown sections (e.g. a cross-rank triage) to append after the built-in ones.
+Markdown sections (e.g. a cross-rank triage) to append after the built-in ones. The picture
+(harness.picture) needs matplotlib, an optional extra: without it the report says so and
+everything else is written as usual.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from harness import picture as picturemod
 from harness.criteria import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CriterionResult
 from harness.events import iso_utc
 from harness.metrics import Metrics
@@ -31,6 +34,8 @@ class Verdict:
     launcher: dict = field(default_factory=dict)  # dialect, nvrx_version, exit_code, offset: plain values only
     notes: tuple[str, ...] = ()
     verified_at: str | None = None
+    # what timeline.png shows (harness.picture); not part of verdict.json
+    picture: picturemod.TimelinePicture | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict:
         return {
@@ -69,7 +74,10 @@ def _seconds(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
-def render_report(verdict: Verdict, extra_sections: Sequence[str] = ()) -> str:
+def render_report(verdict: Verdict, extra_sections: Sequence[str] = (), picture: str | None = None,
+                  picture_note: str | None = None) -> str:
+    """report.md; `picture` is the timeline image's path relative to the report (embedded
+    when given), `picture_note` says why there is none."""
     m = verdict.metrics
     head = "QUALIFIED" if verdict.qualified else "NOT QUALIFIED"
     out = [f"# Recovery verdict: {head}", ""]
@@ -81,6 +89,11 @@ def render_report(verdict: Verdict, extra_sections: Sequence[str] = ()) -> str:
         out.append(f"- Launcher: {shown}")
     if verdict.verified_at:
         out.append(f"- Verified at: {verdict.verified_at}")
+    if picture:
+        out += ["", f"![Recovery timeline: iteration against time per cycle, checkpoints, injection and the latency "
+                    f"split]({picture})"]
+    elif picture_note:
+        out += ["", f"_No timeline picture: {picture_note}._"]
     out += ["", "## Criteria", "", "| # | criterion | status | detail |", "|---|---|---|---|"]
     for i, c in enumerate(verdict.criteria, 1):
         out.append(f"| {i} | `{c.id}` | {_MARK.get(c.status, c.status)} | {_cell(c.detail)} |")
@@ -134,16 +147,37 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+@dataclass(frozen=True)
+class Written:
+    paths: tuple[Path, ...]
+    picture_problem: str | None = None  # why timeline.png was not drawn, when it was not
+
+
+def write_picture(verdict: Verdict, root: Path) -> tuple[Path | None, str | None]:
+    """timeline.png into root: (its path, None), or (None, why not)."""
+    if verdict.picture is None:
+        return None, "no timeline data (verified from a Timeline, not a run directory)"
+    try:
+        return picturemod.draw(verdict.picture, root / picturemod.FILE_NAME), None
+    except picturemod.PictureUnavailable as exc:
+        return None, str(exc)
+
+
 def write_outputs(verdict: Verdict, run_dir: str | os.PathLike | None, json_path: str | os.PathLike | None = None,
-                  extra_sections: Sequence[str] = ()) -> list[Path]:
-    """Write verdict.json and report.md into run_dir (when given) and the JSON to json_path
-    ('-' is stdout). Returns the files written; raises OSError when one cannot be."""
+                  extra_sections: Sequence[str] = ()) -> Written:
+    """Write timeline.png, verdict.json and report.md into run_dir (when given) and the JSON
+    to json_path ('-' is stdout). Raises OSError when a file cannot be written; a picture
+    that cannot be drawn (no matplotlib) is reported in report.md and in the result instead."""
     written: list[Path] = []
+    problem = None
     text = verdict_json(verdict)
     if run_dir is not None:
         root = Path(run_dir)
+        png, problem = write_picture(verdict, root)
+        written += [png] if png else []
         _atomic_write(root / "verdict.json", text)
-        _atomic_write(root / "report.md", render_report(verdict, extra_sections))
+        _atomic_write(root / "report.md", render_report(verdict, extra_sections, picturemod.FILE_NAME if png else None,
+                                                        problem))
         written += [root / "verdict.json", root / "report.md"]
     if json_path is not None:
         if str(json_path) == "-":
@@ -151,4 +185,4 @@ def write_outputs(verdict: Verdict, run_dir: str | os.PathLike | None, json_path
         else:
             Path(json_path).write_text(text, encoding="utf-8")
             written.append(Path(json_path))
-    return written
+    return Written(tuple(written), problem)

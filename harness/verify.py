@@ -2,7 +2,7 @@
 
 Reads only the run directory (it works on a directory produced by a user's own sbatch
 script and copied off a cluster), checks the five recovery criteria, times the recovery and
-writes verdict.json and report.md into the run directory.
+writes timeline.png (with matplotlib), verdict.json and report.md into the run directory.
 
 Exit status: 0 qualified, 1 a criterion failed (or could not be decided), 2 the path is not
 a readable run directory (the message says why).
@@ -21,10 +21,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from harness import continuity, criteria, diagnose, metrics
+from harness import continuity, criteria, diagnose, metrics, picture
 from harness import events as ev
 from harness.events import Timeline
-from harness.history import RunDirError, read_history
+from harness.history import RunDirError, read_history, sample_progress
 from harness.report import Verdict, write_outputs
 
 EXIT_QUALIFIED, EXIT_FAILED, EXIT_UNREADABLE = 0, 1, 2
@@ -32,9 +32,12 @@ EXIT_QUALIFIED, EXIT_FAILED, EXIT_UNREADABLE = 0, 1, 2
 __all__ = ["RunDirError", "Verdict", "add_arguments", "main", "run", "verify_run", "verify_timeline"]
 
 
-def verify_timeline(timeline: Timeline, fault: str | None = None, baseline: str | os.PathLike | None = None) -> Verdict:
+def verify_timeline(timeline: Timeline, fault: str | None = None, baseline: str | os.PathLike | None = None,
+                    progress: Sequence[Sequence[ev.ProgressPoint]] | None = None) -> Verdict:
     """The verdict of a Timeline (writes nothing). With a baseline run directory (an
-    uninterrupted run of the same configuration) loss continuity is checked too."""
+    uninterrupted run of the same configuration) loss continuity is checked too. With the
+    sampled progress of its starts (history.sample_progress) the verdict carries what
+    timeline.png shows."""
     analysis = criteria.analyze(timeline, fault)
     results = criteria.evaluate(timeline, analysis)
     if baseline is not None:
@@ -52,9 +55,11 @@ def verify_timeline(timeline: Timeline, fault: str | None = None, baseline: str 
         "utc_offset_s": timeline.utc_offset_s,
         "utc_offset_source": timeline.offset_how,
     }
+    qualified = criteria.qualified(results)
+    shown = picture.build(timeline, analysis, times, results, progress, qualified) if progress is not None else None
     return Verdict(
         run_dir=str(timeline.run_dir), fault=analysis.fault, fault_how=analysis.fault_how,
-        qualified=criteria.qualified(results), criteria=results, metrics=times, launcher=launcher,
+        qualified=qualified, criteria=results, metrics=times, launcher=launcher, picture=shown,
         notes=tuple(notes), verified_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
     )
 
@@ -83,11 +88,11 @@ def verify_run(run_dir: str | os.PathLike, fault: str | None = None, *, write: b
                extra_sections: Sequence[str] = (), baseline: str | os.PathLike | None = None) -> Verdict:
     """Read the run directory and judge it. Raises RunDirError for a path that is not a
     readable run directory and ValueError for an unknown fault. With write=True,
-    verdict.json and report.md go into the run directory; json_path gets the JSON too."""
+    timeline.png, verdict.json and report.md go into the run directory; json_path gets the JSON too."""
     if fault is not None and fault not in criteria.FAULTS:
         raise ValueError(f"fault {fault!r} is not one of {', '.join(criteria.FAULTS)}: pass none, kill or hang")
     timeline = read_history(run_dir, inspect_checkpoints=inspect_checkpoints)
-    verdict = verify_timeline(timeline, fault, baseline)
+    verdict = verify_timeline(timeline, fault, baseline, sample_progress(timeline))
     if write or json_path is not None:
         write_outputs(verdict, run_dir if write else None, json_path, extra_sections)
     return verdict
@@ -109,7 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an uninterrupted run of the same configuration: also check that every lm loss after the "
                              "restored checkpoint equals its (loss_continuity; needs deterministic training)")
     parser.add_argument("--no-write", action="store_true",
-                        help="do not write verdict.json and report.md into the run directory")
+                        help="do not write timeline.png, verdict.json and report.md into the run directory")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
 
 
@@ -139,7 +144,9 @@ def run(args: argparse.Namespace) -> int:
     quiet = getattr(args, "quiet", False)
     try:
         _found, sections = triage(verdict)
-        write_outputs(verdict, None if args.no_write else run_dir, args.json_path, sections)
+        written = write_outputs(verdict, None if args.no_write else run_dir, args.json_path, sections)
+        if written.picture_problem and not quiet:
+            print(f"nvrx-qual verify: note: timeline.png not drawn: {written.picture_problem}", file=sys.stderr)
     except OSError as exc:
         print(f"nvrx-qual verify: warning: could not write the verdict ({exc}); pass --no-write for a read-only "
               "run directory, or --json PATH", file=sys.stderr)

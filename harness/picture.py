@@ -1,0 +1,323 @@
+"""timeline.png: the recovery as a picture, readable at a glance.
+
+Top panel, the whole run: iteration against wall-clock time, one colour per cycle (worker
+group start), committed checkpoints as diamonds on the curve, the injection as a red line
+and the recovery as a shaded span. Bottom panel, the recovery window only (a second-long
+recovery inside a day-long run is one pixel wide above): time since the injection, the five
+moments as vertical lines (injected, failure detected, workers started, checkpoint loaded,
+first committed step) and the latency split as labelled bars in seconds.
+
+`build()` is pure (Timeline, Analysis, Metrics, sampled progress -> TimelinePicture) and
+`draw()` renders it with matplotlib, an optional extra: without it `draw` raises
+PictureUnavailable and everything else works.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_left
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from harness import events as ev
+from harness.criteria import NOT_APPLICABLE, PASS, Analysis, CriterionResult
+from harness.events import ProgressPoint, Timeline, iso_utc
+from harness.metrics import Metrics
+
+FILE_NAME = "timeline.png"
+MAX_CHECKPOINT_MARKS = 60  # more diamonds than this is a smear: show an even selection
+FIGSIZE_IN = (11.0, 7.5)
+DPI = 110
+INSTALL_HINT = "pip install 'nvrx-qual[plot]' (matplotlib)"
+
+
+class PictureUnavailable(RuntimeError):
+    """timeline.png cannot be drawn here (matplotlib missing); the message says what to install."""
+
+
+@dataclass(frozen=True)
+class Curve:
+    cycle: int | None
+    points: tuple[ProgressPoint, ...]
+
+    @property
+    def label(self) -> str:
+        return "cycle ?" if self.cycle is None else f"cycle {self.cycle}"
+
+
+@dataclass(frozen=True)
+class CheckpointMark:
+    iteration: int
+    t: float
+    cycle: int | None
+
+
+@dataclass(frozen=True)
+class Moment:
+    key: str
+    label: str
+    t: float
+
+
+@dataclass(frozen=True)
+class Segment:
+    label: str
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return round(self.end - self.start, 3)
+
+
+@dataclass(frozen=True)
+class TimelinePicture:
+    title: str
+    subtitle: str
+    curves: tuple[Curve, ...]
+    checkpoints: tuple[CheckpointMark, ...]  # the marks drawn (at most MAX_CHECKPOINT_MARKS + the key ones)
+    checkpoints_committed: int  # all committed saves seen in the logs
+    moments: tuple[Moment, ...]  # in recovery order, only those with a timestamp
+    segments: tuple[Segment, ...]  # the latency split, only the measured phases
+    recovery_s: float | None  # failure -> first committed step
+
+    @property
+    def t0(self) -> float | None:
+        """Origin of the whole-run axis: the first thing drawn."""
+        times = [p.t for c in self.curves for p in c.points] + [m.t for m in self.moments]
+        return min(times) if times else None
+
+    @property
+    def has_recovery(self) -> bool:
+        return any(m.key == "injected" for m in self.moments)
+
+
+# ---------------------------------------------------------------- the data (pure)
+
+_MOMENTS = (("injected", "fault injected"), ("detected", "failure detected"), ("started", "workers started"),
+            ("loaded", "checkpoint loaded"), ("first_step", "first committed step"))
+_PHASES = (("detection", "injected", "detected"), ("restart", "detected", "started"),
+           ("restore", "started", "loaded"), ("first step", "loaded", "first_step"))
+
+
+def _time_at(points: Sequence[ProgressPoint], iteration: int) -> float | None:
+    """When the curve passed `iteration` (linear between samples; clamped to its ends)."""
+    if not points:
+        return None
+    its = [p.iteration for p in points]
+    i = bisect_left(its, iteration)
+    if i == 0:
+        return points[0].t
+    if i >= len(points):
+        return points[-1].t
+    a, b = points[i - 1], points[i]
+    if b.iteration == a.iteration:
+        return b.t
+    return a.t + (b.t - a.t) * (iteration - a.iteration) / (b.iteration - a.iteration)
+
+
+def _thin(marks: list[CheckpointMark], keep: set[int], limit: int) -> list[CheckpointMark]:
+    """Every k-th mark (k the smallest stride that shows at most `limit`), plus those whose
+    iteration is in `keep` (the checkpoint the recovery was judged by)."""
+    stride = -(-len(marks) // limit)
+    return [m for i, m in enumerate(marks) if i % stride == 0 or m.iteration in keep]
+
+
+def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Sequence[CriterionResult],
+          progress: Sequence[Sequence[ProgressPoint]], qualified: bool) -> TimelinePicture:
+    curves: list[Curve] = []
+    marks: list[CheckpointMark] = []
+    for start, points in zip(timeline.starts, progress):
+        ordered = tuple(sorted(points, key=lambda p: (p.iteration, p.t)))
+        if ordered:
+            curves.append(Curve(start.cycle, tuple(sorted(points, key=lambda p: p.t))))
+        for save in start.of(ev.SaveCommitted):
+            t = timeline.utc(save)
+            if t is None:  # Megatron prints no time on its save lines
+                t = _time_at(ordered, save.iteration)
+            if t is not None:
+                marks.append(CheckpointMark(save.iteration, t, start.cycle))
+    keep = {k for k in (metrics.restored_iteration, analysis.expected_k) if k is not None}
+    shown = _thin(marks, keep, MAX_CHECKPOINT_MARKS)
+
+    stamps = {"injected": metrics.injected_at, "detected": metrics.detected_at, "started": metrics.workers_started_at,
+              "loaded": metrics.checkpoint_loaded_at, "first_step": metrics.first_step_at}
+    moments = tuple(Moment(key, label, stamps[key]) for key, label in _MOMENTS if stamps[key] is not None)
+    segments = tuple(Segment(name, stamps[a], stamps[b]) for name, a, b in _PHASES  # type: ignore[arg-type]
+                     if stamps[a] is not None and stamps[b] is not None)
+
+    verdict = "QUALIFIED" if qualified else "NOT QUALIFIED"
+    inj = analysis.injection
+    if inj is not None:
+        fault = f"{inj.fault} ({inj.signal or '?'}) on rank {inj.rank if inj.rank is not None else '?'} " \
+                f"after checkpoint {inj.iteration if inj.iteration is not None else '?'}"
+    elif analysis.is_fault_run:
+        fault = f"{analysis.fault} requested, never injected"
+    else:
+        fault = "no fault (uninterrupted run)"
+    nvrx = timeline.run.nvrx_version or (timeline.launch.nvrx_version if timeline.launch else None)
+    title = f"{timeline.run_dir.name}: {verdict}"
+    failed = [c.id for c in criteria if c.status not in (PASS, NOT_APPLICABLE)]
+    parts = [fault, f"NVRx {nvrx}" if nvrx else None,
+             f"did not hold: {', '.join(failed)}" if failed else None]
+    return TimelinePicture(
+        title=title, subtitle=" · ".join(p for p in parts if p), curves=tuple(curves), checkpoints=tuple(shown),
+        checkpoints_committed=len(marks), moments=moments, segments=segments,
+        recovery_s=metrics.failure_to_first_step_s,
+    )
+
+
+# ---------------------------------------------------------------- drawing (matplotlib)
+
+_CYCLE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
+_MOMENT_STYLE = {"injected": ("#d62728", "-"), "detected": ("#d62728", "--"), "started": ("#555555", "-."),
+                 "loaded": ("#2ca02c", "--"), "first_step": ("#000000", ":")}
+_PHASE_COLOURS = {"detection": "#f4a582", "restart": "#b2abd2", "restore": "#a6dba0", "first step": "#92c5de"}
+
+
+def _unit(span_s: float) -> tuple[float, str]:
+    if span_s < 300:
+        return 1.0, "s"
+    if span_s < 3 * 3600:
+        return 60.0, "min"
+    return 3600.0, "h"
+
+
+def _plain_integer_axis(ax) -> None:
+    """Iterations as written in the logs: whole numbers, no '+5e4' offset."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+
+
+def _colour(cycle: int | None) -> str:
+    return _CYCLE_COLOURS[(cycle or 0) % len(_CYCLE_COLOURS)]
+
+
+def draw(picture: TimelinePicture, path: str | os.PathLike) -> Path:
+    """Render the picture to a PNG at path (atomically). PictureUnavailable without matplotlib."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+    except ImportError as exc:
+        raise PictureUnavailable(f"matplotlib is not installed ({exc}): {INSTALL_HINT}") from exc
+
+    # Figure + Agg canvas, not pyplot: no global state, no display backend, safe in any process.
+    fig = Figure(figsize=FIGSIZE_IN, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    zoom = picture.has_recovery and len(picture.moments) > 1
+    fig.suptitle(f"{picture.title}\n{picture.subtitle}", fontsize=12)
+    if zoom:
+        top, window, bars = fig.subplots(3, 1, height_ratios=(3, 2, 0.5))
+        bars.sharex(window)
+        _whole_run(picture, top, Line2D)
+        _recovery_window(picture, window, bars, Line2D, Patch)
+    else:
+        _whole_run(picture, fig.subplots(1, 1), Line2D)
+
+    out = Path(path)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp, dpi=DPI)
+    os.replace(tmp, out)
+    return out
+
+
+def _whole_run(p: TimelinePicture, ax, Line2D) -> None:
+    t0 = p.t0
+    if t0 is None:
+        ax.text(0.5, 0.5, "no iteration or recovery timestamps in this run's logs", ha="center", va="center",
+                transform=ax.transAxes, fontsize=12)
+        ax.set_axis_off()
+        return
+    end = max([q.t for c in p.curves for q in c.points] + [m.t for m in p.moments])
+    scale, unit = _unit(end - t0)
+
+    def x(t: float) -> float:
+        return (t - t0) / scale
+
+    handles = []
+    for c in p.curves:
+        ax.plot([x(q.t) for q in c.points], [q.iteration for q in c.points], color=_colour(c.cycle), lw=1.8,
+                marker="." if len(c.points) <= 60 else None, ms=4)
+    for cycle in dict.fromkeys(c.cycle for c in p.curves):
+        handles.append(Line2D([], [], color=_colour(cycle), lw=2, label="cycle ?" if cycle is None else f"cycle {cycle}"))
+    if p.checkpoints:
+        ax.scatter([x(m.t) for m in p.checkpoints], [m.iteration for m in p.checkpoints], marker="D", s=28, zorder=3,
+                   c=[_colour(m.cycle) for m in p.checkpoints], edgecolors="black", linewidths=0.6)
+        shown = len(p.checkpoints)
+        label = "committed checkpoint" + (f" ({shown} of {p.checkpoints_committed} shown)"
+                                          if shown < p.checkpoints_committed else "")
+        handles.append(Line2D([], [], marker="D", ls="", color="white", markeredgecolor="black", label=label))
+    moments = {m.key: m for m in p.moments}
+    if "injected" in moments:
+        ax.axvline(x(moments["injected"].t), color="#d62728", lw=1.5)
+        handles.append(Line2D([], [], color="#d62728", lw=1.5, label="fault injected"))
+        if "first_step" in moments:
+            ax.axvspan(x(moments["injected"].t), x(moments["first_step"].t), color="#d62728", alpha=0.12, lw=0)
+            handles.append(Line2D([], [], color="#d62728", alpha=0.3, lw=8,
+                                  label=f"recovery: {p.recovery_s:.2f} s" if p.recovery_s is not None else "recovery"))
+    ax.set_xlabel(f"time since the first iteration ({unit}); t=0 at {iso_utc(t0)}")
+    ax.set_ylabel("iteration")
+    _plain_integer_axis(ax)
+    ax.set_title("whole run", fontsize=10, loc="left")
+    ax.grid(True, alpha=0.3)
+    ax.legend(handles=handles, loc="upper left", fontsize=9, framealpha=0.9)
+
+
+def _recovery_window(p: TimelinePicture, ax, bars, Line2D, Patch) -> None:
+    """The recovery only: curves and moments above, the latency split as bars below."""
+    moments = {m.key: m for m in p.moments}
+    t_inj = moments["injected"].t
+    last = max(m.t for m in p.moments)
+    span = max(last - t_inj, 0.5)
+    pad = max(0.15 * span, 0.5)
+    lo, hi = -pad, span + pad
+    iters = []
+    for c in p.curves:
+        xs = [q.t - t_inj for q in c.points]
+        ys = [q.iteration for q in c.points]
+        ax.plot(xs, ys, color=_colour(c.cycle), lw=1.8, marker=".", ms=5)
+        iters += [y for xv, y in zip(xs, ys) if lo <= xv <= hi]
+    for m in p.checkpoints:
+        if lo <= m.t - t_inj <= hi:
+            ax.scatter([m.t - t_inj], [m.iteration], marker="D", s=36, zorder=3, c=_colour(m.cycle),
+                       edgecolors="black", linewidths=0.6)
+            iters.append(m.iteration)
+    if iters:
+        y_lo, y_hi = min(iters), max(iters)
+        margin = max(1.0, 0.1 * (y_hi - y_lo))
+        ax.set_ylim(y_lo - margin, y_hi + margin)
+    ax.set_xlim(lo, hi)
+
+    handles = []
+    for m in p.moments:
+        colour, style = _MOMENT_STYLE[m.key]
+        for a in (ax, bars):
+            a.axvline(m.t - t_inj, color=colour, ls=style, lw=1.4)
+        handles.append(Line2D([], [], color=colour, ls=style, lw=1.4, label=f"{m.label}  {m.t - t_inj:+.2f} s"))
+    width = hi - lo
+    for seg in p.segments:
+        colour = _PHASE_COLOURS.get(seg.label, "#cccccc")
+        bars.broken_barh([(seg.start - t_inj, seg.end - seg.start)], (0.15, 0.7), color=colour, edgecolor="black",
+                         linewidth=0.5)
+        text = f"{seg.label} {seg.seconds:.2f} s"
+        if (seg.end - seg.start) / width > 0.011 * len(text):  # fits inside its bar; the legend has them all
+            bars.text((seg.start + seg.end) / 2 - t_inj, 0.5, text, ha="center", va="center", fontsize=9)
+        handles.append(Patch(facecolor=colour, edgecolor="black", linewidth=0.5, label=text))
+    title = "recovery window"
+    if p.recovery_s is not None:
+        title += f": failure → first committed step {p.recovery_s:.2f} s"
+    ax.set_title(title, fontsize=10, loc="left")
+    ax.set_ylabel("iteration")
+    _plain_integer_axis(ax)
+    ax.tick_params(labelbottom=False)
+    ax.grid(True, alpha=0.3)
+    bars.set_ylim(0, 1)
+    bars.set_yticks([0.5], ["latency"])
+    bars.set_xlabel("seconds since the fault was injected")
+    bars.grid(True, axis="x", alpha=0.3)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, borderaxespad=0)

@@ -1,0 +1,183 @@
+"""timeline.png: the data it shows (pure, from realistic run directories), the picture
+itself (size, colours of each cycle and of the injection, not blank), its place in
+report.md, the 100,000-iteration case, and verify without matplotlib."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import picture, verify
+from harness.events import ProgressPoint
+from harness.history import PROGRESS_SAMPLES, read_history, sample_progress
+from recovery_tests import rundirs
+from recovery_tests.rundirs import Scenario
+
+
+def _hex(colour: str) -> tuple[float, float, float]:
+    return tuple(int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5))  # type: ignore[return-value]
+
+
+def _pixels_near(image, colour: str, tol: float = 0.06) -> int:
+    import numpy
+
+    rgb = numpy.asarray(_hex(colour))
+    return int((numpy.abs(image[:, :, :3] - rgb) <= tol).all(axis=2).sum())
+
+
+def _png(path: Path):
+    from matplotlib.image import imread
+
+    return imread(path)
+
+
+# ---------------------------------------------------------------- the data (no matplotlib needed)
+
+
+def test_picture_data_of_a_recovery_matches_the_run(tmp_path: Path):
+    built = rundirs.build(tmp_path / "kill", Scenario())
+    verdict = verify.verify_run(built.run_dir)
+    p = verdict.picture
+    assert p is not None and p.has_recovery
+    assert [c.cycle for c in p.curves] == [0, 1]
+    # every iteration line of this short run is on the curve, the restart re-does iteration 11
+    assert [q.iteration for q in p.curves[0].points] == list(range(1, 12))
+    assert [q.iteration for q in p.curves[1].points] == list(range(11, 31))
+    assert [m.iteration for m in p.checkpoints] == [5, 10, 15, 20, 25, 30] and p.checkpoints_committed == 6
+    assert [m.cycle for m in p.checkpoints] == [0, 0, 1, 1, 1, 1]
+    t = built.times
+    expected = {"injected": t["injected_at"], "detected": t["detected_at"], "started": t["workers_started_at"],
+                "loaded": verdict.metrics.checkpoint_loaded_at, "first_step": t["first_step_at"]}
+    assert {m.key: m.t for m in p.moments} == pytest.approx(expected, abs=1e-3)
+    m = verdict.metrics
+    assert {s.label: s.seconds for s in p.segments} == pytest.approx(
+        {"detection": m.detection_s, "restart": m.restart_s, "restore": m.restore_s, "first step": m.first_step_s})
+    assert p.recovery_s == pytest.approx(5.12)
+    assert "QUALIFIED" in p.title and "kill (SIGKILL) on rank 1 after checkpoint 10" in p.subtitle
+
+
+def test_picture_of_a_failed_run_names_what_did_not_hold(tmp_path: Path):
+    run = rundirs.build(tmp_path / "random", Scenario(restart_from_random=True)).run_dir
+    p = verify.verify_run(run).picture
+    assert p is not None and p.title.endswith("NOT QUALIFIED")
+    assert "did not hold: optimizer_reload" in p.subtitle
+    assert p.curves[1].points[0].iteration == 1  # the replacement started from scratch, as drawn
+    assert "loaded" not in {m.key for m in p.moments}  # no load: no moment and no restore bar, never guessed
+    assert [s.label for s in p.segments] == ["detection", "restart"]
+
+
+def test_uninterrupted_run_has_no_recovery_to_draw(tmp_path: Path):
+    p = verify.verify_run(rundirs.build(tmp_path / "none", Scenario(fault="none")).run_dir).picture
+    assert p is not None and not p.has_recovery and p.moments == () and p.segments == ()
+    assert len(p.curves) == 1 and "no fault" in p.subtitle
+
+
+def test_single_user_log_splits_the_curve_at_its_starts(tmp_path: Path):
+    """A user's sbatch run: one un-prefixed log holding both starts; each sampled line goes
+    to the start whose time span holds it."""
+    run = rundirs.build(tmp_path / "single", Scenario(nvrx="0.4.1", per_cycle_logs=False)).run_dir
+    curves = sample_progress(read_history(run))
+    assert [q.iteration for q in curves[0]] == list(range(1, 12))
+    assert [q.iteration for q in curves[1]] == list(range(11, 31))
+
+
+def test_time_at_interpolates_between_samples_and_clamps():
+    pts = [ProgressPoint(10, 100.0), ProgressPoint(20, 200.0)]
+    assert picture._time_at(pts, 15) == pytest.approx(150.0)
+    assert picture._time_at(pts, 5) == 100.0 and picture._time_at(pts, 25) == 200.0
+    assert picture._time_at([], 1) is None
+
+
+def test_checkpoint_marks_thin_evenly_and_keep_the_restored_one():
+    marks = [picture.CheckpointMark(i * 10, float(i), 0) for i in range(1, 201)]  # 200 saves
+    shown = picture._thin(marks, keep={1230}, limit=60)
+    stride = 4  # the smallest whole stride that shows at most 60 of 200
+    assert [m.iteration for m in shown if m.iteration != 1230] == [m.iteration for m in marks[::stride]]
+    assert 1230 in {m.iteration for m in shown} and len(shown) == 51
+    assert picture._thin(marks[:5], keep=set(), limit=60) == marks[:5]
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory) -> rundirs.Built:
+    """100,000 iterations at 200 ms (5.5 h), a checkpoint every 1,000, killed after 50,000."""
+    return rundirs.build(tmp_path_factory.mktemp("long") / "run",
+                         Scenario(train_iters=100_000, save_interval=1000, fault_at=50_000, checkpoints=False))
+
+
+def test_long_run_curve_is_sampled_and_bounded(long_run):
+    timeline = read_history(long_run.run_dir)
+    curves = sample_progress(timeline)
+    assert len(curves) == 2
+    for start, curve in zip(timeline.starts, curves):
+        its = [q.iteration for q in curve]
+        assert len(curve) <= PROGRESS_SAMPLES + 2
+        assert len(curve) > PROGRESS_SAMPLES // 2  # a real curve, not two end points
+        assert its == sorted(its)  # one start never goes back
+        assert (its[0], its[-1]) == (start.first_iteration.iteration, start.last_iteration.iteration)
+    assert curves[0][-1].iteration == 50_001 and curves[1][0].iteration == 50_001
+
+
+def test_long_run_picture_thins_checkpoints_and_keeps_the_recovery(long_run):
+    verdict = verify.verify_run(long_run.run_dir)
+    p = verdict.picture
+    assert p.checkpoints_committed == 100 and len(p.checkpoints) <= picture.MAX_CHECKPOINT_MARKS + 1
+    assert 50_000 in {m.iteration for m in p.checkpoints}  # the one the recovery loaded
+    assert p.recovery_s == pytest.approx(5.12) and len(p.segments) == 4
+
+
+# ---------------------------------------------------------------- the PNG
+
+
+@pytest.mark.parametrize("scenario", [Scenario(), Scenario(fault="hang"), Scenario(nvrx="0.4.1"),
+                                      Scenario(restart_from_random=True)],
+                         ids=["kill-0.7.0", "hang-0.7.0", "kill-0.4.1", "restart-from-random"])
+def test_verify_draws_timeline_png_and_embeds_it(tmp_path: Path, scenario: Scenario):
+    pytest.importorskip("matplotlib", reason="timeline.png needs the plot extra: pip install -e '.[plot]'")
+    run = rundirs.build(tmp_path / "run", scenario).run_dir
+    verdict = verify.verify_run(run, write=True)
+    png = run / picture.FILE_NAME
+    image = _png(png)
+    width, height = (round(v * picture.DPI) for v in picture.FIGSIZE_IN)
+    assert image.shape[:2] == (height, width)
+    ink = (image[:, :, :3] < 0.9).any(axis=2).mean()
+    assert ink > 0.04, f"only {ink:.1%} of the picture is not white"
+    assert _pixels_near(image, "#1f77b4") > 200  # cycle 0's curve
+    assert _pixels_near(image, "#ff7f0e") > 200  # cycle 1's curve
+    assert _pixels_near(image, "#d62728") > 300  # the injection line(s)
+    assert _pixels_near(image, "#b2abd2") > 500  # the restart bar of the latency split
+    report = (run / "report.md").read_text()
+    picture_at, criteria_at = report.index("](timeline.png)"), report.index("## Criteria")
+    assert picture_at < criteria_at  # first the picture, then the criteria table
+    assert verdict.qualified == (not scenario.restart_from_random)
+
+
+def test_long_run_png_is_drawn(long_run):
+    pytest.importorskip("matplotlib", reason="timeline.png needs the plot extra: pip install -e '.[plot]'")
+    verify.verify_run(long_run.run_dir, write=True)
+    image = _png(long_run.run_dir / picture.FILE_NAME)
+    assert _pixels_near(image, "#1f77b4") > 500 and _pixels_near(image, "#ff7f0e") > 500
+
+
+def test_no_fault_png_is_one_panel(tmp_path: Path):
+    pytest.importorskip("matplotlib", reason="timeline.png needs the plot extra: pip install -e '.[plot]'")
+    run = rundirs.build(tmp_path / "none", Scenario(fault="none")).run_dir
+    verify.verify_run(run, write=True)
+    image = _png(run / picture.FILE_NAME)
+    assert _pixels_near(image, "#1f77b4") > 500
+    assert _pixels_near(image, "#d62728") == 0 and _pixels_near(image, "#b2abd2") == 0  # nothing to recover
+
+
+def test_verify_without_matplotlib_still_judges_and_says_so(tmp_path: Path, monkeypatch, capsys):
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
+    run = rundirs.build(tmp_path / "run", Scenario()).run_dir
+    assert verify.main([str(run)]) == 0
+    err = capsys.readouterr().err
+    assert "timeline.png not drawn: matplotlib is not installed" in err and "nvrx-qual[plot]" in err
+    assert not (run / picture.FILE_NAME).exists()
+    assert json.loads((run / "verdict.json").read_text())["qualified"] is True
+    report = (run / "report.md").read_text()
+    assert "_No timeline picture: matplotlib is not installed" in report and "](timeline.png)" not in report
