@@ -1189,7 +1189,7 @@ def iteration_loss(text: str) -> tuple[int, str] | None:
 # ---------------------------------------------------------------- the progress curve, sampled
 
 PROGRESS_SAMPLES = 1200  # per log file: a smooth curve at any run length, bounded work
-_SAMPLE_WINDOW = 16 << 10  # bytes read at each sample offset; widened once when it holds no iteration line
+_SAMPLE_WINDOW = 4 << 10  # bytes read at each sample offset (~10 log lines); widened 16x once when it holds no iteration line
 
 
 def sample_progress(timeline: ev.Timeline, samples: int = PROGRESS_SAMPLES) -> tuple[tuple[ev.ProgressPoint, ...], ...]:
