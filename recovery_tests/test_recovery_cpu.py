@@ -58,6 +58,20 @@ def test_reference_run_qualifies_with_latency_split(fault, nvrx_target, scenario
     assert m.lost_iterations is not None and m.lost_iterations >= 0
 
 
+@pytest.mark.parametrize("fault", FAULTS)
+def test_reference_run_draws_its_timeline(fault, nvrx_target, scenarios):
+    """The picture of a real run: one curve per cycle, and for a fault every recovery moment."""
+    pytest.importorskip("matplotlib", reason="timeline.png needs the plot extra: pip install -e '.[plot]'")
+    outcome = scenarios.outcome(scenario(fault, nvrx_target))
+    shown = outcome.verdict.picture
+    assert (outcome.run_dir / "timeline.png").stat().st_size > 20_000, outcome.run_dir
+    assert "](timeline.png)" in (outcome.run_dir / "report.md").read_text()
+    assert [c.cycle for c in shown.curves] == ([0] if fault == "none" else [0, 1])
+    expected = () if fault == "none" else ("injected", "detected", "started", "loaded", "first_step")
+    assert tuple(m.key for m in shown.moments) == expected
+    assert shown.checkpoints_committed >= 2
+
+
 def test_no_load_optim_is_caught(nvrx_target, scenarios):
     """The restored workers skip the optimizer state: optimizer_reload and loss continuity
     fail while the launcher-side criteria still pass. No early stop, to show the whole run."""
