@@ -54,6 +54,15 @@ class CheckpointMark:
 
 
 @dataclass(frozen=True)
+class CycleMark:
+    """What the launcher recorded of one cycle: its workers started, or it failed."""
+
+    kind: str  # "started" | "failed"
+    cycle: int
+    t: float
+
+
+@dataclass(frozen=True)
 class Moment:
     key: str
     label: str
@@ -78,14 +87,15 @@ class TimelinePicture:
     curves: tuple[Curve, ...]
     checkpoints: tuple[CheckpointMark, ...]  # the marks drawn (at most MAX_CHECKPOINT_MARKS + the key ones)
     checkpoints_committed: int  # all committed saves seen in the logs
+    cycle_marks: tuple[CycleMark, ...]  # every cycle's start and failure, as the launcher logged them
     moments: tuple[Moment, ...]  # in recovery order, only those with a timestamp
     segments: tuple[Segment, ...]  # the latency split, only the measured phases
     recovery_s: float | None  # failure -> first committed step
 
     @property
     def t0(self) -> float | None:
-        """Origin of the whole-run axis: the first thing drawn."""
-        times = [p.t for c in self.curves for p in c.points] + [m.t for m in self.moments]
+        """Origin of the whole-run axis: the first record (worker start, iteration, ...)."""
+        times = [p.t for c in self.curves for p in c.points] + [m.t for m in (*self.moments, *self.cycle_marks)]
         return min(times) if times else None
 
     @property
@@ -138,6 +148,12 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
                 t = _time_at(ordered, save.iteration)
             if t is not None:
                 marks.append(CheckpointMark(save.iteration, t, start.cycle))
+    cycle_marks = [CycleMark("started", c, t) for c, e in analysis.workers_started.items()
+                   if (t := timeline.utc(e)) is not None]
+    for c, records in analysis.failures.items():
+        times = [t for e in records if (t := timeline.utc(e)) is not None]
+        if times:
+            cycle_marks.append(CycleMark("failed", c, min(times)))
     keep = {k for k in (metrics.restored_iteration, analysis.expected_k) if k is not None}
     shown = _thin(marks, keep, MAX_CHECKPOINT_MARKS)
 
@@ -163,7 +179,7 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
              f"did not hold: {', '.join(failed)}" if failed else None]
     return TimelinePicture(
         title=title, subtitle=" · ".join(p for p in parts if p), curves=tuple(curves), checkpoints=tuple(shown),
-        checkpoints_committed=len(marks), moments=moments, segments=segments,
+        checkpoints_committed=len(marks), cycle_marks=tuple(sorted(cycle_marks, key=lambda m: m.t)), moments=moments, segments=segments,
         recovery_s=metrics.failure_to_first_step_s,
     )
 
@@ -233,7 +249,7 @@ def _whole_run(p: TimelinePicture, ax, Line2D) -> None:
                 transform=ax.transAxes, fontsize=12)
         ax.set_axis_off()
         return
-    end = max([q.t for c in p.curves for q in c.points] + [m.t for m in p.moments])
+    end = max([q.t for c in p.curves for q in c.points] + [m.t for m in (*p.moments, *p.cycle_marks)])
     scale, unit = _unit(end - t0)
 
     def x(t: float) -> float:
@@ -252,6 +268,14 @@ def _whole_run(p: TimelinePicture, ax, Line2D) -> None:
         label = "committed checkpoint" + (f" ({shown} of {p.checkpoints_committed} shown)"
                                           if shown < p.checkpoints_committed else "")
         handles.append(Line2D([], [], marker="D", ls="", color="white", markeredgecolor="black", label=label))
+    # the launcher's view of every cycle: a second failure or an unexplained restart shows here
+    for kind, colour, style, text in (("started", "#555555", (0, (1, 3)), "workers started (launcher)"),
+                                      ("failed", "#8b0000", (0, (4, 2)), "cycle failed (launcher)")):
+        marks = [m for m in p.cycle_marks if m.kind == kind and not (kind == "started" and m.cycle == 0)]
+        for m in marks:
+            ax.axvline(x(m.t), color=colour, ls=style, lw=1.0)
+        if marks:
+            handles.append(Line2D([], [], color=colour, ls=style, lw=1.0, label=text))
     moments = {m.key: m for m in p.moments}
     if "injected" in moments:
         ax.axvline(x(moments["injected"].t), color="#d62728", lw=1.5)
@@ -260,7 +284,7 @@ def _whole_run(p: TimelinePicture, ax, Line2D) -> None:
             ax.axvspan(x(moments["injected"].t), x(moments["first_step"].t), color="#d62728", alpha=0.12, lw=0)
             handles.append(Line2D([], [], color="#d62728", alpha=0.3, lw=8,
                                   label=f"recovery: {p.recovery_s:.2f} s" if p.recovery_s is not None else "recovery"))
-    ax.set_xlabel(f"time since the first iteration ({unit}); t=0 at {iso_utc(t0)}")
+    ax.set_xlabel(f"time ({unit}) since {iso_utc(t0)}")
     ax.set_ylabel("iteration")
     _plain_integer_axis(ax)
     ax.set_title("whole run", fontsize=10, loc="left")

@@ -181,3 +181,13 @@ def test_verify_without_matplotlib_still_judges_and_says_so(tmp_path: Path, monk
     assert json.loads((run / "verdict.json").read_text())["qualified"] is True
     report = (run / "report.md").read_text()
     assert "_No timeline picture: matplotlib is not installed" in report and "](timeline.png)" not in report
+
+
+def test_launcher_cycle_marks_show_every_failure_and_restart(tmp_path: Path):
+    """A replacement that dies again: both failed cycles and both restarts are on the picture."""
+    run = rundirs.build(tmp_path / "twice", Scenario(second_failure_at=15, fault="kill")).run_dir
+    p = verify.verify_run(run).picture
+    failed = [m.cycle for m in p.cycle_marks if m.kind == "failed"]
+    started = [m.cycle for m in p.cycle_marks if m.kind == "started"]
+    assert failed[:2] == [0, 1] and started[:3] == [0, 1, 2], p.cycle_marks
+    assert [m.t for m in p.cycle_marks] == sorted(m.t for m in p.cycle_marks)
