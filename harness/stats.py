@@ -1,0 +1,401 @@
+"""Statistics over several runs: pass rate per criterion and p50 / p95 / max per latency metric.
+
+One recovery proves little; operators signing off a stack want to know it holds every time.
+The input is each run's verdict JSON (`Verdict.to_json()`, i.e. verdict.json), so the same
+code serves `nvrx-qual run --repeat N`, pytest's `--repeat N` and `nvrx-qual report RUN_DIR...`.
+
+Percentiles interpolate linearly between the two nearest ranks (numpy.percentile's default,
+Hyndman & Fan type 7): over 1, 2, 3, 4, 10 the p50 is 3 and the p95 is 4 + 0.8 x 6 = 8.8.
+A metric a run could not measure (None) is counted as missing, never as zero.
+Pure: nothing here reads or writes files except `write_summary`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from harness.criteria import CRITERIA_IDS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN
+
+SCHEMA = 1
+# The latency split and lost work, in the order of the report (harness.metrics).
+METRICS = ("detection_s", "restart_s", "restore_s", "first_step_s", "failure_to_first_step_s", "lost_iterations")
+METRIC_LABELS = {
+    "detection_s": "detection (s)",
+    "restart_s": "restart (s)",
+    "restore_s": "restore (s)",
+    "first_step_s": "first step (s)",
+    "failure_to_first_step_s": "failure → first committed step (s)",
+    "lost_iterations": "lost iterations",
+}
+HEADLINE = "failure_to_first_step_s"
+
+
+@dataclass(frozen=True)
+class CriterionOutcome:
+    id: str
+    status: str
+    detail: str
+
+    @property
+    def held(self) -> bool:
+        """Did not stand in the way of qualification (no fault: nothing to recover)."""
+        return self.status in (PASS, NOT_APPLICABLE)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What the statistics need of one run's verdict."""
+
+    run_dir: str
+    fault: str
+    qualified: bool
+    criteria: tuple[CriterionOutcome, ...]
+    metrics: tuple[tuple[str, float | None], ...]
+    nvrx_version: str | None = None
+    workload: str | None = None
+    stopped_early: str | None = None
+
+    @property
+    def run_id(self) -> str:
+        return Path(self.run_dir).name or self.run_dir
+
+    @classmethod
+    def from_verdict_json(cls, doc: Mapping, *, run_dir: str | os.PathLike | None = None,
+                          workload: str | None = None, stopped_early: str | None = None) -> "RunRecord":
+        """From verdict.json (or `Verdict.to_json()`); missing keys read as unknown. `run_dir`
+        overrides the recorded one (a run verified on a cluster and copied elsewhere)."""
+        metrics = doc.get("metrics") if isinstance(doc.get("metrics"), Mapping) else {}
+        launcher = doc.get("launcher") if isinstance(doc.get("launcher"), Mapping) else {}
+        criteria = [c for c in doc.get("criteria") or () if isinstance(c, Mapping)]
+        return cls(
+            run_dir=str(run_dir if run_dir is not None else doc.get("run_dir", "?")),
+            fault=str(doc.get("fault") or "?"),
+            qualified=doc.get("qualified") is True,
+            criteria=tuple(CriterionOutcome(str(c.get("id")), str(c.get("status") or UNKNOWN), str(c.get("detail") or ""))
+                           for c in criteria),
+            metrics=tuple((name, _number(metrics.get(name))) for name in METRICS),
+            nvrx_version=_text(launcher.get("nvrx_version")),
+            workload=workload,
+            stopped_early=stopped_early,
+        )
+
+    def metric(self, name: str) -> float | None:
+        return dict(self.metrics).get(name)
+
+    def status(self, criterion_id: str) -> CriterionOutcome | None:
+        return next((c for c in self.criteria if c.id == criterion_id), None)
+
+    @property
+    def failed(self) -> tuple[CriterionOutcome, ...]:
+        return tuple(c for c in self.criteria if not c.held)
+
+    def to_json(self) -> dict:
+        return {"run_dir": self.run_dir, "run_id": self.run_id, "workload": self.workload, "fault": self.fault,
+                "nvrx_version": self.nvrx_version, "qualified": self.qualified,
+                "did_not_hold": [asdict(c) for c in self.failed], "metrics": dict(self.metrics),
+                "stopped_early": self.stopped_early}
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _text(value: object) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+@dataclass(frozen=True)
+class RunFailure:
+    """A run in which a criterion did not hold: which run, which criterion, and why."""
+
+    run_dir: str
+    criterion: str
+    status: str
+    detail: str
+
+    @property
+    def run_id(self) -> str:
+        return Path(self.run_dir).name or self.run_dir
+
+    def to_json(self) -> dict:
+        return {"run_id": self.run_id, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class CriterionRate:
+    id: str
+    passed: int
+    not_applicable: int
+    failed: int
+    unknown: int
+    not_checked: int  # runs whose verdict has no result for it (e.g. loss continuity without a baseline)
+    failures: tuple[RunFailure, ...]
+
+    @property
+    def runs(self) -> int:
+        """Runs that checked it."""
+        return self.passed + self.not_applicable + self.failed + self.unknown
+
+    @property
+    def held(self) -> int:
+        """Runs in which the criterion did not stand in the way of qualification."""
+        return self.passed + self.not_applicable
+
+    @property
+    def rate(self) -> float | None:
+        return self.held / self.runs if self.runs else None
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "runs": self.runs, "held": self.held, "pass": self.passed,
+                "not_applicable": self.not_applicable, "fail": self.failed, "unknown": self.unknown,
+                "not_checked": self.not_checked, "pass_rate": self.rate,
+                "failures": [f.to_json() for f in self.failures]}
+
+
+@dataclass(frozen=True)
+class MetricStats:
+    name: str
+    n: int  # runs that measured it
+    missing: int  # runs that could not
+    p50: float | None
+    p95: float | None
+    max: float | None
+
+    def to_json(self) -> dict:
+        return {"n": self.n, "missing": self.missing, "p50": self.p50, "p95": self.p95, "max": self.max}
+
+
+@dataclass(frozen=True)
+class RepeatStats:
+    """Every run of one scenario, and what they add up to."""
+
+    label: str
+    runs: tuple[RunRecord, ...]
+    criteria: tuple[CriterionRate, ...]
+    metrics: tuple[MetricStats, ...]
+
+    @property
+    def qualified_runs(self) -> int:
+        return sum(r.qualified for r in self.runs)
+
+    @property
+    def all_qualified(self) -> bool:
+        return bool(self.runs) and self.qualified_runs == len(self.runs)
+
+    @property
+    def failures(self) -> tuple[RunFailure, ...]:
+        """Run by run, in the criteria's order: what did not hold where."""
+        out = []
+        for r in self.runs:
+            for c in self.criteria:
+                outcome = r.status(c.id)
+                if outcome is not None and not outcome.held:
+                    out.append(RunFailure(r.run_dir, c.id, outcome.status, outcome.detail))
+        return tuple(out)
+
+    def metric(self, name: str) -> MetricStats:
+        for m in self.metrics:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    def criterion(self, criterion_id: str) -> CriterionRate:
+        for c in self.criteria:
+            if c.id == criterion_id:
+                return c
+        raise KeyError(criterion_id)
+
+    def to_json(self) -> dict:
+        return {
+            "label": self.label,
+            "run_count": len(self.runs),
+            "qualified_runs": self.qualified_runs,
+            "all_qualified": self.all_qualified,
+            "runs": [r.to_json() for r in self.runs],
+            "criteria": [c.to_json() for c in self.criteria],
+            "metrics": {m.name: m.to_json() for m in self.metrics},
+            "failures": [f.to_json() for f in self.failures],
+        }
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), linear between the nearest ranks (type 7)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile {q} is outside 0..100")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _criterion_ids(runs: Sequence[RunRecord]) -> list[str]:
+    """The five criteria first, in their order, then further checks in first-seen order."""
+    seen = [c for c in CRITERIA_IDS if any(r.status(c) for r in runs)]
+    for r in runs:
+        seen += [c.id for c in r.criteria if c.id not in seen]
+    return seen
+
+
+def _rate(cid: str, runs: Sequence[RunRecord]) -> CriterionRate:
+    counts = {PASS: 0, NOT_APPLICABLE: 0, FAIL: 0, UNKNOWN: 0}
+    failures, not_checked = [], 0
+    for r in runs:
+        c = r.status(cid)
+        if c is None:
+            not_checked += 1
+            continue
+        counts[c.status if c.status in counts else UNKNOWN] += 1  # an unheard-of status decides nothing
+        if not c.held:
+            failures.append(RunFailure(r.run_dir, cid, c.status, c.detail))
+    return CriterionRate(cid, counts[PASS], counts[NOT_APPLICABLE], counts[FAIL], counts[UNKNOWN], not_checked,
+                         tuple(failures))
+
+
+def _metric(name: str, runs: Sequence[RunRecord]) -> MetricStats:
+    values = [v for v in (r.metric(name) for r in runs) if v is not None]
+    if not values:
+        return MetricStats(name, 0, len(runs), None, None, None)
+    return MetricStats(name, len(values), len(runs) - len(values), round(percentile(values, 50), 3),
+                       round(percentile(values, 95), 3), max(values))
+
+
+def summarize(label: str, runs: Iterable[RunRecord]) -> RepeatStats:
+    runs = tuple(runs)
+    return RepeatStats(label, runs, tuple(_rate(cid, runs) for cid in _criterion_ids(runs)),
+                       tuple(_metric(name, runs) for name in METRICS))
+
+
+# ---------------------------------------------------------------- renderings
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def _count(value: float | None) -> str:
+    """Iterations: whole numbers as such, interpolated percentiles with one decimal."""
+    return "—" if value is None else f"{value:.2f}".rstrip("0").removesuffix(".")
+
+
+def format_value(name: str, value: float | None) -> str:
+    """A metric's value as the summaries show it ("—" when not measured)."""
+    return _count(value) if name == "lost_iterations" else _num(value)
+
+
+def _held(c: CriterionRate) -> str:
+    if not c.runs:
+        return "—"
+    return f"{c.held}/{c.runs} ({100 * c.held / c.runs:.0f} %)"
+
+
+def _link(target: str) -> str:
+    """A Markdown link target; angle brackets keep spaces and parentheses intact."""
+    return f"<{target}>" if any(ch in target for ch in " ()<>") else target
+
+
+def render_group(stats: RepeatStats, heading: str = "##") -> str:
+    """One scenario's statistics: pass rate per criterion, latency percentiles, failing runs."""
+    n = len(stats.runs)
+    out = [f"{heading} {stats.label}", "",
+           f"{stats.qualified_runs} of {n} run{'s' if n != 1 else ''} qualified.", "",
+           "| criterion | held | pass | not applicable | fail | unknown | not checked |", "|---|---|---|---|---|---|---|"]
+    for c in stats.criteria:
+        out.append(f"| `{c.id}` | {_held(c)} | {c.passed} | {c.not_applicable} | {c.failed} | {c.unknown} | "
+                   f"{c.not_checked} |")
+    out += ["", "| metric | runs measured | p50 | p95 | max |", "|---|---|---|---|---|"]
+    for m in stats.metrics:
+        out.append(f"| {METRIC_LABELS[m.name]} | {m.n}/{m.n + m.missing} | {format_value(m.name, m.p50)} | "
+                   f"{format_value(m.name, m.p95)} | {format_value(m.name, m.max)} |")
+    if stats.failures:
+        out += ["", "Failing runs:", ""]
+        out += [f"- `{f.run_id}`: `{f.criterion}` {f.status}: {_cell(f.detail)} (`{f.run_dir}`)"
+                for f in stats.failures]
+    unexplained = [r for r in stats.runs if not r.qualified and not r.failed]
+    if unexplained:  # a verdict that says "not qualified" without a criterion to blame
+        out += ["", "Not qualified without a failing criterion in the verdict:", ""]
+        out += [f"- `{r.run_id}` (`{r.run_dir}`)" for r in unexplained]
+    stopped = [r for r in stats.runs if r.stopped_early]
+    if stopped:
+        out += ["", "Stopped early by the harness:", ""]
+        out += [f"- `{r.run_id}`: {_cell(r.stopped_early or '')}" for r in stopped]
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(groups: Sequence[RepeatStats], title: str, links: Mapping[str, str] | None = None,
+                    notes: Sequence[str] = ()) -> str:
+    """A summary over several runs: one row per run, then each scenario's statistics.
+    `links` maps a run directory to the path to show for its timeline picture."""
+    runs = [r for g in groups for r in g.runs]
+    qualified = sum(r.qualified for r in runs)
+    out = [f"# {title}", "", f"{qualified} of {len(runs)} runs qualified.", ""]
+    out += [f"> {note}" for note in notes]
+    if notes:
+        out.append("")
+    out += ["| # | run | scenario | verdict | did not hold | failure → first step (s) | timeline |",
+            "|---|---|---|---|---|---|---|"]
+    i = 0
+    for g in groups:
+        for r in g.runs:
+            i += 1
+            failed = ", ".join(f"`{c.id}` {c.status}" for c in r.failed) or "—"
+            picture = (links or {}).get(r.run_dir)
+            shown = f"[timeline.png]({_link(picture)})" if picture else "—"
+            verdict = "✅ qualified" if r.qualified else "❌ not qualified"
+            out.append(f"| {i} | `{r.run_id}` | {_cell(g.label)} | {verdict} | {failed} | "
+                       f"{_num(r.metric(HEADLINE))} | {shown} |")
+    out.append("")
+    for g in groups:
+        out.append(render_group(g))
+    out.append("Percentiles interpolate linearly between the nearest ranks; a criterion *holds* in a run when it "
+               "passes or does not apply (no fault: nothing to recover); a metric a run could not measure is "
+               "left out of its percentiles, not counted as zero.")
+    return "\n".join(out) + "\n"
+
+
+def render_text(stats: RepeatStats, width: int = 160) -> list[str]:
+    """A few terminal lines: runs qualified, the headline latency, each failing run and criterion."""
+    m = stats.metric(HEADLINE)
+    latency = (f"failure → first step p50 {_num(m.p50)} s, p95 {_num(m.p95)} s, max {_num(m.max)} s"
+               if m.n else "failure → first step not measured")
+    lines = [f"{stats.label}: {stats.qualified_runs} of {len(stats.runs)} runs qualified; {latency}"]
+    for f in stats.failures:
+        line = f"  {f.run_id}: {f.criterion} {f.status}: {f.detail}"
+        lines.append(line if len(line) <= width else line[: width - 1] + "…")
+    return lines
+
+
+def summary_json(groups: Sequence[RepeatStats], title: str = "", notes: Sequence[str] = ()) -> dict:
+    return {"schema": SCHEMA, "title": title, "notes": list(notes), "run_count": sum(len(g.runs) for g in groups),
+            "qualified_runs": sum(g.qualified_runs for g in groups),
+            "all_qualified": bool(groups) and all(g.all_qualified for g in groups),
+            "scenarios": [g.to_json() for g in groups]}
+
+
+def write_summary(groups: Sequence[RepeatStats], directory: str | os.PathLike, title: str,
+                  stem: str = "summary", links: Mapping[str, str] | None = None,
+                  notes: Sequence[str] = ()) -> tuple[Path, Path]:
+    """`<stem>.json` and `<stem>.md` in directory (created when missing); returns both paths.
+    `links` are shown as written: make them relative to `directory`."""
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = root / f"{stem}.json", root / f"{stem}.md"
+    for path, text in ((json_path, json.dumps(summary_json(groups, title, notes), indent=2, ensure_ascii=False) + "\n"),
+                       (md_path, render_markdown(groups, title, links, notes))):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    return json_path, md_path
