@@ -1,4 +1,4 @@
-"""`nvrx-qual plan | run | sbatch | verify | diagnose`.
+"""`nvrx-qual plan | run [--repeat N] | sbatch | verify | diagnose | report`.
 
 Exit status: 0 qualified (or plan written), 1 a criterion failed, 2 input refused before
 anything was launched (the message names the value and the fix).
@@ -97,6 +97,11 @@ def cmd_run(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
     from harness import runner
 
     env = dict(os.environ)
+    if args.repeat != 1:  # --repeat 1 is exactly one plain run, as without the flag
+        from harness import repeat
+
+        return repeat.run_repeats(spec_flags(args), extra, env, args.repeat, progress=not args.quiet,
+                                  deadline_s=args.deadline)
     try:
         spec, target, restored = resolve_spec(spec_flags(args), extra, env)
         p = planmod.build(spec, target)
@@ -159,13 +164,17 @@ def build_parser() -> argparse.ArgumentParser:
     p_plan.set_defaults(handler=cmd_plan)
 
     p_run = sub.add_parser("run", help="plan, launch, watch and verify one scenario",
-                           description="Plans, launches, watches and verifies one scenario; arguments after `--` "
-                                       "are appended to the workload's command line (e.g. -- --no-load-optim). "
-                                       "NVRX_DRY_RUN=1 makes it a dry run.")
+                           description="Plans, launches, watches and verifies one scenario (N times with "
+                                       "--repeat N); arguments after `--` are appended to the workload's command "
+                                       "line (e.g. -- --no-load-optim). NVRX_DRY_RUN=1 makes it a dry run.")
     specmod.add_arguments(p_run)
     p_run.add_argument("--quiet", action="store_true", help="no progress lines while the job runs")
     p_run.add_argument("--deadline", type=float, default=None,
                        help="seconds before the whole job is stopped (default: derived from the section timeouts)")
+    p_run.add_argument("--repeat", type=int, default=1, metavar="N",
+                       help="run the same scenario N times, each with a fresh run ID <run-id>-r<i>, then print the "
+                            "pass rate per criterion and p50/p95/max of every latency and write them to "
+                            "WORK_DIR/repeats/<run-id>/summary.{json,md} (default 1: one plain run)")
     p_run.set_defaults(handler=cmd_run)
 
     p_sb = sub.add_parser("sbatch", help="render a complete sbatch script for this run",
@@ -184,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_sb.set_defaults(handler=cmd_sbatch)
 
     for name, module, text in (("verify", "harness.verify", "check the five recovery criteria of a run directory"),
-                               ("diagnose", "harness.diagnose", "find the root cause of a failed run across ranks")):
+                               ("diagnose", "harness.diagnose", "find the root cause of a failed run across ranks"),
+                               ("report", "harness.summary", "one Markdown summary over several run directories")):
         add, run = _delegate(module)
         p_sub = sub.add_parser(name, help=text)
         add(p_sub)
@@ -195,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     own, extra = _split_workload_args(argv)
-    if own and own[0] in ("verify", "diagnose"):
+    if own and own[0] in ("verify", "diagnose", "report"):
         own, extra = argv, ()
     args = build_parser().parse_args(own)
     return args.handler(args, extra)

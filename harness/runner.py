@@ -25,6 +25,7 @@ class Outcome:
     launch: launch.LaunchResult
     verdict: Verdict
     triage: diagnose.Triage | None  # only for a run that did not qualify
+    picture_problem: str | None = None  # why timeline.png was not drawn (matplotlib missing)
 
     @property
     def run_dir(self) -> Path:
@@ -88,8 +89,8 @@ def _execute_checked(plan: Plan, *, deadline_s: float | None, fail_fast: bool, o
                            watch=watcher, base_env=base_env, on_stop=_step_canceller(plan, base_env))
     verdict = verify_run(plan.layout.root, baseline=baseline)
     found, sections = triage(verdict)
-    write_outputs(verdict, plan.layout.root, extra_sections=sections)
-    return Outcome(plan, result, verdict, found)
+    written = write_outputs(verdict, plan.layout.root, extra_sections=sections)
+    return Outcome(plan, result, verdict, found, written.picture_problem)
 
 
 def _step_canceller(plan: Plan, base_env: dict[str, str] | None):
@@ -120,6 +121,8 @@ def summary(outcome: Outcome) -> str:
         lines.append(f"stopped early: {outcome.launch.stopped_early}")
     if outcome.triage is not None and outcome.triage.failed:
         lines.append(f"triage: {outcome.triage.summary}")
+    if outcome.picture_problem:
+        lines.append(f"timeline.png not drawn: {outcome.picture_problem}")
     verdict = "QUALIFIED" if v.qualified else "NOT QUALIFIED"
     lines.append(f"{verdict}: {outcome.plan.spec.workload} workload, fault {v.fault}; report: "
                  f"{outcome.run_dir / 'report.md'}")
@@ -128,13 +131,18 @@ def summary(outcome: Outcome) -> str:
     return "\n".join(lines)
 
 
+def announce(plan: Plan, which: str = "") -> str:
+    """The line `nvrx-qual run` prints before launching; `which` e.g. "2 of 5" for a repeat."""
+    spec = plan.spec
+    fault = "no fault" if spec.fault == "none" else f"{spec.fault} on rank {spec.fault_rank}"
+    return (f"nvrx-qual: run {spec.run_id}{f' ({which})' if which else ''}: {spec.workload} workload, {fault}, "
+            f"NVRx {plan.nvrx.version}, {spec.nnodes}x{spec.gpus_per_node} ranks\n  run directory: {plan.layout.root}")
+
+
 def run(plan: Plan, *, progress: bool = True, deadline_s: float | None = None) -> int:
     """`nvrx-qual run` after planning: raises SpecError (exit 2) when the machine cannot run it."""
-    spec = plan.spec
     preflight(plan, os.environ)
-    fault = "no fault" if spec.fault == "none" else f"{spec.fault} on rank {spec.fault_rank}"
-    print(f"nvrx-qual: run {spec.run_id}: {spec.workload} workload, {fault}, NVRx {plan.nvrx.version}, "
-          f"{spec.nnodes}x{spec.gpus_per_node} ranks\n  run directory: {plan.layout.root}", flush=True)
+    print(announce(plan), flush=True)
     outcome = _execute_checked(plan, deadline_s=deadline_s, fail_fast=True, out=sys.stdout if progress else None,
                                base_env=None, baseline=None)
     print(summary(outcome), flush=True)

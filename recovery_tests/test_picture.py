@@ -191,3 +191,24 @@ def test_launcher_cycle_marks_show_every_failure_and_restart(tmp_path: Path):
     started = [m.cycle for m in p.cycle_marks if m.kind == "started"]
     assert failed[:2] == [0, 1] and started[:3] == [0, 1, 2], p.cycle_marks
     assert [m.t for m in p.cycle_marks] == sorted(m.t for m in p.cycle_marks)
+
+
+def test_run_summary_says_when_the_picture_is_missing(tmp_path: Path, monkeypatch, clean_spec_env):
+    """`nvrx-qual run` without matplotlib: the run is judged, and its last lines say why
+    there is no picture and what to install."""
+    from harness import cli, runner
+    from harness import plan as planmod
+    from harness.launch import LaunchResult
+
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)
+    spec, target, _ = cli.resolve_spec({"workload": "reference", "fault": "kill", "work_dir": tmp_path,
+                                        "run_id": "no-picture"}, ())
+    plan = planmod.build(spec, target)
+    rundirs.build(plan.layout.root, Scenario())
+    verdict = verify.verify_run(plan.layout.root)
+    written = verify.write_outputs(verdict, plan.layout.root)
+    launched = LaunchResult(0, "2026-11-29T16:31:59.900Z", "2026-11-29T16:32:30.000Z", None, target.version, 0)
+    text = runner.summary(runner.Outcome(plan, launched, verdict, None, written.picture_problem))
+    assert "timeline.png not drawn: matplotlib is not installed" in text and "nvrx-qual[plot]" in text
+    assert text.rstrip().splitlines()[-2].startswith("QUALIFIED")
