@@ -32,6 +32,7 @@ from typing import Callable, TextIO
 
 import psutil
 
+from harness import atomic
 from harness.layout import RunLayout
 from harness.plan import Plan
 
@@ -266,6 +267,4 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
 
 
 def write_launch_json(layout: RunLayout, result: LaunchResult) -> None:
-    tmp = layout.launch_json.with_name(f".launch.json.{os.getpid()}")
-    tmp.write_text(json.dumps(asdict(result), indent=2) + "\n")
-    os.replace(tmp, layout.launch_json)
+    atomic.write_text(layout.launch_json, json.dumps(asdict(result), indent=2) + "\n")

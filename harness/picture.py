@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from harness import atomic
 from harness import events as ev
 from harness.criteria import NOT_APPLICABLE, PASS, Analysis, CriterionResult
 from harness.events import ProgressPoint, Timeline, iso_utc
@@ -235,11 +236,9 @@ def draw(picture: TimelinePicture, path: str | os.PathLike) -> Path:
     else:
         _whole_run(picture, fig.subplots(1, 1), Line2D)
 
-    out = Path(path)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp.png")
-    fig.savefig(tmp, dpi=DPI)
-    os.replace(tmp, out)
-    return out
+    with atomic.replacing(path) as tmp:
+        fig.savefig(tmp, dpi=DPI)
+    return Path(path)
 
 
 def _whole_run(p: TimelinePicture, ax, Line2D) -> None:

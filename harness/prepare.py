@@ -4,12 +4,11 @@ anything the user already owns."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness import __version__
+from harness import __version__, atomic
 from harness.plan import Plan
 from harness.spec import SpecError
 
@@ -54,7 +53,5 @@ def prepare(plan: Plan, dry_run: bool) -> Path:
                              "use a new NVRX_RUN_ID for every test; old runs are never overwritten"])
     for directory in layout.artifact_dirs():
         directory.mkdir(parents=True, exist_ok=True)
-    tmp = layout.run_json.with_name(f".run.json.{os.getpid()}")
-    tmp.write_text(json.dumps(run_record(plan, dry_run), indent=2) + "\n")
-    os.replace(tmp, layout.run_json)
+    atomic.write_text(layout.run_json, json.dumps(run_record(plan, dry_run), indent=2) + "\n")
     return layout.run_json

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from harness import atomic
 from harness import picture as picturemod
 from harness.criteria import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CriterionResult
 from harness.events import iso_utc
@@ -141,12 +142,6 @@ def render_report(verdict: Verdict, extra_sections: Sequence[str] = (), picture:
     return "\n".join(out)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 @dataclass(frozen=True)
 class Written:
     paths: tuple[Path, ...]
@@ -175,8 +170,8 @@ def write_outputs(verdict: Verdict, run_dir: str | os.PathLike | None, json_path
         root = Path(run_dir)
         png, problem = write_picture(verdict, root)
         written += [png] if png else []
-        _atomic_write(root / "verdict.json", text)
-        _atomic_write(root / "report.md", render_report(verdict, extra_sections, picturemod.FILE_NAME if png else None,
+        atomic.write_text(root / "verdict.json", text)
+        atomic.write_text(root / "report.md", render_report(verdict, extra_sections, picturemod.FILE_NAME if png else None,
                                                         problem))
         written += [root / "verdict.json", root / "report.md"]
     if json_path is not None:

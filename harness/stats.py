@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from harness import atomic
 from harness.criteria import CRITERIA_IDS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN
 
 SCHEMA = 1
@@ -395,7 +396,5 @@ def write_summary(groups: Sequence[RepeatStats], directory: str | os.PathLike, t
     json_path, md_path = root / f"{stem}.json", root / f"{stem}.md"
     for path, text in ((json_path, json.dumps(summary_json(groups, title, notes), indent=2, ensure_ascii=False) + "\n"),
                        (md_path, render_markdown(groups, title, links, notes))):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        atomic.write_text(path, text)
     return json_path, md_path
