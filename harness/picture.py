@@ -93,11 +93,17 @@ class TimelinePicture:
     segments: tuple[Segment, ...]  # the latency split, only the measured phases
     recovery_s: float | None  # failure -> first committed step
 
+    def _times(self) -> list[float]:
+        return [p.t for c in self.curves for p in c.points] + [m.t for m in (*self.moments, *self.cycle_marks)]
+
     @property
     def t0(self) -> float | None:
         """Origin of the whole-run axis: the first record (worker start, iteration, ...)."""
-        times = [p.t for c in self.curves for p in c.points] + [m.t for m in (*self.moments, *self.cycle_marks)]
-        return min(times) if times else None
+        return min(self._times(), default=None)
+
+    @property
+    def t_end(self) -> float | None:
+        return max(self._times(), default=None)
 
     @property
     def has_recovery(self) -> bool:
@@ -180,8 +186,8 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
              f"did not hold: {', '.join(failed)}" if failed else None]
     return TimelinePicture(
         title=title, subtitle=" · ".join(p for p in parts if p), curves=tuple(curves), checkpoints=tuple(shown),
-        checkpoints_committed=len(marks), cycle_marks=tuple(sorted(cycle_marks, key=lambda m: m.t)), moments=moments, segments=segments,
-        recovery_s=metrics.failure_to_first_step_s,
+        checkpoints_committed=len(marks), cycle_marks=tuple(sorted(cycle_marks, key=lambda m: m.t)),
+        moments=moments, segments=segments, recovery_s=metrics.failure_to_first_step_s,
     )
 
 
@@ -242,13 +248,12 @@ def draw(picture: TimelinePicture, path: str | os.PathLike) -> Path:
 
 
 def _whole_run(p: TimelinePicture, ax, Line2D) -> None:
-    t0 = p.t0
-    if t0 is None:
+    t0, end = p.t0, p.t_end
+    if t0 is None or end is None:
         ax.text(0.5, 0.5, "no iteration or recovery timestamps in this run's logs", ha="center", va="center",
                 transform=ax.transAxes, fontsize=12)
         ax.set_axis_off()
         return
-    end = max([q.t for c in p.curves for q in c.points] + [m.t for m in (*p.moments, *p.cycle_marks)])
     scale, unit = _unit(end - t0)
 
     def x(t: float) -> float:
@@ -258,8 +263,8 @@ def _whole_run(p: TimelinePicture, ax, Line2D) -> None:
     for c in p.curves:
         ax.plot([x(q.t) for q in c.points], [q.iteration for q in c.points], color=_colour(c.cycle), lw=1.8,
                 marker="." if len(c.points) <= 60 else None, ms=4)
-    for cycle in dict.fromkeys(c.cycle for c in p.curves):
-        handles.append(Line2D([], [], color=_colour(cycle), lw=2, label="cycle ?" if cycle is None else f"cycle {cycle}"))
+    for c in {c.cycle: c for c in p.curves}.values():  # one legend entry per cycle
+        handles.append(Line2D([], [], color=_colour(c.cycle), lw=2, label=c.label))
     if p.checkpoints:
         ax.scatter([x(m.t) for m in p.checkpoints], [m.iteration for m in p.checkpoints], marker="D", s=28, zorder=3,
                    c=[_colour(m.cycle) for m in p.checkpoints], edgecolors="black", linewidths=0.6)
