@@ -65,7 +65,7 @@ def load_run(run_dir: Path, warn: Callable[[str], None] | None = None) -> RunRec
     if doc is None:
         if why and warn is not None:
             warn(f"{run_dir / 'verdict.json'} is unreadable ({why}): verified the run directory instead")
-        doc = verify_run(run_dir).to_json()
+        doc = verify_run(run_dir, picture=False).to_json()
     run_json, _ = _read_json(run_dir / "run.json")
     launch_json, _ = _read_json(run_dir / "launch.json")
     spec = (run_json or {}).get("spec")

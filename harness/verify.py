@@ -85,14 +85,16 @@ def triage(verdict: Verdict) -> tuple["diagnose.Triage | None", tuple[str, ...]]
 
 def verify_run(run_dir: str | os.PathLike, fault: str | None = None, *, write: bool = False,
                json_path: str | os.PathLike | None = None, inspect_checkpoints: bool = True,
-               extra_sections: Sequence[str] = (), baseline: str | os.PathLike | None = None) -> Verdict:
+               extra_sections: Sequence[str] = (), baseline: str | os.PathLike | None = None,
+               picture: bool = True) -> Verdict:
     """Read the run directory and judge it. Raises RunDirError for a path that is not a
     readable run directory and ValueError for an unknown fault. With write=True,
-    timeline.png, verdict.json and report.md go into the run directory; json_path gets the JSON too."""
+    timeline.png, verdict.json and report.md go into the run directory; json_path gets the JSON too.
+    picture=False skips sampling the progress curve (a caller that will not draw it)."""
     if fault is not None and fault not in criteria.FAULTS:
         raise ValueError(f"fault {fault!r} is not one of {', '.join(criteria.FAULTS)}: pass none, kill or hang")
     timeline = read_history(run_dir, inspect_checkpoints=inspect_checkpoints)
-    verdict = verify_timeline(timeline, fault, baseline, sample_progress(timeline))
+    verdict = verify_timeline(timeline, fault, baseline, sample_progress(timeline) if picture else None)
     if write or json_path is not None:
         write_outputs(verdict, run_dir if write else None, json_path, extra_sections)
     return verdict
@@ -137,7 +139,7 @@ def _summary(verdict: Verdict) -> str:
 def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     try:
-        verdict = verify_run(run_dir, args.fault, baseline=args.baseline)
+        verdict = verify_run(run_dir, args.fault, baseline=args.baseline, picture=not args.no_write)
     except RunDirError as exc:
         print(f"nvrx-qual verify: error: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE

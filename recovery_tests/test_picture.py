@@ -212,3 +212,14 @@ def test_run_summary_says_when_the_picture_is_missing(tmp_path: Path, monkeypatc
     text = runner.summary(runner.Outcome(plan, launched, verdict, None, written.picture_problem))
     assert "timeline.png not drawn: matplotlib is not installed" in text and "nvrx-qual[plot]" in text
     assert text.rstrip().splitlines()[-2].startswith("QUALIFIED")
+
+
+def test_read_only_verify_does_not_sample_the_curve(tmp_path: Path, monkeypatch):
+    """--no-write and `nvrx-qual report` draw nothing, so they skip the sampling."""
+    run = rundirs.build(tmp_path / "run", Scenario()).run_dir
+    sampled = []
+    monkeypatch.setattr(verify, "sample_progress", lambda tl: sampled.append(tl) or ())
+    assert verify.main([str(run), "--no-write", "--quiet"]) == 0
+    assert verify.verify_run(run, picture=False).picture is None
+    assert sampled == []
+    assert verify.verify_run(run).picture is not None and len(sampled) == 1
