@@ -192,14 +192,10 @@ class RepeatStats:
 
     @property
     def failures(self) -> tuple[RunFailure, ...]:
-        """Run by run, in the criteria's order: what did not hold where."""
-        out = []
-        for r in self.runs:
-            for c in self.criteria:
-                outcome = r.status(c.id)
-                if outcome is not None and not outcome.held:
-                    out.append(RunFailure(r.run_dir, c.id, outcome.status, outcome.detail))
-        return tuple(out)
+        """Run by run, in the criteria's order: what did not hold where (the criteria's own
+        failure lists, regrouped; the sort is stable, so each run keeps the criteria's order)."""
+        order = {r.run_dir: i for i, r in reversed(list(enumerate(self.runs)))}
+        return tuple(sorted((f for c in self.criteria for f in c.failures), key=lambda f: order[f.run_dir]))
 
     def metric(self, name: str) -> MetricStats:
         for m in self.metrics:
