@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Install Megatron's own training code for the CPU tier (`--workload megatron-cpu`) and for
+# the Megatron-acceptance tests of the plan, from PyPI only, into one directory that the
+# workers get on PYTHONPATH. Idempotent: a second call with everything in place does nothing.
+#
+#   tools/install-megatron-cpu.sh [DIR]        (default: .megatron-cpu)
+#
+# What goes into DIR (see docs/megatron-cpu.md):
+#   megatron/                 megatron-core 0.19.2, unpacked from its cp312 wheel; its code runs on 3.11
+#   nvidia_resiliency_ext/    NVRx 0.7.0 (Megatron's --enable-ft-package and async strategy `nvrx`)
+#   triton/                   imported (never run) by megatron.core
+#   sitecustomize.py          the one Python 3.11 alias Megatron needs: typing.override
+#   megatron/core/datasets/   dataset helpers compiled for the running Python, and the Makefile that
+#                             Megatron's initialize runs `make` on (the wheel ships neither)
+# NVRx's runtime dependencies (and pyyaml, which its config imports) go into the current
+# environment. Nothing from the CUDA stack is installed: the workers get a CUDA->CPU shim.
+set -euo pipefail
+dir=${1:-.megatron-cpu}
+python=${PYTHON:-python}
+megatron_version=0.19.2
+nvrx_version=0.7.0
+triton_version=3.9.0
+
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+stamp="$dir/.installed"
+ext_suffix=$("$python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+want="megatron-core $megatron_version, nvidia-resiliency-ext $nvrx_version, triton $triton_version, helpers$ext_suffix"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "$dir already holds $want"
+  exit 0
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# 1. megatron-core: the cp312 wheel is pure Python apart from its dataset helpers.
+"$python" -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
+  --python-version 3.12 -d "$tmp/wheels" "megatron-core==$megatron_version"
+"$python" -m zipfile -e "$tmp"/wheels/megatron_core-*.whl "$tmp/megatron-core"
+rm -rf "$dir/megatron"
+cp -r "$tmp/megatron-core/megatron" "$dir/megatron"
+
+# 2. NVRx 0.7.0 beside it (its Python code runs on 3.11), with its dependencies in this env.
+if [ ! -e "$dir/nvidia_resiliency_ext" ]; then
+  PYTHON="$python" "$(dirname "$0")/install-nvrx-target.sh" "$nvrx_version" "$dir"
+fi
+# NVRx's fault_tolerance/config.py imports yaml.
+"$python" -m pip install --quiet pyyaml
+# megatron.core imports triton at module level (moe/paged_stash); nothing runs it on CPU. It goes
+# into DIR, not the environment, so only the workers of this workload see it.
+"$python" -m pip install --quiet --no-deps --upgrade --target "$dir" "triton==$triton_version"
+
+# 3. The dataset helpers for this interpreter, and the Makefile initialize runs `make` on.
+"$python" -m pip install --quiet --upgrade --target "$dir/.build/pybind11" pybind11
+pybind11_include=$(PYTHONPATH="$dir/.build/pybind11" "$python" -c 'import pybind11; print(pybind11.get_include())')
+python_include=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+datasets="$dir/megatron/core/datasets"
+cat > "$datasets/Makefile" <<EOF
+# Written by tools/install-megatron-cpu.sh: Megatron's initialize runs \`make\` here (the wheel
+# ships no Makefile). The helpers are built at install time, so this finds them up to date.
+OUT := helpers_cpp$ext_suffix
+default: \$(OUT)
+\$(OUT): helpers.cpp
+	\$(CXX) -O3 -Wall -shared -std=c++11 -fPIC -I$pybind11_include -I$python_include \$< -o \$@
+EOF
+rm -f "$datasets"/helpers_cpp*.so
+make --quiet -C "$datasets"
+
+# 4. Python 3.11: megatron/training/models/{gpt,hybrid}.py import typing.override (3.12).
+cat > "$dir/sitecustomize.py" <<'EOF'
+# Written by tools/install-megatron-cpu.sh. Megatron-core 0.19 imports typing.override, new in
+# Python 3.12; on 3.11 the same decorator comes from typing_extensions. Nothing else changes.
+import sys
+import typing
+
+if sys.version_info < (3, 12) and not hasattr(typing, "override"):
+    from typing_extensions import override as _override
+
+    typing.override = _override
+EOF
+
+echo "$want" > "$stamp"
+echo "Megatron for CPU installed in $dir ($want)"
