@@ -501,6 +501,12 @@ def check_later_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
 def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
     cid = "clean_finish"
     if a.is_fault_run and a.injection is not None and not a.restarted:
+        gave_up = [e for e in tl.launcher_events() if isinstance(e, (ev.LauncherFailed, ev.RestartsExhausted))]
+        launch = tl.launch
+        if gave_up or (launch is not None and launch.exit_code not in (None, 0)):
+            shown = [*gave_up[:2], launch.src if launch is not None and launch.exit_code not in (None, 0) else None]
+            return _result(cid, FAIL, "The launcher gave up after the fault without starting replacement workers "
+                                      "(see replacement_cycle): the job ended in failure, not cleanly.", shown)
         return _result(cid, NOT_APPLICABLE, "The job never restarted after the fault (see replacement_cycle), so it "
                                              "could not finish cleanly.")
     problems: list[str] = []

@@ -1807,7 +1807,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="local time minus UTC of the hosts that wrote the logs (default: run.json's utc_offset_s, else 0)",
     )
-    parser.epilog = "Exit status: 0 nothing failed, 1 a root cause was found, 2 RUN_DIR is not a readable directory."
+    parser.epilog = ("Exit status: 0 nothing failed but the fault the harness injected (a run that recovered), "
+                     "1 a root cause was found, 2 RUN_DIR is not a readable directory.")
+
+
+def exit_status(triage: Triage) -> int:
+    """0 when nothing failed, or only the fault the harness injected itself (a recovered run
+    has exactly that failure); 1 when something else broke."""
+    return 1 if triage.failed and not triage.injected else 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -1816,11 +1823,15 @@ def run(args: argparse.Namespace) -> int:
     except DiagnoseInputError as err:
         print(f"nvrx-qual diagnose: {err}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(triage.to_json(), indent=2, default=str))
-    else:
-        print(render_markdown(triage), end="")
-    return 1 if triage.failed else 0
+    status = exit_status(triage)
+    text = json.dumps(triage.to_json(), indent=2, default=str) + "\n" if args.json else render_markdown(triage)
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head` stopped reading: not an error of the triage
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush stays quiet
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -42,10 +42,10 @@ CASES = [
     ("checkpoint saved without optimizer state", Scenario(optimizer_in_checkpoints=False),
      {"optimizer_reload": FAIL}, "holds no optimizer tensors"),
     ("restarts exhausted, NVRx 0.7.0", Scenario(restarts_exhausted=True),
-     {"replacement_cycle": FAIL, "optimizer_reload": NA, "later_checkpoint": NA, "clean_finish": NA},
+     {"replacement_cycle": FAIL, "optimizer_reload": NA, "later_checkpoint": NA, "clean_finish": FAIL},
      "started no replacement workers"),
     ("restarts exhausted, NVRx 0.4.1", Scenario(restarts_exhausted=True, nvrx="0.4.1"),
-     {"replacement_cycle": FAIL, "optimizer_reload": NA, "later_checkpoint": NA, "clean_finish": NA},
+     {"replacement_cycle": FAIL, "optimizer_reload": NA, "later_checkpoint": NA, "clean_finish": FAIL},
      "restarts were exhausted"),
     ("second injection and second failed cycle", Scenario(second_failure_at=17, second_injection=True),
      {"clean_finish": FAIL}, "the fault was injected 2 times; 2 cycles failed (0, 1)"),
@@ -230,3 +230,13 @@ def test_pruned_later_checkpoint_dirs_do_not_contradict_the_log(tmp_path):
     (built.run_dir / "checkpoints" / "iter_0000030" / "metadata.json").unlink()  # there, but never committed
     result = verify_run(built.run_dir).criterion("later_checkpoint")
     assert result.status == FAIL and "the final checkpoint 30" in result.detail
+
+
+@pytest.mark.parametrize("nvrx", ["0.7.0", "0.4.1"])
+def test_launcher_that_gave_up_fails_clean_finish(tmp_path, nvrx):
+    """No replacement and a launcher that gave up: the job ended in failure, so clean_finish
+    fails (it is not merely 'not applicable') and says why."""
+    built = rundirs.build(tmp_path / "run", Scenario(restarts_exhausted=True, nvrx=nvrx))
+    result = verify_run(built.run_dir).criterion("clean_finish")
+    assert result.status == FAIL and "gave up" in result.detail, result
+    assert result.evidence

@@ -773,3 +773,27 @@ def test_python_dash_m_harness_diagnose(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
     assert (doc["category"], doc["rank"], doc["phase"]) == ("oom", 5, "backward")
+
+
+def test_cli_exits_0_when_the_only_failure_is_the_injected_fault(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A recovered run failed exactly once, by design: diagnose names it and exits 0."""
+    sample_run(tmp_path, "nvrx-0.4.1-kill/launcher-console.log", {
+        "fault": "kill", "signal": "SIGKILL", "rank": 1, "local_rank": 1, "cycle": 0, "iteration": 10,
+        "injected_at": "2026-11-29T17:05:47.650Z",
+    })  # fmt: skip
+    assert cli([str(tmp_path)]) == 0
+    assert "injected" in capsys.readouterr().out
+
+
+def test_cli_into_a_closed_pipe_keeps_its_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`nvrx-qual diagnose RUN | head`: the reader went away; no traceback, the status stands."""
+    build_oom_rank5_run(tmp_path)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    closed = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stdout", closed)
+    try:
+        assert cli([str(tmp_path), "--json"]) == 1
+    finally:
+        monkeypatch.undo()
+        closed.close()
