@@ -85,6 +85,9 @@ def _execute_checked(plan: Plan, *, deadline_s: float | None, fail_fast: bool, o
                      base_env: dict[str, str] | None, baseline: Path | None) -> Outcome:
     prepare(plan, dry_run=False)
     watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast)
+    spec = plan.spec
+    watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s); the next line comes when "
+                "the launcher records the workers' start")
     result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
                            watch=watcher, base_env=base_env, on_stop=_step_canceller(plan, base_env))
     verdict = verify_run(plan.layout.root, baseline=baseline)

@@ -73,28 +73,46 @@ def all_evidence_in(tl: ev.Timeline) -> bool:
     return done and any(isinstance(e, ev.LauncherSucceeded) for e in tl.launcher_events())
 
 
+# Recovery order of the progress facts: lines that one poll finds together are printed in
+# this order, whatever order the files revealed them in.
+(_STARTED, _COMMITTED, _INJECTED, _DETECTED, _RESTARTED, _RESTORED, _COMMITTED_AFTER, _DONE,
+ _LAUNCHER_OK) = range(9)
+
+
 @dataclass(frozen=True)
 class Progress:
-    """The few facts a person waiting for the verdict wants to see change."""
+    """The few facts a person waiting for the verdict wants to see change.
 
-    cycle: int | None
+    "Workers started" is the launcher's record of a worker-group start (NVRx >= 0.6
+    `worker_start_completed`, 0.4.1 `joined round N`), the same moment the report's latency
+    split calls "workers started", not the first line of the workers' own log."""
+
+    workers_started: tuple[int, ...]  # cycles whose start the launcher recorded
     iteration: int | None
     train_iters: int | None
     committed: int | None
     injected: str | None
+    injected_after: int | None  # the checkpoint the fault followed (the marker's iteration)
+    failed_cycle: int | None
     failure_detected: bool
     restored: str | None
     done: bool
+    launcher_succeeded: bool = False
 
     @classmethod
     def of(cls, tl: ev.Timeline, a: Analysis) -> "Progress":
         last = tl.starts[-1] if tl.starts else None
         it = last.last_iteration if last else None
         saves = [e.iteration for e in tl.of(ev.SaveCommitted)]
-        injected = None
+        injected = after = None
         if a.injection is not None:
             inj = a.injection
             injected = f"{inj.signal or inj.fault} on rank {inj.rank} after checkpoint {inj.iteration}"
+            after = inj.iteration
+            if after is not None:
+                # The marker is written once the tracker names `after`: that checkpoint is
+                # committed even when Megatron's save line has not reached the log yet.
+                saves.append(after)
         restored = None
         if a.replacement is not None:
             loaded = a.replacement.first(ev.CheckpointLoaded)
@@ -103,27 +121,40 @@ class Progress:
             elif loaded is not None:
                 optim = "with" if a.replacement.first(ev.OptimizerLoaded) is not None else "without"
                 restored = f"loaded checkpoint {loaded.iteration} {optim} optimizer state"
-        return cls(cycle=last.cycle if last else None, iteration=it.iteration if it else None,
+        # NVRx >= 0.6 logs the rendezvous join before `worker_start_completed`, the record the
+        # latency split is timed by: wait for that one (0.4.1 has only the join).
+        started = tuple(c for c, e in sorted(a.workers_started.items())
+                        if tl.launcher_dialect == "0.4.1" or not isinstance(e, ev.RendezvousJoined))
+        return cls(workers_started=started, iteration=it.iteration if it else None,
                    train_iters=it.train_iters if it else None, committed=max(saves) if saves else None,
-                   injected=injected, failure_detected=bool(a.failures), restored=restored,
-                   done=last is not None and last.first(ev.TrainingDone) is not None)
+                   injected=injected, injected_after=after, failed_cycle=a.failed_cycle,
+                   failure_detected=bool(a.failures), restored=restored,
+                   done=last is not None and last.first(ev.TrainingDone) is not None,
+                   launcher_succeeded=any(isinstance(e, ev.LauncherSucceeded) for e in tl.launcher_events()))
 
     def changes(self, before: "Progress | None") -> list[str]:
-        b = before or Progress(None, None, None, None, None, False, None, False)
-        out = []
-        if self.cycle is not None and self.cycle != b.cycle:
-            out.append(f"cycle {self.cycle}: workers started")
+        """The facts that are new since `before`, in recovery order."""
+        b = before or Progress((), None, None, None, None, None, None, False, None, False)
+        out: list[tuple[int, str]] = []
+        for c in self.workers_started:
+            if c not in b.workers_started:
+                replacement = self.failed_cycle is not None and c > self.failed_cycle
+                out.append((_RESTARTED if replacement else _STARTED, f"cycle {c}: workers started (launcher record)"))
         if self.committed is not None and self.committed != b.committed:
-            out.append(f"checkpoint {self.committed} committed (iteration {self.iteration}/{self.train_iters})")
+            after = self.injected_after is not None and self.committed > self.injected_after
+            shown = f" (iteration {self.iteration}/{self.train_iters})" if self.iteration is not None else ""
+            out.append((_COMMITTED_AFTER if after else _COMMITTED, f"checkpoint {self.committed} committed{shown}"))
         if self.injected and self.injected != b.injected:
-            out.append(f"fault injected: {self.injected}")
+            out.append((_INJECTED, f"fault injected: {self.injected}"))
         if self.failure_detected and not b.failure_detected:
-            out.append("the launcher detected the failure")
+            out.append((_DETECTED, "the launcher detected the failure"))
         if self.restored and self.restored != b.restored:
-            out.append(f"replacement workers {self.restored}")
+            out.append((_RESTORED, f"replacement workers {self.restored}"))
         if self.done and not b.done:
-            out.append(f"training done at iteration {self.iteration}/{self.train_iters}")
-        return out
+            out.append((_DONE, f"training done at iteration {self.iteration}/{self.train_iters}"))
+        if self.launcher_succeeded and not b.launcher_succeeded:
+            out.append((_LAUNCHER_OK, "the launcher reported success; waiting for it to exit"))
+        return [text for _, text in sorted(out, key=lambda item: item[0])]
 
 
 class Watcher:
@@ -141,7 +172,8 @@ class Watcher:
         self._evidence_in_at: float | None = None
         self.stop_reason: str | None = None
 
-    def _say(self, text: str) -> None:
+    def say(self, text: str) -> None:
+        """One progress line, stamped with the seconds since the watcher was made."""
         if self._out is not None:
             print(f"  [{self._clock() - self._start:7.1f}s] {text}", file=self._out, flush=True)
 
@@ -153,7 +185,7 @@ class Watcher:
         a = analyze(tl, self._spec.fault)
         progress = Progress.of(tl, a)
         for line in progress.changes(self._progress):
-            self._say(line)
+            self.say(line)
         self._progress = progress
         elapsed = self._clock() - self._start
         reason = None
@@ -168,5 +200,5 @@ class Watcher:
                 reason = f"all evidence is in, but the launcher had not exited {EXIT_GRACE_S:.0f} s after success"
         if reason:
             self.stop_reason = reason
-            self._say(f"stopping the job: {reason}")
+            self.say(f"stopping the job: {reason}")
         return reason

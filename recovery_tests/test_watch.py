@@ -343,17 +343,61 @@ def test_good_run_progress_lines_in_order(tmp_path):
     out = io.StringIO()
     assert watch_lockstep(Watcher(spec_for(tmp_path, s), live, out=out, clock=FakeClock()), source, live, writes) is None
     assert said(out) == [
-        "cycle 0: workers started",
+        "cycle 0: workers started (launcher record)",
         "checkpoint 5 committed (iteration 6/20)",
         "checkpoint 10 committed (iteration 11/20)",
         "fault injected: SIGKILL on rank 1 after checkpoint 10",
         "the launcher detected the failure",
-        "cycle 1: workers started",
+        "cycle 1: workers started (launcher record)",
         "replacement workers loaded checkpoint 10 with optimizer state",
         "checkpoint 15 committed (iteration 16/20)",
         "checkpoint 20 committed (iteration 20/20)",
         "training done at iteration 20/20",
+        "the launcher reported success; waiting for it to exit",
     ]
+
+
+def step_by_step(watcher: Watcher, source: Path, live: Path, writes: list[Write], out: io.StringIO) -> list[list[str]]:
+    """The progress lines each write brought, one poll after every write (single thread)."""
+    seen: list[list[str]] = []
+    for write in writes:
+        apply(write, source, live)
+        before = len(said(out))
+        assert watcher() is None
+        seen.append(said(out)[before:])
+    return seen
+
+
+@pytest.mark.parametrize("nvrx, needle", [("0.7.0", "Cycle: 1 Event: worker_start_completed"),
+                                          ("0.4.1", "has joined round 1")])
+def test_workers_started_is_the_launchers_record(tmp_path, nvrx, needle):
+    """One definition of the moment: the progress line comes with the launcher's record of
+    the start, the same record the report's "workers started" is timed by."""
+    s = scenario(nvrx=nvrx)
+    source, writes = plan_replay(tmp_path, s, split=False)
+    live = new_live(tmp_path)
+    out = io.StringIO()
+    seen = step_by_step(Watcher(spec_for(tmp_path, s), live, out=out, clock=FakeClock()), source, live, writes, out)
+    printed_at = next(i for i, lines in enumerate(seen) if "cycle 1: workers started (launcher record)" in lines)
+    assert printed_at == line_landed_at(writes, "logs/launcher.log", needle)
+
+
+def test_marker_before_the_save_line_still_prints_in_event_order(tmp_path):
+    """The nemesis fires as soon as the tracker names K, often before Megatron's save line
+    for K reaches the log: the commit is still told before the injection, and once."""
+    s = GOOD["kill-0.7.0"]
+    source, writes = plan_replay(tmp_path, s, split=False)
+    marker = next(w for w in writes if w.rel == "fault_injected.json")
+    writes.remove(marker)
+    saved = line_landed_at(writes, "logs/train_cycle_cycle0.log", "successfully saved checkpoint from iteration      10")
+    writes.insert(saved, marker)
+    live = new_live(tmp_path)
+    out = io.StringIO()
+    step_by_step(Watcher(spec_for(tmp_path, s), live, out=out, clock=FakeClock()), source, live, writes, out)
+    lines = said(out)
+    committed = [i for i, line in enumerate(lines) if line.startswith("checkpoint 10 committed")]
+    assert len(committed) == 1, lines
+    assert committed[0] < lines.index("fault injected: SIGKILL on rank 1 after checkpoint 10"), lines
 
 
 def test_good_run_stopped_only_after_the_exit_grace_once_all_evidence_is_in(tmp_path):
@@ -435,7 +479,7 @@ def test_good_run_growing_concurrently_is_never_stopped(tmp_path):
     out = io.StringIO()
     watcher = Watcher(spec_for(tmp_path, s), live, out=out, clock=FakeClock())
     assert watch_free_running(watcher, source, live, writes, pace_s=0.0005) == []
-    assert said(out)[-1] == "training done at iteration 20/20"
+    assert said(out)[-2:] == ["training done at iteration 20/20", "the launcher reported success; waiting for it to exit"]
 
 
 def test_doomed_run_growing_concurrently_is_not_stopped_before_the_deciding_line(tmp_path):
@@ -454,35 +498,41 @@ def test_doomed_run_growing_concurrently_is_not_stopped_before_the_deciding_line
 
 
 def progress(**kwargs) -> Progress:
-    base = dict(cycle=None, iteration=None, train_iters=None, committed=None, injected=None,
-                failure_detected=False, restored=None, done=False)
+    base = dict(workers_started=(), iteration=None, train_iters=None, committed=None, injected=None,
+                injected_after=None, failed_cycle=None, failure_detected=False, restored=None, done=False)
     return Progress(**{**base, **kwargs})
 
 
 def test_progress_changes_from_nothing():
     assert progress().changes(None) == []
-    assert progress(cycle=0, iteration=3, train_iters=20).changes(None) == ["cycle 0: workers started"]
+    assert progress(workers_started=(0,), iteration=3, train_iters=20).changes(None) == [
+        "cycle 0: workers started (launcher record)"]
 
 
-def test_progress_changes_name_every_new_fact_once_in_order():
-    before = progress(cycle=0, iteration=11, train_iters=20, committed=5)
-    after = progress(cycle=1, iteration=12, train_iters=20, committed=10,
-                     injected="SIGKILL on rank 1 after checkpoint 10", failure_detected=True,
-                     restored="loaded checkpoint 10 with optimizer state", done=True)
+def test_progress_changes_name_every_new_fact_once_in_recovery_order():
+    """Facts one poll finds together are told in the order they happened, not in the order
+    the files revealed them."""
+    before = progress(workers_started=(0,), iteration=11, train_iters=20, committed=5)
+    after = progress(workers_started=(0, 1), iteration=12, train_iters=20, committed=10,
+                     injected="SIGKILL on rank 1 after checkpoint 10", injected_after=10, failed_cycle=0,
+                     failure_detected=True, restored="loaded checkpoint 10 with optimizer state", done=True,
+                     launcher_succeeded=True)
     assert after.changes(before) == [
-        "cycle 1: workers started",
         "checkpoint 10 committed (iteration 12/20)",
         "fault injected: SIGKILL on rank 1 after checkpoint 10",
         "the launcher detected the failure",
+        "cycle 1: workers started (launcher record)",
         "replacement workers loaded checkpoint 10 with optimizer state",
         "training done at iteration 12/20",
+        "the launcher reported success; waiting for it to exit",
     ]
     assert after.changes(after) == []
 
 
 def test_progress_changes_ignore_facts_that_went_away_and_new_iterations():
-    before = progress(cycle=1, iteration=12, train_iters=20, committed=10, failure_detected=True, done=True)
-    assert progress(cycle=1, iteration=15, train_iters=20, committed=10).changes(before) == []
+    before = progress(workers_started=(0, 1), iteration=12, train_iters=20, committed=10, failure_detected=True,
+                      done=True)
+    assert progress(workers_started=(0, 1), iteration=15, train_iters=20, committed=10).changes(before) == []
 
 
 @pytest.mark.parametrize("kwargs, restored", [
@@ -496,5 +546,5 @@ def test_progress_of_names_how_the_replacement_restored(kwargs, restored, tmp_pa
     tl = HistoryReader(run_dir, inspect_checkpoints=False).poll()
     p = Progress.of(tl, analyze(tl, s.fault))
     assert p.restored == restored
-    assert (p.cycle, p.failure_detected, p.injected) == (1, True, "SIGKILL on rank 1 after checkpoint 10")
+    assert (p.workers_started, p.failure_detected, p.injected) == ((0, 1), True, "SIGKILL on rank 1 after checkpoint 10")
     assert (certain_failure(tl, analyze(tl, s.fault)) is None) == (not kwargs)
