@@ -593,3 +593,14 @@ def evaluate(tl: Timeline, a: Analysis) -> tuple[CriterionResult, ...]:
 
 def qualified(results: Sequence[CriterionResult]) -> bool:
     return bool(results) and all(r.status in (PASS, NOT_APPLICABLE) for r in results)
+
+
+BASELINE_NOTE = "fault none: an uninterrupted baseline run; no recovery was exercised"
+
+
+def headline(is_qualified: bool, fault: str) -> str:
+    """The verdict in words. A run without a fault qualifies only as a baseline: it proves
+    the job runs and finishes, not that it recovers."""
+    if not is_qualified:
+        return "NOT QUALIFIED"
+    return f"BASELINE QUALIFIED ({BASELINE_NOTE})" if fault == "none" else "QUALIFIED"

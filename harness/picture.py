@@ -22,7 +22,7 @@ from typing import Sequence
 
 from harness import atomic
 from harness import events as ev
-from harness.criteria import NOT_APPLICABLE, PASS, Analysis, CriterionResult
+from harness.criteria import NOT_APPLICABLE, PASS, Analysis, CriterionResult, headline
 from harness.events import ProgressPoint, Timeline, iso_utc
 from harness.metrics import Metrics
 
@@ -170,7 +170,7 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
     segments = tuple(Segment(name, stamps[a], stamps[b]) for name, a, b in _PHASES  # type: ignore[arg-type]
                      if stamps[a] is not None and stamps[b] is not None)
 
-    verdict = "QUALIFIED" if qualified else "NOT QUALIFIED"
+    verdict = headline(qualified, analysis.fault)
     inj = analysis.injection
     if inj is not None:
         fault = f"{inj.fault} ({inj.signal or '?'}) on rank {inj.rank if inj.rank is not None else '?'} " \

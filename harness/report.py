@@ -16,7 +16,7 @@ from typing import Sequence
 
 from harness import atomic
 from harness import picture as picturemod
-from harness.criteria import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CriterionResult
+from harness.criteria import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CriterionResult, headline
 from harness.events import iso_utc
 from harness.metrics import Metrics
 
@@ -80,7 +80,7 @@ def render_report(verdict: Verdict, extra_sections: Sequence[str] = (), picture:
     """report.md; `picture` is the timeline image's path relative to the report (embedded
     when given), `picture_note` says why there is none."""
     m = verdict.metrics
-    head = "QUALIFIED" if verdict.qualified else "NOT QUALIFIED"
+    head = headline(verdict.qualified, verdict.fault)
     out = [f"# Recovery verdict: {head}", ""]
     out.append(f"- Run directory: `{verdict.run_dir}`")
     out.append(f"- Fault: **{verdict.fault}** ({verdict.fault_how})")

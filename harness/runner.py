@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Mapping, TextIO
 
 from harness import diagnose, discovery, launch, nvrx, slurm
+from harness.criteria import headline
 from harness.plan import Plan
 from harness.prepare import prepare
 from harness.report import Verdict, write_outputs
@@ -126,7 +127,7 @@ def summary(outcome: Outcome) -> str:
         lines.append(f"triage: {outcome.triage.summary}")
     if outcome.picture_problem:
         lines.append(f"timeline.png not drawn: {outcome.picture_problem}")
-    verdict = "QUALIFIED" if v.qualified else "NOT QUALIFIED"
+    verdict = headline(v.qualified, v.fault)
     lines.append(f"{verdict}: {outcome.plan.spec.workload} workload, fault {v.fault}; report: "
                  f"{outcome.run_dir / 'report.md'}")
     if outcome.plan.spec.workload == "reference":

@@ -15,6 +15,7 @@ watcher polling a live run with harness.history.HistoryReader).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from datetime import datetime, timezone
@@ -117,6 +118,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "restored checkpoint equals its (loss_continuity; needs deterministic training)")
     parser.add_argument("--no-write", action="store_true",
                         help="do not write timeline.png, verdict.json and report.md into the run directory")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a stored verdict.json that was judged for another fault (without it, verify "
+                             "refuses to change the fault a run was judged for)")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
 
 
@@ -132,8 +136,42 @@ def _summary(verdict: Verdict) -> str:
         lines.append(f"  failure -> first committed step {s(m.failure_to_first_step_s)} (detection {s(m.detection_s)}, "
                      f"restart {s(m.restart_s)}, restore {s(m.restore_s)}, first step {s(m.first_step_s)}); "
                      f"lost iterations {m.lost_iterations if m.lost_iterations is not None else '?'}")
-    lines.append("QUALIFIED" if verdict.qualified else "NOT QUALIFIED")
+    lines.append(criteria.headline(verdict.qualified, verdict.fault))
     return "\n".join(lines)
+
+
+def stored_verdict(run_dir: Path) -> dict | None:
+    """The verdict.json already in the run directory (a regular file, not a link), or None."""
+    path = run_dir / "verdict.json"
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 16 << 20:
+            return None
+        doc = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _stored_fault_conflict(run_dir: Path, verdict: Verdict) -> str | None:
+    """Why writing this verdict would silently change the fault the run was judged for."""
+    stored = stored_verdict(run_dir)
+    fault = stored.get("fault") if stored else None
+    if not isinstance(fault, str) or fault == verdict.fault:
+        return None
+    return (f"{run_dir / 'verdict.json'} records the run judged for fault {fault}; this verification is for fault "
+            f"{verdict.fault} ({verdict.fault_how}): pass --force to replace it, or --no-write (or --json PATH with "
+            "--no-write) to judge without changing the stored verdict")
+
+
+def _what_was_written(paths: Sequence[Path], run_dir: Path, before: dict | None) -> str:
+    names = [str(p.relative_to(run_dir)) if p.is_relative_to(run_dir) else str(p) for p in paths]
+    if not names:
+        return ""
+    text = f"nvrx-qual verify: wrote {', '.join(names)} in {run_dir}"
+    if before is not None and any(p.name == "verdict.json" and p.parent == run_dir for p in paths):
+        earlier = "QUALIFIED" if before.get("qualified") is True else "NOT QUALIFIED"
+        text += f" (replacing the earlier verdict.json: {earlier}, fault {before.get('fault', '?')})"
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,16 +182,27 @@ def run(args: argparse.Namespace) -> int:
         print(f"nvrx-qual verify: error: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
     quiet = getattr(args, "quiet", False)
+    before = None if args.no_write else stored_verdict(run_dir)
+    if not args.no_write and not getattr(args, "force", False):
+        conflict = _stored_fault_conflict(run_dir, verdict)
+        if conflict:
+            print(f"nvrx-qual verify: error: {conflict}", file=sys.stderr)
+            return EXIT_UNREADABLE
+    written_note = None
     try:
         _found, sections = triage(verdict)
         written = write_outputs(verdict, None if args.no_write else run_dir, args.json_path, sections)
+        written_note = _what_was_written(written.paths, run_dir, before)
         if written.picture_problem and not quiet:
             print(f"nvrx-qual verify: note: timeline.png not drawn: {written.picture_problem}", file=sys.stderr)
     except OSError as exc:
         print(f"nvrx-qual verify: warning: could not write the verdict ({exc}); pass --no-write for a read-only "
               "run directory, or --json PATH", file=sys.stderr)
-    if not quiet and args.json_path != "-":
-        print(_summary(verdict))
+    if not quiet:
+        if written_note:
+            print(written_note, file=sys.stdout if args.json_path != "-" else sys.stderr)
+        if args.json_path != "-":
+            print(_summary(verdict))
     return verdict.exit_status
 
 

@@ -148,3 +148,37 @@ def test_python_dash_m_harness_verify(good_run):
                           timeout_s=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["qualified"] is True
+
+
+def test_verify_says_what_it_wrote_and_what_it_replaced(good_run, capsys):
+    assert _cli([str(good_run)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("nvrx-qual verify: wrote ") and "verdict.json" in first and "report.md" in first
+    assert "replacing" not in first
+    assert _cli([str(good_run)]) == 0
+    again = capsys.readouterr().out.splitlines()[0]
+    assert "replacing the earlier verdict.json: QUALIFIED, fault kill" in again
+
+
+def test_verify_refuses_to_change_a_stored_fault_without_force(good_run, capsys):
+    assert _cli([str(good_run)]) == 0
+    stored = (good_run / "verdict.json").read_bytes()
+    capsys.readouterr()
+    assert _cli([str(good_run), "--fault", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "records the run judged for fault kill" in err and "--force" in err
+    assert (good_run / "verdict.json").read_bytes() == stored  # unchanged
+    assert _cli([str(good_run), "--fault", "none", "--no-write"]) == 1  # judging without writing is fine
+    assert (good_run / "verdict.json").read_bytes() == stored
+    assert _cli([str(good_run), "--fault", "none", "--force"]) == 1
+    assert json.loads((good_run / "verdict.json").read_text())["fault"] == "none"
+
+
+def test_fault_none_run_is_a_baseline_verdict(tmp_path, capsys):
+    """No fault qualifies only as a baseline: exit 0, and the words say no recovery was exercised."""
+    run = rundirs.build(tmp_path / "none", Scenario(fault="none")).run_dir
+    assert _cli([str(run)]) == 0
+    last = capsys.readouterr().out.rstrip().splitlines()[-1]
+    assert last.startswith("BASELINE QUALIFIED") and "no recovery was exercised" in last
+    assert (run / "report.md").read_text().startswith("# Recovery verdict: BASELINE QUALIFIED")
+    assert json.loads((run / "verdict.json").read_text())["qualified"] is True  # the contract stays
