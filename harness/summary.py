@@ -123,13 +123,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = ("One Markdown summary over several run directories: a row per run (verdict, what did not "
                           "hold, its timeline picture) and per scenario (workload, fault, NVRx version) the pass rate "
                           "of every criterion and p50 / p95 / max of every latency. Reads verdict.json, else verifies "
-                          "the run read-only. Exit status: 0 all qualified, 1 some run did not, 2 a path is not a "
-                          "readable run directory.")
+                          "the run read-only. A directory without a launched run (a dry run's, an empty one) is "
+                          "skipped with a note. Exit status: 0 all qualified, 1 some run did not, 2 a path is not a "
+                          "readable directory, or no run was given.")
     parser.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="run directories ($NVRX_WORK_DIR/runs/<run-id>)")
     parser.add_argument("--output", metavar="FILE.md",
                         help="write the Markdown to this new file instead of standard output (never overwritten)")
     parser.add_argument("--json", metavar="PATH", dest="json_path",
                         help="also write the statistics as JSON to this new file (never overwritten)")
+
+
+def _note(message: str) -> None:
+    print(f"nvrx-qual report: note: {message}", file=sys.stderr)
+
+
+def _is_browsable_dir(path: Path) -> bool:
+    """A directory we may list: one that holds no launched run is skipped, not an error."""
+    return path.is_dir() and os.access(path, os.R_OK | os.X_OK)
 
 
 def _error(message: str) -> None:
@@ -155,14 +165,22 @@ def run(args: argparse.Namespace) -> int:
         for p in problems:
             _error(p)
         return EXIT_REFUSED
-    records, unreadable = [], 0
+    records, unreadable, skipped = [], 0, 0
     for run_dir in _distinct(args.run_dirs):
         try:
-            records.append(load_run(run_dir, warn=lambda m: print(f"nvrx-qual report: note: {m}", file=sys.stderr)))
+            records.append(load_run(run_dir, warn=_note))
         except RunDirError as exc:
-            _error(str(exc))
-            unreadable += 1
+            if _is_browsable_dir(run_dir):  # a directory, but no launched run (plan-only, empty, ...)
+                _note(f"skipped: {exc}")
+                skipped += 1
+            else:
+                _error(str(exc))
+                unreadable += 1
     if unreadable:
+        return EXIT_REFUSED
+    if not records:
+        _error(f"no launched run among the {skipped} director{'y' if skipped == 1 else 'ies'} given: give the "
+               "run directories of launched runs ($NVRX_WORK_DIR/runs/<run-id>)")
         return EXIT_REFUSED
     groups = group_runs(records)
     return _emit(groups, records, args.output, args.json_path)

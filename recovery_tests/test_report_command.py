@@ -142,13 +142,10 @@ def test_existing_json_and_missing_directory_are_refused(runs, tmp_path, capsys)
     assert existing.read_text() == "{}" and not (tmp_path / "nope").exists()
 
 
-@pytest.mark.parametrize(("name", "why"), [("missing", "does not exist"), ("empty", "holds nothing"),
-                                           ("a-file", "is not a directory")])
+@pytest.mark.parametrize(("name", "why"), [("missing", "does not exist"), ("a-file", "is not a directory")])
 def test_unreadable_run_dir_exits_2_naming_it(runs, tmp_path, capsys, name, why):
     target = tmp_path / name
-    if name == "empty":
-        target.mkdir()
-    elif name == "a-file":
+    if name == "a-file":
         target.write_text("x")
     status, out, err = report(capsys, runs / "kill-ok", target)
     assert status == 2 and out == ""
@@ -158,3 +155,21 @@ def test_unreadable_run_dir_exits_2_naming_it(runs, tmp_path, capsys, name, why)
 def test_the_same_run_named_twice_counts_once(runs, capsys):
     status, out, _ = report(capsys, runs / "kill-ok", runs / "kill-ok" / ".", runs / "kill-ok")
     assert status == 0 and "1 of 1 runs qualified." in out
+
+
+def test_directories_without_a_launched_run_are_skipped_with_a_note(runs, capsys):
+    """`nvrx-qual report runs/*` over a work dir that also holds a dry run and an empty directory."""
+    (runs / "plan-only").mkdir()
+    (runs / "plan-only" / "run.json").write_text(json.dumps({"dry_run": True}))
+    (runs / "empty").mkdir()
+    status, out, err = report(capsys, runs / "kill-ok", runs / "plan-only", runs / "empty")
+    assert status == 0 and "1 of 1 runs qualified." in out
+    assert f"note: skipped: {runs / 'plan-only'} holds only run.json" in err
+    assert f"note: skipped: {runs / 'empty'} holds nothing" in err
+
+
+def test_only_directories_without_a_launched_run_is_refused(runs, capsys):
+    (runs / "plan-only").mkdir()
+    (runs / "plan-only" / "run.json").write_text(json.dumps({"dry_run": True}))
+    status, out, err = report(capsys, runs / "plan-only")
+    assert status == 2 and out == "" and "no launched run among the 1 directory given" in err
