@@ -60,10 +60,24 @@ class RunRecord:
     nvrx_version: str | None = None
     workload: str | None = None
     stopped_early: str | None = None
+    # False for a negative scenario: a run that breaks the recovery on purpose, which the
+    # suite must catch (expectation.json in the run directory, written by the pytest fixtures)
+    expected_qualified: bool = True
 
     @property
     def run_id(self) -> str:
         return Path(self.run_dir).name or self.run_dir
+
+    @property
+    def as_expected(self) -> bool:
+        return self.qualified == self.expected_qualified
+
+    @property
+    def verdict_cell(self) -> str:
+        """The verdict as the summaries show it, with the expectation when it is negative."""
+        if self.expected_qualified:
+            return "✅ qualified" if self.qualified else "❌ not qualified"
+        return "⚠️ qualified, but expected to be caught" if self.qualified else "✅ not qualified, as expected"
 
     @classmethod
     def from_verdict_json(cls, doc: Mapping, *, run_dir: str | os.PathLike | None = None,
@@ -99,7 +113,7 @@ class RunRecord:
         return {"run_dir": self.run_dir, "run_id": self.run_id, "workload": self.workload, "fault": self.fault,
                 "nvrx_version": self.nvrx_version, "qualified": self.qualified,
                 "did_not_hold": [asdict(c) for c in self.failed], "metrics": dict(self.metrics),
-                "stopped_early": self.stopped_early}
+                "stopped_early": self.stopped_early, "expected_qualified": self.expected_qualified}
 
 
 def _number(value: object) -> float | None:
@@ -191,6 +205,24 @@ class RepeatStats:
         return bool(self.runs) and self.qualified_runs == len(self.runs)
 
     @property
+    def expected_negative(self) -> bool:
+        """Every run of this scenario was meant not to qualify (the suite must catch it)."""
+        return bool(self.runs) and not any(r.expected_qualified for r in self.runs)
+
+    @property
+    def as_expected(self) -> bool:
+        return bool(self.runs) and all(r.as_expected for r in self.runs)
+
+    def qualified_sentence(self) -> str:
+        n = len(self.runs)
+        text = f"{self.qualified_runs} of {n} run{'s' if n != 1 else ''} qualified"
+        if not self.expected_negative:
+            return text + "."
+        if self.as_expected:
+            return text + ", as expected: this scenario breaks the recovery on purpose and every run was caught."
+        return text + " although this scenario breaks the recovery on purpose: the suite did not catch it."
+
+    @property
     def failures(self) -> tuple[RunFailure, ...]:
         """Run by run, in the criteria's order: what did not hold where (the criteria's own
         failure lists, regrouped; the sort is stable, so each run keeps the criteria's order)."""
@@ -215,6 +247,8 @@ class RepeatStats:
             "run_count": len(self.runs),
             "qualified_runs": self.qualified_runs,
             "all_qualified": self.all_qualified,
+            "expected_negative": self.expected_negative,
+            "as_expected": self.as_expected,
             "runs": [r.to_json() for r in self.runs],
             "criteria": [c.to_json() for c in self.criteria],
             "metrics": {m.name: m.to_json() for m in self.metrics},
@@ -306,9 +340,7 @@ def _link(target: str) -> str:
 
 def render_group(stats: RepeatStats, heading: str = "##") -> str:
     """One scenario's statistics: pass rate per criterion, latency percentiles, failing runs."""
-    n = len(stats.runs)
-    out = [f"{heading} {stats.label}", "",
-           f"{stats.qualified_runs} of {n} run{'s' if n != 1 else ''} qualified.", "",
+    out = [f"{heading} {stats.label}", "", stats.qualified_sentence(), "",
            "| criterion | held | pass | not applicable | fail | unknown | not checked |", "|---|---|---|---|---|---|---|"]
     for c in stats.criteria:
         out.append(f"| `{c.id}` | {_held(c)} | {c.passed} | {c.not_applicable} | {c.failed} | {c.unknown} | "
@@ -318,7 +350,7 @@ def render_group(stats: RepeatStats, heading: str = "##") -> str:
         out.append(f"| {METRIC_LABELS[m.name]} | {m.n}/{m.n + m.missing} | {format_value(m.name, m.p50)} | "
                    f"{format_value(m.name, m.p95)} | {format_value(m.name, m.max)} |")
     if stats.failures:
-        out += ["", "Failing runs:", ""]
+        out += ["", "Failing runs (caught, as expected):" if stats.expected_negative else "Failing runs:", ""]
         out += [f"- `{f.run_id}`: `{f.criterion}` {f.status}: {_cell(f.detail)} (`{f.run_dir}`)"
                 for f in stats.failures]
     unexplained = [r for r in stats.runs if not r.qualified and not r.failed]
@@ -338,7 +370,13 @@ def render_markdown(groups: Sequence[RepeatStats], title: str, links: Mapping[st
     `links` maps a run directory to the path to show for its timeline picture."""
     runs = [r for g in groups for r in g.runs]
     qualified = sum(r.qualified for r in runs)
-    out = [f"# {title}", "", f"{qualified} of {len(runs)} runs qualified.", ""]
+    negative = [r for r in runs if not r.expected_qualified]
+    head = f"{qualified} of {len(runs)} runs qualified."
+    if negative:
+        caught = sum(not r.qualified for r in negative)
+        head += (f" {len(negative)} of them broke the recovery on purpose (expected not to qualify); "
+                 f"{caught} of those were caught.")
+    out = [f"# {title}", "", head, ""]
     out += [f"> {note}" for note in notes]
     if notes:
         out.append("")
@@ -351,7 +389,7 @@ def render_markdown(groups: Sequence[RepeatStats], title: str, links: Mapping[st
             failed = ", ".join(f"`{c.id}` {c.status}" for c in r.failed) or "—"
             picture = (links or {}).get(r.run_dir)
             shown = f"[timeline.png]({_link(picture)})" if picture else "—"
-            verdict = "✅ qualified" if r.qualified else "❌ not qualified"
+            verdict = r.verdict_cell
             out.append(f"| {i} | `{r.run_id}` | {_cell(g.label)} | {verdict} | {failed} | "
                        f"{_num(r.metric(HEADLINE))} | {shown} |")
     out.append("")
@@ -368,7 +406,7 @@ def render_text(stats: RepeatStats, width: int = 160) -> list[str]:
     m = stats.metric(HEADLINE)
     latency = (f"failure → first step p50 {_num(m.p50)} s, p95 {_num(m.p95)} s, max {_num(m.max)} s"
                if m.n else "failure → first step not measured")
-    lines = [f"{stats.label}: {stats.qualified_runs} of {len(stats.runs)} runs qualified; {latency}"]
+    lines = [f"{stats.label}: {stats.qualified_sentence().rstrip('.')}; {latency}"]
     for f in stats.failures:
         line = f"  {f.run_id}: {f.criterion} {f.status}: {f.detail}"
         lines.append(line if len(line) <= width else line[: width - 1] + "…")

@@ -31,15 +31,35 @@ EXIT_QUALIFIED, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
 TITLE = "Recovery qualification summary"
 
 
+EXPECTATION_FILE = "expectation.json"  # {"qualified": false, "why": "..."}: a negative scenario of the suite
+EXPECTED_NEGATIVE = "expected not to qualify"
+
+
 @dataclass(frozen=True)
 class ScenarioKey:
     workload: str | None
     fault: str
     nvrx_version: str | None
+    expected_qualified: bool = True
 
 
-def scenario_label(workload: str | None, fault: str, nvrx_version: str | None) -> str:
-    return f"{workload or 'unknown'} workload, fault {fault}, NVRx {nvrx_version or 'unknown'}"
+def scenario_label(workload: str | None, fault: str, nvrx_version: str | None, expected_qualified: bool = True) -> str:
+    label = f"{workload or 'unknown'} workload, fault {fault}, NVRx {nvrx_version or 'unknown'}"
+    return label if expected_qualified else f"{label} ({EXPECTED_NEGATIVE})"
+
+
+def expectation_record(why: str) -> str:
+    """expectation.json of a run that breaks the recovery on purpose (the suite must catch it)."""
+    return json.dumps({"qualified": False, "why": why}, indent=2) + "\n"
+
+
+def _expected_qualified(run_dir: Path) -> bool:
+    """False only when the run directory says it was meant to fail (expectation.json)."""
+    path = run_dir / EXPECTATION_FILE
+    if path.is_symlink() or not path.is_file():
+        return True
+    doc, _ = _read_json(path)
+    return not (doc is not None and doc.get("qualified") is False)
 
 
 def _read_json(path: Path) -> tuple[dict | None, str | None]:
@@ -72,6 +92,7 @@ def load_run(run_dir: Path, warn: Callable[[str], None] | None = None) -> RunRec
     workload = spec.get("workload") if isinstance(spec, dict) else None
     record = RunRecord.from_verdict_json(doc, run_dir=run_dir.absolute(), workload=str(workload) if workload else None,
                                          stopped_early=_stopped(launch_json))
+    record = replace(record, expected_qualified=_expected_qualified(run_dir))
     version = (run_json or {}).get("nvrx_version")
     if version and not record.nvrx_version:  # a verdict.json without its launcher section
         record = replace(record, nvrx_version=str(version))
@@ -87,8 +108,9 @@ def group_runs(records: Iterable[RunRecord]) -> list[RepeatStats]:
     """One RepeatStats per scenario, in order of first appearance."""
     groups: dict[ScenarioKey, list[RunRecord]] = {}
     for r in records:
-        groups.setdefault(ScenarioKey(r.workload, r.fault, r.nvrx_version), []).append(r)
-    return [stats.summarize(scenario_label(k.workload, k.fault, k.nvrx_version), runs) for k, runs in groups.items()]
+        groups.setdefault(ScenarioKey(r.workload, r.fault, r.nvrx_version, r.expected_qualified), []).append(r)
+    return [stats.summarize(scenario_label(k.workload, k.fault, k.nvrx_version, k.expected_qualified), runs)
+            for k, runs in groups.items()]
 
 
 def timeline_links(records: Iterable[RunRecord], relative_to: Path) -> dict[str, str]:

@@ -30,7 +30,7 @@ def synthetic_launch(monkeypatch, work_dir):
     which baseline each run was compared with."""
     def execute(plan, *, deadline_s=None, fail_fast=True, out=None, base_env=None, baseline=None):
         root = plan.layout.root
-        broken = "-r2-" in plan.spec.run_id
+        broken = "-r2-" in plan.spec.run_id or "--no-load-optim" in plan.spec.extra_args
         rundirs.build(root, rundirs.Scenario(fault=plan.spec.fault, no_load_optim=broken))
         with open(work_dir / "launches.jsonl", "a") as f:
             f.write(json.dumps({"run_id": plan.spec.run_id, "baseline": baseline and baseline.name}) + "\\n")
@@ -138,3 +138,40 @@ def test_repeat_0_is_a_usage_error(inner):
     result = inner.runpytest_inprocess("--repeat", "0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--repeat 0 must be 1 or more*"])
+
+
+NEGATIVE_TESTS = '''
+from fixtures.runs import Scenario
+from harness.nvrx import NvrxTarget, installed_version
+
+TARGET = NvrxTarget(installed_version())
+NEGATIVE = Scenario("kill", TARGET, name="no-load-optim", workload_args=("--no-load-optim",), expect_qualified=False)
+
+
+def test_no_load_optim_is_caught(scenarios):
+    assert not scenarios.outcome(NEGATIVE).verdict.qualified
+'''
+
+
+def test_expected_negative_is_labelled_as_expected_in_the_summary_and_in_report(pytester, capsys):
+    """A scenario that breaks the recovery on purpose reads "caught, as expected" (not "0 of 1
+    qualified" in red) at the session's end, in summary.json and in `nvrx-qual report`."""
+    from harness import cli
+
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_negative=NEGATIVE_TESTS)
+    work = pytester.path / "work"
+    result = pytester.runpytest_inprocess("--work-dir", str(work))
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*nvrx-qual scenarios*",
+                                 "no-load-optim (expected not to qualify): 0 of 1 run qualified, as expected: *"])
+    [path] = summaries(work)
+    [scenario] = json.loads(path.read_text())["scenarios"]
+    assert (scenario["expected_negative"], scenario["as_expected"]) == (True, True)
+    [run_dir] = [p for p in (work / "runs").iterdir() if p.name.startswith("no-load-optim")]
+    assert json.loads((run_dir / "expectation.json").read_text())["qualified"] is False
+    capsys.readouterr()
+    assert cli.main(["report", str(run_dir)]) == 1  # the exit status still says what qualified
+    out = capsys.readouterr().out
+    assert "✅ not qualified, as expected" in out and "(expected not to qualify)" in out
+    assert "1 of them broke the recovery on purpose (expected not to qualify); 1 of those were caught." in out
