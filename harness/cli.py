@@ -140,6 +140,51 @@ def cmd_sbatch(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
     return EXIT_QUALIFIED
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in --help, unless its help already says it or there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("default" in text or not action.option_strings or action.default in (None, False)
+                or action.default is argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, tuple) and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+        return ",".join(f"{k}:{v:g}" if isinstance(v, float) else f"{k}:{v}" for k, v in value)
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def knob_defaults(field: str) -> str | None:
+    """What a RunSpec flag defaults to when neither it nor its environment name is given, per
+    workload where they differ; None when there is no fixed default (detected, generated)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(RunSpec)}
+    if field == "workload":
+        return "megatron"
+    base = defaults.get(field, dataclasses.MISSING)
+    if base is dataclasses.MISSING or base is None or field == "python":
+        return None
+    by_workload = {w: d.get(field, base) for w, d in specmod.DEFAULTS.items()}
+    if len({_shown(v) for v in by_workload.values()}) == 1:
+        return _shown(base)
+    return ", ".join(f"{w} {_shown(v)}" for w, v in by_workload.items())
+
+
+def _with_knob_defaults(parser: argparse.ArgumentParser) -> None:
+    """The RunSpec flags default to None (so the environment can fill them): show the real default."""
+    for action in parser._actions:
+        knob = specmod.KNOBS_BY_FIELD.get(action.dest)
+        shown = knob_defaults(action.dest) if knob is not None else None
+        if shown is not None and "default" not in (action.help or ""):
+            action.help = f"{action.help} (default: {shown})"
+
+
 def _delegate(module: str) -> tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]:
     import importlib
 
@@ -152,22 +197,25 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nvrx-qual",
         description="Prove, with evidence, that a Megatron GPT job under NVRx ft_launcher recovers from a "
                     "dead or hung rank.",
-        epilog="Exit status: 0 qualified, 1 a criterion failed, 2 input refused before launch.")
+        epilog="Exit status: 0 qualified, 1 a criterion failed, 2 input refused before launch.",
+        formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--version", action="version", version=f"nvrx-qual {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p_plan = sub.add_parser("plan", help="validate, create the run directory, print the exact commands (dry run)",
+    p_plan = sub.add_parser("plan", formatter_class=DefaultsHelpFormatter, help="validate, create the run directory, print the exact commands (dry run)",
                             description="Dry run: validates, creates the run's artifact directories, writes "
                                         "run.json and prints the exact commands. Allocates nothing. "
                                         "Workload arguments follow `--`.")
     specmod.add_arguments(p_plan)
+    _with_knob_defaults(p_plan)
     p_plan.set_defaults(handler=cmd_plan)
 
-    p_run = sub.add_parser("run", help="plan, launch, watch and verify one scenario",
+    p_run = sub.add_parser("run", formatter_class=DefaultsHelpFormatter, help="plan, launch, watch and verify one scenario",
                            description="Plans, launches, watches and verifies one scenario (N times with "
                                        "--repeat N); arguments after `--` are appended to the workload's command "
                                        "line (e.g. -- --no-load-optim). NVRX_DRY_RUN=1 makes it a dry run.")
     specmod.add_arguments(p_run)
+    _with_knob_defaults(p_run)
     p_run.add_argument("--quiet", action="store_true", help="no progress lines while the job runs")
     p_run.add_argument("--deadline", type=float, default=None,
                        help="seconds before the whole job is stopped (default: derived from the section timeouts)")
@@ -177,10 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "WORK_DIR/repeats/<run-id>/summary.{json,md} (default 1: one plain run)")
     p_run.set_defaults(handler=cmd_run)
 
-    p_sb = sub.add_parser("sbatch", help="render a complete sbatch script for this run",
+    p_sb = sub.add_parser("sbatch", formatter_class=DefaultsHelpFormatter, help="render a complete sbatch script for this run",
                           description="Validates, creates the run directory and renders an sbatch script in the "
                                       "Slurm guide's shape; written to RUN_DIR/sbatch.sh and printed.")
     specmod.add_arguments(p_sb)
+    _with_knob_defaults(p_sb)
     slurm = p_sb.add_argument_group("Slurm")
     slurm.add_argument("--account")
     slurm.add_argument("--partition")
@@ -196,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
                                ("diagnose", "harness.diagnose", "find the root cause of a failed run across ranks"),
                                ("report", "harness.summary", "one Markdown summary over several run directories")):
         add, run = _delegate(module)
-        p_sub = sub.add_parser(name, help=text)
+        p_sub = sub.add_parser(name, help=text, formatter_class=DefaultsHelpFormatter)
         add(p_sub)
         p_sub.set_defaults(handler=lambda a, _extra, _run=run: _run(a))
     return parser
