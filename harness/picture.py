@@ -92,6 +92,8 @@ class TimelinePicture:
     moments: tuple[Moment, ...]  # in recovery order, only those with a timestamp
     segments: tuple[Segment, ...]  # the latency split, only the measured phases
     recovery_s: float | None  # failure -> first committed step
+    qualified: bool = True  # False: the recovery is drawn as failed, not shaded like a good one
+    did_not_hold: tuple[str, ...] = ()
 
     def _times(self) -> list[float]:
         return [p.t for c in self.curves for p in c.points] + [m.t for m in (*self.moments, *self.cycle_marks)]
@@ -188,6 +190,7 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
         title=title, subtitle=" · ".join(p for p in parts if p), curves=tuple(curves), checkpoints=tuple(shown),
         checkpoints_committed=len(marks), cycle_marks=tuple(sorted(cycle_marks, key=lambda m: m.t)),
         moments=moments, segments=segments, recovery_s=metrics.failure_to_first_step_s,
+        qualified=qualified, did_not_hold=tuple(failed),
     )
 
 
@@ -221,6 +224,15 @@ def _colour(cycle: int | None) -> str:
 
 def draw(picture: TimelinePicture, path: str | os.PathLike) -> Path:
     """Render the picture to a PNG at path (atomically). PictureUnavailable without matplotlib."""
+    fig = render(picture)
+    with atomic.replacing(path) as tmp:
+        fig.savefig(tmp, dpi=DPI)
+    return Path(path)
+
+
+def render(picture: TimelinePicture):
+    """The matplotlib Figure of the picture (laid out, not saved). Every legend stands beside
+    its panel, never on the data."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -237,17 +249,18 @@ def draw(picture: TimelinePicture, path: str | os.PathLike) -> Path:
     if zoom:
         top, window, bars = fig.subplots(3, 1, height_ratios=(3, 2, 0.5))
         bars.sharex(window)
-        _whole_run(picture, top, Line2D)
+        _whole_run(picture, top, Line2D, Patch)
         _recovery_window(picture, window, bars, Line2D, Patch)
     else:
-        _whole_run(picture, fig.subplots(1, 1), Line2D)
-
-    with atomic.replacing(path) as tmp:
-        fig.savefig(tmp, dpi=DPI)
-    return Path(path)
+        _whole_run(picture, fig.subplots(1, 1), Line2D, Patch)
+    fig.canvas.draw()  # lay out now, so that callers (and tests) see the final positions
+    return fig
 
 
-def _whole_run(p: TimelinePicture, ax, Line2D) -> None:
+_FAILED_SPAN = dict(facecolor="none", edgecolor="#8b0000", hatch="//", alpha=0.5, lw=0)
+
+
+def _whole_run(p: TimelinePicture, ax, Line2D, Patch) -> None:
     t0, end = p.t0, p.t_end
     if t0 is None or end is None:
         ax.text(0.5, 0.5, "no iteration or recovery timestamps in this run's logs", ha="center", va="center",
@@ -284,16 +297,22 @@ def _whole_run(p: TimelinePicture, ax, Line2D) -> None:
     if "injected" in moments:
         ax.axvline(x(moments["injected"].t), color="#d62728", lw=1.5)
         handles.append(Line2D([], [], color="#d62728", lw=1.5, label="fault injected"))
-        if "first_step" in moments:
+        if p.qualified and "first_step" in moments:
             ax.axvspan(x(moments["injected"].t), x(moments["first_step"].t), color="#d62728", alpha=0.12, lw=0)
             handles.append(Line2D([], [], color="#d62728", alpha=0.3, lw=8,
                                   label=f"recovery: {p.recovery_s:.2f} s" if p.recovery_s is not None else "recovery"))
+        elif not p.qualified:
+            # A failed recovery is hatched, from the injection to its first step or to the end.
+            span_end = moments["first_step"].t if "first_step" in moments else end
+            ax.axvspan(x(moments["injected"].t), x(span_end), **_FAILED_SPAN)
+            why = f": {', '.join(p.did_not_hold)} did not hold" if p.did_not_hold else ""
+            handles.append(Patch(**_FAILED_SPAN, label=f"recovery FAILED{why}"))
     ax.set_xlabel(f"time ({unit}) since {iso_utc(t0)}")
     ax.set_ylabel("iteration")
     _plain_integer_axis(ax)
     ax.set_title("whole run", fontsize=10, loc="left")
     ax.grid(True, alpha=0.3)
-    ax.legend(handles=handles, loc="upper left", fontsize=9, framealpha=0.9)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, borderaxespad=0)
 
 
 def _recovery_window(p: TimelinePicture, ax, bars, Line2D, Patch) -> None:
@@ -339,6 +358,8 @@ def _recovery_window(p: TimelinePicture, ax, bars, Line2D, Patch) -> None:
     title = "recovery window"
     if p.recovery_s is not None:
         title += f": failure → first committed step {p.recovery_s:.2f} s"
+    if not p.qualified:
+        title += " — FAILED" + (f" ({', '.join(p.did_not_hold)})" if p.did_not_hold else "")
     ax.set_title(title, fontsize=10, loc="left")
     ax.set_ylabel("iteration")
     _plain_integer_axis(ax)

@@ -223,3 +223,48 @@ def test_read_only_verify_does_not_sample_the_curve(tmp_path: Path, monkeypatch)
     assert verify.verify_run(run, picture=False).picture is None
     assert sampled == []
     assert verify.verify_run(run).picture is not None and len(sampled) == 1
+
+
+def _legends(fig):
+    return [(ax, ax.get_legend()) for ax in fig.axes if ax.get_legend() is not None]
+
+
+@pytest.mark.parametrize("scenario", [Scenario(), Scenario(fault="hang", nvrx="0.4.1"), Scenario(fault="none"),
+                                      Scenario(restart_from_random=True)],
+                         ids=["kill", "hang-0.4.1", "none", "restart-from-random"])
+def test_no_legend_covers_a_panel(tmp_path: Path, scenario: Scenario):
+    """Each legend stands beside the panels, so no curve, checkpoint or moment hides under it."""
+    pytest.importorskip("matplotlib", reason="timeline.png needs the plot extra: pip install -e '.[plot]'")
+    run = rundirs.build(tmp_path / "run", scenario).run_dir
+    fig = picture.render(verify.verify_run(run).picture)
+    renderer = fig.canvas.get_renderer()
+    legends = _legends(fig)
+    assert legends
+    for _owner, legend in legends:
+        box = legend.get_window_extent(renderer)
+        for ax in fig.axes:
+            assert not box.overlaps(ax.get_window_extent(renderer)), (ax.get_title(), box)
+        assert box.x1 <= fig.bbox.x1 + 1  # and it is not cut off at the edge of the picture
+
+
+def test_failed_recovery_is_drawn_as_failed(tmp_path: Path):
+    """A recovery that did not qualify is hatched and says FAILED; a good one is shaded."""
+    pytest.importorskip("matplotlib", reason="timeline.png needs the plot extra: pip install -e '.[plot]'")
+
+    def top_spans(scenario: Scenario):
+        run = rundirs.build(tmp_path / scenario_name(scenario), scenario).run_dir
+        fig = picture.render(verify.verify_run(run).picture)
+        top = fig.axes[0]
+        labels = [t.get_text() for t in top.get_legend().get_texts()]
+        return [(p.get_hatch(), p.get_facecolor()) for p in top.patches if p.get_hatch() or p.get_alpha()], labels, fig
+
+    def scenario_name(s: Scenario) -> str:
+        return "random" if s.restart_from_random else "good"
+
+    spans, labels, fig = top_spans(Scenario(restart_from_random=True))
+    assert [hatch for hatch, _ in spans] == ["//"], spans
+    assert "recovery FAILED: optimizer_reload did not hold" in labels
+    assert not any(label.startswith("recovery:") for label in labels)
+    assert "FAILED" in fig.axes[1].get_title(loc="left")
+    spans, labels, _ = top_spans(Scenario())
+    assert [hatch for hatch, _ in spans] == [None] and any(label.startswith("recovery:") for label in labels)
