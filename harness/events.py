@@ -436,6 +436,9 @@ class LaunchRecord:
     stopped_early: str | None
     nvrx_version: str | None
     src: Src
+    # (last stamp before, first stamp after, seconds): the harness's wall clock jumped against
+    # its monotonic clock between those two stamps (UTC epoch seconds)
+    clock_jumps: tuple[tuple[float, float, float], ...] = ()
 
 
 @dataclass(frozen=True)

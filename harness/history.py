@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import math
 import os
 import re
 import time
@@ -1108,7 +1109,27 @@ def _launch_record(launch_json: _JsonFile | None) -> ev.LaunchRecord | None:
     stopped = d.get("stopped_early")
     return ev.LaunchRecord(exit_code=_int(d.get("launcher_exit_code")), started_at=parse_iso_utc(d.get("started_at")),
                            ended_at=parse_iso_utc(d.get("ended_at")), stopped_early=str(stopped) if stopped else None,
-                           nvrx_version=_str(d.get("nvrx_version")), src=launch_json.src)
+                           nvrx_version=_str(d.get("nvrx_version")), src=launch_json.src,
+                           clock_jumps=_clock_jumps(d.get("clock_jumps")))
+
+
+MAX_CLOCK_JUMP_S = 10 * 365 * 86400.0
+
+
+def _clock_jumps(value: object) -> tuple[tuple[float, float, float], ...]:
+    """launch.json's clock jumps, each range-checked; anything malformed is left out."""
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for item in value[:100]:
+        if not isinstance(item, dict):
+            continue
+        before, after, jump = parse_iso_utc(item.get("before")), parse_iso_utc(item.get("after")), item.get("jump_s")
+        if (before is None or after is None or isinstance(jump, bool) or not isinstance(jump, (int, float))
+                or not math.isfinite(jump) or abs(jump) > MAX_CLOCK_JUMP_S):
+            continue
+        out.append((before, after, float(jump)))
+    return tuple(out)
 
 
 def _order(app_stream: list[tuple[str, list[ev.Event]]], launcher_stream: list[tuple[str, list[ev.LauncherEvent]]],

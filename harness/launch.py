@@ -10,7 +10,10 @@ every exit path (normal end, deadline, early stop, exception, Ctrl-C).
 
 Capture. stdout and stderr of the launcher share one pipe so that lines keep the
 order in which the launcher wrote them; each line goes to logs/console.log with the
-time the harness read it. For NVRx < 0.6 (no log routing in the launcher) the console
+time the harness read it. Every such stamp (and every tick) also reads the monotonic
+clock: a wall clock that moves against it by more than CLOCK_JUMP_S between two stamps
+(an NTP step, a VM resumed, someone setting the date) is recorded in launch.json as a
+clock jump, so the report can say which latencies span it. For NVRx < 0.6 (no log routing in the launcher) the console
 is also split into NVRx's shapes: worker lines `[default<local rank>]:text` go to
 logs/train_cycle_cycle<N>.log as `<global rank>: text` (N advances with the launcher's
 `joined round N` lines), everything else to logs/launcher.log.
@@ -37,6 +40,8 @@ from harness.layout import RunLayout
 from harness.plan import Plan
 
 TAG = "NVRX_QUAL_LAUNCH"
+CLOCK_JUMP_S = 1.0  # wall minus monotonic changing by more than this between two stamps is a jump
+MAX_CLOCK_JUMPS = 100
 
 _HEADER = re.compile(r"\[default(\d+)\]:")  # torch elastic's tee prefix, [<role><local rank>]:
 _SRUN_LABEL = re.compile(r"^\d+: ")
@@ -47,6 +52,32 @@ def utc_iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+class ClockWatch:
+    """Wall-clock stamps checked against the monotonic clock. Between two stamps (at most a
+    tick apart) the two clocks advance alike unless the wall clock was stepped; slewing by
+    NTP moves them apart by microseconds, far below the threshold."""
+
+    def __init__(self, wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic,
+                 threshold_s: float = CLOCK_JUMP_S):
+        self._wall, self._mono, self._threshold = wall, mono, threshold_s
+        self._lock = threading.Lock()
+        self._last_wall = wall()
+        self._skew = self._last_wall - mono()
+        self.jumps: list[dict] = []  # {"before": iso, "after": iso, "jump_s": seconds}, oldest first
+
+    def stamp(self) -> float:
+        """The wall-clock time now; a jump since the previous stamp is recorded."""
+        wall, mono = self._wall(), self._mono()
+        with self._lock:
+            skew = wall - mono
+            jump = skew - self._skew
+            if abs(jump) > self._threshold and len(self.jumps) < MAX_CLOCK_JUMPS:
+                self.jumps.append({"before": utc_iso(self._last_wall), "after": utc_iso(wall),
+                                   "jump_s": round(jump, 3)})
+            self._skew, self._last_wall = skew, wall
+        return wall
+
+
 @dataclass(frozen=True)
 class LaunchResult:
     launcher_exit_code: int | None  # None: the harness had to kill it
@@ -55,6 +86,7 @@ class LaunchResult:
     stopped_early: str | None  # why the harness stopped the job, or None
     nvrx_version: str
     leftover_processes_killed: int
+    clock_jumps: tuple[dict, ...] = ()  # ClockWatch.jumps: the wall clock stepped during the launch
 
     @property
     def duration_s(self) -> float:
@@ -125,14 +157,15 @@ class _Capture(threading.Thread):
     """Reads the launcher's merged stdout/stderr line by line until EOF."""
 
     def __init__(self, pipe, console: TextIO, splitter: ConsoleSplitter | None,
-                 on_line: Callable[[str], None] | None):
+                 on_line: Callable[[str], None] | None, clock: ClockWatch):
         super().__init__(name="nvrx-qual-capture", daemon=True)
         self._pipe, self._console, self._splitter, self._on_line = pipe, console, splitter, on_line
+        self._clock = clock
         self.lock = threading.Lock()
 
     def run(self) -> None:
         for raw in iter(self._pipe.readline, b""):
-            now = time.time()
+            now = self._clock.stamp()
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             with self.lock:
                 self._console.write(f"{utc_iso(now)} out {line}\n")
@@ -217,13 +250,15 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     console = open(layout.console_log, "a", encoding="utf-8")
     splitter = (ConsoleSplitter(layout, plan.spec.gpus_per_node, labelled=plan.srun is not None)
                 if plan.captures_console else None)
-    started = time.time()
+    clock = ClockWatch()
+    started = clock.stamp()
+    started_mono = time.monotonic()  # the deadline is kept by the monotonic clock, whatever the wall clock does
     stopped_early: str | None = None
     exit_code: int | None = None
     leftovers = 0
     proc = subprocess.Popen(list(command.argv), cwd=command.cwd, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    capture = _Capture(proc.stdout, console, splitter, on_line)
+    capture = _Capture(proc.stdout, console, splitter, on_line, clock)
     capture.start()
     try:
         while True:
@@ -233,7 +268,8 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
             except subprocess.TimeoutExpired:
                 pass
             capture.flush()  # the watcher reads the split logs
-            if deadline_s is not None and time.time() - started > deadline_s:
+            clock.stamp()  # a tick without output still notices a jump
+            if deadline_s is not None and time.monotonic() - started_mono > deadline_s:
                 stopped_early = f"deadline of {deadline_s:g} s passed before the launcher finished"
             elif watch is not None:
                 stopped_early = watch()
@@ -260,8 +296,9 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
         if splitter:
             splitter.close()
         result = LaunchResult(
-            launcher_exit_code=exit_code, started_at=utc_iso(started), ended_at=utc_iso(time.time()),
-            stopped_early=stopped_early, nvrx_version=plan.nvrx.version, leftover_processes_killed=leftovers)
+            launcher_exit_code=exit_code, started_at=utc_iso(started), ended_at=utc_iso(clock.stamp()),
+            stopped_early=stopped_early, nvrx_version=plan.nvrx.version, leftover_processes_killed=leftovers,
+            clock_jumps=tuple(clock.jumps))
         write_launch_json(layout, result)
     return result
 

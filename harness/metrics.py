@@ -16,6 +16,10 @@ Where the timestamps come from (COMMON.md, ARCHITECTURE.md):
   built] datetime: ...` (whole seconds, so restore and first step are ±1 s).
 - first committed step: the stamp of the first iteration line of the replacement start.
 A metric whose timestamps are missing is None: never guessed.
+
+A wall-clock jump that the harness saw during the launch (launch.json `clock_jumps`: its
+wall clock moved against its monotonic clock) becomes a warning naming every latency whose
+span holds it: such a value is off by about the jump.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ class Metrics:
     first_step_iteration: int | None = None
     evidence: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # what makes a value above untrustworthy (a wall-clock jump)
 
     def to_json(self) -> dict:
         return {
@@ -72,6 +77,7 @@ class Metrics:
             },
             "evidence": dict(self.evidence),
             "notes": list(self.notes),
+            "warnings": list(self.warnings),
         }
 
 
@@ -91,9 +97,26 @@ def _detection(tl: Timeline, a: Analysis) -> ev.LauncherEvent | None:
     return min(records, key=tl.utc) if records else None
 
 
+def clock_jump_warnings(tl: Timeline, spans: dict[str, tuple[float | None, float | None]]) -> tuple[str, ...]:
+    """One sentence per wall-clock jump the harness recorded, naming the latencies it falls in."""
+    jumps = tl.launch.clock_jumps if tl.launch is not None else ()
+    out = []
+    for before, after, jump in jumps:
+        # Moments stamped up to `before` carry the old clock, later ones the new: a span that
+        # starts by then and ends after it holds the jump.
+        lo = min(before, after)
+        hit = [name for name, (a, b) in spans.items() if a is not None and b is not None and a <= lo < b]
+        where = (f"{', '.join(hit)} span{'s' if len(hit) == 1 else ''} it and may be off by that much" if hit
+                 else "no measured latency spans it")
+        out.append(f"The wall clock of the harness's host jumped {jump:+.2f} s between {iso_utc(before)} and "
+                   f"{iso_utc(after)} (against its monotonic clock): {where}.")
+    return tuple(out)
+
+
 def compute(tl: Timeline, a: Analysis) -> Metrics:
     if a.injection is None:
-        return Metrics(notes=("no injection: there is no recovery to time",) if a.is_fault_run else ())
+        return Metrics(notes=("no injection: there is no recovery to time",) if a.is_fault_run else (),
+                       warnings=clock_jump_warnings(tl, {}))
     notes: list[str] = []
     evidence: dict[str, str] = {"injected_at": str(a.injection.src)}
     injected = tl.utc(a.injection)
@@ -134,7 +157,10 @@ def compute(tl: Timeline, a: Analysis) -> Metrics:
     if negative:
         notes.append(f"{', '.join(negative)} came out negative: the clocks or the UTC offset "
                      f"({tl.utc_offset_s:+d} s, {tl.offset_how}) do not match")
+    spans = {"detection_s": (injected, detected), "restart_s": (detected, started), "restore_s": (started, loaded),
+             "first_step_s": (loaded, first), "failure_to_first_step_s": (injected, first)}
     return Metrics(
+        warnings=clock_jump_warnings(tl, spans),
         **values, failure_to_first_step_s=_span(injected, first), lost_iterations=lost,
         injected_at=injected, detected_at=detected, workers_started_at=started, checkpoint_loaded_at=loaded,
         first_step_at=first, restored_iteration=k, last_iteration_before_fault=last_before.iteration if last_before else None,

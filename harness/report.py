@@ -90,6 +90,8 @@ def render_report(verdict: Verdict, extra_sections: Sequence[str] = (), picture:
         out.append(f"- Launcher: {shown}")
     if verdict.verified_at:
         out.append(f"- Verified at: {verdict.verified_at}")
+    for warning in m.warnings:
+        out += ["", f"> ⚠️ **Clock:** {warning}"]
     if picture:
         out += ["", f"![Recovery timeline: iteration against time per cycle, checkpoints, injection and the latency "
                     f"split]({picture})"]

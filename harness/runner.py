@@ -121,6 +121,7 @@ def summary(outcome: Outcome) -> str:
               f"latency: detection {s(m.detection_s)} | restart {s(m.restart_s)} | restore {s(m.restore_s)} | "
               f"first step {s(m.first_step_s)} | failure → first committed step {s(m.failure_to_first_step_s)} | "
               f"lost iterations {'—' if m.lost_iterations is None else m.lost_iterations}"]
+    lines += [f"warning: {w}" for w in m.warnings]
     if outcome.launch.stopped_early:
         lines.append(f"stopped early: {outcome.launch.stopped_early}")
     if outcome.triage is not None and outcome.triage.failed:

@@ -136,6 +136,7 @@ def _summary(verdict: Verdict) -> str:
         lines.append(f"  failure -> first committed step {s(m.failure_to_first_step_s)} (detection {s(m.detection_s)}, "
                      f"restart {s(m.restart_s)}, restore {s(m.restore_s)}, first step {s(m.first_step_s)}); "
                      f"lost iterations {m.lost_iterations if m.lost_iterations is not None else '?'}")
+    lines += [f"  warning: {w}" for w in m.warnings]
     lines.append(criteria.headline(verdict.qualified, verdict.fault))
     return "\n".join(lines)
 

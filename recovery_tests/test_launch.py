@@ -225,7 +225,7 @@ def test_exit_status_and_every_line_with_a_utc_stamp(tmp_path, record):
     assert result.launcher_exit_code == 3 and result.stopped_early is None
     assert launch_json(plan) == {
         "launcher_exit_code": 3, "started_at": result.started_at, "ended_at": result.ended_at,
-        "stopped_early": None, "nvrx_version": "0.7.0", "leftover_processes_killed": 0}
+        "stopped_early": None, "nvrx_version": "0.7.0", "leftover_processes_killed": 0, "clock_jumps": []}
     assert re.fullmatch(STAMP, result.started_at) and re.fullmatch(STAMP, result.ended_at)
     assert result.duration_s >= 0
 
@@ -387,3 +387,39 @@ def test_an_exception_in_watch_propagates_and_leaves_nothing_alive(tmp_path, rec
 def test_launch_result_duration():
     result = LaunchResult(0, "2026-11-29T16:32:00.000Z", "2026-11-29T16:32:09.789Z", None, "0.7.0", 0)
     assert result.duration_s == pytest.approx(9.789)
+
+
+class SteppableClocks:
+    """A wall and a monotonic clock that advance together, unless the wall clock is stepped."""
+
+    def __init__(self) -> None:
+        self.mono_now, self.wall_offset = 100.0, 1_795_969_920.0
+
+    def mono(self) -> float:
+        return self.mono_now
+
+    def wall(self) -> float:
+        return self.mono_now + self.wall_offset
+
+
+def test_clock_watch_records_a_step_of_the_wall_clock_not_a_slew():
+    clocks = SteppableClocks()
+    watch = launch.ClockWatch(wall=clocks.wall, mono=clocks.mono)
+    for _ in range(4000):  # an NTP slew of 0.5 ms per half-second tick: 2 s in all, never a jump
+        clocks.mono_now += 0.5
+        clocks.wall_offset += 0.0005
+        watch.stamp()
+    assert watch.jumps == []
+    clocks.mono_now += 0.5
+    before = clocks.wall()
+    clocks.wall_offset += 54.0  # someone set the date
+    clocks.mono_now += 0.5
+    stamped = watch.stamp()
+    assert stamped == clocks.wall()
+    [jump] = watch.jumps
+    assert jump["jump_s"] == pytest.approx(54.0, abs=0.01)
+    assert jump["before"] < jump["after"] and jump["before"] == launch.utc_iso(before - 0.5)
+    clocks.mono_now += 0.5
+    clocks.wall_offset -= 3.0  # and back
+    watch.stamp()
+    assert [j["jump_s"] for j in watch.jumps] == [pytest.approx(54.0, abs=0.01), pytest.approx(-3.0, abs=0.01)]

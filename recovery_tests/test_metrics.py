@@ -179,3 +179,41 @@ def test_metrics_are_computed_from_the_timeline_alone(tmp_path):
     tl = read_history(built.run_dir)
     shutil.rmtree(built.run_dir)  # nothing may be read again
     assert {k: verify_timeline(tl).metrics.to_json()[k] for k in KEYS} == rundirs.expected_metrics(built)
+
+
+def _with_clock_jump(run_dir: Path, before: float, after: float, jump: float) -> None:
+    path = run_dir / "launch.json"
+    doc = json.loads(path.read_text())
+    iso = lambda t: datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")  # noqa: E731
+    doc["clock_jumps"] = [{"before": iso(before), "after": iso(after), "jump_s": jump}]
+    path.write_text(json.dumps(doc))
+
+
+def test_a_wall_clock_jump_during_the_restore_is_flagged(tmp_path):
+    """The harness saw its wall clock step by +54 s while the replacement was loading: the
+    values that span it are named in a warning, in verdict.json and at the top of report.md."""
+    built = rundirs.build(tmp_path / "run", Scenario())
+    t = built.times
+    mid = (t["workers_started_at"] + t["checkpoint_loaded_at"]) / 2
+    _with_clock_jump(built.run_dir, mid, mid + 54.0, 54.0)
+    verdict = verify_run(built.run_dir, write=True)
+    [warning] = verdict.metrics.warnings
+    assert "jumped +54.00 s" in warning
+    assert "restore_s, failure_to_first_step_s span it" in warning and "detection_s" not in warning
+    assert json.loads((built.run_dir / "verdict.json").read_text())["metrics"]["warnings"] == [warning]
+    head = (built.run_dir / "report.md").read_text().split("## Criteria")[0]
+    assert f"> ⚠️ **Clock:** {warning}" in head
+
+
+def test_a_clock_jump_outside_the_recovery_is_still_said_and_bad_records_are_ignored(tmp_path):
+    built = rundirs.build(tmp_path / "run", Scenario())
+    early = built.times["injected_at"] - 3.0
+    _with_clock_jump(built.run_dir, early, early + 2.0, 2.0)
+    [warning] = verify_run(built.run_dir).metrics.warnings
+    assert "no measured latency spans it" in warning
+    doc = json.loads((built.run_dir / "launch.json").read_text())
+    doc["clock_jumps"] = [{"before": "yesterday", "after": "2026-11-29T16:32:00Z", "jump_s": 1.5},
+                          {"before": "2026-11-29T16:32:00Z", "after": "2026-11-29T16:32:01Z", "jump_s": float("nan")},
+                          {"before": "2026-11-29T16:32:00Z", "after": "2026-11-29T16:32:01Z", "jump_s": 1e12}, "junk"]
+    (built.run_dir / "launch.json").write_text(json.dumps(doc))
+    assert verify_run(built.run_dir).metrics.warnings == ()
