@@ -2,8 +2,8 @@
 
 Under deterministic settings (the CPU reference workload is bitwise deterministic) a run
 that recovered from checkpoint K must print, for every iteration after K, exactly the
-`lm loss` of an uninterrupted run of the same configuration (FACTS.md, "Optimizer state
-really reloaded", evidence 3). A restored model with a fresh optimizer matches at K+1 at
+`lm loss` of an uninterrupted run of the same configuration (docs/megatron.md, "Optimizer
+state really reloaded", evidence 3). A restored model with a fresh optimizer matches at K+1 at
 best and drifts from K+2 on, so this catches what the log lines alone might not.
 
 Streams the application logs of both runs line by line; keeps one loss per iteration.

@@ -7,7 +7,7 @@ into per-start summaries (first, last, anomalies) instead of being kept one by o
 `HistoryReader` can be polled while the run is still writing: each `poll()` parses only the
 bytes appended since the last one and keeps incomplete last lines for later.
 
-Sources (COMMON.md, "Run-directory files"):
+Sources (docs/contracts.md, "The run directory"):
 - application lines: `logs/*_cycle<N>.*` (one start per file, cycle N), else any other log
   (a user's single log, cut into starts at its argument tables / `FT: initialized` /
   checkpoint-load lines), else `logs/launcher.log` or `logs/console.log` when those carry them;
@@ -75,7 +75,7 @@ _STAMP_RE = re.compile(r"\[?(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,]
 _GLOG_RE = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) ")
 _DATETIME_RE = re.compile(r"\] datetime: (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 
-# ---- application lines (FACTS.md)
+# ---- application lines (docs/megatron.md, "Log lines")
 _ITER_RE = re.compile(r"iteration +(\d+)/ *(\d+) \|")
 _CONSUMED_RE = re.compile(r"consumed samples: +(\d+)")
 _LOSS_RE = re.compile(r"lm loss: ([-+0-9.eEnaifNA]+)")

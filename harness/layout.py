@@ -1,4 +1,4 @@
-"""The artifact tree of one run (ARCHITECTURE.md, "Run directory").
+"""The artifact tree of one run (docs/contracts.md, "The run directory").
 
     $NVRX_WORK_DIR/runs/$NVRX_RUN_ID/
       fault_injected.json      injection marker (absent: no fault happened)

@@ -5,7 +5,7 @@
     failure_to_first_step = first committed iteration − injected (the headline)
     lost_iterations = last iteration logged before the fault − K (the checkpoint reloaded)
 
-Where the timestamps come from (COMMON.md, ARCHITECTURE.md):
+Where the timestamps come from (docs/architecture.md, "Progress lines and the recovery moments"):
 - injected: the marker's `injected_at` (UTC).
 - failure detected: NVRx >= 0.6 `Cycle: c+1 Event: failure_detected` (UTC); otherwise the first
   launcher record of cycle c's failure (`failed (exitcode`, a rank timeout, `FT timeout

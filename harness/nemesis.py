@@ -73,7 +73,7 @@ class MarkerError(NemesisError):
 
 @dataclass(frozen=True)
 class InjectionRecord:
-    """Contents of `fault_injected.json` (COMMON.md); `iteration` triggered the fault."""
+    """Contents of `fault_injected.json` (docs/contracts.md); `iteration` triggered the fault."""
 
     fault: str
     signal: str

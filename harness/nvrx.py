@@ -1,6 +1,6 @@
 """Which NVRx launcher will run the job, and what its command line can say.
 
-The flag set differs by version (FACTS.md, "NVRx versions"): 0.6.0 added per-cycle
+The flag set differs by version (docs/nvrx.md, "Version feature table"): 0.6.0 added per-cycle
 application logs, the launcher log file, cycle infos and the progress tracker;
 0.7.0 added the no-restart exit code. The version is detected from the installed
 package (optionally from an extra directory such as a `pip --target` install) or

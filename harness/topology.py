@@ -1,6 +1,6 @@
 """Parallel layout arithmetic and the CUDA_DEVICE_MAX_CONNECTIONS policy.
 
-Megatron's rules (FACTS.md): world % (TP*PP*CP) == 0, DP = world / (TP*PP*CP),
+Megatron's rules (docs/megatron.md): world % (TP*PP*CP) == 0, DP = world / (TP*PP*CP),
 global_batch % (micro_batch*DP) == 0, heads % TP == 0, layers % PP == 0.
 """
 

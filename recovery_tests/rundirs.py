@@ -4,7 +4,7 @@ A `Scenario` describes one run (fault, launcher generation, layout, and the one 
 went wrong, if any); `build(root, scenario)` writes what a real run leaves behind:
 
 - per-cycle application logs `logs/train_cycle_cycle<N>.log` with NVRx's padded rank
-  prefixes and ranks interleaved, Megatron's exact lines (FACTS.md): arguments table,
+  prefixes and ranks interleaved, Megatron's exact lines (docs/megatron.md): arguments table,
   `FT: initialized`, load block with optimizer and scheduler lines, iteration lines from the
   last rank, async saves committed one iteration later, `[after ...] datetime:` lines; plus
   noise (warnings, a binary-junk line, a line cut off where a killed process stopped);

@@ -25,7 +25,7 @@ from fixtures.processes import run_in_session
 from harness import diagnose as dg
 from harness.diagnose import Triage, diagnose, render_markdown
 
-DATA = Path(__file__).parent / "data" / "samples"  # real NVRx launcher output (shared/samples, verbatim)
+DATA = Path(__file__).parent / "data" / "samples"  # real NVRx launcher output (see its README.md)
 MEGATRON = "/workspace/Megatron-LM"
 
 # ----------------------------------------------------------------------------- log builders

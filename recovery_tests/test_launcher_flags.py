@@ -1,6 +1,6 @@
 """The generated commands are valid for the tools that will run them: the launcher argv is
 parsed by the installed NVRx launcher's own argument parser (a flag that version does not
-know fails), and the Megatron argv carries exactly the seed's flags of FACTS.md."""
+know fails), and the Megatron argv carries exactly the seed's flags of docs/megatron.md."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_070_flags_are_refused_by_041_launcher(installed_launchers):
     assert "--ft-per-cycle-applog-prefix" in proc.stderr
 
 
-# FACTS.md, "Arguments for the seed's default run" (GBS = world = 2 here).
+# docs/megatron.md, "Arguments of the GPU workload" (GBS = world = 2 here).
 SEED_MEGATRON_ARGS = """
 --num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024
 --max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 2

@@ -360,7 +360,7 @@ def test_arguments_table_matches_megatron_rows() -> None:
     reference = _reference()
     args = reference.parse_args(["--train-iters", "100", "--save-interval", "5"], world_size=2)
     table = reference.format_args_table(args)
-    # Rows copied from FACTS.md, not recomputed with the workload's formula.
+    # Rows copied from docs/megatron.md ("The arguments table"), not recomputed with the workload's formula.
     for row in (
         "  train_iters ..................................... 100",
         "  no_load_optim ................................... False",

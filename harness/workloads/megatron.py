@@ -1,6 +1,6 @@
 """Megatron-LM's unmodified pretrain_gpt.py: the argument set of the seed's default run.
 
-FACTS.md, "Arguments for the seed's default run". `--load` equals `--save` because the
+docs/megatron.md, "Arguments of the GPU workload". `--load` equals `--save` because the
 launcher re-runs the identical command after a failure.
 """
 
@@ -35,7 +35,7 @@ OWNED_FLAGS = {
     "--enable-ft-package": "always on",
     "--log-interval": "always 1: every committed iteration is evidence",
 }
-# Flags that defeat the qualification itself (FACTS.md).
+# Flags that defeat the qualification itself (docs/megatron.md, "Exit status is not evidence").
 REFUSED_FLAGS = {
     "--exit-signal-handler": "it hangs when a peer rank is dead",
     "--calc-ft-timeouts": "it writes ft_state.json, which overrides the fixed deadlines of this run",
@@ -75,7 +75,7 @@ def argv(spec: "RunSpec") -> list[str]:
         "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(spec.vocab_size),
     ]
     args += checkpoint_and_ft_args(spec)
-    # --async-save is silently disabled without it (FACTS.md).
+    # --async-save is silently disabled without it (docs/megatron.md, "Checkpoint layout").
     args.append("--use-persistent-ckpt-worker")
     if not spec.transformer_engine:
         args += ["--transformer-impl", "local", "--no-gradient-accumulation-fusion"]

@@ -1,5 +1,5 @@
 """The CPU reference workload: a small GPT trained data-parallel over gloo that behaves like
-Megatron-LM wherever the recovery suite looks (see /work/shared/design/FACTS.md).
+Megatron-LM wherever the recovery suite looks (see docs/megatron.md).
 
 - NVRx section API (`setup`, `step`, `checkpointing`) as Megatron's ft_integration uses it,
   including the warmup-iterations rule, so ft_launcher's section timeouts catch a real hang.
@@ -49,7 +49,7 @@ TRACKER_NAME = "latest_checkpointed_iteration.txt"
 COMMIT_MARKER_NAME = "metadata.json"
 COMMIT_MARKER = {"sharded_backend": "torch_dist", "sharded_backend_version": 1}
 CHECKPOINT_VERSION = 3.0
-# Megatron's DCP key prefix of a distributed optimizer's flat buffers (FACTS.md, "Optimizer state").
+# Megatron's DCP key prefix of a distributed optimizer's flat buffers (docs/megatron.md, "Optimizer state").
 OPTIMIZER_KEY_PREFIX = (
     "optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.float32, torch.float32).bucket_idx_0"
 )
@@ -229,7 +229,7 @@ def iteration_line(
     grad_norm: float,
     nan_iterations: int,
 ) -> str:
-    """Megatron's training_log line (FACTS.md), printed by the last rank."""
+    """Megatron's training_log line (docs/megatron.md, "Iteration lines"), printed by the last rank."""
     return (
         f" [{_now_us()}]"
         + " iteration {:8d}/{:8d} |".format(iteration, train_iters)
