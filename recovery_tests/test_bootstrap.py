@@ -1,0 +1,89 @@
+"""tools/bootstrap: prepares only what is missing, then runs the main job. Checked against
+stand-in installs in a temp directory (--check changes nothing; a prepared machine goes
+straight to the job), so nothing is downloaded or installed here."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures.processes import run_in_session
+
+REPO = Path(__file__).resolve().parent.parent
+BOOTSTRAP = REPO / "tools" / "bootstrap"
+STEPS = ("virtual environment", "PyTorch, CPU build first", "nvrx-qual with the plot extra",
+         "second launcher NVRx 0.7.0", "Megatron for the CPU tier")
+
+
+def stand_ins(root: Path) -> dict[str, str]:
+    """A prepared machine: a venv whose python is this interpreter (torch, harness and
+    matplotlib importable) and whose nvrx-qual echoes its arguments, NVRx 0.7.0 and
+    Megatron directories as the installers leave them."""
+    bin_dir = root / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (bin_dir / "nvrx-qual").write_text('#!/bin/sh\necho "stand-in nvrx-qual: $*"\n')
+    for script in ("python", "nvrx-qual"):
+        (bin_dir / script).chmod(0o755)
+    (root / "nvrx" / "nvidia_resiliency_ext").mkdir(parents=True)
+    (root / "megatron" / "megatron").mkdir(parents=True)
+    (root / "megatron" / ".installed").write_text("megatron-core 0.19.2, ...\n")
+    return locations(root)
+
+
+def locations(root: Path) -> dict[str, str]:
+    return {"NVRX_QUAL_VENV": str(root / "venv"), "NVRX_QUAL_NVRX_DIR": str(root / "nvrx"),
+            "NVRX_QUAL_MEGATRON_DIR": str(root / "megatron")}
+
+
+def bootstrap(*args: str, env: dict[str, str]):
+    return run_in_session([str(BOOTSTRAP), *args], timeout_s=120, env={**os.environ, **env})
+
+
+def test_check_on_a_prepared_machine_says_ready(tmp_path):
+    proc = bootstrap("--check", env=stand_ins(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line.split(": ", 2)[1] for line in lines[:5]] == ["ready"] * 5, lines
+    assert lines[-1] == "bootstrap: everything is ready"
+
+
+def test_check_on_a_fresh_machine_lists_every_step_and_creates_nothing(tmp_path):
+    proc = bootstrap("--check", env=locations(tmp_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    missing = [line for line in proc.stdout.splitlines() if line.startswith("bootstrap: missing: ")]
+    assert len(missing) == 5 and all(step in line for step, line in zip(STEPS, missing)), missing
+    assert "would run: pip install torch==2.13.0" in missing[1]
+    assert "would run: tools/install-nvrx-target.sh 0.7.0" in missing[3]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("remove, step", [
+    ("venv/bin/nvrx-qual", "nvrx-qual with the plot extra"),
+    ("nvrx/nvidia_resiliency_ext", "second launcher NVRx 0.7.0"),
+    ("megatron/.installed", "Megatron for the CPU tier"),
+])
+def test_check_names_exactly_the_missing_step(tmp_path, remove, step):
+    env = stand_ins(tmp_path)
+    target = tmp_path / remove
+    target.rmdir() if target.is_dir() else target.unlink()
+    proc = bootstrap("--check", env=env)
+    assert proc.returncode == 1
+    missing = [line for line in proc.stdout.splitlines() if "missing: " in line]
+    assert len(missing) == 1 and step in missing[0], proc.stdout
+
+
+def test_a_prepared_machine_goes_straight_to_the_main_job_with_the_arguments(tmp_path):
+    proc = bootstrap("--fault", "hang", "--", "--no-load-optim", env=stand_ins(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "preparing" not in proc.stdout
+    assert proc.stdout.splitlines()[-1] == \
+        "stand-in nvrx-qual: run --workload reference --fault kill --fault hang -- --no-load-optim"
+
+
+def test_check_takes_no_run_arguments(tmp_path):
+    proc = bootstrap("--check", "--fault", "hang", env=stand_ins(tmp_path))
+    assert proc.returncode == 2 and "takes no further arguments" in proc.stderr
