@@ -69,3 +69,23 @@ def test_default_deadline_bounds_every_cycle_and_step():
                    section_timeouts=(("setup", 60.0), ("step", 10.0), ("checkpointing", 10.0)),
                    out_of_section_timeout=10.0)
     assert runner.default_deadline(spec) == 3 * (60 + 10 + 10) + 30 * 10
+
+
+def test_run_says_launching_before_the_launcher_starts(tmp_path, monkeypatch, capsys):
+    """No silence while ft_launcher and the workers start: `nvrx-qual run` has printed what it
+    launches, and that the next line waits for the launcher's record, before launching."""
+    from harness import launch
+
+    seen_before_launch = []
+
+    def fake_launch(plan, **kwargs):
+        seen_before_launch.append(capsys.readouterr().out)
+        raise RuntimeError("stop here: nothing is launched in this test")
+
+    monkeypatch.setattr(launch, "launch", fake_launch)
+    with pytest.raises(RuntimeError, match="stop here"):
+        runner.run(make_plan(tmp_path), progress=True)
+    [out] = seen_before_launch
+    lines = out.splitlines()
+    assert lines[0].startswith("nvrx-qual: run pre-1: reference workload, kill on rank 1")
+    assert "launching ft_launcher: 2 ranks on 1 node(s)" in lines[-1]
