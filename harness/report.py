@@ -104,8 +104,8 @@ def render_report(verdict: Verdict, extra_sections: Sequence[str] = (), picture:
             "| phase | seconds | from | to |", "|---|---|---|---|"]
     rows = (
         ("detection", m.detection_s, "injected", "failure detected"),
-        ("restart", m.restart_s, "failure detected", "replacement workers started"),
-        ("restore", m.restore_s, "workers started", "checkpoint loaded"),
+        ("restart", m.restart_s, "failure detected", "workers started (launcher record)"),
+        ("restore", m.restore_s, "workers started (launcher record)", "checkpoint loaded"),
         ("first step", m.first_step_s, "checkpoint loaded", "first committed iteration"),
         ("**failure → first committed step**", m.failure_to_first_step_s, "injected", "first committed iteration"),
     )
