@@ -76,6 +76,8 @@ class RunRecord:
     def verdict_cell(self) -> str:
         """The verdict as the summaries show it, with the expectation when it is negative."""
         if self.expected_qualified:
+            if self.qualified and self.fault == "none":
+                return "✅ baseline (no fault: no recovery exercised)"
             return "✅ qualified" if self.qualified else "❌ not qualified"
         return "⚠️ qualified, but expected to be caught" if self.qualified else "✅ not qualified, as expected"
 

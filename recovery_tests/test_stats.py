@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -166,3 +167,17 @@ def test_write_summary_writes_json_and_markdown(tmp_path):
     assert doc["scenarios"][0]["metrics"]["detection_s"] == {"n": 1, "missing": 1, "p50": 1.0, "p95": 1.0, "max": 1.0}
     assert md_path.read_text().startswith("# Two runs\n\n1 of 2 runs qualified.\n\n> a note\n")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["summary.json", "summary.md"]  # no temp files
+
+
+def test_verdict_cells_say_baseline_and_expected_negative():
+    baseline = RunRecord.from_verdict_json(verdict_doc("none-1", fault="none"))
+    assert baseline.verdict_cell == "✅ baseline (no fault: no recovery exercised)"
+    broken = dict(ALL_PASS, optimizer_reload=FAIL)
+    caught = dataclasses.replace(record("neg-1", broken), expected_qualified=False)
+    missed = dataclasses.replace(record("neg-2"), expected_qualified=False)
+    assert caught.verdict_cell == "✅ not qualified, as expected" and caught.as_expected
+    assert missed.verdict_cell == "⚠️ qualified, but expected to be caught" and not missed.as_expected
+    group = stats.summarize("no-load-optim (expected not to qualify)", [caught, missed])
+    assert group.expected_negative and not group.as_expected
+    assert group.qualified_sentence().endswith("the suite did not catch it.")
+    assert stats.render_text(group)[0].startswith("no-load-optim (expected not to qualify): 1 of 2 runs qualified although")
