@@ -4,6 +4,7 @@ straight to the job), so nothing is downloaded or installed here."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -28,6 +29,8 @@ def stand_ins(root: Path) -> dict[str, str]:
     (bin_dir / "nvrx-qual").write_text('#!/bin/sh\necho "stand-in nvrx-qual: $*"\n')
     for script in ("python", "nvrx-qual"):
         (bin_dir / script).chmod(0o755)
+    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes()).hexdigest()
+    (root / "venv" / ".nvrx-qual-pyproject.sha256").write_text(digest + "\n")
     (root / "nvrx" / "nvidia_resiliency_ext").mkdir(parents=True)
     (root / "megatron" / "megatron").mkdir(parents=True)
     (root / "megatron" / ".installed").write_text("megatron-core 0.19.2, ...\n")
@@ -63,6 +66,7 @@ def test_check_on_a_fresh_machine_lists_every_step_and_creates_nothing(tmp_path)
 
 @pytest.mark.parametrize("remove, step", [
     ("venv/bin/nvrx-qual", "nvrx-qual with the plot extra"),
+    ("venv/.nvrx-qual-pyproject.sha256", "nvrx-qual with the plot extra"),  # installed from another pyproject.toml
     ("nvrx/nvidia_resiliency_ext", "second launcher NVRx 0.7.0"),
     ("megatron/.installed", "Megatron for the CPU tier"),
 ])
