@@ -28,16 +28,42 @@ def _split_workload_args(argv: Sequence[str]) -> tuple[list[str], tuple[str, ...
     return argv, ()
 
 
-def detected_defaults(flags: dict, env: dict) -> dict:
-    """Facts of this machine that feed RunSpec defaults (declared values always win)."""
+def _declared(field: str, flags: Mapping[str, object], env: Mapping[str, str]) -> object:
+    """A knob's value as given (flag, else environment), parsed; None when not given."""
+    knob = specmod.KNOBS_BY_FIELD[field]
+    given = flags.get(field)
+    if given is None and knob.env and env.get(knob.env, "") != "":
+        given = env[knob.env]
+    if isinstance(given, str):
+        try:
+            return knob.parse(given)
+        except (ValueError, TypeError):
+            return None  # from_sources reports it
+    return given
+
+
+def detected_defaults(flags: dict, env: dict, *,
+                      probe: Callable[[list[str]], discovery.WorkerImports] = discovery.worker_imports) -> dict:
+    """Facts of this machine that feed RunSpec defaults (declared values always win).
+    Transformer Engine and apex are imported in the interpreter that will run the workers
+    (--python, or `uv run python`), only when one of them is not declared. Raises SpecError
+    when that interpreter cannot tell."""
     workload = flags.get("workload") or env.get("NVRX_QUAL_WORKLOAD") or "megatron"
+    uv = _declared("uv", flags, env)
+    found = {"uv": discovery.uv_managed() if uv is None else uv}
     if workload != "megatron":
-        return {"uv": discovery.uv_managed()}
-    return {
-        "gpu_arch": discovery.gpu_arch(discovery.nvidia_smi_gpus()),
-        "transformer_engine": discovery.has_transformer_engine(),
-        "uv": discovery.uv_managed(),
-    }
+        return found
+    found["gpu_arch"] = discovery.gpu_arch(discovery.nvidia_smi_gpus())
+    te, apex = _declared("transformer_engine", flags, env), _declared("apex", flags, env)
+    if te is None or apex is None:
+        python = ["uv", "run", "python"] if found["uv"] else [str(_declared("python", flags, env) or sys.executable)]
+        imports = probe(python)
+        if imports.problem is not None:
+            raise SpecError([f"could not ask the workers' interpreter whether Transformer Engine and apex import "
+                             f"({imports.problem}): fix --python, or declare both with --transformer-engine 0|1 "
+                             "--apex 0|1"])
+        found["transformer_engine"], found["apex"] = imports.transformer_engine, imports.apex
+    return found
 
 
 def spec_flags(args: argparse.Namespace) -> dict:

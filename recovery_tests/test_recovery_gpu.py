@@ -33,7 +33,7 @@ def megatron_scenario(gpu_env, fault: str, **knobs) -> Scenario:
     gpus = knobs.pop("gpus_per_node", min(2, len(gpu_env.gpus)))
     rank, _why = gpu_env.fault_rank_for(gpus * knobs.get("nnodes", 1))
     base = {"megatron_path": gpu_env.megatron_path, "gpus_per_node": gpus, "fault_rank": rank,
-            "transformer_engine": gpu_env.transformer_engine, "gpu_arch": gpu_env.arch}
+            "transformer_engine": gpu_env.transformer_engine, "apex": gpu_env.apex, "gpu_arch": gpu_env.arch}
     base.update(knobs)
     name = f"megatron-{fault}-{knobs.get('nnodes', 1)}x{gpus}"
     return Scenario(fault, NvrxTarget(installed_version() or "0"), workload="megatron", name=name,
