@@ -495,7 +495,11 @@ def _finish(run: _Run, *, exit_code: int, ended_ms: int, cut_cycle: int | None =
                   "nvrx_version": s.nvrx,
                   "spec": {"workload": "megatron", "fault": s.fault, "fault_rank": s.fault_rank, "train_iters": s.train_iters,
                            "save_interval": s.save_interval, "nnodes": 1, "gpus_per_node": s.world,
-                           "checkpoint_dir": str(run.ckpt), "extra_args": extra, "run_id": root.name},
+                           "checkpoint_dir": str(run.ckpt), "extra_args": extra, "run_id": root.name,
+                           "deadline_profile": "reference", "out_of_section_timeout": s.step_timeout_s,
+                           "section_timeouts": {"setup": 60.0, "step": s.step_timeout_s,
+                                                "checkpointing": s.step_timeout_s},
+                           "workload_check_interval": 1.0},
                   "commands": [{"name": "launcher", "argv": argv, "env": {}, "cwd": str(root)}]}
         (root / "run.json").write_text(json.dumps(record, indent=2) + "\n")
     if s.launch_json:
