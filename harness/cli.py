@@ -1,4 +1,4 @@
-"""`nvrx-qual plan | run [--repeat N] | sbatch | verify | diagnose | report`.
+"""`nvrx-qual plan | run [--repeat N] | sbatch | verify | diagnose | report | kit`.
 
 Exit status: 0 qualified (or plan written), 1 a criterion failed, 2 input refused before
 anything was launched (the message names the value and the fix).
@@ -220,7 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, module, text in (("verify", "harness.verify", "check the five recovery criteria of a run directory"),
                                ("diagnose", "harness.diagnose", "find the root cause of a failed run across ranks"),
-                               ("report", "harness.summary", "one Markdown summary over several run directories")):
+                               ("report", "harness.summary", "one Markdown summary over several run directories"),
+                               ("kit", "harness.kit", "assemble an offline GPU kit: wheels, Megatron-LM's three "
+                                                      "entrypoint files and a script that qualifies one GPU")):
         add, run = _delegate(module)
         p_sub = sub.add_parser(name, help=text)
         add(p_sub)
@@ -231,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     own, extra = _split_workload_args(argv)
-    if own and own[0] in ("verify", "diagnose", "report"):
+    if own and own[0] in ("verify", "diagnose", "report", "kit"):
         own, extra = argv, ()
     args = build_parser().parse_args(own)
     return args.handler(args, extra)
