@@ -61,11 +61,48 @@ def _components(args, wanted: list[str]) -> None:
         if config.gradient_accumulation_fusion and not layers._grad_accum_fusion_available:
             raise RuntimeError("ColumnParallelLinear: gradient_accumulation_fusion is on but the CUDA extension "
                                "fused_weight_gradient_mlp_cuda is not importable")
+    if "model" in wanted:
+        _model(args)
     if "fusions" in wanted:
         _STAGE = "fusions"
         enabled = [name for name in ("bias_dropout_fusion", "bias_activation_fusion") if getattr(config, name)]
         if enabled:
             raise RuntimeError(f"{', '.join(enabled)} on: torch.compile builds kernels inside the first step")
+
+
+def _model(args) -> None:
+    """Megatron's GPT model for the parsed arguments, built by the project's pretrain
+    equivalent (Megatron's own GPTModelBuilder), then one bf16 forward pass through it (the
+    core attention's softmax included) on the CPU, with the megatron-cpu workload's CUDA->CPU
+    shim. Tensor and pipeline parallel size 1, one process."""
+    global _STAGE
+    _STAGE = "model_import"
+    from harness.workloads import cuda_cpu_shim
+    from harness.workloads.megatron_pretrain import build_gpt_model, gpt_model_config
+
+    import torch
+    import torch.distributed as dist
+
+    cuda_cpu_shim.install()
+    from megatron.core import parallel_state, tensor_parallel
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    parallel_state.initialize_model_parallel(1, 1)
+    tensor_parallel.model_parallel_cuda_manual_seed(args.seed)
+    _STAGE = "model_build"
+    model = build_gpt_model(gpt_model_config(args))
+    if args.bf16 or args.fp16:  # what pretrain's get_model does: Megatron's own half-precision wrapper
+        from megatron.core.transformer.module import Float16Module
+
+        model = Float16Module(model.config, model)
+    _STAGE = "forward"
+    tokens = torch.randint(0, args.padded_vocab_size if getattr(args, "padded_vocab_size", None) else args.vocab_size,
+                           (args.micro_batch_size, args.seq_length))
+    position_ids = torch.arange(args.seq_length).unsqueeze(0).expand(args.micro_batch_size, -1)
+    with torch.no_grad():
+        out = model(tokens, position_ids, None)
+    if not torch.isfinite(out.float()).all():
+        raise RuntimeError("the forward pass produced non-finite logits")
 
 
 def _softmax(args, config) -> None:

@@ -14,6 +14,7 @@ which CI runs); it mutates module globals, so it stays out of pytest's process.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -41,6 +42,21 @@ STACKS = {"te-apex": (True, True), "te-noapex": (True, False), "local-apex": (Fa
 # for local-noapex plans; an apex plan is meant for a machine with apex, so only its arguments.
 COMPONENTS = {"local-noapex": ["layernorm", "softmax", "grad_accum_fusion", "fusions"],
               "te-noapex": ["grad_accum_fusion"]}
+
+# The GPT model built by the project's pretrain equivalent (Megatron's own GPTModelBuilder) and
+# one bf16 forward pass, with the megatron-cpu workload's CUDA->CPU shim: the 1-GPU local-noapex
+# plan (TP=PP=1). Those modules come with the megatron-cpu workload (issue 12).
+MODEL_MODULES = ("harness.workloads.megatron_pretrain", "harness.workloads.cuda_cpu_shim")
+HAVE_MODEL_BUILDER = all(importlib.util.find_spec(m) is not None for m in MODEL_MODULES)
+NO_BUILDER = (f"needs {' and '.join(MODEL_MODULES)} (build_gpt_model, the CUDA->CPU shim) of the megatron-cpu "
+              "workload, not on this branch")
+# flag removed -> (Megatron's stage that refuses, Megatron's words), in the model and forward pass
+MODEL_REMOVALS = {
+    "--no-persist-layer-norm": ("model_build", "persist_layer_norm not supported by torch LayerNorm"),
+    "--no-masked-softmax-fusion": ("forward", "No module named 'scaled_masked_softmax_cuda'"),
+    "--no-gradient-accumulation-fusion": ("model_build", "custom CUDA extension fused_weight_gradient_mlp_cuda "
+                                                         "module is not found"),
+}
 
 # flag removed -> (stack it is removed from, Megatron's stage that refuses, Megatron's words)
 REMOVALS = {
@@ -96,13 +112,19 @@ def megatron_results(tmp_path_factory) -> dict[str, dict]:
         case = planned[("1gpu", stack)]
         if (argv := without(case["argv"], flag)) is not None:
             cases.append({**case, "id": f"minus{flag}", "argv": argv})
+    if HAVE_MODEL_BUILDER:
+        one = planned[("1gpu", "local-noapex")]
+        cases.append({**one, "id": "model", "components": ["model"]})
+        for flag in MODEL_REMOVALS:
+            cases.append({**one, "id": f"model-minus{flag}", "argv": without(one["argv"], flag) or one["argv"],
+                          "components": ["model"]})
     tp2 = planned[("2x4-tp2-pp2", "te-apex")]
     assert tp2["env"].get("CUDA_DEVICE_MAX_CONNECTIONS") == "1", tp2["env"]
     cases.append({**tp2, "id": "minus-CUDA_DEVICE_MAX_CONNECTIONS",
                   "env": {k: v for k, v in tp2["env"].items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}})
     path = base / "cases.json"
     path.write_text(json.dumps(cases))
-    env = dict(os.environ, PYTHONPATH=str(MEGATRON_DIR), TORCHDYNAMO_DISABLE="1")
+    env = dict(os.environ, PYTHONPATH=f"{MEGATRON_DIR}:{ROOT}", TORCHDYNAMO_DISABLE="1")
     env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)  # only the plan's own setting counts
     proc = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, env=env,
                           timeout=600, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -135,3 +157,17 @@ def test_removing_a_planned_flag_fails_with_megatrons_own_error(flag, megatron_r
     assert not r["ok"], f"without {flag} Megatron still accepts the command: the flag is not needed, or the check " \
                         "does not reach the code that needs it"
     assert (r["stage"], words in r["error"]) == (stage, True), r
+
+
+@pytest.mark.skipif(not HAVE_MODEL_BUILDER, reason=NO_BUILDER)
+def test_the_1gpu_plan_builds_megatrons_gpt_model_and_runs_a_bf16_forward(megatron_results):
+    r = megatron_results["model"]
+    assert r["ok"], f"Megatron-core 0.19.2 fails the planned 1-GPU command at {r['stage']}: {r['error']}"
+
+
+@pytest.mark.skipif(not HAVE_MODEL_BUILDER, reason=NO_BUILDER)
+@pytest.mark.parametrize("flag", sorted(MODEL_REMOVALS))
+def test_removing_a_planned_flag_breaks_megatrons_model_or_forward(flag, megatron_results):
+    stage, words = MODEL_REMOVALS[flag]
+    r = megatron_results[f"model-minus{flag}"]
+    assert (r["ok"], r["stage"]) == (False, stage) and words in r["error"], r
