@@ -56,7 +56,9 @@ def detected_defaults(flags: dict, env: dict, *,
     found["gpu_arch"] = discovery.gpu_arch(discovery.nvidia_smi_gpus())
     te, apex = _declared("transformer_engine", flags, env), _declared("apex", flags, env)
     if te is None or apex is None:
-        python = ["uv", "run", "python"] if found["uv"] else [str(_declared("python", flags, env) or sys.executable)]
+        # --no-sync: asking must not install anything into the project environment
+        python = (["uv", "run", "--no-sync", "python"] if found["uv"]
+                  else [str(_declared("python", flags, env) or sys.executable)])
         imports = probe(python)
         if imports.problem is not None:
             raise SpecError([f"could not ask the workers' interpreter whether Transformer Engine and apex import "

@@ -197,7 +197,8 @@ def _read(path: Path) -> str:
 
 RUN_SCRIPT = r"""#!/usr/bin/env bash
 # nvrx-qual GPU kit: install offline, then qualify kill, hang and none on one GPU (fault rank 0)
-# with the short deadline profile, inside a time limit.
+# with the short deadline profile, inside a time limit. (On a node with two or more GPUs the
+# same tests use two GPUs and fault rank 1, the walkthrough's default.)
 #
 #   ./run-gpu-qualification.sh [OUT_DIR]      (default: ./nvrx-qual-gpu-<UTC time>)
 #
@@ -245,7 +246,7 @@ tar -xzf "$kit/nvrx-qual-src.tar.gz" -C "$out"
 cd "$out/nvrx-qual"
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 set +e
-CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} timeout -s INT -k 60 "$limit" \
+timeout -s INT -k 60 "$limit" \
   "$venv_python" -m pytest -m gpu -k test_megatron_single_node --require-gpu -p no:cacheprovider \
   --megatron-path "$kit/megatron-lm" --deadline-profile short --work-dir "$out/work" \
   --junitxml "$out/junit.xml" -rA 2>&1 | tee "$out/pytest.log"
@@ -256,7 +257,7 @@ ended=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   echo "# nvrx-qual GPU kit run"
   echo
   echo "- Started: $started, ended: $ended (limit $limit s)"
-  echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader -i 0 2>/dev/null || echo unknown)"
+  echo "- GPUs: $(nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>/dev/null | paste -sd ';' - || echo unknown)"
   echo "- Python: $("$venv_python" -c 'import sys, torch; print(sys.version.split()[0], "| torch", torch.__version__, "| CUDA", torch.version.cuda)')"
   echo "- pytest exit status: $status$([ "$status" = 124 ] && echo ' (time limit reached)')"
   echo "- Run directories: $out/work/runs; JUnit XML: $out/junit.xml"

@@ -75,7 +75,7 @@ def test_the_probe_runs_in_the_workers_interpreter():
                                   probe=fake)
     assert seen == [["/opt/venv/bin/python"]] and (found["transformer_engine"], found["apex"]) == (False, True)
     cli.detected_defaults({"workload": "megatron", "uv": "1", "transformer_engine": "1"}, {}, probe=fake)
-    assert seen[-1] == ["uv", "run", "python"]
+    assert seen[-1] == ["uv", "run", "--no-sync", "python"]
 
 
 def test_an_interpreter_that_cannot_tell_refuses_the_plan():
