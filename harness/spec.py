@@ -318,13 +318,15 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
 
     workload = raw.get("workload", "megatron")
     values: dict[str, Any] = dict(DEFAULTS[workload])
-    profile = raw.get("deadline_profile", values["deadline_profile"])
-    values.update(DEADLINE_PROFILES[profile])
+    # Deadlines: a chosen profile over the workload's defaults, explicit knobs over both. The
+    # name follows the deadlines in force: a profile's when they are exactly its, else custom.
+    if "deadline_profile" in raw:
+        values.update(DEADLINE_PROFILES[raw["deadline_profile"]])
+    elif values.get("deadline_profile") in DEADLINE_PROFILES:
+        values = {**DEADLINE_PROFILES[values["deadline_profile"]], **values}
     values.update({k: v for k, v in (detected or {}).items() if v is not None})
     values.update(raw)
-    values["deadline_profile"] = profile
-    if any(f in raw and raw[f] != DEADLINE_PROFILES[profile][f] for f in DEADLINE_FIELDS):
-        values["deadline_profile"] = CUSTOM_PROFILE
+    values["deadline_profile"] = deadline_profile_of(values)
     values["workload"] = workload
     values.setdefault("work_dir", Path.cwd())
     values["work_dir"] = Path(values["work_dir"]).expanduser().absolute()
@@ -335,6 +337,15 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
         values["run_id"] = generated_run_id(workload, values.get("fault", "kill"))
     values["extra_args"] = tuple(extra_args)
     return RunSpec(**values)
+
+
+def deadline_profile_of(values: Mapping[str, Any]) -> str:
+    """The DEADLINE_PROFILES name whose deadlines `values` (RunSpec fields; absent ones take
+    RunSpec's defaults) has exactly, else "custom"."""
+    defaults = {f.name: f.default for f in dataclasses.fields(RunSpec) if f.name in DEADLINE_FIELDS}
+    effective = {name: values.get(name, defaults[name]) for name in DEADLINE_FIELDS}
+    effective["section_timeouts"] = tuple((n, float(v)) for n, v in effective["section_timeouts"])
+    return next((name for name, deadlines in DEADLINE_PROFILES.items() if deadlines == effective), CUSTOM_PROFILE)
 
 
 # ---- validation ---------------------------------------------------------------------------

@@ -204,3 +204,19 @@ def test_deadlines_from_a_strangers_run_json_are_range_checked(tmp_path):
     record["spec"]["section_timeouts"]["checkpointing"] = 60
     path.write_text(json.dumps(record))
     assert verify_run(built.run_dir).to_json()["deadlines"] == {"profile": None, "checkpointing": 60.0}
+
+
+def test_the_profile_name_follows_the_deadlines_in_force():
+    from harness.spec import DEADLINE_PROFILES, deadline_profile_of
+
+    assert deadline_profile_of({}) == "walkthrough"  # RunSpec's own defaults are the walkthrough's
+    for name, deadlines in DEADLINE_PROFILES.items():
+        assert deadline_profile_of(dict(deadlines)) == name
+    assert deadline_profile_of({**DEADLINE_PROFILES["short"], "workload_check_interval": 2.0}) == "custom"
+    # a workload whose defaults set deadlines of their own without naming a profile
+    assert deadline_profile_of({"section_timeouts": (("setup", 90), ("step", 15), ("checkpointing", 15))}) == "custom"
+    reference = spec("kill", workload="reference")
+    assert reference.deadline_profile == "reference" and reference.section_timeouts_arg == "setup:60,step:10,checkpointing:10"
+    chosen = from_sources({"workload": "reference", "deadline_profile": "short", "run_id": "d", "work_dir": Path("/")},
+                          {}, detected={})
+    assert (chosen.deadline_profile, chosen.section_timeouts_arg) == ("short", "setup:600,step:60,checkpointing:60")
