@@ -1,4 +1,4 @@
-"""`nvrx-qual plan | run [--repeat N] | sbatch | verify | diagnose | report`.
+"""`nvrx-qual plan | run [--repeat N] | sbatch | verify | diagnose | report | kit`.
 
 Exit status: 0 qualified (or plan written), 1 a criterion failed, 2 input refused before
 anything was launched (the message names the value and the fix).
@@ -28,16 +28,44 @@ def _split_workload_args(argv: Sequence[str]) -> tuple[list[str], tuple[str, ...
     return argv, ()
 
 
-def detected_defaults(flags: dict, env: dict) -> dict:
-    """Facts of this machine that feed RunSpec defaults (declared values always win)."""
+def _declared(field: str, flags: Mapping[str, object], env: Mapping[str, str]) -> object:
+    """A knob's value as given (flag, else environment), parsed; None when not given."""
+    knob = specmod.KNOBS_BY_FIELD[field]
+    given = flags.get(field)
+    if given is None and knob.env and env.get(knob.env, "") != "":
+        given = env[knob.env]
+    if isinstance(given, str):
+        try:
+            return knob.parse(given)
+        except (ValueError, TypeError):
+            return None  # from_sources reports it
+    return given
+
+
+def detected_defaults(flags: dict, env: dict, *,
+                      probe: Callable[[list[str]], discovery.WorkerImports] = discovery.worker_imports) -> dict:
+    """Facts of this machine that feed RunSpec defaults (declared values always win).
+    Transformer Engine and apex are imported in the interpreter that will run the workers
+    (--python, or `uv run python`), only when one of them is not declared. Raises SpecError
+    when that interpreter cannot tell."""
     workload = flags.get("workload") or env.get("NVRX_QUAL_WORKLOAD") or "megatron"
+    uv = _declared("uv", flags, env)
+    found = {"uv": discovery.uv_managed() if uv is None else uv}
     if workload != "megatron":
-        return {"uv": discovery.uv_managed()}
-    return {
-        "gpu_arch": discovery.gpu_arch(discovery.nvidia_smi_gpus()),
-        "transformer_engine": discovery.has_transformer_engine(),
-        "uv": discovery.uv_managed(),
-    }
+        return found
+    found["gpu_arch"] = discovery.gpu_arch(discovery.nvidia_smi_gpus())
+    te, apex = _declared("transformer_engine", flags, env), _declared("apex", flags, env)
+    if te is None or apex is None:
+        # --no-sync: asking must not install anything into the project environment
+        python = (["uv", "run", "--no-sync", "python"] if found["uv"]
+                  else [str(_declared("python", flags, env) or sys.executable)])
+        imports = probe(python)
+        if imports.problem is not None:
+            raise SpecError([f"could not ask the workers' interpreter whether Transformer Engine and apex import "
+                             f"({imports.problem}): fix --python, or declare both with --transformer-engine 0|1 "
+                             "--apex 0|1"])
+        found["transformer_engine"], found["apex"] = imports.transformer_engine, imports.apex
+    return found
 
 
 def spec_flags(args: argparse.Namespace) -> dict:
@@ -170,7 +198,8 @@ def knob_defaults(field: str) -> str | None:
     base = defaults.get(field, dataclasses.MISSING)
     if base is dataclasses.MISSING or base is None or field == "python":
         return None
-    by_workload = {w: d.get(field, base) for w, d in specmod.DEFAULTS.items()}
+    by_workload = {w: {**specmod.DEADLINE_PROFILES.get(d.get("deadline_profile"), {}), **d}.get(field, base)
+                   for w, d in specmod.DEFAULTS.items()}
     if len({_shown(v) for v in by_workload.values()}) == 1:
         return _shown(base)
     return ", ".join(f"{w} {_shown(v)}" for w, v in by_workload.items())
@@ -243,7 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, module, text in (("verify", "harness.verify", "check the five recovery criteria of a run directory"),
                                ("diagnose", "harness.diagnose", "find the root cause of a failed run across ranks"),
-                               ("report", "harness.summary", "one Markdown summary over several run directories")):
+                               ("report", "harness.summary", "one Markdown summary over several run directories"),
+                               ("kit", "harness.kit", "assemble an offline GPU kit: wheels, Megatron-LM's three "
+                                                      "entrypoint files and a script that qualifies one GPU")):
         add, run = _delegate(module)
         p_sub = sub.add_parser(name, help=text, formatter_class=DefaultsHelpFormatter)
         add(p_sub)
@@ -254,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     own, extra = _split_workload_args(argv)
-    if own and own[0] in ("verify", "diagnose", "report"):
+    if own and own[0] in ("verify", "diagnose", "report", "kit"):
         own, extra = argv, ()
     args = build_parser().parse_args(own)
     return args.handler(args, extra)

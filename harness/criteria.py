@@ -275,6 +275,23 @@ def _same_host(a: str | None, b: str | None) -> bool:
 
 
 def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
+    """The launcher noticed the failed cycle and started replacement workers.
+
+    For a hang it must also have been a rank monitor that detected it: a section or
+    out-of-section timeout of the failed cycle, stamped after the injection. Which rank's
+    monitor fires first is not part of the criterion. Each monitor watches only its own
+    rank; the stopped rank's peers block in the next collective and their step deadline runs
+    too, so with unequal deadlines (the walkthrough's step 120 s against out-of-section 180 s
+    and checkpointing 600 s) a peer's timeout fires first whenever the stop lands outside a
+    step, and the launcher then stops the whole group before the stopped rank's own monitor
+    says anything; even with equal deadlines two independent monitors fire some milliseconds
+    apart in either order. A verdict that depended on that order would fail correct
+    recoveries, and verify must judge runs from users' own sbatch scripts, whatever their
+    deadlines. So the stopped rank is proven by the injection marker (written by the nemesis
+    inside that rank's process: rank, pid, SIGSTOP, time), and a timeout that names it is
+    reported as the stronger evidence when there is one; a peer's timeout is accepted only
+    when it comes after the injection (one stamped before it means something else hung).
+    """
     cid = "replacement_cycle"
     if (na := _na_no_fault(cid, a)) is not None:
         return na
@@ -314,24 +331,41 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
                else f"it announced a restart ({group.attempts_left}/{group.max_restarts} attempts left) that never began")
         return _result(cid, FAIL, f"The launcher recorded the failure of cycle {c} but started no replacement workers: "
                                   f"{why}.", evidence)
+    how = ""
     if a.fault == "hang":
         timeouts = [e for e in tl.launcher_events() if isinstance(e, ev.RankTimeout) and (e.cycle in (c, None))]
-        named = [t for t in timeouts if _names_injected_rank(t, inj)]
+        injected_at = tl.utc(inj)
+        before = [t for t in timeouts if injected_at is not None and (tl.utc(t) or injected_at) < injected_at]
+        after = [t for t in timeouts if t not in before]
+        named = [t for t in after if _names_injected_rank(t, inj)]
         if not timeouts:
             problems.append(f"no section or out-of-section timeout message exists for cycle {c}: the hang of rank "
-                            f"{inj.rank} was not detected by its rank monitor (check --ft-rank-section-timeouts and "
+                            f"{inj.rank} was not detected by a rank monitor (check --ft-rank-section-timeouts and "
                             "that the workload opens its 'step' section)")
-        elif not named:
-            ranks = sorted({t.rank if t.rank is not None else t.local_rank for t in timeouts}, key=lambda r: (r is None, r))
-            problems.append(f"the timeout messages name rank(s) {', '.join(map(str, ranks))}, not the stopped rank "
-                            f"{inj.rank}: the monitor of the hung rank did not report it (the others only timed out "
-                            "waiting for it in a collective)")
-            evidence.extend(timeouts[:3])
-        else:
+        elif not after:
+            problems.append(f"every timeout message of cycle {c} is stamped before the injection at "
+                            f"{iso_utc(injected_at)}: a rank hung before the fault, so the stop of rank {inj.rank} is "
+                            "not what the launcher detected; look at the earlier timeout's rank")
+            evidence.extend(before[:3])
+        elif named:
             evidence.append(named[0])
+            how = f" after a {named[0].kind.replace('_', '-')} timeout naming the stopped rank {inj.rank}"
+        elif inj.signal not in (None, "SIGSTOP"):
+            problems.append(f"the marker records {inj.signal}, not SIGSTOP, so nothing proves rank {inj.rank} was "
+                            "stopped, and no timeout message names it")
+            evidence.extend(after[:3])
+        else:
+            first = after[0]
+            ranks = sorted({t.rank if t.rank is not None else t.local_rank for t in after}, key=lambda r: (r is None, r))
+            who = ", ".join(map(str, ranks))
+            evidence.append(first)
+            stamped = tl.utc(first)
+            delay = f" {stamped - injected_at:.1f} s after the stop" if stamped and injected_at else ""
+            how = (f" after a {first.kind.replace('_', '-')} timeout of rank(s) {who}{delay} (blocked waiting for the "
+                   f"stopped rank {inj.rank}, whose own monitor had not fired when the launcher stopped the group; "
+                   f"the marker proves rank {inj.rank}, pid {inj.pid}, got SIGSTOP)")
     if problems:
         return _result(cid, FAIL, "The launcher restarted the workers, but " + "; ".join(problems) + ".", evidence)
-    how = f" after a {named[0].kind.replace('_', '-')} timeout naming rank {inj.rank}" if a.fault == "hang" else ""
     return _result(cid, PASS, f"The launcher recorded the failure of cycle {c}{how} and started replacement workers "
                               f"in {new}.", evidence)
 

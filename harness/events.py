@@ -424,6 +424,10 @@ class RunConfig:
     argv: tuple[str, ...] = ()
     dry_run: bool = False
     has_run_json: bool = False
+    # The ft_launcher deadlines run.json declares: (name, seconds) for setup, step, checkpointing,
+    # out_of_section and check_interval, and the profile they came from.
+    deadline_profile: str | None = None
+    deadlines: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1094,7 +1094,9 @@ def _run_config(run_json: _JsonFile | None, launch_json: _JsonFile | None, start
     if nvrx is None and launch_json is not None and isinstance(launch_json.data, dict):
         nvrx = _str(launch_json.data.get("nvrx_version"))
     extra = spec.get("extra_args") if isinstance(spec.get("extra_args"), list) else []
+    profile, deadlines = _deadlines(spec)
     return ev.RunConfig(
+        deadline_profile=profile, deadlines=deadlines,
         requested_fault=_str(spec.get("fault")), fault_rank=_int(spec.get("fault_rank")),
         train_iters=train_iters, train_iters_src=train_src, save_interval=save_interval, save_interval_src=save_src,
         nvrx_version=nvrx, utc_offset_s=_int(data.get("utc_offset_s")), extra_args=tuple(str(a) for a in extra),
@@ -1168,6 +1170,33 @@ def _shown(path: Path, run_dir: Path) -> str:
         return str(path.resolve().relative_to(run_dir.resolve()))
     except (ValueError, OSError):
         return str(path)
+
+
+_PROFILE_RE = re.compile(r"[A-Za-z0-9_.-]{1,40}")
+MAX_DEADLINE_S = 10_000_000.0
+
+
+def _seconds(value: object) -> float | None:
+    """A positive, finite number of seconds below MAX_DEADLINE_S, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 < value < MAX_DEADLINE_S else None  # NaN fails both comparisons
+
+
+def _deadlines(spec: dict) -> tuple[str | None, tuple[tuple[str, float], ...]]:
+    """run.json's deadline profile and deadlines, each range-checked; what fails is left out."""
+    profile = spec.get("deadline_profile")
+    profile = profile if isinstance(profile, str) and _PROFILE_RE.fullmatch(profile) else None
+    out: list[tuple[str, float]] = []
+    sections = spec.get("section_timeouts")
+    if isinstance(sections, dict):
+        for name in ("setup", "step", "checkpointing"):
+            if (sec := _seconds(sections.get(name))) is not None:
+                out.append((name, sec))
+    for key, name in (("out_of_section_timeout", "out_of_section"), ("workload_check_interval", "check_interval")):
+        if (sec := _seconds(spec.get(key))) is not None:
+            out.append((name, sec))
+    return profile, tuple(out)
 
 
 def _int(value: object) -> int | None:

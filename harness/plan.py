@@ -193,8 +193,8 @@ def build(spec: RunSpec, nvrx: NvrxTarget, *, sbatch: bool = False) -> Plan:
         env.append(("CUDA_DEVICE_MAX_CONNECTIONS", policy.value))
     pythonpath = (str(nvrx.path),) if nvrx.path else ()
     cwd = spec.megatron_path if spec.workload == "megatron" and spec.megatron_path else spec.layout.root
-    if spec.workload == "megatron" and not spec.transformer_engine:
-        notes.append("Transformer Engine absent: --transformer-impl local --no-gradient-accumulation-fusion")
+    if spec.workload == "megatron":
+        notes += megatron.fallback_notes(spec)
     if spec.fault != "none" and spec.world == 1:
         notes.append("one rank: the fault is injected on rank 0")
     launcher = Command(tuple(launcher_argv(spec, nvrx, endpoint, log_port)), Path(cwd), tuple(env), pythonpath)

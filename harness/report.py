@@ -33,6 +33,7 @@ class Verdict:
     criteria: tuple[CriterionResult, ...]
     metrics: Metrics
     launcher: dict = field(default_factory=dict)  # dialect, nvrx_version, exit_code, offset: plain values only
+    deadlines: dict = field(default_factory=dict)  # {"profile": "short", "setup": 600.0, ...} from run.json
     notes: tuple[str, ...] = ()
     verified_at: str | None = None
     # what timeline.png shows (harness.picture); not part of verdict.json
@@ -48,6 +49,7 @@ class Verdict:
             "criteria": [c.to_json() for c in self.criteria],
             "metrics": self.metrics.to_json(),
             "launcher": dict(self.launcher),
+            "deadlines": dict(self.deadlines),
             "notes": list(self.notes),
             "verified_at": self.verified_at,
         }
@@ -75,6 +77,19 @@ def _seconds(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
+_DEADLINE_WORDS = (("setup", "setup"), ("step", "step"), ("checkpointing", "checkpointing"),
+                   ("out_of_section", "out of section"), ("check_interval", "check interval"))
+
+
+def deadlines_text(deadlines: dict) -> str:
+    """'profile **short**: setup 600 s, step 60 s, ...' (the launcher's default where one is absent)."""
+    shown = [f"{words} {deadlines[key]:g} s" for key, words in _DEADLINE_WORDS
+             if isinstance(deadlines.get(key), (int, float))]
+    profile = deadlines.get("profile")
+    head = f"profile **{profile}**" if profile else "no profile recorded"
+    return head + (": " + ", ".join(shown) if shown else "")
+
+
 def render_report(verdict: Verdict, extra_sections: Sequence[str] = (), picture: str | None = None,
                   picture_note: str | None = None) -> str:
     """report.md; `picture` is the timeline image's path relative to the report (embedded
@@ -88,6 +103,8 @@ def render_report(verdict: Verdict, extra_sections: Sequence[str] = (), picture:
     if launcher:
         shown = ", ".join(f"{k} {v}" for k, v in launcher.items() if v is not None)
         out.append(f"- Launcher: {shown}")
+    if verdict.deadlines:
+        out.append(f"- Deadlines: {deadlines_text(verdict.deadlines)}")
     if verdict.verified_at:
         out.append(f"- Verified at: {verdict.verified_at}")
     for warning in m.warnings:

@@ -41,6 +41,41 @@ def default_deadline(spec: RunSpec) -> float:
     return (spec.max_restarts + 1) * per_cycle + spec.train_iters * sections.get("step", 0)
 
 
+# What a restart costs on top of the deadlines: the launcher stops the group (SIGTERM, up to
+# --workers-stop-timeout 15 s, SIGKILL), NVRx 0.7 waits up to 50 s for GPU memory to drop,
+# then a new rendezvous.
+RESTART_ALLOWANCE_S = 120.0
+# The iterations, saves and the end of the job, which no deadline bounds as a whole.
+TRAINING_MARGIN_S = 300.0
+# verify, report, timeline and the cleanup after the launcher stopped.
+VERIFY_GRACE_S = 120.0
+
+
+def scenario_deadline(spec: RunSpec) -> float:
+    """An upper bound for a run that can still qualify: its cycles (two with a fault, one
+    without) each spend at most the setup deadline; the fault is detected within the longest
+    section or out-of-section deadline plus one check interval (a stop can land in any of
+    them); one restart; a margin for the training itself. A run that needs longer has failed
+    already (a qualifying run has exactly one failed cycle). The pytest fixtures stop a
+    scenario there; `nvrx-qual run` keeps the looser default_deadline."""
+    sections = dict(spec.section_timeouts)
+    cycles = 1 if spec.fault == "none" else 2
+    total = cycles * sections.get("setup", 0.0) + TRAINING_MARGIN_S
+    if spec.fault != "none":
+        # a stop lands after a committed checkpoint: in a step, a save or between them, never in setup
+        running = [v for name, v in sections.items() if name != "setup"] + [spec.out_of_section_timeout]
+        worst = max(running) if spec.fault == "hang" else 0.0
+        check = spec.workload_check_interval if spec.workload_check_interval is not None else 5.0  # NVRx's default
+        total += worst + check + RESTART_ALLOWANCE_S
+    return total
+
+
+def pytest_timeout(spec: RunSpec) -> float:
+    """The pytest-timeout of a test that launches `spec`: the launch's own deadline fires
+    first, and verify still has time to write the verdict."""
+    return scenario_deadline(spec) + VERIFY_GRACE_S
+
+
 def preflight(plan: Plan, env: Mapping[str, str]) -> None:
     """What the machine must offer before anything is launched (SpecError otherwise)."""
     spec, problems = plan.spec, []
@@ -141,7 +176,9 @@ def announce(plan: Plan, which: str = "") -> str:
     spec = plan.spec
     fault = "no fault" if spec.fault == "none" else f"{spec.fault} on rank {spec.fault_rank}"
     return (f"nvrx-qual: run {spec.run_id}{f' ({which})' if which else ''}: {spec.workload} workload, {fault}, "
-            f"NVRx {plan.nvrx.version}, {spec.nnodes}x{spec.gpus_per_node} ranks\n  run directory: {plan.layout.root}")
+            f"NVRx {plan.nvrx.version}, {spec.nnodes}x{spec.gpus_per_node} ranks, deadline profile "
+            f"{spec.deadline_profile} ({spec.section_timeouts_arg}, out of section {spec.out_of_section_timeout:g} s)"
+            f"\n  run directory: {plan.layout.root}")
 
 
 def run(plan: Plan, *, progress: bool = True, deadline_s: float | None = None) -> int:

@@ -73,6 +73,8 @@ class RunSpec:
     log_server_port: int | None = None  # NVRx >= 0.6 gRPC log funnel; chosen from the OS
     gpu_arch: str | None = None
     transformer_engine: bool = True
+    apex: bool = False  # apex with the CUDA extensions Megatron's fused paths import
+    deadline_profile: str = "walkthrough"  # DEADLINE_PROFILES name, or "custom" when a deadline was overridden
     uv: bool = False
     python: str = sys.executable
     assume_shared_storage: bool = False
@@ -117,19 +119,34 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
+# Deadline profiles: the ft_launcher deadlines of a run, chosen by name (--deadline-profile);
+# an explicit --section-timeouts / --out-of-section-timeout / --workload-check-interval wins
+# and makes the profile "custom". run.json, verdict.json and report.md name the one that ran.
+# - walkthrough: the NVRx walkthrough's deadlines (the Megatron default);
+# - short: GPU qualification inside minutes; a hang is detected 60-61 s after the stop whichever
+#   section it lands in (setup stays long: Megatron's start on a cold node can take minutes);
+# - reference: the CPU reference workload's (hang detection = 10 s + one check interval).
+# Step, checkpointing and out-of-section deadlines are equal in short and reference, so the
+# stopped rank's own monitor fires about when its blocked peers' do; replacement_cycle does
+# not depend on that (a peer's timeout counts when the marker proves which rank was stopped).
+DEADLINE_PROFILES: dict[str, dict[str, Any]] = {
+    "walkthrough": dict(section_timeouts=(("setup", 900.0), ("step", 120.0), ("checkpointing", 600.0)),
+                        out_of_section_timeout=180.0, workload_check_interval=None),
+    "short": dict(section_timeouts=(("setup", 600.0), ("step", 60.0), ("checkpointing", 60.0)),
+                  out_of_section_timeout=60.0, workload_check_interval=1.0),
+    "reference": dict(section_timeouts=(("setup", 60.0), ("step", 10.0), ("checkpointing", 10.0)),
+                      out_of_section_timeout=10.0, workload_check_interval=1.0),
+}
+DEADLINE_FIELDS = ("section_timeouts", "out_of_section_timeout", "workload_check_interval")
+CUSTOM_PROFILE = "custom"
+
 # Workload defaults. Megatron: the seed's default run. Reference: the CPU workload, sized to
-# finish kill + hang + none in a few minutes on two cores (hang detection = step timeout +
-# one workload check interval).
+# finish kill + hang + none in a few minutes on two cores.
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "megatron": {},
+    "megatron": dict(deadline_profile="walkthrough"),
     "reference": dict(
         gpus_per_node=2, num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=256,
-        train_iters=30, save_interval=5,
-        # step, checkpointing and out-of-section alike: whichever of them a SIGSTOP lands in,
-        # the stopped rank's own monitor fires about when its blocked peers' do, so the
-        # timeout message names the injected rank (what replacement_cycle checks for a hang).
-        section_timeouts=(("setup", 60.0), ("step", 10.0), ("checkpointing", 10.0)),
-        out_of_section_timeout=10.0, monitor_interval=0.3, workload_check_interval=1.0, step_time_ms=100,
+        train_iters=30, save_interval=5, deadline_profile="reference", monitor_interval=0.3, step_time_ms=100,
     ),
 }
 
@@ -220,8 +237,13 @@ KNOBS: tuple[Knob, ...] = (
     Knob("rdzv_endpoint", "--rdzv-endpoint", str, "HOST:PORT every node reaches (needed with NNODES>1)",
          "RDZV_ENDPOINT"),
     Knob("dry_run", "--dry-run", _parse_bool, "validate and print the commands only", "NVRX_DRY_RUN", "1 or 0"),
+    Knob("deadline_profile", "--deadline-profile", _parse_choice(tuple(DEADLINE_PROFILES)),
+         "ft_launcher deadlines by name: walkthrough (setup:900,step:120,checkpointing:600, out of section 180; "
+         "Megatron's default), short (setup:600,step:60,checkpointing:60, out of section 60, check interval 1) or "
+         "reference (the CPU workload's default)", "NVRX_DEADLINE_PROFILE", ", ".join(DEADLINE_PROFILES)),
     Knob("section_timeouts", "--section-timeouts", parse_section_timeouts,
-         "ft_launcher section deadlines, seconds", None, "setup:900,step:120,checkpointing:600"),
+         "ft_launcher section deadlines, seconds (overrides the profile's)", None,
+         "setup:900,step:120,checkpointing:600"),
     Knob("out_of_section_timeout", "--out-of-section-timeout", _parse_float, "seconds out of any section", None,
          "a number of seconds"),
     Knob("max_restarts", "--max-restarts", _parse_int, "worker-group restarts the launcher may do", None,
@@ -241,7 +263,11 @@ KNOBS: tuple[Knob, ...] = (
     Knob("gpu_arch", "--gpu-arch", str, "GPU architecture (hopper, blackwell, 9.0, ...; default: detected)",
          "NVRX_GPU_ARCH"),
     Knob("transformer_engine", "--transformer-engine", _parse_bool,
-         "1: use Transformer Engine; 0: --transformer-impl local (default: detected)", None, "1 or 0"),
+         "1: use Transformer Engine; 0: --transformer-impl local (default: imported in the workers' interpreter)",
+         None, "1 or 0"),
+    Knob("apex", "--apex", _parse_bool,
+         "1: apex and its CUDA extensions import in the workers' interpreter; 0: plan Megatron's non-apex "
+         "fallbacks (default: imported in the workers' interpreter)", None, "1 or 0"),
     Knob("python", "--python", str, "interpreter that runs the launcher on the nodes (default: this one)",
          "NVRX_QUAL_PYTHON"),
     Knob("uv", "--uv", _parse_bool, "1: launch through `uv run python` (default: detected)", None, "1 or 0"),
@@ -292,8 +318,15 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
 
     workload = raw.get("workload", "megatron")
     values: dict[str, Any] = dict(DEFAULTS[workload])
+    # Deadlines: a chosen profile over the workload's defaults, explicit knobs over both. The
+    # name follows the deadlines in force: a profile's when they are exactly its, else custom.
+    if "deadline_profile" in raw:
+        values.update(DEADLINE_PROFILES[raw["deadline_profile"]])
+    elif values.get("deadline_profile") in DEADLINE_PROFILES:
+        values = {**DEADLINE_PROFILES[values["deadline_profile"]], **values}
     values.update({k: v for k, v in (detected or {}).items() if v is not None})
     values.update(raw)
+    values["deadline_profile"] = deadline_profile_of(values)
     values["workload"] = workload
     values.setdefault("work_dir", Path.cwd())
     values["work_dir"] = Path(values["work_dir"]).expanduser().absolute()
@@ -304,6 +337,15 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
         values["run_id"] = generated_run_id(workload, values.get("fault", "kill"))
     values["extra_args"] = tuple(extra_args)
     return RunSpec(**values)
+
+
+def deadline_profile_of(values: Mapping[str, Any]) -> str:
+    """The DEADLINE_PROFILES name whose deadlines `values` (RunSpec fields; absent ones take
+    RunSpec's defaults) has exactly, else "custom"."""
+    defaults = {f.name: f.default for f in dataclasses.fields(RunSpec) if f.name in DEADLINE_FIELDS}
+    effective = {name: values.get(name, defaults[name]) for name in DEADLINE_FIELDS}
+    effective["section_timeouts"] = tuple((n, float(v)) for n, v in effective["section_timeouts"])
+    return next((name for name, deadlines in DEADLINE_PROFILES.items() if deadlines == effective), CUSTOM_PROFILE)
 
 
 # ---- validation ---------------------------------------------------------------------------

@@ -61,8 +61,16 @@ def verify_timeline(timeline: Timeline, fault: str | None = None, baseline: str 
     return Verdict(
         run_dir=str(timeline.run_dir), fault=analysis.fault, fault_how=analysis.fault_how,
         qualified=qualified, criteria=results, metrics=times, launcher=launcher, picture=shown,
+        deadlines=_deadlines(timeline.run),
         notes=tuple(notes), verified_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
     )
+
+
+def _deadlines(run: ev.RunConfig) -> dict:
+    """{"profile": ..., "setup": s, ...} from run.json; empty when it declares none."""
+    if run.deadline_profile is None and not run.deadlines:
+        return {}
+    return {"profile": run.deadline_profile, **dict(run.deadlines)}
 
 
 def _loss_continuity(timeline: Timeline, analysis: criteria.Analysis, baseline: Path) -> criteria.CriterionResult:

@@ -69,7 +69,8 @@ class Scenario:
     saves_after_restore: bool = True
     stop_at: int | None = None  # the replacement stops after this iteration (exit 0 anyway)
     training_done: bool = True
-    timeout_ranks: tuple[int, ...] | None = None  # hang: ranks whose monitors time out (default all)
+    timeout_ranks: tuple[int, ...] | None = None  # hang: ranks whose monitors time out, in this order (default all)
+    timeout_after_ms: int | None = None  # hang: first timeout this long after the injection (default step + 0.5 s)
     uncommitted: tuple[int, ...] = ()  # iter dirs left without metadata.json
     optimizer_in_checkpoints: bool = True
 
@@ -400,7 +401,8 @@ def build(root: Path, s: Scenario = Scenario()) -> Built:  # noqa: C901 - one sc
         detected = run.failure(0, injected + 90, local_rank=s.fault_rank, exitcode=-9, restart=not s.restarts_exhausted)
     else:
         ranks = s.timeout_ranks if s.timeout_ranks is not None else tuple(range(s.world))
-        detected = run.failure(0, injected + int(s.step_timeout_s * 1000) + 500, local_rank=0, exitcode=-9,
+        after = s.timeout_after_ms if s.timeout_after_ms is not None else int(s.step_timeout_s * 1000) + 500
+        detected = run.failure(0, injected + after, local_rank=0, exitcode=-9,
                                restart=not s.restarts_exhausted, hang_ranks=ranks)
     run.times["detected_at"] = detected / 1000
     if s.restarts_exhausted:
@@ -493,7 +495,11 @@ def _finish(run: _Run, *, exit_code: int, ended_ms: int, cut_cycle: int | None =
                   "nvrx_version": s.nvrx,
                   "spec": {"workload": "megatron", "fault": s.fault, "fault_rank": s.fault_rank, "train_iters": s.train_iters,
                            "save_interval": s.save_interval, "nnodes": 1, "gpus_per_node": s.world,
-                           "checkpoint_dir": str(run.ckpt), "extra_args": extra, "run_id": root.name},
+                           "checkpoint_dir": str(run.ckpt), "extra_args": extra, "run_id": root.name,
+                           "deadline_profile": "reference", "out_of_section_timeout": s.step_timeout_s,
+                           "section_timeouts": {"setup": 60.0, "step": s.step_timeout_s,
+                                                "checkpointing": s.step_timeout_s},
+                           "workload_check_interval": 1.0},
                   "commands": [{"name": "launcher", "argv": argv, "env": {}, "cwd": str(root)}]}
         (root / "run.json").write_text(json.dumps(record, indent=2) + "\n")
     if s.launch_json:

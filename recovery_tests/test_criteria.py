@@ -4,6 +4,7 @@ criteria a missing premise makes moot are not_applicable, all others pass."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import pytest
@@ -57,10 +58,12 @@ CASES = [
      {"later_checkpoint": FAIL}, "training stopped at iteration 20 of 30"),
     ("exit 0 without [after training is done]", Scenario(training_done=False),
      {"clean_finish": FAIL}, "never printed '[after training is done]'"),
-    ("hang whose timeout names another rank, NVRx 0.7.0", Scenario(fault="hang", timeout_ranks=(0,)),
-     {"replacement_cycle": FAIL}, "name rank(s) 0, not the stopped rank 1"),
-    ("hang whose timeout names another rank, NVRx 0.4.1", Scenario(fault="hang", nvrx="0.4.1", timeout_ranks=(0,)),
-     {"replacement_cycle": FAIL}, "not the stopped rank 1"),
+    ("hang whose only timeout precedes the injection, NVRx 0.7.0",
+     Scenario(fault="hang", timeout_ranks=(0,), timeout_after_ms=-3000),
+     {"replacement_cycle": FAIL}, "stamped before the injection"),
+    ("hang whose only timeout precedes the injection, NVRx 0.4.1",
+     Scenario(fault="hang", nvrx="0.4.1", timeout_ranks=(0,), timeout_after_ms=-3000),
+     {"replacement_cycle": FAIL}, "stamped before the injection"),
     ("hang without any timeout message", Scenario(fault="hang", timeout_ranks=()),
      {"replacement_cycle": FAIL}, "no section or out-of-section timeout message"),
     ("fault requested but never fired", Scenario(marker=False),
@@ -240,3 +243,36 @@ def test_launcher_that_gave_up_fails_clean_finish(tmp_path, nvrx):
     result = verify_run(built.run_dir).criterion("clean_finish")
     assert result.status == FAIL and "gave up" in result.detail, result
     assert result.evidence
+
+
+# ---------------------------------------------------------------- hang: whichever monitor fires first
+
+HANG_ORDERS = {
+    # ranks whose monitors time out, in the order they fire (rank 1 is the stopped one)
+    "stopped rank first": ((1, 0), "naming the stopped rank 1"),
+    "peer first": ((0, 1), "naming the stopped rank 1"),
+    "peer only (group stopped before the stopped rank's monitor fired)": ((0,), "timeout of rank(s) 0"),
+}
+
+
+@pytest.mark.parametrize("nvrx", ["0.7.0", "0.4.1"])
+@pytest.mark.parametrize("order", sorted(HANG_ORDERS))
+def test_a_hang_qualifies_whichever_monitor_fires_first(tmp_path, order, nvrx):
+    """Replayed run dirs for each order of timeouts: the verdict is the same, and it names
+    the stopped rank from the marker when its own monitor never reported."""
+    ranks, phrase = HANG_ORDERS[order]
+    built = rundirs.build(tmp_path / "run", Scenario(fault="hang", nvrx=nvrx, timeout_ranks=ranks))
+    verdict = verify_run(built.run_dir)
+    c = verdict.criterion("replacement_cycle")
+    assert (c.status, verdict.qualified) == (PASS, True), c.detail
+    assert phrase in c.detail and "stopped rank 1" in c.detail, c.detail
+    assert any("fault_injected.json" in e for e in c.evidence), c.evidence
+
+
+def test_a_peer_timeout_without_a_sigstop_marker_proves_nothing(tmp_path):
+    built = rundirs.build(tmp_path / "run", Scenario(fault="hang", timeout_ranks=(0,)))
+    marker = built.run_dir / "fault_injected.json"
+    record = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**record, "signal": "SIGTERM"}))
+    c = verify_run(built.run_dir).criterion("replacement_cycle")
+    assert c.status == FAIL and "not SIGSTOP" in c.detail, c.detail

@@ -12,7 +12,7 @@ import pytest
 
 from fixtures.gpu import GpuEnvironment, discover
 from harness import discovery
-from harness.discovery import Gpu, parse_nvidia_smi
+from harness.discovery import Gpu, WorkerImports, parse_nvidia_smi
 from harness.slurm import Allocation
 
 H100_X8 = "".join(f"{i}, NVIDIA H100 80GB HBM3, 9.0\n" for i in range(8))
@@ -102,12 +102,13 @@ ALLOCATION = Allocation(job_id="4242", nodes=("gpu001", "gpu002"), gpus_per_node
 
 
 def find(megatron_path: str | None, *, env: dict | None = None, smi: str | None = H100_X8, torch_gpus=(),
-         nvrx: str | None = "0.7.0", python=(3, 12), allocation: Allocation | None = None, te: bool = True
-         ) -> GpuEnvironment:
+         nvrx: str | None = "0.7.0", python=(3, 12), allocation: Allocation | None = None, te: bool = True,
+         apex: bool = False) -> GpuEnvironment:
     """discover() with every probe faked; smi=None: nvidia-smi absent."""
     return discover(megatron_path, env or {},
                     smi=lambda: None if smi is None else parse_nvidia_smi(smi),
-                    torch_gpus=lambda: list(torch_gpus), te=lambda: te, nvrx_version=lambda: nvrx,
+                    torch_gpus=lambda: list(torch_gpus), imports=lambda: WorkerImports(te, apex),
+                    nvrx_version=lambda: nvrx,
                     allocation=lambda e: allocation, python=python)
 
 
@@ -209,12 +210,25 @@ def test_transformer_engine_is_recorded_not_required(megatron):
     assert found.ready and found.transformer_engine is False
 
 
+def test_apex_is_recorded_not_required(megatron):
+    assert find(str(megatron), apex=True).apex is True
+    found = find(str(megatron), apex=False)
+    assert found.ready and found.apex is False
+
+
+def test_an_interpreter_that_cannot_tell_is_a_problem(megatron):
+    found = discover(str(megatron), {}, smi=lambda: parse_nvidia_smi(H100_X8), torch_gpus=list,
+                     imports=lambda: WorkerImports(None, None, "python3 cannot import torch: ModuleNotFoundError"),
+                     nvrx_version=lambda: "0.7.0", allocation=lambda e: None, python=(3, 12))
+    assert "cannot import torch" in problem_with(found, "Transformer Engine and apex")
+
+
 def test_a_failing_scontrol_is_a_problem_not_a_crash(megatron):
     def broken(env):
         raise FileNotFoundError(2, "No such file or directory", "scontrol")
 
     found = discover(str(megatron), {"SLURM_JOB_ID": "4242"}, smi=lambda: parse_nvidia_smi(H100_X8),
-                     torch_gpus=list, te=lambda: True, nvrx_version=lambda: "0.7.0", allocation=broken,
+                     torch_gpus=list, imports=lambda: WorkerImports(True, False), nvrx_version=lambda: "0.7.0", allocation=broken,
                      python=(3, 12))
     assert found.allocation is None
     message = problem_with(found, "could not be listed")
@@ -230,7 +244,7 @@ def test_allocation_from_the_environment_is_passed_through(megatron):
 
     env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[001-002]"}
     found = discover(str(megatron), env, smi=lambda: parse_nvidia_smi(H100_X8), torch_gpus=list,
-                     te=lambda: True, nvrx_version=lambda: "0.7.0", allocation=allocation, python=(3, 12))
+                     imports=lambda: WorkerImports(True, False), nvrx_version=lambda: "0.7.0", allocation=allocation, python=(3, 12))
     assert found.allocation is ALLOCATION and seen == [env]
 
 

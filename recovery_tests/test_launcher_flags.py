@@ -121,13 +121,23 @@ def test_megatron_argv_is_the_seed_default_run():
     assert ckpt.endswith("/checkpoints") and got["--load"] == ckpt, "--load must equal --save"
     want["--save"] = want["--load"] = ckpt
     extra = {k: v for k, v in got.items() if k not in want}
-    assert extra == {"--tensor-model-parallel-size": "1", "--pipeline-model-parallel-size": "1"}
+    # Beyond the seed: Megatron 0.19 needs --eval-interval; without apex the output layer
+    # needs --no-gradient-accumulation-fusion (recovery_tests/test_megatron_acceptance.py).
+    assert extra == {"--tensor-model-parallel-size": "1", "--pipeline-model-parallel-size": "1",
+                     "--eval-interval": "100", "--no-gradient-accumulation-fusion": None}
     assert {k: got[k] for k in want} == want
 
 
 def test_megatron_argv_without_transformer_engine():
     got = pairs(megatron_args_from_golden("nvrx-0.7.0_megatron_hang-no-te.txt"))
-    assert got["--transformer-impl"] == "local" and "--no-gradient-accumulation-fusion" in got
+    assert got["--transformer-impl"] == "local"
+    assert {"--no-gradient-accumulation-fusion", "--no-persist-layer-norm", "--no-masked-softmax-fusion",
+            "--no-bias-dropout-fusion", "--no-bias-gelu-fusion"} <= set(got)
+
+
+def test_megatron_argv_with_apex_keeps_megatrons_fused_paths():
+    got = pairs(megatron_args_from_golden("nvrx-0.7.0_megatron_with-apex-short-deadlines.txt"))
+    assert not {k for k in got if k.startswith("--no-") and "fusion" in k or k == "--no-persist-layer-norm"}
 
 
 def test_megatron_argv_multinode_tp2_pp2():

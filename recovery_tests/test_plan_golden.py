@@ -48,6 +48,7 @@ MEGATRON_SCENARIOS = {
     "two-nodes-tp2-pp2": ["--nnodes", "2", "--gpus-per-node", "4", "--tp", "2", "--pp", "2",
                           "--rdzv-endpoint", "node001:29400", "--gpu-arch", "9.0", "--assume-shared-storage", "1"],
     "hang-no-te": ["--fault", "hang", "--transformer-engine", "0"],
+    "with-apex-short-deadlines": ["--apex", "1", "--deadline-profile", "short"],
 }
 
 
@@ -55,7 +56,7 @@ MEGATRON_SCENARIOS = {
 def test_megatron_plan_golden_070(name, tmp_path, megatron_checkout, clean_spec_env, capsys):
     work = tmp_path / "work"
     argv = ["plan", "--megatron-path", str(megatron_checkout), "--work-dir", str(work), "--run-id", f"gold-{name}",
-            "--nvrx-version", "0.7.0", "--transformer-engine", "1", *MEGATRON_SCENARIOS[name]]
+            "--nvrx-version", "0.7.0", "--transformer-engine", "1", "--apex", "0", *MEGATRON_SCENARIOS[name]]
     check_golden(f"nvrx-0.7.0_megatron_{name}.txt", plan_output(capsys, argv, work, megatron_checkout))
 
 
@@ -64,7 +65,7 @@ def test_megatron_resume_golden_070(tmp_path, megatron_checkout, clean_spec_env,
     ckpt.mkdir()
     (ckpt / "latest_checkpointed_iteration.txt").write_text("20")
     argv = ["plan", "--megatron-path", str(megatron_checkout), "--work-dir", str(work), "--run-id", "gold-resume",
-            "--nvrx-version", "0.7.0", "--transformer-engine", "1", "--checkpoint-dir", str(ckpt)]
+            "--nvrx-version", "0.7.0", "--transformer-engine", "1", "--apex", "0", "--checkpoint-dir", str(ckpt)]
     text = plan_output(capsys, argv, work, megatron_checkout).replace(str(ckpt), "<CKPT>")
     assert "# resuming: checkpoint iteration 20" in text
     check_golden("nvrx-0.7.0_megatron_resume.txt", text)
@@ -90,7 +91,7 @@ def test_reference_plan_golden(name, version, tmp_path, clean_spec_env, capsys):
 def test_sbatch_golden_070(tmp_path, megatron_checkout, clean_spec_env, capsys):
     work = tmp_path / "work"
     argv = ["sbatch", "--megatron-path", str(megatron_checkout), "--work-dir", str(work), "--run-id", "gold-sbatch",
-            "--nvrx-version", "0.7.0", "--transformer-engine", "1", "--nnodes", "2", "--gpus-per-node", "4",
+            "--nvrx-version", "0.7.0", "--transformer-engine", "1", "--apex", "0", "--nnodes", "2", "--gpus-per-node", "4",
             "--tp", "2", "--pp", "2", "--gpu-arch", "hopper", "--assume-shared-storage", "1",
             "--account", "acct", "--partition", "batch", "--time", "00:30:00",
             "--container-image", "nvcr.io/nvidia/pytorch:25.09-py3", "--container-mounts", "/lustre:/lustre"]
@@ -105,7 +106,7 @@ def test_sbatch_in_a_uv_environment_runs_uv_run_python(tmp_path, megatron_checko
     """The Slurm guide: `uv run python -m ...`, never a bare launcher, where uv manages the env."""
     argv = ["sbatch", "--megatron-path", str(megatron_checkout), "--work-dir", str(tmp_path / "w"),
             "--run-id", "uv-1", "--nvrx-version", "0.7.0", "--nnodes", "2", "--gpus-per-node", "4",
-            "--assume-shared-storage", "1", "--uv", "1"]
+            "--assume-shared-storage", "1", "--uv", "1", "--transformer-engine", "1", "--apex", "0"]
     assert cli.main(argv) == 0
     script = capsys.readouterr().out
     assert "    uv run python \\\n    -m nvidia_resiliency_ext.fault_tolerance.launcher \\\n" in script

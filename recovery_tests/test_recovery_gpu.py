@@ -3,6 +3,8 @@
 judged by the same verdict code as `nvrx-qual verify`.
 
 Run on a GPU node:   pytest -m gpu --megatron-path /path/to/Megatron-LM
+Short deadlines:     add --deadline-profile short (a hang is detected within about a minute)
+Workload arguments:  --workload-args='--seed 1234' (appended to pretrain_gpt.py)
 In CI GPU runners:   pytest -m gpu --require-gpu --junitxml=gpu.xml
 Multi-node (inside `salloc --nodes=2 --gpus-per-node=4`): add --work-dir on shared storage.
 
@@ -28,16 +30,24 @@ FAULTS = ("kill", "hang", "none")
 FAULT_SPECIFIC = {"pre_fault_checkpoint", "replacement_cycle", "optimizer_reload"}
 
 
-def megatron_scenario(gpu_env, fault: str, **knobs) -> Scenario:
-    """The seed's default run on this node: two GPUs and fault rank 1, or one GPU and rank 0."""
+def megatron_scenario(gpu_env, fault: str, options: tuple[dict, tuple[str, ...]] = ({}, ()), **knobs) -> Scenario:
+    """The seed's default run on this node: two GPUs and fault rank 1, or one GPU and rank 0.
+    `options`: the RunSpec fields and workload arguments of the pytest options
+    (--deadline-profile, --workload-args)."""
     gpus = knobs.pop("gpus_per_node", min(2, len(gpu_env.gpus)))
     rank, _why = gpu_env.fault_rank_for(gpus * knobs.get("nnodes", 1))
     base = {"megatron_path": gpu_env.megatron_path, "gpus_per_node": gpus, "fault_rank": rank,
-            "transformer_engine": gpu_env.transformer_engine, "gpu_arch": gpu_env.arch}
+            "transformer_engine": gpu_env.transformer_engine, "apex": gpu_env.apex, "gpu_arch": gpu_env.arch}
+    base.update(options[0])
     base.update(knobs)
     name = f"megatron-{fault}-{knobs.get('nnodes', 1)}x{gpus}"
     return Scenario(fault, NvrxTarget(installed_version() or "0"), workload="megatron", name=name,
-                    knobs=tuple(sorted(base.items())))
+                    knobs=tuple(sorted(base.items())), workload_args=tuple(options[1]))
+
+
+@pytest.fixture(scope="session")
+def gpu_options(gpu_knobs, gpu_workload_args) -> tuple[dict, tuple[str, ...]]:
+    return gpu_knobs, gpu_workload_args
 
 
 def explain(outcome, check: str) -> str:
@@ -60,8 +70,8 @@ def record_latency(record_property, outcome) -> None:
 
 @pytest.mark.parametrize("check", CRITERIA_IDS)
 @pytest.mark.parametrize("fault", FAULTS)
-def test_megatron_single_node(fault, check, gpu_env, scenarios, record_property):
-    outcome = scenarios.outcome(megatron_scenario(gpu_env, fault))
+def test_megatron_single_node(fault, check, gpu_env, gpu_options, scenarios, record_property):
+    outcome = scenarios.outcome(megatron_scenario(gpu_env, fault, gpu_options))
     record_latency(record_property, outcome)
     expected = NOT_APPLICABLE if fault == "none" and check in FAULT_SPECIFIC else PASS
     assert outcome.verdict.criterion(check).status == expected, explain(outcome, check)
@@ -71,7 +81,7 @@ MULTINODE = {"tp2-pp2-dp2": dict(nnodes=2, gpus_per_node=4, tp=2, pp=2)}
 
 
 @pytest.fixture
-def allocation_scenario(request, gpu_env, work_dir, pytestconfig):
+def allocation_scenario(request, gpu_env, gpu_options, work_dir, pytestconfig):
     """The seed's TP=2 PP=2 DP=2 example on 2x4 GPUs, inside the current allocation: one
     launcher per node via srun, rendezvous on the allocation's first host, shared storage."""
     fault, shape = request.param
@@ -87,7 +97,7 @@ def allocation_scenario(request, gpu_env, work_dir, pytestconfig):
         pytest.skip(problem)
     host = gpu_env.allocation.first_host
     port = slurm.free_port_on(host, sys.executable)
-    return megatron_scenario(gpu_env, fault, rdzv_endpoint=f"{host}:{port}", **knobs)
+    return megatron_scenario(gpu_env, fault, gpu_options, rdzv_endpoint=f"{host}:{port}", **knobs)
 
 
 @pytest.mark.parametrize("allocation_scenario", [(f, s) for f in FAULTS for s in MULTINODE],

@@ -77,6 +77,45 @@ def argv(spec: "RunSpec") -> list[str]:
     args += checkpoint_and_ft_args(spec)
     # --async-save is silently disabled without it (docs/megatron.md, "Checkpoint layout").
     args.append("--use-persistent-ckpt-worker")
+    # Megatron 0.19 defaults --eval-interval to None, and pretrain() computes
+    # train_iters // eval_interval before training even with --eval-iters 0 (TypeError).
+    # With --eval-iters 0 nothing is evaluated; train_iters keeps it meaningful if a user adds
+    # evaluation after `--`: one evaluation, at the end, outside every monitored step.
+    args += ["--eval-interval", str(spec.train_iters)]
+    return args + fallback_args(spec) + list(spec.extra_args)
+
+
+# What the plan adds when Transformer Engine or apex is missing, and why (Megatron-core 0.19).
+FALLBACKS = {
+    "--transformer-impl local": "without Transformer Engine: Megatron's local layers instead of TE's",
+    "--no-persist-layer-norm": "local layers without apex: the torch LayerNorm fallback asserts "
+                               "'persist_layer_norm not supported by torch LayerNorm' at model build",
+    "--no-masked-softmax-fusion": "local layers without apex: the bf16 core-attention softmax imports apex's "
+                                  "scaled_masked_softmax_cuda (ModuleNotFoundError in the first step)",
+    "--no-bias-dropout-fusion --no-bias-gelu-fusion": "without Transformer Engine (a bare node, not an NGC image): "
+                                                      "both fusions go through torch.compile, which builds Triton "
+                                                      "kernels with gcc and Python.h inside the first monitored "
+                                                      "step of every cycle",
+    "--no-gradient-accumulation-fusion": "without apex, with or without Transformer Engine: the output layer is "
+                                         "Megatron's ColumnParallelLinear, which needs apex's "
+                                         "fused_weight_gradient_mlp_cuda and raises at model build",
+}
+
+
+def fallback_args(spec: "RunSpec") -> list[str]:
+    """The flags FALLBACKS explains, for the spec's Transformer Engine and apex."""
+    chosen: list[str] = []
     if not spec.transformer_engine:
-        args += ["--transformer-impl", "local", "--no-gradient-accumulation-fusion"]
-    return args + list(spec.extra_args)
+        chosen.append("--transformer-impl local")
+        if not spec.apex:
+            chosen += ["--no-persist-layer-norm", "--no-masked-softmax-fusion"]
+        chosen.append("--no-bias-dropout-fusion --no-bias-gelu-fusion")
+    if not spec.apex:
+        chosen.append("--no-gradient-accumulation-fusion")
+    return [word for key in chosen for word in key.split()]
+
+
+def fallback_notes(spec: "RunSpec") -> list[str]:
+    """One line per fallback flag group the plan adds, with its reason."""
+    args = " ".join(fallback_args(spec))
+    return [f"{key}: {why}" for key, why in FALLBACKS.items() if key in args]

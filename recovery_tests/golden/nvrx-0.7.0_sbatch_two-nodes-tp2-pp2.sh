@@ -88,7 +88,9 @@ srun \
     --eval-iters 0 \
     --enable-ft-package \
     --ft-num-warmup-iters 0 \
-    --use-persistent-ckpt-worker
+    --use-persistent-ckpt-worker \
+    --eval-interval 100 \
+    --no-gradient-accumulation-fusion
 launcher_status=$?
 set -e
 echo "nvrx-qual: launcher exit status ${launcher_status}; verifying $RUN_DIR"

@@ -1,0 +1,234 @@
+"""`nvrx-qual kit` / tools/gpu-kit (harness/kit.py): the offline GPU kit.
+
+Fast tests assemble a kit with pip and git replaced by a recorder, and run the kit's own
+Makefile and script where a CPU can (refusals before anything is installed). The e2e tests
+download the real wheels from PyPI, check that pip resolves the kit offline for the target
+(Python 3.12, manylinux_2_39), and that the runtime set is enough to import everything the
+GPU tier imports (on this interpreter, with the same packages built for it). The script's GPU
+run itself needs a GPU node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import kit
+from harness.kit import KitError
+
+ROOT = Path(__file__).resolve().parent.parent
+MEGATRON_CPU = ROOT / ".megatron-cpu"
+
+
+@pytest.fixture
+def megatron_lm(tmp_path) -> Path:
+    """A stand-in Megatron-LM checkout with the three files the kit takes."""
+    root = tmp_path / "Megatron-LM"
+    root.mkdir()
+    for name in kit.MEGATRON_FILES:
+        (root / name).write_text(f"# stand-in {name}\n")
+    return root
+
+
+class Recorder:
+    """pip and git as the kit calls them: records the commands, writes what they would."""
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv):
+        argv = list(argv)
+        self.calls.append(argv)
+        if argv[1:4] == ["-m", "pip", "download"]:
+            dest = Path(argv[argv.index("-d") + 1])
+            for req in argv[argv.index("-d") + 2:]:
+                name = req.split("=")[0].split(">")[0].split("<")[0].replace("-", "_")
+                (dest / f"{name}-0-py3-none-any.whl").write_bytes(name.encode())
+        elif argv[1:4] == ["-m", "pip", "wheel"]:
+            (Path(argv[argv.index("-w") + 1]) / "nvrx_qual-0.1.0-py3-none-any.whl").write_bytes(b"project")
+        elif argv[0] == "git":
+            Path(argv[argv.index("-o") + 1]).write_bytes(b"tar")
+
+
+def test_assembly_lays_out_every_part_and_a_manifest_of_hashes(tmp_path, megatron_lm):
+    rec = Recorder()
+    built = kit.assemble(tmp_path / "kit", megatron_lm, project=ROOT, run=rec)
+    root = built.root
+    for name in kit.MEGATRON_FILES:
+        assert (root / "megatron-lm" / name).read_text() == f"# stand-in {name}\n"
+    assert os.access(root / kit.SCRIPT_NAME, os.X_OK)
+    assert (root / "requirements.txt").read_text().split() == list(kit.RUNTIME_REQUIREMENTS)
+    assert {p.name for p in (root / "wheels" / "no-deps").iterdir()} == {
+        "megatron_core-0-py3-none-any.whl", "nvidia_resiliency_ext-0-py3-none-any.whl",
+        "nvrx_qual-0.1.0-py3-none-any.whl"}
+    manifest = json.loads((root / "MANIFEST.json").read_text())
+    assert manifest["pins"]["megatron_core"] == "megatron-core==0.19.2"
+    assert manifest["pins"]["nvidia_resiliency_ext"] == "nvidia-resiliency-ext==0.7.0"
+    for rel, sha in manifest["files"].items():
+        assert hashlib.sha256((root / rel).read_bytes()).hexdigest() == sha, rel
+    assert set(manifest["files"]) == {p.relative_to(root).as_posix() for p in root.rglob("*")
+                                      if p.is_file() and p.name != "MANIFEST.json"}
+    downloads = [c for c in rec.calls if c[1:4] == ["-m", "pip", "download"]]
+    assert all(["--python-version", "3.12"] == c[c.index("--python-version"):c.index("--python-version") + 2]
+               and "--only-binary=:all:" in c and "manylinux_2_39_x86_64" in c for c in downloads)
+    assert "--no-deps" in downloads[0] and "--no-deps" not in downloads[1]
+
+
+@pytest.mark.parametrize("broken, words", [
+    ("exists", "already exists"),
+    ("no-checkout", "--megatron-path is required"),
+    ("missing-file", "has no gpt_builders.py, model_provider.py"),
+])
+def test_bad_input_is_refused_before_anything_is_written(tmp_path, megatron_lm, broken, words):
+    dest = tmp_path / "kit"
+    checkout = megatron_lm
+    if broken == "exists":
+        dest.mkdir()
+        (dest / "mine.txt").write_text("keep")
+    elif broken == "no-checkout":
+        checkout = None
+    else:
+        (megatron_lm / "gpt_builders.py").unlink()
+        (megatron_lm / "model_provider.py").unlink()
+    rec = Recorder()
+    with pytest.raises(KitError, match=words):
+        kit.assemble(dest, checkout, project=ROOT, run=rec)
+    assert rec.calls == []
+    assert (dest / "mine.txt").read_text() == "keep" if broken == "exists" else not dest.exists()
+
+
+def test_a_failed_download_names_the_partial_kit(tmp_path, megatron_lm):
+    def offline(argv):
+        raise KitError("pip download ... failed with exit status 1:\nNo matching distribution")
+
+    with pytest.raises(KitError, match="incomplete kit is left in"):
+        kit.assemble(tmp_path / "kit", megatron_lm, project=ROOT, run=offline)
+
+
+def test_the_cli_refuses_with_exit_2(tmp_path, capsys, megatron_lm):
+    from harness import cli
+
+    (tmp_path / "taken").mkdir()
+    assert cli.main(["kit", str(tmp_path / "taken"), "--megatron-path", str(megatron_lm)]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_the_datasets_makefile_passes_with_the_wheels_helpers_and_fails_without(tmp_path):
+    datasets = tmp_path / "datasets"
+    datasets.mkdir()
+    (datasets / "Makefile").write_text(kit.MAKEFILE)
+    missing = subprocess.run(["make", "-C", str(datasets)], capture_output=True, text=True)
+    assert missing.returncode != 0 and "helpers_cpp*.so is missing" in missing.stderr
+    (datasets / "helpers_cpp.cpython-312-x86_64-linux-gnu.so").write_bytes(b"")
+    assert subprocess.run(["make", "--quiet", "-C", str(datasets)], capture_output=True).returncode == 0
+
+
+def run_script(tmp_path, out: Path, python: str) -> subprocess.CompletedProcess:
+    script = tmp_path / kit.SCRIPT_NAME
+    script.write_text(kit.RUN_SCRIPT)
+    script.chmod(0o755)
+    return subprocess.run([str(script), str(out)], capture_output=True, text=True, env={**os.environ, "PYTHON": python},
+                          timeout=120, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def test_the_script_refuses_an_existing_output_directory(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_script(tmp_path, out, sys.executable)
+    assert proc.returncode == 2 and "already exists" in proc.stderr
+    assert list(out.iterdir()) == []
+
+
+def test_the_script_refuses_a_node_it_cannot_run_on_before_installing(tmp_path):
+    """Python 3.11 here (or 3.12 without a GPU): refused, nothing created."""
+    proc = run_script(tmp_path, tmp_path / "out", sys.executable)
+    assert proc.returncode == 2, proc.stderr
+    assert ("the kit's wheels are for 3.12" in proc.stderr if sys.version_info[:2] != (3, 12)
+            else "sees no GPU" in proc.stderr), proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- from PyPI
+
+
+@pytest.fixture(scope="module")
+def real_kit(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("kit")
+    checkout = base / "Megatron-LM"
+    checkout.mkdir()
+    for name in kit.MEGATRON_FILES:
+        (checkout / name).write_text(f"# stand-in {name}\n")
+    return kit.assemble(base / "kit", checkout, project=ROOT).root
+
+
+def resolve_for_target(dest: Path, *args: str) -> subprocess.CompletedProcess:
+    """pip resolving from the kit alone (--no-index) for Python 3.12 on manylinux_2_39; `pip
+    download` because `pip install` holds Requires-Python to the running interpreter."""
+    platforms = [w for tag in kit.PLATFORMS for w in ("--platform", tag)]
+    return subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-index", "--only-binary=:all:",
+                           *platforms, "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
+                           "-d", str(dest), *args],
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.e2e
+def test_the_real_kit_installs_offline_for_python_312(real_kit, tmp_path):
+    no_deps_dir = real_kit / "wheels" / "no-deps"
+    wheels = sorted(p.name for p in no_deps_dir.iterdir())
+    assert [w.split("-")[:2] for w in wheels] == [["megatron_core", "0.19.2"], ["nvidia_resiliency_ext", "0.7.0"],
+                                                  ["nvrx_qual", "0.1.0"]]
+    no_deps = resolve_for_target(tmp_path / "a", "--no-deps", "--find-links", str(no_deps_dir),
+                                 kit.MEGATRON_CORE, kit.NVRX, "nvrx-qual")
+    assert no_deps.returncode == 0, no_deps.stderr
+    deps = resolve_for_target(tmp_path / "b", "--find-links", str(real_kit / "wheels" / "deps"),
+                              "-r", str(real_kit / "requirements.txt"))
+    assert deps.returncode == 0, deps.stderr
+    protobuf = [p.name for p in (real_kit / "wheels" / "deps").glob("protobuf-*.whl")]
+    assert len(protobuf) == 1 and protobuf[0].startswith("protobuf-6."), protobuf
+    size = sum(p.stat().st_size for p in real_kit.rglob("*") if p.is_file())
+    assert size < 60e6, f"the kit grew to {size / 1e6:.0f} MB"
+
+
+IMPORTS = """
+import importlib, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+"""
+# What the GPU tier's processes import: the launcher and its rank monitors, NVRx's async
+# checkpointing (Megatron's default strategy with --async-save), Megatron's training loop, the
+# harness (launcher side, nemesis, pytest plugin).
+GPU_TIER_MODULES = (
+    "nvidia_resiliency_ext.fault_tolerance.launcher", "nvidia_resiliency_ext.checkpointing.async_ckpt.core",
+    "megatron.training", "megatron.training.training", "megatron.training.ft_integration",
+    "megatron.core.models.gpt", "megatron.core.datasets.gpt_dataset", "harness.cli", "harness.nemesis",
+    "fixtures.plugin",
+)
+
+
+@pytest.mark.e2e
+def test_the_runtime_set_imports_everything_the_gpu_tier_imports(tmp_path):
+    """A fresh venv with torch and RUNTIME_REQUIREMENTS only (built for this interpreter),
+    NVRx 0.7.0 and megatron-core 0.19.2 from .megatron-cpu: every module imports."""
+    if not (MEGATRON_CPU / "megatron").is_dir():
+        pytest.skip(f"{MEGATRON_CPU} is missing: run tools/install-megatron-cpu.sh (CI does)")
+    import torch
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = str(venv / "bin" / "python")
+    for reqs in ([f"torch=={torch.__version__.split('+')[0]}"], list(kit.RUNTIME_REQUIREMENTS)):
+        subprocess.run([py, "-m", "pip", "install", "--quiet", *reqs], check=True, timeout=900,
+                       capture_output=True, stdin=subprocess.DEVNULL)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PYTHONPATH=f"{MEGATRON_CPU}:{ROOT}", PYTHONNOUSERSITE="1")
+    proc = subprocess.run([py, "-c", IMPORTS, *GPU_TIER_MODULES], capture_output=True, text=True, env=env,
+                          timeout=600, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-2000:]
