@@ -109,8 +109,7 @@ CUDA_TYPE_NAMES = {
 
 @patch("torch.compile/Triton would build kernels with gcc inside the first monitored step; eager mode is what runs on CPU")
 def _dynamo_disabled(torch: Any) -> None:
-    os.environ["TORCHDYNAMO_DISABLE"] = "1"
-    torch._dynamo.config.disable = True
+    os.environ["TORCHDYNAMO_DISABLE"] = "1"  # torch.compile reads it at every call and then returns the function
 
 
 @patch("Megatron asserts 'Megatron requires CUDA.' and seeds the CUDA generator only when a device is counted")
@@ -121,19 +120,7 @@ def _device_present(torch: Any) -> None:
     cuda.current_device = lambda: 0
     cuda.set_device = lambda device: None
     cuda.synchronize = lambda device=None: None
-    cuda.empty_cache = lambda: None
-    cuda.is_initialized = lambda: True
-    cuda._lazy_init = lambda: None
-
-
-@patch("Megatron logs and budgets memory through torch.cuda's allocator statistics; a CPU run has none (all zero)")
-def _memory_stats_zero(torch: Any) -> None:
-    cuda = torch.cuda
-    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
-        setattr(cuda, name, lambda device=None: 0)
-    cuda.memory_stats = lambda device=None: {}
-    cuda.reset_peak_memory_stats = lambda device=None: None
-    cuda.mem_get_info = lambda device=None: (64 << 30, 64 << 30)
+    cuda._lazy_init = lambda: None  # megatron.core.tensor_parallel.random imports and calls it
 
 
 @patch("Megatron reads the device name, capability and memory size from its properties")
@@ -157,17 +144,12 @@ def _rng_is_cpu_generator(torch: Any) -> None:
     cuda.default_generators = (generator,)
     cuda._lazy_call = lambda callable, **kwargs: callable()  # torch.cuda.random queues calls until init
     cuda.get_rng_state = lambda device="cuda": generator.get_state()
-    cuda.get_rng_state_all = lambda: [generator.get_state()]
     cuda.set_rng_state = lambda new_state, device="cuda": generator.set_state(new_state)
-    cuda.set_rng_state_all = lambda new_states: generator.set_state(new_states[0])
     # onto the generator itself: torch.manual_seed calls torch.cuda.manual_seed_all (recursion)
     cuda.manual_seed = lambda seed: generator.manual_seed(int(seed))
     cuda.manual_seed_all = lambda seed: generator.manual_seed(int(seed))
-    cuda.initial_seed = lambda: generator.initial_seed()
-    for module in (cuda.random,):
-        for name in ("get_rng_state", "set_rng_state", "manual_seed", "manual_seed_all", "get_rng_state_all",
-                     "set_rng_state_all", "initial_seed"):
-            setattr(module, name, getattr(cuda, name))
+    for name in ("get_rng_state", "set_rng_state", "manual_seed", "manual_seed_all"):
+        setattr(cuda.random, name, getattr(cuda, name))
 
 
 @patch("Megatron overlaps work on CUDA streams and orders it with events; on CPU all work is already in order")
@@ -239,9 +221,6 @@ def _nvtx_noop(torch: Any) -> None:
     nvtx = torch.cuda.nvtx
     nvtx.range_push = lambda msg: 0
     nvtx.range_pop = lambda: 0
-    nvtx.mark = lambda msg: None
-    nvtx.range_start = lambda msg: 0
-    nvtx.range_end = lambda range_id: None
     nvtx.range = lambda msg, *args, **kwargs: contextlib.nullcontext()
 
 
