@@ -182,7 +182,7 @@ class StartedFromRandom(AppEvent):
 @dataclass(frozen=True, kw_only=True)
 class ModelBuilt(AppEvent):
     """`[after model, optimizer, and learning rate scheduler are built] datetime: ...`:
-    the first stamped line after a load (whole seconds)."""
+    the first stamped line after a load (microseconds since Megatron 0.19, whole seconds before)."""
 
 
 @dataclass(frozen=True, kw_only=True)

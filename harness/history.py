@@ -72,7 +72,8 @@ _TEE_RE = re.compile(r"\[(?:default|rank)(\d+)\]:")
 # ---- stamps
 _STAMP_RE = re.compile(r"\[?(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 _GLOG_RE = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) ")
-_DATETIME_RE = re.compile(r"\] datetime: (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+# Megatron 0.19 prints microseconds (`2026-12-01 07:52:49.308941`), older versions whole seconds.
+_DATETIME_RE = re.compile(r"\] datetime: (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?")
 
 # ---- application lines (FACTS.md)
 _ITER_RE = re.compile(r"iteration +(\d+)/ *(\d+) \|")
@@ -465,7 +466,7 @@ class LogParser:
         if not m:
             return None
         self.year = int(m.group(1))
-        return _epoch(*map(int, m.groups()), None)
+        return _epoch(*map(int, m.groups()[:6]), m.group(7))
 
     def _launcher_line(self, b: str, src: Src) -> None:  # noqa: C901 - one flat dispatch
         if self.dialect is None:

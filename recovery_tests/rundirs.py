@@ -52,6 +52,7 @@ class Scenario:
     console_log: bool = False  # the harness's console capture (UTC-stamped) of the launcher lines
     checkpoints: bool = True
     old_save_format: bool = False  # Megatron <= 0.18 "[ t 1/1, p 1/1 ]"
+    microsecond_datetimes: bool = False  # Megatron 0.19 "datetime: 2026-12-01 07:52:49.308941"; older: whole seconds
     step_timeout_s: float = 10.0
     # what went wrong
     marker: bool = True  # False: the requested fault never fired
@@ -301,6 +302,10 @@ class _Run:
                                     f"at iteration {iteration}")
 
     def built(self, cycle: int, ms: int) -> int:
+        if self.s.microsecond_datetimes:
+            stamp = self.clock.megatron(ms)[1:-1]
+            self.say(cycle, ms, 0, f"[after model, optimizer, and learning rate scheduler are built] datetime: {stamp} ")
+            return ms
         self.say(cycle, ms, 0, f"[after model, optimizer, and learning rate scheduler are built] datetime: {self.clock.whole(ms)} ")
         # the stamp is whole seconds of local time: its true UTC value is the floor
         return (ms + self.clock.offset_ms) // 1000 * 1000 - self.clock.offset_ms

@@ -179,3 +179,14 @@ def test_metrics_are_computed_from_the_timeline_alone(tmp_path):
     tl = read_history(built.run_dir)
     shutil.rmtree(built.run_dir)  # nothing may be read again
     assert {k: verify_timeline(tl).metrics.to_json()[k] for k in KEYS} == rundirs.expected_metrics(built)
+
+
+def test_megatron_019_microsecond_datetimes_are_kept(tmp_path):
+    """Megatron 0.19 prints `datetime: 2026-12-01 07:52:49.308941`: restore and first step
+    keep the microseconds, the metrics agree with the true split, and no ±1 s note is made."""
+    built = rundirs.build(tmp_path / "run", Scenario(microsecond_datetimes=True))
+    verdict = verify_run(built.run_dir)
+    assert {k: verdict.metrics.to_json()[k] for k in KEYS} == rundirs.expected_metrics(built)
+    assert metrics.SECOND_RESOLUTION_NOTE not in verdict.metrics.notes
+    loaded = verdict.metrics.to_json()["timestamps"]["checkpoint_loaded_at"]
+    assert not loaded.endswith(".000Z"), loaded  # the built line's own milliseconds, not a whole second
