@@ -30,6 +30,7 @@ from pathlib import Path
 from harness import events as ev
 from harness.events import Src, clip
 from harness.layout import MARKER_NAME, TRACKER_NAME
+from harness.optimizer_record import read_optimizer_record
 
 CHUNK_SIZE = 8 << 20
 MAX_PENDING_LINE = 1 << 20  # a "line" longer than this (binary junk) is cut, to bound memory
@@ -731,6 +732,7 @@ class HistoryReader:
         self.chunk_size = chunk_size
         self._files: dict[str, _TrackedFile] = {}
         self._dcp_cache: dict[tuple[str, int, int], tuple[int | None, int | None, str | None, str | None]] = {}
+        self._record_cache: dict[tuple[str, int, int], ev.OptimizerRecord] = {}
 
     def poll(self, *, final: bool = False) -> ev.Timeline:
         """The Timeline of everything readable now. With final=True a last line without a
@@ -945,14 +947,15 @@ class HistoryReader:
             it = int(m.group(1))
             d = Path(entry.path)
             has_md = (d / ".metadata").is_file()
-            opt = total = sample = note = None
+            opt = total = sample = note = record = None
             if it in wanted:
                 opt, total, sample, note = self._dcp_keys(d) if has_md else (None, None, None, "no .metadata file")
+                record = self._optimizer_record(d) if has_md and self.inspect_checkpoints else None
             else:
                 note = "not needed by any check"
             iters.append(ev.CheckpointOnDisk(iteration=it, rel=f"{shown}/{entry.name}", committed=(d / "metadata.json").is_file(),
                                              has_dcp_metadata=has_md, optimizer_keys=opt, total_keys=total,
-                                             sample_key=sample, inspect_note=note))
+                                             sample_key=sample, inspect_note=note, optimizer_record=record))
         iters.sort(key=lambda c: c.iteration)
         return ev.CheckpointState(path=shown, how=how, exists=True, tracker=tracker, iterations=tuple(iters))
 
@@ -966,7 +969,25 @@ class HistoryReader:
             saved = [e.iteration for e in start.events if isinstance(e, ev.SaveCommitted)]
             if saved:
                 wanted.add(max(saved))
+        # the first checkpoint committed after each load: the optimizer's step counter is checked there
+        for i, start in enumerate(starts):
+            for e in start.events:
+                if isinstance(e, ev.CheckpointLoaded):
+                    later = [s.iteration for st in starts[i:] for s in st.events
+                             if isinstance(s, ev.SaveCommitted) and s.iteration > e.iteration]
+                    if later:
+                        wanted.add(min(later))
         return wanted
+
+    def _optimizer_record(self, directory: Path) -> ev.OptimizerRecord:
+        try:
+            st = (directory / ".metadata").stat()
+        except OSError as exc:
+            return ev.OptimizerRecord(note=f".metadata unreadable ({exc.strerror})")
+        key = (str(directory), st.st_mtime_ns, st.st_size)
+        if key not in self._record_cache:
+            self._record_cache[key] = read_optimizer_record(directory)
+        return self._record_cache[key]
 
     def _dcp_keys(self, directory: Path) -> tuple[int | None, int | None, str | None, str | None]:
         if not self.inspect_checkpoints:
