@@ -30,7 +30,7 @@ from pathlib import Path
 from harness import events as ev
 from harness.events import Src, clip
 from harness.layout import MARKER_NAME, TRACKER_NAME
-from harness.optimizer_record import read_optimizer_record
+from harness.optimizer_record import read_dcp_metadata, read_optimizer_record
 
 CHUNK_SIZE = 8 << 20
 MAX_PENDING_LINE = 1 << 20  # a "line" longer than this (binary junk) is cut, to bound memory
@@ -1005,16 +1005,17 @@ class HistoryReader:
 
 def dcp_optimizer_keys(directory: Path) -> tuple[int | None, int | None, str | None, str | None]:
     """(optimizer keys, all keys, a sample optimizer key, why not known) of one DCP checkpoint,
-    read with PyTorch's own reader. Optimizer tensors are keys under `optimizer.` holding
+    read with harness.optimizer_record.read_dcp_metadata. Optimizer tensors are keys under `optimizer.` holding
     Adam moments (`exp_avg`, `exp_avg_sq`), as Megatron's distributed optimizer writes them."""
     try:
         with warnings.catch_warnings():  # torch's import-time warnings (pynvml, ...) are not the user's business
             warnings.simplefilter("ignore")
-            from torch.distributed.checkpoint import FileSystemReader
+            import torch.distributed.checkpoint  # noqa: F401 - the metadata classes
     except Exception as exc:  # torch absent or broken: the check degrades, it does not crash
         return None, None, None, f"PyTorch is not importable here ({type(exc).__name__}); optimizer keys not listed"
     try:
-        metadata = FileSystemReader(str(directory)).read_metadata()
+        # not FileSystemReader.read_metadata: that unpickles whatever a stranger's .metadata names
+        metadata = read_dcp_metadata(directory)
         keys = list(metadata.state_dict_metadata)
     except Exception as exc:
         return None, None, None, f"DCP metadata unreadable: {clip(str(exc), 120)}"

@@ -114,6 +114,22 @@ def _metadata(directory_fd: int) -> object:
         raise _RecordError(f".metadata is not DCP metadata ({type(exc).__name__}: {clip(str(exc), 80)})") from None
 
 
+def read_dcp_metadata(directory: Path) -> object:
+    """DCP's `.metadata` of one checkpoint directory, read as above (no link followed, a
+    regular file of bounded size, only DCP's metadata classes unpickled). ValueError with the
+    reason when it cannot be read."""
+    try:
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ValueError(f"{directory.name} cannot be opened as a directory ({exc.strerror or exc})") from None
+    try:
+        return _metadata(dfd)
+    except _RecordError as exc:
+        raise ValueError(str(exc)) from None
+    finally:
+        os.close(dfd)
+
+
 def _moments(keys: list[str]) -> tuple[int, tuple[str, ...]]:
     """(slots holding optimizer state, slots lacking exp_avg or exp_avg_sq)."""
     slots: dict[str, set[str]] = {}

@@ -104,3 +104,21 @@ def test_an_offset_beyond_the_file_is_refused(tmp_path):
     (d / ".metadata").write_bytes(pickle.dumps(metadata))
     rec = read_optimizer_record(d)
     assert rec.steps is None and "beyond the end of __0_0.distcp" in rec.note
+
+
+def test_listing_optimizer_keys_runs_no_code_from_the_metadata_either(tmp_path):
+    """history's key listing for optimizer_reload reads .metadata the same guarded way."""
+    from harness.history import dcp_optimizer_keys
+
+    d = write(tmp_path / "iter_0000008")
+    assert dcp_optimizer_keys(d)[:2] == (2, 5)
+    marker = tmp_path / "pwned"
+
+    class Exploit:
+        def __reduce__(self):
+            return subprocess.call, (["touch", str(marker)],)
+
+    (d / ".metadata").write_bytes(pickle.dumps(Exploit()))
+    opt, total, _, note = dcp_optimizer_keys(d)
+    assert (opt, total) == (None, None) and "names subprocess.call" in note
+    assert not marker.exists()
