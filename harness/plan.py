@@ -201,7 +201,7 @@ def build(spec: RunSpec, nvrx: NvrxTarget, *, sbatch: bool = False) -> Plan:
     pythonpath = (str(nvrx.path),) if nvrx.path else ()
     if spec.workload == "megatron-cpu":
         env.append(megatron_cpu.SHIM_ENV)  # the workers' sitecustomize loads the CUDA->CPU shim
-        pythonpath = tuple(dict.fromkeys(megatron_cpu.pythonpath(spec) + pythonpath))
+        pythonpath = tuple(dict.fromkeys(pythonpath + megatron_cpu.pythonpath(spec)))  # a --nvrx-path NVRx first
         notes.append("megatron-cpu: Megatron's own loop on CPU (gloo) with the CUDA->CPU shim in the workers only; "
                      + ("the checkout's pretrain_gpt.py" if spec.megatron_path else "nvrx-qual's own pretrain script"))
     cwd = spec.megatron_path if spec.workload in ("megatron", "megatron-cpu") and spec.megatron_path else spec.layout.root
