@@ -25,6 +25,10 @@ PASS, FAIL, NOT_APPLICABLE, UNKNOWN = "pass", "fail", "not_applicable", "unknown
 STATUSES = (PASS, FAIL, NOT_APPLICABLE, UNKNOWN)
 FAULTS = ("none", "kill", "hang")
 CRITERIA_IDS = ("pre_fault_checkpoint", "replacement_cycle", "optimizer_reload", "later_checkpoint", "clean_finish")
+# Appended after the five (docs/contracts.md: further checks append their ids): the restored
+# optimizer's own record on disk, read offline, beyond the log lines optimizer_reload reads.
+OPTIMIZER_STATE = "optimizer_state"
+CHECK_IDS = (*CRITERIA_IDS, OPTIMIZER_STATE)
 MAX_EVIDENCE = 12
 
 
@@ -604,12 +608,97 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
                               "'[after training is done]'.", evidence)
 
 
+def check_optimizer_state(tl: Timeline, a: Analysis) -> CriterionResult:
+    """The restored optimizer really continued: Adam's step counter in the first checkpoint
+    committed after the restore of K equals that checkpoint's iteration (one optimizer step
+    per iteration), and every optimizer slot holds exp_avg and exp_avg_sq. Read from the
+    checkpoint's own optimizer record (history), which no log line can stand in for."""
+    cid = OPTIMIZER_STATE
+    if (na := _na_no_fault(cid, a)) is not None:
+        return na
+    r = a.replacement
+    loaded = r.first(ev.CheckpointLoaded) if r is not None else None
+    if a.injection is None or r is None or loaded is None:
+        return _result(cid, NOT_APPLICABLE, "No checkpoint was restored after the fault (see optimizer_reload), so "
+                                             "there is no restored optimizer state to check.")
+    k = loaded.iteration
+    commits = sorted((e for s in a.post_starts for e in s.of(ev.SaveCommitted) if e.iteration > k),
+                     key=lambda e: e.iteration)
+    if not commits:
+        return _result(cid, NOT_APPLICABLE, f"No checkpoint was committed after the restore of checkpoint {k} (see "
+                                             "later_checkpoint), so the restored optimizer never reached the disk.",
+                       [loaded])
+    first = commits[0]
+    n = first.iteration
+    if tl.checkpoints is None or not tl.checkpoints.exists:
+        return _result(cid, NOT_APPLICABLE, f"The checkpoint directory is not with this run directory, so the "
+                                             f"optimizer's own record in checkpoint {n} (the first committed after the "
+                                             f"restore of checkpoint {k}) cannot be read: copy checkpoints/ with the "
+                                             "run to check it.", [loaded, first])
+    ck = tl.checkpoints.get(n)
+    if ck is None:
+        return _result(cid, UNKNOWN, f"Checkpoint {n}, the first committed after the restore of checkpoint {k}, is "
+                                     "not in the checkpoint directory: copy checkpoints/ with the run directory to "
+                                     "check the optimizer's own record.", [loaded, first])
+    rec = ck.optimizer_record
+    evidence: list[object] = [loaded, first, ck.record_src()]
+    if rec is None or rec.steps is None:
+        why = (rec.note if rec is not None else None) or ck.inspect_note or "it was not read"
+        return _result(cid, UNKNOWN, f"The optimizer record of {ck.rel} (the first checkpoint committed after the "
+                                     f"restore of checkpoint {k}) could not be read: {why}.", evidence)
+    before = tl.checkpoints.get(k) if tl.checkpoints is not None else None
+    if before is not None and before.optimizer_record is not None and before.optimizer_record.steps:
+        evidence.append(before.record_src())
+    if rec.moment_slots == 0:
+        return _result(cid, FAIL, f"{ck.rel}, the first checkpoint committed after the restore of checkpoint {k}, holds "
+                                  "no optimizer moments at all (no optimizer key with exp_avg or exp_avg_sq): the "
+                                  "training after the restore saved without optimizer state.", evidence)
+    if rec.missing_count:
+        shown = ", ".join(rec.missing_moments) + (" ..." if rec.missing_count > len(rec.missing_moments) else "")
+        return _result(cid, FAIL, f"{ck.rel}, the first checkpoint committed after the restore of checkpoint {k}, "
+                                  f"lacks exp_avg or exp_avg_sq for {rec.missing_count} of {rec.moment_slots} optimizer "
+                                  f"slots ({shown}): Adam's moments were not carried through the restore.", evidence)
+    if not rec.steps:
+        moments = f"exp_avg and exp_avg_sq are present in all {_slots(rec.moment_slots)} of {ck.rel}, but "
+        return _result(cid, NOT_APPLICABLE, moments + "this checkpoint keeps Adam's step counter only inside Megatron's "
+                                                      "pickled common state, which the suite does not unpickle: the "
+                                                      "continuation is judged by loss_continuity against a baseline.",
+                       evidence)
+    skipped = [it for s in tl.starts for it in s.bad_iterations if (it.skipped or 0) > 0]
+    if skipped:
+        return _result(cid, UNKNOWN, f"Iteration {skipped[0].iteration} skipped its optimizer step, so the step count "
+                                     f"expected in {ck.rel} is not its iteration {n}; see later_checkpoint.",
+                       [*evidence, skipped[0]])
+    wrong = sorted({s for s in rec.steps if s != n})
+    if wrong:
+        got = ", ".join(f"{s:g}" for s in wrong)
+        if wrong == [float(n - k)]:
+            why = f"it counts only the {n - k} steps since the restore: the step was reset to 0 when checkpoint {k} was loaded"
+        elif all(s > n for s in wrong):
+            why = "it ran ahead of one step per iteration since the restore"
+        else:
+            why = f"it did not continue from the {k} steps of checkpoint {k}"
+        return _result(cid, FAIL, f"{ck.rel}, the first checkpoint committed after the restore of checkpoint {k}, holds "
+                                  f"Adam's step counter {got} in {rec.key} (param_groups[*].step), but an optimizer that "
+                                  f"continued from checkpoint {k} has taken {n} steps at iteration {n}: {why}, so Adam's "
+                                  "bias correction after the restore differs from an uninterrupted run's.", evidence)
+    return _result(cid, PASS, f"{ck.rel}, the first checkpoint committed after the restore of checkpoint {k}, holds "
+                              f"Adam's step counter {n:g} in {rec.key} (param_groups[*].step), one step per iteration "
+                              f"continued from checkpoint {k}, and exp_avg and exp_avg_sq in all "
+                              f"{_slots(rec.moment_slots)}.", evidence)
+
+
+def _slots(n: int) -> str:
+    return f"{n} optimizer state slot{'' if n == 1 else 's'} (buckets or parameters)"
+
+
 CHECKERS: tuple[tuple[str, Callable[[Timeline, Analysis], CriterionResult]], ...] = (
     ("pre_fault_checkpoint", check_pre_fault_checkpoint),
     ("replacement_cycle", check_replacement_cycle),
     ("optimizer_reload", check_optimizer_reload),
     ("later_checkpoint", check_later_checkpoint),
     ("clean_finish", check_clean_finish),
+    (OPTIMIZER_STATE, check_optimizer_state),
 )
 
 

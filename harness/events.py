@@ -182,7 +182,7 @@ class StartedFromRandom(AppEvent):
 @dataclass(frozen=True, kw_only=True)
 class ModelBuilt(AppEvent):
     """`[after model, optimizer, and learning rate scheduler are built] datetime: ...`:
-    the first stamped line after a load (whole seconds)."""
+    the first stamped line after a load (microseconds since Megatron 0.19, whole seconds before)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -362,6 +362,21 @@ class Injection(Event):
 
 
 @dataclass(frozen=True)
+class OptimizerRecord:
+    """The optimizer's own record in one checkpoint, read offline (harness.optimizer_record):
+    Adam's step counters (`param_groups[*].step` of Megatron's DCP object `key`; () when the
+    checkpoint keeps none outside its pickled common state) and the slots (buckets or
+    parameters) holding optimizer state. `note` says why it could not be read (then steps is None)."""
+
+    key: str | None = None
+    steps: tuple[float, ...] | None = None
+    moment_slots: int = 0
+    missing_moments: tuple[str, ...] = ()  # slots lacking exp_avg or exp_avg_sq (the first few)
+    missing_count: int = 0
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class CheckpointOnDisk:
     """One `iter_%07d` directory. `committed`: dist-checkpointing's commit marker
     `metadata.json` is present. Optimizer keys come from the DCP `.metadata` (only for the
@@ -375,6 +390,18 @@ class CheckpointOnDisk:
     total_keys: int | None = None
     sample_key: str | None = None
     inspect_note: str | None = None
+    optimizer_record: OptimizerRecord | None = None  # only for the iterations the optimizer checks need
+
+    def record_src(self) -> Src:
+        rec = self.optimizer_record
+        if rec is None or rec.steps is None:
+            why = (rec.note if rec is not None else None) or self.inspect_note or "not read"
+            return Src(f"{self.rel}/.metadata", 0, f"optimizer record not read: {why}")
+        if rec.key is None or not rec.steps:
+            return Src(f"{self.rel}/.metadata", 0, f"no optimizer step counter outside the pickled common state; "
+                                                 f"{rec.moment_slots} optimizer state slots")
+        shown = ", ".join(f"{s:g}" for s in rec.steps)
+        return Src(f"{self.rel}/{rec.key}", 0, f"param_groups[*].step = [{shown}]")
 
     def commit_src(self) -> Src:
         if self.committed:

@@ -31,6 +31,7 @@ from pathlib import Path
 from harness import events as ev
 from harness.events import Src, clip
 from harness.layout import MARKER_NAME, TRACKER_NAME
+from harness.optimizer_record import read_dcp_metadata, read_optimizer_record
 
 CHUNK_SIZE = 8 << 20
 MAX_PENDING_LINE = 1 << 20  # a "line" longer than this (binary junk) is cut, to bound memory
@@ -73,7 +74,8 @@ _TEE_RE = re.compile(r"\[(?:default|rank)(\d+)\]:")
 # ---- stamps
 _STAMP_RE = re.compile(r"\[?(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
 _GLOG_RE = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) ")
-_DATETIME_RE = re.compile(r"\] datetime: (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+# Megatron 0.19 prints microseconds (`2026-12-01 07:52:49.308941`), older versions whole seconds.
+_DATETIME_RE = re.compile(r"\] datetime: (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?")
 
 # ---- application lines (docs/megatron.md, "Log lines")
 _ITER_RE = re.compile(r"iteration +(\d+)/ *(\d+) \|")
@@ -466,7 +468,7 @@ class LogParser:
         if not m:
             return None
         self.year = int(m.group(1))
-        return _epoch(*map(int, m.groups()), None)
+        return _epoch(*map(int, m.groups()[:6]), m.group(7))
 
     def _launcher_line(self, b: str, src: Src) -> None:  # noqa: C901 - one flat dispatch
         if self.dialect is None:
@@ -731,6 +733,7 @@ class HistoryReader:
         self.chunk_size = chunk_size
         self._files: dict[str, _TrackedFile] = {}
         self._dcp_cache: dict[tuple[str, int, int], tuple[int | None, int | None, str | None, str | None]] = {}
+        self._record_cache: dict[tuple[str, int, int], ev.OptimizerRecord] = {}
 
     def poll(self, *, final: bool = False) -> ev.Timeline:
         """The Timeline of everything readable now. With final=True a last line without a
@@ -945,14 +948,15 @@ class HistoryReader:
             it = int(m.group(1))
             d = Path(entry.path)
             has_md = (d / ".metadata").is_file()
-            opt = total = sample = note = None
+            opt = total = sample = note = record = None
             if it in wanted:
                 opt, total, sample, note = self._dcp_keys(d) if has_md else (None, None, None, "no .metadata file")
+                record = self._optimizer_record(d) if has_md and self.inspect_checkpoints else None
             else:
                 note = "not needed by any check"
             iters.append(ev.CheckpointOnDisk(iteration=it, rel=f"{shown}/{entry.name}", committed=(d / "metadata.json").is_file(),
                                              has_dcp_metadata=has_md, optimizer_keys=opt, total_keys=total,
-                                             sample_key=sample, inspect_note=note))
+                                             sample_key=sample, inspect_note=note, optimizer_record=record))
         iters.sort(key=lambda c: c.iteration)
         return ev.CheckpointState(path=shown, how=how, exists=True, tracker=tracker, iterations=tuple(iters))
 
@@ -966,7 +970,25 @@ class HistoryReader:
             saved = [e.iteration for e in start.events if isinstance(e, ev.SaveCommitted)]
             if saved:
                 wanted.add(max(saved))
+        # the first checkpoint committed after each load: the optimizer's step counter is checked there
+        for i, start in enumerate(starts):
+            for e in start.events:
+                if isinstance(e, ev.CheckpointLoaded):
+                    later = [s.iteration for st in starts[i:] for s in st.events
+                             if isinstance(s, ev.SaveCommitted) and s.iteration > e.iteration]
+                    if later:
+                        wanted.add(min(later))
         return wanted
+
+    def _optimizer_record(self, directory: Path) -> ev.OptimizerRecord:
+        try:
+            st = (directory / ".metadata").stat()
+        except OSError as exc:
+            return ev.OptimizerRecord(note=f".metadata unreadable ({exc.strerror})")
+        key = (str(directory), st.st_mtime_ns, st.st_size)
+        if key not in self._record_cache:
+            self._record_cache[key] = read_optimizer_record(directory)
+        return self._record_cache[key]
 
     def _dcp_keys(self, directory: Path) -> tuple[int | None, int | None, str | None, str | None]:
         if not self.inspect_checkpoints:
@@ -984,16 +1006,17 @@ class HistoryReader:
 
 def dcp_optimizer_keys(directory: Path) -> tuple[int | None, int | None, str | None, str | None]:
     """(optimizer keys, all keys, a sample optimizer key, why not known) of one DCP checkpoint,
-    read with PyTorch's own reader. Optimizer tensors are keys under `optimizer.` holding
+    read with harness.optimizer_record.read_dcp_metadata. Optimizer tensors are keys under `optimizer.` holding
     Adam moments (`exp_avg`, `exp_avg_sq`), as Megatron's distributed optimizer writes them."""
     try:
         with warnings.catch_warnings():  # torch's import-time warnings (pynvml, ...) are not the user's business
             warnings.simplefilter("ignore")
-            from torch.distributed.checkpoint import FileSystemReader
+            import torch.distributed.checkpoint  # noqa: F401 - the metadata classes
     except Exception as exc:  # torch absent or broken: the check degrades, it does not crash
         return None, None, None, f"PyTorch is not importable here ({type(exc).__name__}); optimizer keys not listed"
     try:
-        metadata = FileSystemReader(str(directory)).read_metadata()
+        # not FileSystemReader.read_metadata: that unpickles whatever a stranger's .metadata names
+        metadata = read_dcp_metadata(directory)
         keys = list(metadata.state_dict_metadata)
     except Exception as exc:
         return None, None, None, f"DCP metadata unreadable: {clip(str(exc), 120)}"

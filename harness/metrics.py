@@ -13,7 +13,8 @@ Where the timestamps come from (docs/architecture.md, "Progress lines and the re
 - workers started: `Cycle: r Event: worker_start_completed` (UTC); 0.4.1: `has joined round r`.
 - checkpoint loaded: Megatron prints no time on its load lines; the first stamped line of
   that start after the load is `[after model, optimizer, and learning rate scheduler are
-  built] datetime: ...` (whole seconds, so restore and first step are ±1 s).
+  built] datetime: ...` (microseconds since Megatron 0.19; older versions print whole seconds,
+  so their restore and first step are ±1 s, which the metrics notes say).
 - first committed step: the stamp of the first iteration line of the replacement start.
 A metric whose timestamps are missing is None: never guessed.
 
@@ -24,6 +25,7 @@ span holds it: such a value is off by about the jump.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from harness import events as ev
@@ -32,7 +34,8 @@ from harness.events import Timeline, iso_utc
 
 SECOND_RESOLUTION_NOTE = ("restore_s and first_step_s rest on Megatron's "
                           "'[after model, optimizer, and learning rate scheduler are built] datetime:' line, "
-                          "printed in whole seconds: they are exact to ±1 s")
+                          "printed in whole seconds by this Megatron (0.19 prints microseconds): they are exact to ±1 s")
+_FRACTIONAL_DATETIME = re.compile(r"datetime: \S+ \d\d:\d\d:\d\d\.\d")
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,10 @@ def compute(tl: Timeline, a: Analysis) -> Metrics:
     first_ev = r.first_iteration if r is not None else None
     first = tl.utc(first_ev)
     if loaded is not None or first is not None:
-        notes.append(SECOND_RESOLUTION_NOTE if loaded is not None else "no model-built stamp after the load: restore_s unknown")
+        if loaded is None:
+            notes.append("no model-built stamp after the load: restore_s unknown")
+        elif built_ev is not None and not _FRACTIONAL_DATETIME.search(built_ev.src.text):
+            notes.append(SECOND_RESOLUTION_NOTE)
 
     for name, e in (("failure_detected_at", detected_ev), ("workers_started_at", started_ev),
                     ("checkpoint_loaded_at", built_ev if loaded is not None else None), ("first_step_at", first_ev)):

@@ -24,7 +24,7 @@ from harness import slurm, topology
 from harness.layout import RunLayout
 from harness.nvrx import LAUNCHER_MODULE, NvrxTarget
 from harness.spec import RunSpec, SpecError
-from harness.workloads import megatron, reference_args
+from harness.workloads import megatron, megatron_cpu, reference_args
 
 NEMESIS_MODULE = "harness.nemesis"
 # NVRx 0.7.0's exit status when it decides not to restart (no-progress stop).
@@ -114,12 +114,15 @@ class Plan:
 def check(spec: RunSpec, nvrx: NvrxTarget) -> None:
     """Plan-level refusals (they depend on the launcher version or the workload)."""
     problems = []
-    if spec.workload == "megatron":
+    if spec.workload in ("megatron", "megatron-cpu"):
         if not nvrx.supports_megatron_ft:
             problems.append(f"NVRx {nvrx.version} cannot run Megatron's --enable-ft-package (it needs >= 0.6.0): "
                             "install nvidia-resiliency-ext>=0.6.0 (Python >= 3.12, glibc >= 2.39) or pass "
                             "--nvrx-version for the cluster's launcher")
+    if spec.workload == "megatron":
         problems += megatron.extra_arg_problems(spec.extra_args)
+    elif spec.workload == "megatron-cpu":
+        problems += megatron_cpu.extra_arg_problems(spec.extra_args)
     else:
         problems += reference_args.extra_arg_problems(spec.extra_args)
     if problems:
@@ -127,7 +130,11 @@ def check(spec: RunSpec, nvrx: NvrxTarget) -> None:
 
 
 def workload_argv(spec: RunSpec) -> list[str]:
-    return megatron.argv(spec) if spec.workload == "megatron" else reference_args.argv(spec)
+    if spec.workload == "megatron":
+        return megatron.argv(spec)
+    if spec.workload == "megatron-cpu":
+        return megatron_cpu.argv(spec)
+    return reference_args.argv(spec)
 
 
 def nemesis_argv(spec: RunSpec) -> list[str]:
@@ -187,13 +194,18 @@ def build(spec: RunSpec, nvrx: NvrxTarget, *, sbatch: bool = False) -> Plan:
 
     policy = (topology.connections_policy(spec.tp, spec.cp, spec.gpu_arch, spec.extra_args)
               if spec.workload == "megatron" else
-              topology.ConnectionsPolicy(None, "CPU reference workload: not applicable"))
+              topology.ConnectionsPolicy(None, f"CPU {spec.workload} workload: not applicable"))
     env = [("PYTHONUNBUFFERED", "1")]  # a killed worker must not take buffered lines with it
     if policy.value is not None:
         env.append(("CUDA_DEVICE_MAX_CONNECTIONS", policy.value))
     pythonpath = (str(nvrx.path),) if nvrx.path else ()
-    cwd = spec.megatron_path if spec.workload == "megatron" and spec.megatron_path else spec.layout.root
-    if spec.workload == "megatron":
+    if spec.workload == "megatron-cpu":
+        env.append(megatron_cpu.SHIM_ENV)  # the workers' sitecustomize loads the CUDA->CPU shim
+        pythonpath = tuple(dict.fromkeys(pythonpath + megatron_cpu.pythonpath(spec)))  # a --nvrx-path NVRx first
+        notes.append("megatron-cpu: Megatron's own loop on CPU (gloo) with the CUDA->CPU shim in the workers only; "
+                     + ("the checkout's pretrain_gpt.py" if spec.megatron_path else "nvrx-qual's own pretrain script"))
+    cwd = spec.megatron_path if spec.workload in ("megatron", "megatron-cpu") and spec.megatron_path else spec.layout.root
+    if spec.workload in ("megatron", "megatron-cpu"):
         notes += megatron.fallback_notes(spec)
     if spec.fault != "none" and spec.world == 1:
         notes.append("one rank: the fault is injected on rank 0")

@@ -102,6 +102,9 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
         elif spec.nnodes == 1 and len(gpus) < spec.gpus_per_node:
             problems.append(f"GPUS_PER_NODE={spec.gpus_per_node} but this node has {len(gpus)} GPU(s): "
                             f"set GPUS_PER_NODE={len(gpus)} or less")
+    if spec.workload == "megatron-cpu" and discovery.nvidia_smi_gpus():
+        problems.append("the megatron-cpu workload runs Megatron on CPU through a CUDA->CPU shim, which refuses a "
+                        "machine with GPUs: use --workload megatron on this GPU node")
     if problems:
         raise SpecError(problems)
 
@@ -168,6 +171,9 @@ def summary(outcome: Outcome) -> str:
                  f"{outcome.run_dir / 'report.md'}")
     if outcome.plan.spec.workload == "reference":
         lines.append("note: the CPU reference run qualifies this harness and launcher, not GPU training recovery.")
+    elif outcome.plan.spec.workload == "megatron-cpu":
+        lines.append("note: the megatron-cpu run qualifies Megatron's own loop and restore on CPU under this launcher, "
+                     "not GPU training recovery.")
     return "\n".join(lines)
 
 

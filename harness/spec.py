@@ -24,7 +24,7 @@ from harness import topology
 from harness.layout import FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_NAME, RunLayout, is_valid_run_id
 
 FAULTS = ("kill", "hang", "none")
-WORKLOADS = ("megatron", "reference")
+WORKLOADS = ("megatron", "megatron-cpu", "reference")
 SECTIONS = ("setup", "step", "checkpointing")
 
 
@@ -42,6 +42,7 @@ class RunSpec:
     work_dir: Path
     run_id: str
     megatron_path: Path | None = None
+    megatron_cpu_dir: Path | None = None  # megatron-cpu: tools/install-megatron-cpu.sh's directory
     nnodes: int = 1
     gpus_per_node: int = 2
     tp: int = 1
@@ -75,6 +76,7 @@ class RunSpec:
     transformer_engine: bool = True
     apex: bool = False  # apex with the CUDA extensions Megatron's fused paths import
     deadline_profile: str = "walkthrough"  # DEADLINE_PROFILES name, or "custom" when a deadline was overridden
+    distributed_optimizer: bool = True  # Megatron workloads: --use-distributed-optimizer
     uv: bool = False
     python: str = sys.executable
     assume_shared_storage: bool = False
@@ -125,7 +127,9 @@ def _num(x: float) -> str:
 # - walkthrough: the NVRx walkthrough's deadlines (the Megatron default);
 # - short: GPU qualification inside minutes; a hang is detected 60-61 s after the stop whichever
 #   section it lands in (setup stays long: Megatron's start on a cold node can take minutes);
-# - reference: the CPU reference workload's (hang detection = 10 s + one check interval).
+# - reference: the CPU reference workload's (hang detection = 10 s + one check interval);
+# - megatron-cpu: Megatron's own loop on CPU; setup covers Megatron's init and, on a restart,
+#   the load (about 12 s on an idle 2-core machine).
 # Step, checkpointing and out-of-section deadlines are equal in short and reference, so the
 # stopped rank's own monitor fires about when its blocked peers' do; replacement_cycle does
 # not depend on that (a peer's timeout counts when the marker proves which rank was stopped).
@@ -136,9 +140,15 @@ DEADLINE_PROFILES: dict[str, dict[str, Any]] = {
                   out_of_section_timeout=60.0, workload_check_interval=1.0),
     "reference": dict(section_timeouts=(("setup", 60.0), ("step", 10.0), ("checkpointing", 10.0)),
                       out_of_section_timeout=10.0, workload_check_interval=1.0),
+    "megatron-cpu": dict(section_timeouts=(("setup", 90.0), ("step", 15.0), ("checkpointing", 15.0)),
+                         out_of_section_timeout=15.0, workload_check_interval=1.0),
 }
 DEADLINE_FIELDS = ("section_timeouts", "out_of_section_timeout", "workload_check_interval")
 CUSTOM_PROFILE = "custom"
+# Where tools/install-megatron-cpu.sh installs by default (relative to the working directory,
+# else to this checkout's root).
+MEGATRON_CPU_DEFAULT_DIR = ".megatron-cpu"
+MEGATRON_CPU_INSTALL = "tools/install-megatron-cpu.sh"
 
 # Workload defaults. Megatron: the seed's default run. Reference: the CPU workload, sized to
 # finish kill + hang + none in a few minutes on two cores.
@@ -147,6 +157,15 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "reference": dict(
         gpus_per_node=2, num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=256,
         train_iters=30, save_interval=5, deadline_profile="reference", monitor_interval=0.3, step_time_ms=100,
+    ),
+    # Megatron's own loop on CPU: a tiny GPT, a checkpoint every 4 iterations (the fault fires
+    # after checkpoint 4 is committed; 8 and 12 follow). Setup covers Megatron's init and, on a
+    # restart, the load (about 12 s on an idle 2-core machine). Step, checkpointing and out of
+    # section alike, with a 1 s check interval, for the same reason as the reference's.
+    "megatron-cpu": dict(
+        gpus_per_node=2, num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=256,
+        train_iters=12, save_interval=4, transformer_engine=False, deadline_profile="megatron-cpu",
+        monitor_interval=0.3,
     ),
 }
 
@@ -205,9 +224,13 @@ class Knob:
 
 
 KNOBS: tuple[Knob, ...] = (
-    Knob("workload", "--workload", _parse_choice(WORKLOADS), "megatron (GPU) or reference (CPU, no GPU needed)",
-         "NVRX_QUAL_WORKLOAD", "megatron or reference"),
+    Knob("workload", "--workload", _parse_choice(WORKLOADS),
+         "megatron (GPU), megatron-cpu (Megatron's own loop on CPU) or reference (CPU, no GPU needed)",
+         "NVRX_QUAL_WORKLOAD", "megatron, megatron-cpu or reference"),
     Knob("megatron_path", "--megatron-path", Path, "Megatron-LM checkout holding pretrain_gpt.py", "MEGATRON_PATH"),
+    Knob("megatron_cpu_dir", "--megatron-cpu-dir", Path,
+         f"megatron-cpu: the directory {MEGATRON_CPU_INSTALL} installed (default: {MEGATRON_CPU_DEFAULT_DIR})",
+         "NVRX_QUAL_MEGATRON_CPU_DIR"),
     Knob("work_dir", "--work-dir", Path, "runs go to WORK_DIR/runs/RUN_ID (default: current directory)",
          "NVRX_WORK_DIR"),
     Knob("run_id", "--run-id", str, "fresh ID for every test (default: generated)", "NVRX_RUN_ID"),
@@ -268,6 +291,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("apex", "--apex", _parse_bool,
          "1: apex and its CUDA extensions import in the workers' interpreter; 0: plan Megatron's non-apex "
          "fallbacks (default: imported in the workers' interpreter)", None, "1 or 0"),
+    Knob("distributed_optimizer", "--distributed-optimizer", _parse_bool,
+         "1: Megatron's --use-distributed-optimizer (default); 0: its plain optimizer", None, "1 or 0"),
     Knob("python", "--python", str, "interpreter that runs the launcher on the nodes (default: this one)",
          "NVRX_QUAL_PYTHON"),
     Knob("uv", "--uv", _parse_bool, "1: launch through `uv run python` (default: detected)", None, "1 or 0"),
@@ -330,9 +355,15 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
     values["workload"] = workload
     values.setdefault("work_dir", Path.cwd())
     values["work_dir"] = Path(values["work_dir"]).expanduser().absolute()
-    for key in ("megatron_path", "checkpoint_dir", "nvrx_path"):
+    for key in ("megatron_path", "checkpoint_dir", "nvrx_path", "megatron_cpu_dir"):
         if values.get(key) is not None:
             values[key] = Path(values[key]).expanduser().absolute()
+    if workload == "megatron-cpu":
+        # Its directory also holds the NVRx 0.7.0 its workers and launcher run.
+        where = values.get("megatron_cpu_dir") or default_megatron_cpu_dir()
+        values["megatron_cpu_dir"] = where
+        if values.get("nvrx_path") is None and (where / "nvidia_resiliency_ext").is_dir():
+            values["nvrx_path"] = where
     if not values.get("run_id"):
         values["run_id"] = generated_run_id(workload, values.get("fault", "kill"))
     values["extra_args"] = tuple(extra_args)
@@ -462,6 +493,9 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
             problems.append(f"MEGATRON_PATH={spec.megatron_path} has no pretrain_gpt.py: "
                             "point it at the root of a Megatron-LM checkout")
 
+    if spec.workload == "megatron-cpu":
+        problems += megatron_cpu_problems(spec)
+
     restored = 0
     if spec.checkpoint_dir is not None:
         ckpt = spec.checkpoint_dir
@@ -501,6 +535,41 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
     if problems:
         raise SpecError(problems)
     return restored
+
+
+def megatron_cpu_problems(spec: RunSpec) -> list[str]:
+    """What the megatron-cpu workload needs before launch: the installed Megatron, and a
+    layout the project's own pretrain script runs (a checkout's pretrain_gpt.py runs any)."""
+    problems = []
+    where = spec.megatron_cpu_dir
+    install = f"{MEGATRON_CPU_INSTALL} {where}" if where is not None else MEGATRON_CPU_INSTALL
+    if where is None or not (where / "megatron" / "training").is_dir():
+        shown = where if where is not None else f"{MEGATRON_CPU_DEFAULT_DIR}/ (here or in the nvrx-qual checkout)"
+        problems.append(f"--megatron-cpu-dir {shown} holds no installed Megatron for CPU: run {install} "
+                        "(or point --megatron-cpu-dir / NVRX_QUAL_MEGATRON_CPU_DIR at where it installed)")
+    elif not (where / "sitecustomize.py").is_file() or not (where / "nvidia_resiliency_ext").is_dir():
+        problems.append(f"--megatron-cpu-dir {where} is an incomplete install (no sitecustomize.py or NVRx): "
+                        f"run {install} again")
+    if spec.megatron_path is not None:
+        if not (spec.megatron_path / "pretrain_gpt.py").is_file():
+            problems.append(f"MEGATRON_PATH={spec.megatron_path} has no pretrain_gpt.py: point it at the root of a "
+                            "Megatron-LM checkout, or unset it to run nvrx-qual's own pretrain script")
+    elif spec.tp != 1 or spec.pp != 1 or spec.cp != 1:
+        problems.append(f"TP={spec.tp} PP={spec.pp} CP={spec.cp}: nvrx-qual's own pretrain script for megatron-cpu runs "
+                        "tensor, pipeline and context parallel size 1 only; set them to 1, or give MEGATRON_PATH to "
+                        "run that checkout's pretrain_gpt.py")
+    return problems
+
+
+def default_megatron_cpu_dir(cwd: Path | None = None) -> Path:
+    """.megatron-cpu in the working directory if there, else in this checkout's root (where
+    CI and the README install it), else the working directory's (validation says it is missing)."""
+    here = (cwd or Path.cwd()) / MEGATRON_CPU_DEFAULT_DIR
+    checkout = Path(__file__).resolve().parents[1] / MEGATRON_CPU_DEFAULT_DIR
+    for candidate in (here, checkout):
+        if candidate.is_dir():
+            return candidate
+    return here
 
 
 def _valid_endpoint(text: str) -> bool:

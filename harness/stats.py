@@ -221,8 +221,8 @@ class RepeatStats:
         if not self.expected_negative:
             return text + "."
         if self.as_expected:
-            return text + ", as expected: this scenario breaks the recovery on purpose and every run was caught."
-        return text + " although this scenario breaks the recovery on purpose: the suite did not catch it."
+            return text + ", as expected: this scenario's recovery is broken (on purpose or by a known defect) and every run was caught."
+        return text + " although this scenario's recovery is broken (on purpose or by a known defect): the suite did not catch it."
 
     @property
     def failures(self) -> tuple[RunFailure, ...]:
@@ -376,7 +376,7 @@ def render_markdown(groups: Sequence[RepeatStats], title: str, links: Mapping[st
     head = f"{qualified} of {len(runs)} runs qualified."
     if negative:
         caught = sum(not r.qualified for r in negative)
-        head += (f" {len(negative)} of them broke the recovery on purpose (expected not to qualify); "
+        head += (f" {len(negative)} of them had a broken recovery to catch (expected not to qualify); "
                  f"{caught} of those were caught.")
     out = [f"# {title}", "", head, ""]
     out += [f"> {note}" for note in notes]

@@ -119,7 +119,12 @@ class Progress:
             if a.replacement.first(ev.StartedFromRandom) is not None:
                 restored = "started from random"
             elif loaded is not None:
-                optim = "with" if a.replacement.first(ev.OptimizerLoaded) is not None else "without"
+                # Megatron's plain optimizer prints no optimizer line; its scheduler lines are the evidence
+                args = a.replacement.arguments
+                plain = args is not None and args.flag("use_distributed_optimizer") is False
+                reloaded = a.replacement.first(ev.OptimizerLoaded) is not None or (
+                    plain and a.replacement.first(ev.SchedulerValueLoaded) is not None)
+                optim = "with" if reloaded else "without"
                 restored = f"loaded checkpoint {loaded.iteration} {optim} optimizer state"
         # NVRx >= 0.6 logs the rendezvous join before `worker_start_completed`, the record the
         # latency split is timed by: wait for that one (0.4.1 has only the join).

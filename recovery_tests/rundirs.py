@@ -52,6 +52,7 @@ class Scenario:
     console_log: bool = False  # the harness's console capture (UTC-stamped) of the launcher lines
     checkpoints: bool = True
     old_save_format: bool = False  # Megatron <= 0.18 "[ t 1/1, p 1/1 ]"
+    microsecond_datetimes: bool = False  # Megatron 0.19 "datetime: 2026-12-01 07:52:49.308941"; older: whole seconds
     step_timeout_s: float = 10.0
     # what went wrong
     marker: bool = True  # False: the requested fault never fired
@@ -73,6 +74,11 @@ class Scenario:
     timeout_after_ms: int | None = None  # hang: first timeout this long after the injection (default step + 0.5 s)
     uncommitted: tuple[int, ...] = ()  # iter dirs left without metadata.json
     optimizer_in_checkpoints: bool = True
+    # Adam's step counter each checkpoint records (param_groups[*].step): "continued" (its
+    # iteration, whatever the logs say), "reset" (restarted at the
+    # restore: Megatron's DistributedOptimizer on torch Adam), "ahead" (16 per iteration after
+    # the restore: one shared counter for 16 parameters), "absent" (no record outside common state)
+    optimizer_steps: str = "continued"
 
 
 @dataclass
@@ -302,6 +308,10 @@ class _Run:
                                     f"at iteration {iteration}")
 
     def built(self, cycle: int, ms: int) -> int:
+        if self.s.microsecond_datetimes:
+            stamp = self.clock.megatron(ms)[1:-1]
+            self.say(cycle, ms, 0, f"[after model, optimizer, and learning rate scheduler are built] datetime: {stamp} ")
+            return ms
         self.say(cycle, ms, 0, f"[after model, optimizer, and learning rate scheduler are built] datetime: {self.clock.whole(ms)} ")
         # the stamp is whole seconds of local time: its true UTC value is the floor
         return (ms + self.clock.offset_ms) // 1000 * 1000 - self.clock.offset_ms
@@ -511,12 +521,12 @@ def _finish(run: _Run, *, exit_code: int, ended_ms: int, cut_cycle: int | None =
 
 # ---------------------------------------------------------------- checkpoints (real DCP)
 
-_TEMPLATES: dict[bool, Path] = {}
+_TEMPLATES: dict[tuple[bool, float | None], Path] = {}
 
 
-def _template(with_optimizer: bool) -> Path:
-    """A tiny DCP checkpoint written by PyTorch once per process, copied per iteration."""
-    if with_optimizer not in _TEMPLATES:
+def _template(with_optimizer: bool, step: float | None = None) -> Path:
+    """A tiny DCP checkpoint written by PyTorch once per process and step, copied per iteration."""
+    if (with_optimizer, step) not in _TEMPLATES:
         import warnings
 
         import torch
@@ -530,23 +540,38 @@ def _template(with_optimizer: bool) -> Path:
             prefix = "optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.float32, torch.float32).bucket_idx_0"
             for name in ("param", "exp_avg", "exp_avg_sq"):
                 state[f"{prefix}.{name}"] = torch.zeros(16)
+            if step is not None:  # a tuple stays one pickled DCP object, as Megatron's list does
+                state["optimizer.distributed.dp_group_idx_0.optimizer"] = (
+                    {"param_groups": [{"lr": 1e-4, "step": step}, {"lr": 1e-4, "step": step}]},)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
             dcp.save(state, storage_writer=dcp.FileSystemWriter(str(base)))
-        _TEMPLATES[with_optimizer] = base
-    return _TEMPLATES[with_optimizer]
+        _TEMPLATES[(with_optimizer, step)] = base
+    return _TEMPLATES[(with_optimizer, step)]
+
+
+def _recorded_step(run: "_Run", it: int) -> float | None:
+    s = run.s
+    if s.optimizer_steps == "absent":
+        return None
+    k = run.facts.get("restored")
+    after = k is not None and it > k and "last_before_fault" in run.facts and s.fault != "none"
+    if not after or s.optimizer_steps == "continued":
+        return float(it)
+    if s.optimizer_steps == "ahead":
+        return float((it - k) * 16)
+    return float(it - k)
 
 
 def _write_checkpoints(run: _Run) -> None:
     s = run.s
     run.ckpt.mkdir(exist_ok=True)
-    template = _template(s.optimizer_in_checkpoints)
     committed = [it for it, ok in run.saves.items() if ok]
     for it in sorted(run.saves):
         d = run.ckpt / f"iter_{it:07d}"
         if d.exists():
             shutil.rmtree(d)
-        shutil.copytree(template, d)
+        shutil.copytree(_template(s.optimizer_in_checkpoints, _recorded_step(run, it)), d)
         if run.saves[it] and it not in s.uncommitted:
             (d / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist", "sharded_backend_version": 1}))
     if committed:

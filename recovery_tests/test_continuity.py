@@ -83,3 +83,35 @@ def test_a_single_unprefixed_log_is_read_in_order(tmp_path):
     assert sorted(losses) == list(range(1, 31))
     assert losses[6].loss == loss(6) and losses[5].loss == "1.000000E+00"
     assert losses[6].src.path == "logs/train.log" and losses[6].src.line == 8
+
+
+def megatron_restart_lines(restored: int, losses=loss):
+    """Megatron 0.19 after a restore of `restored`: iteration restored+2 is printed as the mean
+    of the start's first two iterations (its accumulators are not reset after the first line)."""
+    def printed(i: int) -> str:
+        if i == restored + 2:
+            return f"{(float(losses(i - 1)) + float(losses(i))) / 2:.6E}"
+        return losses(i)
+    return printed
+
+
+def test_megatrons_averaged_second_line_of_a_restart_is_continuous(tmp_path, baseline):
+    run = tmp_path / "kill"
+    write_cycle(run, 0, range(1, 8))
+    write_cycle(run, 1, range(6, 31), losses=megatron_restart_lines(5))
+    result = check_loss_continuity(run, baseline, "kill", restored=5, train_iters=30)
+    assert result.status == PASS, result.detail
+    assert "iteration 7's line is Megatron's mean of the restart's first two iterations" in result.detail
+
+
+def test_the_averaged_line_still_catches_a_drift_from_the_second_step(tmp_path, baseline):
+    """The step-reset bug: iteration restored+1 matches, restored+2 differs from the mean."""
+    run = tmp_path / "step-reset"
+    drifted = megatron_restart_lines(5, losses=lambda i: loss(i) if i < 7 else f"{5.5 + 1 / i:.6E}")
+    write_cycle(run, 0, range(1, 8))
+    write_cycle(run, 1, range(6, 31), losses=drifted)
+    result = check_loss_continuity(run, baseline, "kill", restored=5, train_iters=30)
+    assert result.status == FAIL
+    expected_mean = (float(loss(6)) + float(loss(7))) / 2
+    assert f"lm loss at iteration 7 is {drifted(7)} after the restore of checkpoint 5 but {loss(7)} in the " \
+           f"uninterrupted baseline (or {expected_mean:.6E}, the mean of this run's 6 and the baseline's 7" in result.detail

@@ -11,7 +11,7 @@ import pytest
 
 from harness import criteria
 from harness import events as ev
-from harness.criteria import CRITERIA_IDS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN, analyze, evaluate
+from harness.criteria import CHECK_IDS, CRITERIA_IDS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN, analyze, evaluate
 from harness.history import read_history
 from harness.verify import verify_run, verify_timeline
 from recovery_tests import rundirs
@@ -33,27 +33,35 @@ CASES = [
     ("Megatron <= 0.18 save lines", Scenario(old_save_format=True), {}, None),
     ("in-flight save left uncommitted, later overwritten", Scenario(uncommitted=(5,)), {}, None),
     ("fault none", Scenario(fault="none"),
-     {"pre_fault_checkpoint": NA, "replacement_cycle": NA, "optimizer_reload": NA}, None),
+     {"pre_fault_checkpoint": NA, "replacement_cycle": NA, "optimizer_reload": NA, "optimizer_state": NA}, None),
     ("restart started from random", Scenario(restart_from_random=True),
-     {"optimizer_reload": FAIL}, "started from random instead of loading checkpoint 10"),
+     {"optimizer_reload": FAIL, "optimizer_state": NA}, "started from random instead of loading checkpoint 10"),
     ("restart with --no-load-optim", Scenario(no_load_optim=True),
      {"optimizer_reload": FAIL}, "--no-load-optim"),
+    ("Adam step reset at the restore, every log line present", Scenario(optimizer_steps="reset"),
+     {"optimizer_state": FAIL}, "holds Adam's step counter 5 in optimizer.distributed.dp_group_idx_0.optimizer "
+                                "(param_groups[*].step), but an optimizer that continued from checkpoint 10 has taken "
+                                "15 steps at iteration 15: it counts only the 5 steps since the restore"),
+    ("Adam step counter shared by 16 parameters after the restore", Scenario(optimizer_steps="ahead"),
+     {"optimizer_state": FAIL}, "holds Adam's step counter 80"),
+    ("no step counter outside the pickled common state (plain optimizer)", Scenario(optimizer_steps="absent"),
+     {"optimizer_state": NA}, None),
     ("restart loaded an older checkpoint", Scenario(load_iteration=5),
      {"optimizer_reload": FAIL}, "loaded checkpoint 5, an older one than 10"),
     ("checkpoint saved without optimizer state", Scenario(optimizer_in_checkpoints=False),
-     {"optimizer_reload": FAIL}, "holds no optimizer tensors"),
+     {"optimizer_reload": FAIL, "optimizer_state": FAIL}, "holds no optimizer tensors"),
     ("restarts exhausted, NVRx 0.7.0", Scenario(restarts_exhausted=True),
-     {"replacement_cycle": FAIL, "optimizer_reload": NA, "later_checkpoint": NA, "clean_finish": FAIL},
-     "started no replacement workers"),
+     {"replacement_cycle": FAIL, "optimizer_reload": NA, "later_checkpoint": NA, "clean_finish": FAIL,
+      "optimizer_state": NA}, "started no replacement workers"),
     ("restarts exhausted, NVRx 0.4.1", Scenario(restarts_exhausted=True, nvrx="0.4.1"),
-     {"replacement_cycle": FAIL, "optimizer_reload": NA, "later_checkpoint": NA, "clean_finish": FAIL},
-     "restarts were exhausted"),
+     {"replacement_cycle": FAIL, "optimizer_reload": NA, "later_checkpoint": NA, "clean_finish": FAIL,
+      "optimizer_state": NA}, "restarts were exhausted"),
     ("second injection and second failed cycle", Scenario(second_failure_at=17, second_injection=True),
      {"clean_finish": FAIL}, "the fault was injected 2 times; 2 cycles failed (0, 1)"),
     ("second failed cycle without injection, NVRx 0.4.1", Scenario(second_failure_at=17, nvrx="0.4.1"),
      {"clean_finish": FAIL}, "2 cycles failed (0, 1)"),
     ("no checkpoint after the restore", Scenario(saves_after_restore=False),
-     {"later_checkpoint": FAIL}, "no checkpoint beyond 10 was committed"),
+     {"later_checkpoint": FAIL, "optimizer_state": NA}, "no checkpoint beyond 10 was committed"),
     ("stopped at an earlier iteration with exit 0", Scenario(stop_at=20),
      {"later_checkpoint": FAIL}, "training stopped at iteration 20 of 30"),
     ("exit 0 without [after training is done]", Scenario(training_done=False),
@@ -67,7 +75,8 @@ CASES = [
     ("hang without any timeout message", Scenario(fault="hang", timeout_ranks=()),
      {"replacement_cycle": FAIL}, "no section or out-of-section timeout message"),
     ("fault requested but never fired", Scenario(marker=False),
-     {"pre_fault_checkpoint": FAIL, "replacement_cycle": NA, "optimizer_reload": NA}, "never injected"),
+     {"pre_fault_checkpoint": FAIL, "replacement_cycle": NA, "optimizer_reload": NA, "optimizer_state": NA},
+     "never injected"),
     ("checkpoint K without metadata.json", Scenario(uncommitted=(10,)),
      {"pre_fault_checkpoint": FAIL}, "iter_0000010 has no metadata.json"),
 ]
@@ -78,8 +87,8 @@ def test_each_run_fails_exactly_the_criterion_it_breaks(tmp_path, scenario, brok
     built = rundirs.build(tmp_path / "run", scenario)
     verdict = verify_run(built.run_dir)
     statuses = {c.id: c.status for c in verdict.criteria}
-    assert list(statuses) == list(CRITERIA_IDS)
-    assert statuses == {**dict.fromkeys(CRITERIA_IDS, PASS), **broken}, [c.detail for c in verdict.criteria]
+    assert list(statuses) == list(CHECK_IDS)
+    assert statuses == {**dict.fromkeys(CHECK_IDS, PASS), **broken}, [c.detail for c in verdict.criteria]
     assert verdict.qualified is (FAIL not in broken.values())
     for c in verdict.criteria:
         assert c.detail.endswith(".") and "\n" not in c.detail
@@ -170,7 +179,7 @@ def test_a_crashing_checker_is_unknown_and_disqualifies(tmp_path):
 
     result = criteria.check_safe("later_checkpoint", boom, tl, a)
     assert (result.status, result.detail) == (UNKNOWN, "The checker failed: KeyError: 'iteration'")
-    results = (*evaluate(tl, a)[:3], result, evaluate(tl, a)[4])
+    results = (*evaluate(tl, a)[:3], result, *evaluate(tl, a)[4:])
     assert not criteria.qualified(results)
     assert criteria.qualified(evaluate(tl, a))
 

@@ -278,7 +278,9 @@ def test_checkpoint_state_commit_markers_tracker_and_optimizer_keys(tmp_path):
     assert (ck.path, ck.how, ck.exists, ck.tracker) == ("checkpoints", "run.json spec.checkpoint_dir", True, "30")
     assert [(c.iteration, c.committed) for c in ck.iterations][:3] == [(5, False), (10, True), (15, True)]
     k = ck.get(10)  # the marker's and the loaded iteration: inspected with PyTorch's DCP reader
-    assert (k.optimizer_keys, k.total_keys) == (2, 5)  # exp_avg and exp_avg_sq; not param
+    assert (k.optimizer_keys, k.total_keys) == (2, 6)  # exp_avg and exp_avg_sq; not param
+    assert (k.optimizer_record.key, k.optimizer_record.steps) == ("optimizer.distributed.dp_group_idx_0.optimizer",
+                                                                  (10.0, 10.0))
     assert k.sample_key.startswith("optimizer.distributed.") and "exp_avg" in k.sample_key
     assert ck.get(20).optimizer_keys is None and ck.get(20).inspect_note == "not needed by any check"
     off = HistoryReader(built.run_dir, inspect_checkpoints=False).poll(final=True).checkpoints.get(10)

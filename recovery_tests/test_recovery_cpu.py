@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 
 from fixtures.runs import Scenario
-from harness.criteria import CRITERIA_IDS, FAIL, NOT_APPLICABLE, PASS
+from harness.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
 from harness.continuity import CRITERION_ID as LOSS_CONTINUITY
 
 pytestmark = pytest.mark.e2e
 
 FAULTS = ("kill", "hang", "none")
-CHECKS = (*CRITERIA_IDS, LOSS_CONTINUITY)
-FAULT_SPECIFIC = {"pre_fault_checkpoint", "replacement_cycle", "optimizer_reload", LOSS_CONTINUITY}
+CHECKS = (*CHECK_IDS, LOSS_CONTINUITY)
+FAULT_SPECIFIC = {"pre_fault_checkpoint", "replacement_cycle", "optimizer_reload", OPTIMIZER_STATE, LOSS_CONTINUITY}
 
 
 def scenario(fault: str, nvrx_target, **kw) -> Scenario:
@@ -80,7 +80,8 @@ def test_no_load_optim_is_caught(nvrx_target, scenarios):
                                          expect_qualified=False))
     statuses = {c.id: c.status for c in outcome.verdict.criteria}
     assert statuses == {"pre_fault_checkpoint": PASS, "replacement_cycle": PASS, "optimizer_reload": FAIL,
-                        "later_checkpoint": PASS, "clean_finish": PASS, LOSS_CONTINUITY: FAIL}, outcome.run_dir
+                        "later_checkpoint": PASS, "clean_finish": PASS, OPTIMIZER_STATE: FAIL,
+                        LOSS_CONTINUITY: FAIL}, outcome.run_dir
     assert "--no-load-optim" in outcome.verdict.criterion("optimizer_reload").detail
     assert not outcome.verdict.qualified
 

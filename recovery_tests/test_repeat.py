@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli, ports, repeat, runner
-from harness.criteria import CRITERIA_IDS
+from harness.criteria import CHECK_IDS
 from harness.launch import LaunchResult
 from harness.spec import SpecError
 from harness.verify import verify_run
@@ -256,6 +256,6 @@ def test_two_real_repeats_qualify(tmp_path, capsys):
     [scenario] = doc["scenarios"]
     assert (scenario["run_count"], scenario["qualified_runs"]) == (2, 2)
     assert [r["run_id"] for r in scenario["runs"]] == ["e2e-r1", "e2e-r2"]
-    assert {c["id"]: c["pass_rate"] for c in scenario["criteria"]} == {cid: 1.0 for cid in CRITERIA_IDS}
+    assert {c["id"]: c["pass_rate"] for c in scenario["criteria"]} == {cid: 1.0 for cid in CHECK_IDS}
     headline = scenario["metrics"]["failure_to_first_step_s"]
     assert headline["n"] == 2 and headline["p50"] <= headline["p95"] <= headline["max"]

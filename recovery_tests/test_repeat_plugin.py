@@ -174,4 +174,4 @@ def test_expected_negative_is_labelled_as_expected_in_the_summary_and_in_report(
     assert cli.main(["report", str(run_dir)]) == 1  # the exit status still says what qualified
     out = capsys.readouterr().out
     assert "✅ not qualified, as expected" in out and "(expected not to qualify)" in out
-    assert "1 of them broke the recovery on purpose (expected not to qualify); 1 of those were caught." in out
+    assert "1 of them had a broken recovery to catch (expected not to qualify); 1 of those were caught." in out

@@ -15,7 +15,7 @@ import pytest
 from fixtures.processes import run_in_session
 
 from harness import verify
-from harness.criteria import CRITERIA_IDS
+from harness.criteria import CHECK_IDS, CRITERIA_IDS
 from harness.history import RunDirError
 from harness.report import render_report
 from recovery_tests import rundirs
@@ -47,7 +47,7 @@ def test_qualified_run_exits_0_and_writes_verdict_and_report(good_run, capsys):
     doc = json.loads((good_run / "verdict.json").read_text())
     assert {"run_dir", "fault", "qualified", "criteria", "metrics"} <= set(doc)
     assert (doc["run_dir"], doc["fault"], doc["qualified"]) == (str(good_run), "kill", True)
-    assert [c["id"] for c in doc["criteria"]] == list(CRITERIA_IDS)
+    assert [c["id"] for c in doc["criteria"]] == list(CHECK_IDS)
     assert all(set(c) == {"id", "status", "detail", "evidence"} and c["status"] == "pass" for c in doc["criteria"])
     for key in ("detection_s", "restart_s", "restore_s", "failure_to_first_step_s", "lost_iterations"):
         assert key in doc["metrics"]

@@ -9,7 +9,9 @@
 #   megatron/                 megatron-core 0.19.2, unpacked from its cp312 wheel; its code runs on 3.11
 #   nvidia_resiliency_ext/    NVRx 0.7.0 (Megatron's --enable-ft-package and async strategy `nvrx`)
 #   triton/                   imported (never run) by megatron.core
-#   sitecustomize.py          the one Python 3.11 alias Megatron needs: typing.override
+#   sitecustomize.py          the one Python 3.11 alias Megatron needs (typing.override), and the hook
+#                             that loads the CUDA->CPU shim (harness/workloads/megatron_cpu_worker.py)
+#                             into megatron-cpu workers
 #   megatron/core/datasets/   dataset helpers compiled for the running Python, and the Makefile that
 #                             Megatron's initialize runs `make` on (the wheel ships neither)
 # NVRx's runtime dependencies (and pyyaml, which its config imports) go into the current
@@ -25,7 +27,34 @@ mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 stamp="$dir/.installed"
 ext_suffix=$("$python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-want="megatron-core $megatron_version, nvidia-resiliency-ext $nvrx_version, triton $triton_version, helpers$ext_suffix"
+script_sum=$(sha256sum "$0" | cut -c1-12)
+want="megatron-core $megatron_version, nvidia-resiliency-ext $nvrx_version, triton $triton_version, helpers$ext_suffix, script $script_sum"
+# Written every time (cheap, and an older install gets the current hook).
+# Python 3.11: megatron/training/models/{gpt,hybrid}.py import typing.override (3.12); and
+#    the hook that loads nvrx-qual's CUDA->CPU shim into the megatron-cpu workload's workers.
+cat > "$dir/sitecustomize.py" <<'EOF'
+# Written by tools/install-megatron-cpu.sh. Megatron-core 0.19 imports typing.override, new in
+# Python 3.12; on 3.11 the same decorator comes from typing_extensions.
+import sys
+import typing
+
+if sys.version_info < (3, 12) and not hasattr(typing, "override"):
+    from typing_extensions import override as _override
+
+    typing.override = _override
+
+# The megatron-cpu workload's workers (and the checkpoint worker each spawns) get nvrx-qual's
+# CUDA->CPU shim: only when its plan set NVRX_QUAL_CUDA_CPU_SHIM=1 and the launcher set
+# LOCAL_RANK (never in the launcher itself, never elsewhere; it refuses on a real GPU), with
+# the CPU-tier-only workarounds of harness/workloads/megatron_cpu_workarounds.py.
+import os
+
+if os.environ.get("NVRX_QUAL_CUDA_CPU_SHIM") == "1" and "LOCAL_RANK" in os.environ:
+    from harness.workloads import megatron_cpu_worker
+
+    megatron_cpu_worker.install_for_worker()
+EOF
+
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "$dir already holds $want"
   exit 0
@@ -66,19 +95,6 @@ default: \$(OUT)
 EOF
 rm -f "$datasets"/helpers_cpp*.so
 make --quiet -C "$datasets"
-
-# 4. Python 3.11: megatron/training/models/{gpt,hybrid}.py import typing.override (3.12).
-cat > "$dir/sitecustomize.py" <<'EOF'
-# Written by tools/install-megatron-cpu.sh. Megatron-core 0.19 imports typing.override, new in
-# Python 3.12; on 3.11 the same decorator comes from typing_extensions. Nothing else changes.
-import sys
-import typing
-
-if sys.version_info < (3, 12) and not hasattr(typing, "override"):
-    from typing_extensions import override as _override
-
-    typing.override = _override
-EOF
 
 echo "$want" > "$stamp"
 echo "Megatron for CPU installed in $dir ($want)"

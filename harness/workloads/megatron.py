@@ -34,6 +34,7 @@ OWNED_FLAGS = {
     "--global-batch-size": "--global-batch-size",
     "--enable-ft-package": "always on",
     "--log-interval": "always 1: every committed iteration is evidence",
+    "--use-distributed-optimizer": "--distributed-optimizer 1|0",
 }
 # Flags that defeat the qualification itself (docs/megatron.md, "Exit status is not evidence").
 REFUSED_FLAGS = {
@@ -58,11 +59,14 @@ def extra_arg_problems(extra: tuple[str, ...]) -> list[str]:
     return out
 
 
-def argv(spec: "RunSpec") -> list[str]:
-    """pretrain_gpt.py and its arguments for one qualification run."""
-    assert spec.megatron_path is not None
+def argv(spec: "RunSpec", entrypoint: str | None = None) -> list[str]:
+    """pretrain_gpt.py (or the given script with its flags) and its arguments for one
+    qualification run."""
+    if entrypoint is None:
+        assert spec.megatron_path is not None
+        entrypoint = str(Path(spec.megatron_path) / ENTRYPOINT)
     args = [
-        str(Path(spec.megatron_path) / ENTRYPOINT),
+        entrypoint,
         "--tensor-model-parallel-size", str(spec.tp),
         "--pipeline-model-parallel-size", str(spec.pp),
     ]
@@ -71,7 +75,7 @@ def argv(spec: "RunSpec") -> list[str]:
     args += model_args(spec)
     args += [
         "--lr", "1e-4", "--min-lr", "1e-5", "--lr-decay-style", "cosine", "--lr-warmup-iters", "10",
-        "--bf16", "--use-distributed-optimizer",
+        "--bf16", *(["--use-distributed-optimizer"] if spec.distributed_optimizer else []),
         "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(spec.vocab_size),
     ]
     args += checkpoint_and_ft_args(spec)

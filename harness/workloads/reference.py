@@ -54,6 +54,9 @@ OPTIMIZER_KEY_PREFIX = (
     "optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.float32, torch.float32).bucket_idx_0"
 )
 COMMON_STATE_KEY = "common_state"
+# Megatron's DistributedOptimizer keeps its param groups (with Adam's `step`) in this DCP
+# object: a pickled sequence of {"param_groups": [...]} (what the optimizer_state check reads).
+OPTIMIZER_GROUPS_KEY = "optimizer.distributed.dp_group_idx_0.optimizer"
 # What Megatron's load reports as the sharded_state_dict content metadata of such a checkpoint.
 CONTENT_METADATA = {
     "distrib_optim_sharding_type": "dp_reshardable",
@@ -564,6 +567,9 @@ def checkpoint_state(
     state.update({k: v.clone() for k, v in optimizer_tensors(model, optimizer).items()})
     # A string leaf keeps the non-tensor state in one DCP key, as Megatron 0.19's `common_state`.
     state[COMMON_STATE_KEY] = json.dumps(common, sort_keys=True)
+    # A tuple is a leaf to DCP (a list of dicts would be flattened into keys): one pickled object.
+    state[OPTIMIZER_GROUPS_KEY] = ({"param_groups": [{"lr": group["lr"], "step": float(common["optimizer_step"])}
+                                                     for group in optimizer.param_groups]},)
     return state
 
 

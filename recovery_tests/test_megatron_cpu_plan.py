@@ -1,0 +1,110 @@
+"""`--workload megatron-cpu`: the plan (golden files), its refusals, and the project's own
+pretrain module being importable without Megatron or side effects."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import cli
+from harness.workloads import megatron_cpu
+from recovery_tests.test_plan_golden import check_golden, normalise
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def megatron_cpu_dir(tmp_path: Path) -> Path:
+    """A stand-in of what tools/install-megatron-cpu.sh installs (plans only look at it)."""
+    root = tmp_path / "megatron-cpu"
+    (root / "megatron" / "training").mkdir(parents=True)
+    (root / "nvidia_resiliency_ext").mkdir()
+    (root / "sitecustomize.py").write_text("# stand-in\n")
+    return root
+
+
+def plan_text(capsys, argv: list[str], work: Path, megatron: Path, cpu_dir: Path) -> str:
+    status = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    return normalise(out, work, megatron).replace(str(cpu_dir), "<MEGATRON_CPU>").replace(str(ROOT), "<REPO>")
+
+
+SCENARIOS = {
+    "kill": [],
+    "none": ["--fault", "none"],
+    "hang-plain-optimizer": ["--fault", "hang", "--distributed-optimizer", "0"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_megatron_cpu_plan_golden(name, tmp_path, megatron_cpu_dir, clean_spec_env, capsys):
+    work = tmp_path / "work"
+    argv = ["plan", "--workload", "megatron-cpu", "--megatron-cpu-dir", str(megatron_cpu_dir), "--work-dir", str(work),
+            "--run-id", f"gold-{name}", "--nvrx-version", "0.7.0", *SCENARIOS[name]]
+    text = plan_text(capsys, argv, work, tmp_path / "none", megatron_cpu_dir)
+    check_golden(f"nvrx-0.7.0_megatron-cpu_{name}.txt", text)
+
+
+def test_megatron_cpu_plan_is_the_megatron_plan_plus_cpu_additions(tmp_path, megatron_cpu_dir, megatron_checkout,
+                                                                   clean_spec_env, capsys):
+    """With MEGATRON_PATH the checkout's unmodified pretrain_gpt.py runs, with exactly the
+    megatron workload's arguments (no Transformer Engine) followed by the CPU additions."""
+    work = tmp_path / "work"
+    common = ["--megatron-path", str(megatron_checkout), "--nvrx-version", "0.7.0",
+              "--gpus-per-node", "2", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+              "--seq-length", "32", "--vocab-size", "256", "--train-iters", "12", "--save-interval", "4"]
+    cli.main(["plan", "--workload", "megatron", "--transformer-engine", "0", "--run-id", "m", "--work-dir", str(work),
+              *common])
+    gpu = capsys.readouterr().out.splitlines()[-2]
+    cli.main(["plan", "--workload", "megatron-cpu", "--megatron-cpu-dir", str(megatron_cpu_dir), "--run-id", "m",
+              "--work-dir", str(tmp_path / "work2"), *common])
+    cpu = capsys.readouterr().out.splitlines()[-2]
+    gpu_args = gpu.split(" -- ", 1)[1].replace(str(work), "W")
+    cpu_args = cpu.split(" -- ", 1)[1].replace(str(tmp_path / "work2"), "W")
+    assert cpu_args == gpu_args + " " + " ".join(megatron_cpu.cpu_args())
+    assert cpu_args.startswith(str(megatron_checkout / "pretrain_gpt.py") + " ")
+    assert "NVRX_QUAL_CUDA_CPU_SHIM=1" in cpu and "NVRX_QUAL_CUDA_CPU_SHIM" not in gpu
+
+
+def refused(capsys, argv: list[str]) -> str:
+    status = cli.main(["plan", "--workload", "megatron-cpu", "--nvrx-version", "0.7.0", *argv])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    return err
+
+
+def test_missing_install_is_refused_naming_the_install_command(tmp_path, clean_spec_env, capsys):
+    missing = tmp_path / "nowhere"
+    err = refused(capsys, ["--megatron-cpu-dir", str(missing), "--work-dir", str(tmp_path / "w")])
+    assert f"--megatron-cpu-dir {missing} holds no installed Megatron for CPU: run tools/install-megatron-cpu.sh " \
+           f"{missing}" in err
+    assert not (tmp_path / "w").exists()
+
+
+def test_own_pretrain_script_refuses_model_parallel_layouts(tmp_path, megatron_cpu_dir, clean_spec_env, capsys):
+    err = refused(capsys, ["--megatron-cpu-dir", str(megatron_cpu_dir), "--work-dir", str(tmp_path / "w"),
+                           "--tp", "2"])
+    assert "TP=2 PP=1 CP=1: nvrx-qual's own pretrain script for megatron-cpu runs tensor, pipeline and context " \
+           "parallel size 1 only" in err
+
+
+def test_cpu_flags_owned_by_the_workload_are_refused_after_the_separator(tmp_path, megatron_cpu_dir, clean_spec_env,
+                                                                          capsys):
+    err = refused(capsys, ["--megatron-cpu-dir", str(megatron_cpu_dir), "--work-dir", str(tmp_path / "w"),
+                           "--", "--distributed-backend", "nccl"])
+    assert "workload argument --distributed-backend is set for the CPU run" in err
+
+
+def test_pretrain_module_imports_without_megatron_or_side_effects():
+    """The GPU tier imports the GPT builder from here: importing must not pull Megatron or
+    torch in, nor parse arguments."""
+    code = ("import sys\nimport harness.workloads.megatron_pretrain as m\n"
+            "assert callable(m.build_gpt_model) and callable(m.gpt_model_config)\n"
+            "print(sorted(k for k in sys.modules if k.split('.')[0] in ('megatron', 'torch')))\n")
+    from fixtures.processes import run_in_session
+
+    done = run_in_session([sys.executable, "-c", code], timeout_s=60, cwd=str(ROOT))
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
