@@ -16,6 +16,7 @@ same files. With more than one node the launcher command runs under
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,23 @@ NEMESIS_MODULE = "harness.nemesis"
 NO_RESTART_EXIT_CODE = 93
 # Placeholder for values only the batch script knows at run time (rendered as "${NAME}").
 _SHELL_VAR = "__NVRXQ_VAR_{}__"
+PLACEHOLDER_PREFIX = "__NVRXQ_VAR_"
+
+
+def placeholder_problems(values: list[tuple[str, object]]) -> list[str]:
+    """A user's value holding the placeholder text would be expanded as a shell variable."""
+    return [f"{name}={value!r} holds {PLACEHOLDER_PREFIX!r}, which the planner reserves for shell variables of "
+            "the batch script: choose a value without it"
+            for name, value in values if isinstance(value, (str, Path)) and PLACEHOLDER_PREFIX in str(value)]
+
+
+def _spec_values(spec: RunSpec) -> list[tuple[str, object]]:
+    out: list[tuple[str, object]] = []
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        name = f"--{f.name.replace('_', '-')}"
+        out += [(name, v) for v in value] if isinstance(value, tuple) else [(name, value)]
+    return out
 
 
 def shell_var(name: str) -> str:
@@ -113,7 +131,7 @@ class Plan:
 
 def check(spec: RunSpec, nvrx: NvrxTarget) -> None:
     """Plan-level refusals (they depend on the launcher version or the workload)."""
-    problems = []
+    problems = placeholder_problems(_spec_values(spec))
     if spec.workload == "megatron":
         if not nvrx.supports_megatron_ft:
             problems.append(f"NVRx {nvrx.version} cannot run Megatron's --enable-ft-package (it needs >= 0.6.0): "
