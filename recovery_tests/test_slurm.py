@@ -194,3 +194,22 @@ def test_no_step_canceller_for_one_node_or_outside_an_allocation(tmp_path, cance
     assert runner._step_canceller(two_nodes, {}) is None
     assert runner._step_canceller(two_nodes, None) is None
     assert cancels == []
+
+
+# ---------------------------------------------------------------- ports asked from the first host
+
+
+def test_rendezvous_ports_are_asked_from_the_first_hosts_os():
+    run = FakeRunner({"srun": "40001 40002\n"})
+    alloc = Allocation(job_id="4242", nodes=("gpu001", "gpu002"), gpus_per_node=4)
+    assert slurm.rendezvous_ports(alloc, "/py", run) == ("gpu001:40001", 40002)
+    (argv,) = run.calls
+    assert argv[:5] == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=gpu001", "--overlap"]
+    assert argv[5:7] == ["/py", "-c"] and argv[-1] == "2"
+
+
+@pytest.mark.parametrize("answer", ["", "40001\n", "40001 40001\n", "40001 x\n", "40001 70000\n"])
+def test_an_unusable_port_answer_is_an_error_not_a_port(answer):
+    alloc = Allocation(job_id="1", nodes=("a",), gpus_per_node=None)
+    with pytest.raises(RuntimeError, match="free port"):
+        slurm.rendezvous_ports(alloc, "/py", FakeRunner({"srun": answer}))
