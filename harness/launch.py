@@ -205,7 +205,8 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     `watch` is called about every `tick_s` seconds while the job runs; returning a string
     stops the job (SIGTERM to the launcher's group, SIGKILL to everything after
     `term_grace_s`) and records that string as the reason; `on_stop` runs first (a
-    multi-node run cancels its srun step there). Writes launch.json.
+    multi-node run cancels its srun step there; the step id it returns is added to the
+    reason). Writes launch.json.
     """
     layout = plan.layout
     command = plan.command
@@ -240,7 +241,9 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
             if stopped_early:
                 if on_stop is not None:
                     try:
-                        on_stop()
+                        cancelled = on_stop()
+                        if isinstance(cancelled, str) and cancelled:  # the job step Slurm was asked to cancel
+                            stopped_early += f" (scancel {cancelled})"
                     except Exception as exc:  # the group signals below still stop the local side
                         stopped_early += f" (cancelling the job step failed: {exc})"
                 _signal_group(proc.pid, signal.SIGTERM)

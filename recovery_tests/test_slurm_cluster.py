@@ -1,0 +1,131 @@
+"""The Slurm paths against a real cluster (tools/slurm-local start: two slurmd "nodes" n1, n2 on
+this host), with the CPU reference workload under NVRx 0.7.0:
+
+- `nvrx-qual sbatch ... --nnodes 2` -> real `sbatch` -> a two-node job (one launcher per node
+  through srun, rendezvous on the first host of `scontrol show hostnames`, ports asked there at
+  start, Slurm's stdout/stderr in the run directory) with a kill or a hang on rank 1, which
+  runs on the second node -> the script's own `nvrx-qual verify` and ours qualify it;
+- the fixture path: pytest inside `salloc --nodes=2` (test_slurm_allocation.py) launches the
+  multi-node scenario with srun, qualifies it, and stops a doomed run by scancel of its step.
+
+The local cluster's nodes share this host's disk, so its local work dir is shared storage by
+construction: --assume-shared-storage 1 says so (a real cluster needs NFS, Lustre, GPFS, ...)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from fixtures.processes import run_in_session
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slurm(nodes=2)]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def nvrx_070(installed_launchers):
+    found = [t for t in installed_launchers if t.routes_logs]
+    if not found:
+        pytest.skip("needs NVRx >= 0.6 (nvrx-qual sbatch relies on its launcher writing every node's logs): "
+                    "tools/install-nvrx-target.sh 0.7.0 .nvrx/0.7.0")
+    return found[-1]
+
+
+def scancel_name(name: str) -> None:
+    run_in_session(["scancel", f"--name={name}"], timeout_s=30)
+
+
+def job_gone(name: str, timeout_s: float = 30.0) -> bool:
+    """The job named `name` left squeue (running, completing, pending or suspended)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = run_in_session(["squeue", "--noheader", f"--name={name}", "--states=PD,CF,R,S,CG",
+                              "--format=%i %T"], timeout_s=30)
+        if out.returncode == 0 and not out.stdout.strip():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def processes_under(path: Path) -> list[str]:
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            line = " ".join(proc.info["cmdline"] or ())
+            if str(path) in line and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(f"{proc.pid}: {line[:160]}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("fault", ["kill", "hang"])
+def test_sbatch_two_node_job_qualifies(fault, nvrx_070, fresh_run):
+    work, run_id = fresh_run
+    run_dir = work / "runs" / run_id
+    render = run_in_session(
+        [sys.executable, "-m", "harness", "sbatch", "--workload", "reference", "--nnodes", "2", "--gpus-per-node", "1",
+         "--fault", fault, "--fault-rank", "1", "--nvrx-path", str(nvrx_070.path), "--work-dir", str(work),
+         "--run-id", run_id, "--time", "00:10:00", "--assume-shared-storage", "1"], timeout_s=60, cwd=ROOT)
+    assert render.returncode == 0, render.stderr
+    script = run_dir / "sbatch.sh"
+    job_name = f"nvrx-qual-{run_id}"
+    try:
+        # --wait: sbatch returns when the job ends, with the job's exit status: the verify at its end
+        job = run_in_session(["sbatch", "--wait", "--parsable", str(script)], timeout_s=420, cwd=work)
+    finally:
+        scancel_name(job_name)  # nothing when it has ended
+    slurm_out = sorted((run_dir / "logs").glob("slurm-*.out"))
+    shown = slurm_out[0].read_text()[-3000:] if slurm_out else "no Slurm output in the run directory"
+    assert job.returncode == 0, f"{job.stdout}{job.stderr}\n{shown}"
+    job_id = job.stdout.strip().split(";")[0]
+    # Slurm's stdout/stderr went to the run directory; the script's own verify qualified the run
+    assert [p.name for p in slurm_out] == [f"slurm-{job_name}-{job_id}.out"]
+    assert (run_dir / "logs" / f"slurm-{job_name}-{job_id}.err").is_file()
+    assert "QUALIFIED" in shown and "NOT QUALIFIED" not in shown, shown
+    # and so does a verify of our own, read-only
+    verify = run_in_session([sys.executable, "-m", "harness", "verify", str(run_dir), "--json", "-", "--no-write"],
+                            timeout_s=120, cwd=ROOT)
+    assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr
+    assert json.loads(verify.stdout)["qualified"] is True
+    # two launchers, one per node, in one job; rank 1 ran (and was faulted) on the second node
+    infos = [json.loads(p.read_text()) for p in sorted((run_dir / "cycle_infos").glob("cycle_info.*")) if
+             not p.name.endswith(".current")]
+    assert infos and all(i["active_nodes"] == "n[1-2]" and i["job_id"] == job_id for i in infos), infos
+    log = (run_dir / "logs" / "launcher.log").read_text()
+    assert "[n1]" in log and "[n2]" in log
+    marker = json.loads((run_dir / "fault_injected.json").read_text())
+    assert (marker["host"], marker["rank"], marker["fault"]) == ("n2", 1, fault)
+    # the rendezvous host and its ports came from the first node at run time, not from the plan
+    assert 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in script.read_text()
+    assert '--rdzv-endpoint "${RDZV_ENDPOINT}"' in script.read_text()
+    assert job_gone(job_name)
+    assert processes_under(run_dir) == []
+
+
+def test_pytest_inside_salloc_runs_the_multi_node_scenarios(fresh_run):
+    """pytest once, inside `salloc --nodes=2`: the scenario fixture launches with srun (kill on
+    rank 1 qualifies; a doomed --no-load-optim run is stopped by scancel of its step)."""
+    work, run_id = fresh_run
+    inner_work = work / "runs" / run_id
+    inner_work.mkdir(parents=True)
+    job_name = f"nvrx-qual-salloc-{secrets.token_hex(3)}"
+    argv = ["salloc", "--nodes=2", "--ntasks-per-node=1", "--time=15", f"--job-name={job_name}",
+            sys.executable, "-m", "pytest", "recovery_tests/test_slurm_allocation.py", "-p", "no:cacheprovider",
+            "-q", "-rA", "--require-slurm", "--work-dir", str(inner_work)]
+    try:
+        inner = run_in_session(argv, timeout_s=480, cwd=ROOT)
+    finally:
+        scancel_name(job_name)
+    tail = (inner.stdout + inner.stderr)[-6000:]
+    assert inner.returncode == 0, tail
+    assert "2 passed" in inner.stdout and "skipped" not in inner.stdout, tail
+    assert job_gone(job_name)
+    assert processes_under(inner_work) == []
