@@ -213,3 +213,65 @@ def test_an_unusable_port_answer_is_an_error_not_a_port(answer):
     alloc = Allocation(job_id="1", nodes=("a",), gpus_per_node=None)
     with pytest.raises(RuntimeError, match="free port"):
         slurm.rendezvous_ports(alloc, "/py", FakeRunner({"srun": answer}))
+
+
+# ---------------------------------------------------------------- finding the cluster (fixtures.slurm)
+
+from fixtures import slurm as cluster  # noqa: E402
+
+
+def fake_sinfo(bin_dir: Path, body: str) -> dict[str, str]:
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "sinfo"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return {"PATH": str(bin_dir)}
+
+
+@pytest.fixture
+def no_system_conf(monkeypatch, tmp_path):
+    monkeypatch.setattr(cluster, "SYSTEM_CONF", tmp_path / "absent" / "slurm.conf")
+
+
+def test_slurm_conf_wins_then_the_system_then_the_local_cluster(tmp_path, no_system_conf, monkeypatch):
+    root = tmp_path / "repo"
+    assert cluster.conf_path(root, {}) is None
+    (root / ".slurm-local").mkdir(parents=True)
+    (root / ".slurm-local" / "slurm.conf").write_text("ClusterName=x\n")
+    assert cluster.conf_path(root, {}) == root / ".slurm-local" / "slurm.conf"
+    assert cluster.conf_path(root, {"SLURM_CONF": "/etc/other.conf"}) == Path("/etc/other.conf")
+    system = tmp_path / "etc-slurm.conf"
+    system.write_text("ClusterName=y\n")
+    monkeypatch.setattr(cluster, "SYSTEM_CONF", system)
+    assert cluster.conf_path(root, {}) is None  # Slurm's own default applies
+
+
+def test_a_cluster_answering_sinfo_is_ready_and_its_local_conf_exported(tmp_path, no_system_conf):
+    root = tmp_path / "repo"
+    (root / ".slurm-local").mkdir(parents=True)
+    (root / ".slurm-local" / "slurm.conf").write_text("ClusterName=x\n")
+    env = fake_sinfo(tmp_path / "bin", 'echo "n1 idle"; echo "n2 idle"')
+    found = cluster.discover(root, env)
+    assert found.ready and found.nodes == (("n1", "idle"), ("n2", "idle"))
+    assert found.env == {"SLURM_CONF": str(root / ".slurm-local" / "slurm.conf")}
+    assert found.too_small(2) is None
+    assert "tools/slurm-local start --nodes 3" in found.too_small(3)
+
+
+@pytest.mark.parametrize("body, said", [("echo 'slurm_load_partitions: Unable to contact' >&2; exit 1",
+                                         "Unable to contact"),
+                                        ("exit 0", "lists no node")])
+def test_a_cluster_that_does_not_answer_is_a_reason_to_skip(tmp_path, no_system_conf, body, said):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("x\n")
+    found = cluster.discover(tmp_path, {**fake_sinfo(tmp_path / "bin", body), "SLURM_CONF": str(conf)})
+    assert not found.ready and said in found.problem and "tools/slurm-local start" in found.problem
+    assert found.env == {}  # SLURM_CONF was the caller's own
+
+
+def test_no_sinfo_no_conf_and_a_missing_conf_are_reasons_to_skip(tmp_path, no_system_conf):
+    assert "sinfo is not on PATH" in cluster.discover(tmp_path, {"PATH": str(tmp_path / "empty")}).problem
+    env = fake_sinfo(tmp_path / "bin", 'echo "n1 idle"')
+    assert "no Slurm configuration" in cluster.discover(tmp_path, env).problem
+    missing = cluster.discover(tmp_path, {**env, "SLURM_CONF": str(tmp_path / "nope.conf")})
+    assert "is not a file" in missing.problem
