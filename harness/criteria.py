@@ -23,7 +23,7 @@ from harness.layout import MARKER_NAME
 
 PASS, FAIL, NOT_APPLICABLE, UNKNOWN = "pass", "fail", "not_applicable", "unknown"
 STATUSES = (PASS, FAIL, NOT_APPLICABLE, UNKNOWN)
-FAULTS = ("none", "kill", "hang")
+FAULTS = ("none", "kill", "hang", "node")
 CRITERIA_IDS = ("pre_fault_checkpoint", "replacement_cycle", "optimizer_reload", "later_checkpoint", "clean_finish")
 MAX_EVIDENCE = 12
 
@@ -98,7 +98,7 @@ def resolve_fault(timeline: Timeline, override: str | None) -> tuple[str, str]:
     if timeline.run.requested_fault in FAULTS:
         return timeline.run.requested_fault, "run.json spec.fault"
     for inj in timeline.injections:
-        if inj.fault in ("kill", "hang"):
+        if inj.fault in ("kill", "hang", "node"):
             return inj.fault, "the injection marker (no run.json)"
     for start in timeline.starts:
         for e in start.of(ev.NemesisInjected):
@@ -329,11 +329,56 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
             evidence.extend(timeouts[:3])
         else:
             evidence.append(named[0])
+    nodes = ""
+    if a.fault == "node":
+        r = a.replacement_cycle if a.replacement_cycle is not None else a.replacement.cycle
+        status, nodes, infos = _node_replacement(tl, inj, c, r)
+        evidence.extend(infos)
+        if status == FAIL:
+            problems.append(nodes)
+        elif status == UNKNOWN:
+            return _result(cid, UNKNOWN, f"The launcher restarted the workers in {new} after the loss of a node, but "
+                                         f"{nodes}.", evidence)
     if problems:
         return _result(cid, FAIL, "The launcher restarted the workers, but " + "; ".join(problems) + ".", evidence)
     how = f" after a {named[0].kind.replace('_', '-')} timeout naming rank {inj.rank}" if a.fault == "hang" else ""
     return _result(cid, PASS, f"The launcher recorded the failure of cycle {c}{how} and started replacement workers "
-                              f"in {new}.", evidence)
+                              f"in {new}{nodes}.", evidence)
+
+
+def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement: int) -> tuple[str, str, list]:
+    """For a lost node: (status, text, cycle records). The lost node is the marker's host; the
+    cycle records (NVRx >= 0.6) name the nodes each cycle ran on."""
+    from harness.slurm import expand_hostlist
+
+    def record(cycle: int) -> ev.CycleInfo | None:
+        found = [ci for ci in tl.cycle_infos if ci.cycle == cycle]
+        return found[-1] if found else None
+
+    before, after = record(failed), record(replacement)
+    infos = [x for x in (before, after) if x is not None]
+    lost = inj.host
+    if before is None or after is None or not lost:
+        missing = "the injection marker names no host" if not lost else (
+            f"no cycle record (cycle_infos/, NVRx >= 0.6) names the nodes of cycle "
+            f"{failed if before is None else replacement}")
+        return UNKNOWN, f"{missing}, so the lost and the replacing node cannot be named", infos
+    was, now = expand_hostlist(before.active_nodes or ""), expand_hostlist(after.active_nodes or "")
+    if not was or not now:
+        return UNKNOWN, (f"the cycle records' active nodes ({before.active_nodes!r}, {after.active_nodes!r}) are not "
+                         "host lists, so the replacing node cannot be named"), infos
+    if lost in now:
+        return FAIL, (f"the lost node {lost} is still active in cycle {replacement} ({after.active_nodes}): the node "
+                      "was not lost"), infos
+    promoted = [n for n in now if n not in was]
+    if lost not in was:
+        return FAIL, (f"the lost node {lost} is not among the nodes of cycle {failed} ({before.active_nodes}): the "
+                      "fault did not hit an active node"), infos
+    if len(now) < len(was) or not promoted:
+        return FAIL, (f"cycle {replacement} runs on {', '.join(now)}, fewer nodes than cycle {failed} "
+                      f"({', '.join(was)}): no standby node replaced {lost}"), infos
+    return PASS, (f"; node {lost} (rank {inj.rank}) was lost and cycle {replacement} runs on {', '.join(now)}: "
+                  f"standby {', '.join(promoted)} took its place"), infos
 
 
 def check_optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:

@@ -341,6 +341,8 @@ class CycleInfo(Event):
     ended: float | None
     log_file: str | None
     active_ranks: str | None
+    active_nodes: str | None = None  # a Slurm-style host list, e.g. "n[1,3]"
+    standby_nodes: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -876,7 +876,8 @@ class HistoryReader:
                 src=jf.src, ts=parse_iso_utc(d.get("cycle_start_time")), ts_utc=True,
                 cycle=cycle if cycle is not None else int(m.group(3)), attempt=_int(d.get("attempt_index")),
                 ended=parse_iso_utc(d.get("cycle_end_time")), log_file=_str(d.get("cycle_log_file")),
-                active_ranks=_str(d.get("active_ranks")),
+                active_ranks=_str(d.get("active_ranks")), active_nodes=_str(d.get("active_nodes")),
+                standby_nodes=_str(d.get("standby_nodes")),
             ))
         out.sort(key=lambda c: (c.attempt or 0, c.cycle))
         return out

@@ -162,7 +162,7 @@ def launcher_argv(spec: RunSpec, nvrx: NvrxTarget, rdzv_endpoint: str, log_serve
     layout = spec.layout
     python = ["uv", "run", "python"] if spec.uv else [spec.python]
     args = python + ["-m", LAUNCHER_MODULE,
-                     "--nnodes", str(spec.nnodes),
+                     "--nnodes", nnodes_arg(spec),
                      "--nproc-per-node", str(spec.gpus_per_node),
                      "--rdzv-backend", "c10d",
                      "--rdzv-endpoint", rdzv_endpoint,
@@ -170,6 +170,8 @@ def launcher_argv(spec: RunSpec, nvrx: NvrxTarget, rdzv_endpoint: str, log_serve
                      "--max-restarts", str(spec.max_restarts),
                      "--ft-rank-section-timeouts", spec.section_timeouts_arg,
                      "--ft-rank-out-of-section-timeout", _num(spec.out_of_section_timeout)]
+    if spec.rdzv_join_timeout is not None:
+        args += ["--rdzv-conf", f"join_timeout={_num(spec.rdzv_join_timeout)}"]
     if spec.monitor_interval is not None:
         args += ["--monitor-interval", _num(spec.monitor_interval)]
     if spec.workload_check_interval is not None:
@@ -218,14 +220,24 @@ def build(spec: RunSpec, nvrx: NvrxTarget, *, sbatch: bool = False) -> Plan:
     launcher = Command(tuple(launcher_argv(spec, nvrx, endpoint, log_port)), Path(cwd), tuple(env), pythonpath)
 
     srun = None
-    if spec.nnodes > 1 and not sbatch:
+    if launchers(spec) > 1 and not sbatch:
         srun = Command(tuple(srun_prefix(spec, nvrx) + list(launcher.argv)), launcher.cwd, launcher.env,
                        launcher.pythonpath)
     return Plan(spec=spec, nvrx=nvrx, launcher=launcher, srun=srun, connections=policy, notes=tuple(notes))
 
 
+def nnodes_arg(spec: RunSpec) -> str:
+    """`N`, or `N:N+H` with H hot spares: the extra launchers join the rendezvous as standby."""
+    return f"{spec.nnodes}:{spec.nnodes + spec.hot_spares}" if spec.hot_spares else str(spec.nnodes)
+
+
+def launchers(spec: RunSpec) -> int:
+    """Launchers (nodes) started: the active ones and the hot spares."""
+    return spec.nnodes + spec.hot_spares
+
+
 def srun_prefix(spec: RunSpec, nvrx: NvrxTarget, container: tuple[str, ...] = ()) -> list[str]:
-    prefix = ["srun", f"--ntasks={spec.nnodes}", "--ntasks-per-node=1"]
+    prefix = ["srun", f"--ntasks={launchers(spec)}", "--ntasks-per-node=1"]
     if spec.workload == "megatron":  # the CPU workload asks for no GPUs
         prefix.append(f"--gpus-per-node={spec.gpus_per_node}")
     # A named step can be cancelled by name when the harness stops the job early.

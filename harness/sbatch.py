@@ -140,7 +140,7 @@ def render(p: planmod.Plan, opts: SbatchOptions, verify_python: list[str]) -> st
     if opts.partition:
         header.append(f"#SBATCH --partition={_sbatch_word(opts.partition)}")
     header += [
-        f"#SBATCH --nodes={spec.nnodes}",
+        f"#SBATCH --nodes={planmod.launchers(spec)}",
         "#SBATCH --ntasks-per-node=1",
     ]
     if spec.workload == "megatron":

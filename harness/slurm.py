@@ -7,6 +7,7 @@ scancel cancels the one with our name.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -108,3 +109,39 @@ def rendezvous_ports(allocation: Allocation, python: str, runner: Runner = run_c
     free ports say nothing about the first host's."""
     rdzv, log_server = free_ports_on(allocation.first_host, python, 2, runner)
     return f"{allocation.first_host}:{rdzv}", log_server
+
+
+_HOSTLIST_PART = re.compile(r"([^,\[]*)(?:\[([^\]]*)\])?([^,\[]*)")
+_MAX_HOSTS = 100_000
+
+
+def expand_hostlist(text: str) -> tuple[str, ...] | None:
+    """`n[1-3,7],gpu01` -> ('n1', 'n2', 'n3', 'n7', 'gpu01'), as `scontrol show hostnames` (one
+    bracket per name, zero-padded ranges kept). None when the text is not a host list."""
+    hosts: list[str] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _HOSTLIST_PART.match(text, pos)
+        if m is None or m.end() == pos:
+            return None
+        prefix, ranges, suffix = m.groups()
+        if ranges is None:
+            if not prefix or suffix:
+                return None
+            hosts.append(prefix)
+        else:
+            for part in ranges.split(","):
+                lo, sep, hi = part.partition("-")
+                if not lo.isdigit() or (sep and not hi.isdigit()) or (sep and int(hi) < int(lo)):
+                    return None
+                if int(hi or lo) - int(lo) + len(hosts) > _MAX_HOSTS:
+                    return None
+                width = len(lo)
+                hosts += [f"{prefix}{i:0{width}d}{suffix}" for i in range(int(lo), int(hi or lo) + 1)]
+        pos = m.end()
+        if pos < len(text):
+            if text[pos] != ",":
+                return None
+            pos += 1
+    return tuple(hosts)
