@@ -66,48 +66,113 @@ def processes_under(path: Path) -> list[str]:
     return found
 
 
+def submit(nvrx_070, work: Path, run_id: str, *flags: str) -> tuple[int, str, Path]:
+    """nvrx-qual sbatch ... -> sbatch --wait: (the job's exit status, its id, the run directory).
+    The job's status is its script's: the `nvrx-qual verify` at its end."""
+    run_dir = work / "runs" / run_id
+    render = run_in_session(
+        [sys.executable, "-m", "harness", "sbatch", "--workload", "reference", "--gpus-per-node", "1",
+         "--fault-rank", "1", "--nvrx-path", str(nvrx_070.path), "--work-dir", str(work), "--run-id", run_id,
+         "--time", "00:10:00", "--assume-shared-storage", "1", *flags], timeout_s=60, cwd=ROOT)
+    assert render.returncode == 0, render.stderr
+    job_name = f"nvrx-qual-{run_id}"
+    try:
+        job = run_in_session(["sbatch", "--wait", "--parsable", str(run_dir / "sbatch.sh")], timeout_s=420, cwd=work)
+    finally:
+        scancel_name(job_name)  # nothing when it has ended
+    job_id = job.stdout.strip().split(";")[0]
+    assert job_id.isdigit(), job.stdout + job.stderr
+    assert job_gone(job_name)
+    assert processes_under(run_dir) == []
+    return job.returncode, job_id, run_dir
+
+
+def slurm_output(run_dir: Path, run_id: str, job_id: str) -> str:
+    """Slurm's stdout/stderr went to the run directory; stdout ends with the script's verify."""
+    logs = run_dir / "logs"
+    out = logs / f"slurm-nvrx-qual-{run_id}-{job_id}.out"
+    assert [p.name for p in logs.glob("slurm-*.out")] == [out.name]
+    assert (logs / f"slurm-nvrx-qual-{run_id}-{job_id}.err").is_file()
+    return out.read_text()
+
+
+def our_verify(run_dir: Path) -> tuple[int, dict]:
+    verify = run_in_session([sys.executable, "-m", "harness", "verify", str(run_dir), "--json", "-", "--no-write"],
+                            timeout_s=120, cwd=ROOT)
+    assert verify.returncode in (0, 1), verify.stdout[-3000:] + verify.stderr
+    return verify.returncode, json.loads(verify.stdout)
+
+
+def criteria(verdict: dict) -> dict[str, tuple[str, str]]:
+    return {c["id"]: (c["status"], c["detail"]) for c in verdict["criteria"]}
+
+
+def cycle_records(run_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((run_dir / "cycle_infos").glob("cycle_info.*"))
+            if not p.name.endswith(".current")]
+
+
 @pytest.mark.parametrize("fault", ["kill", "hang"])
 def test_sbatch_two_node_job_qualifies(fault, nvrx_070, fresh_run):
     work, run_id = fresh_run
-    run_dir = work / "runs" / run_id
-    render = run_in_session(
-        [sys.executable, "-m", "harness", "sbatch", "--workload", "reference", "--nnodes", "2", "--gpus-per-node", "1",
-         "--fault", fault, "--fault-rank", "1", "--nvrx-path", str(nvrx_070.path), "--work-dir", str(work),
-         "--run-id", run_id, "--time", "00:10:00", "--assume-shared-storage", "1"], timeout_s=60, cwd=ROOT)
-    assert render.returncode == 0, render.stderr
-    script = run_dir / "sbatch.sh"
-    job_name = f"nvrx-qual-{run_id}"
-    try:
-        # --wait: sbatch returns when the job ends, with the job's exit status: the verify at its end
-        job = run_in_session(["sbatch", "--wait", "--parsable", str(script)], timeout_s=420, cwd=work)
-    finally:
-        scancel_name(job_name)  # nothing when it has ended
-    slurm_out = sorted((run_dir / "logs").glob("slurm-*.out"))
-    shown = slurm_out[0].read_text()[-3000:] if slurm_out else "no Slurm output in the run directory"
-    assert job.returncode == 0, f"{job.stdout}{job.stderr}\n{shown}"
-    job_id = job.stdout.strip().split(";")[0]
-    # Slurm's stdout/stderr went to the run directory; the script's own verify qualified the run
-    assert [p.name for p in slurm_out] == [f"slurm-{job_name}-{job_id}.out"]
-    assert (run_dir / "logs" / f"slurm-{job_name}-{job_id}.err").is_file()
-    assert "QUALIFIED" in shown and "NOT QUALIFIED" not in shown, shown
-    # and so does a verify of our own, read-only
-    verify = run_in_session([sys.executable, "-m", "harness", "verify", str(run_dir), "--json", "-", "--no-write"],
-                            timeout_s=120, cwd=ROOT)
-    assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr
-    assert json.loads(verify.stdout)["qualified"] is True
+    status, job_id, run_dir = submit(nvrx_070, work, run_id, "--nnodes", "2", "--fault", fault)
+    shown = slurm_output(run_dir, run_id, job_id)
+    assert status == 0, shown[-3000:]
+    assert "QUALIFIED" in shown and "NOT QUALIFIED" not in shown, shown[-3000:]
+    code, verdict = our_verify(run_dir)  # and so does a verify of our own, read-only
+    assert code == 0 and verdict["qualified"] is True
     # two launchers, one per node, in one job; rank 1 ran (and was faulted) on the second node
-    infos = [json.loads(p.read_text()) for p in sorted((run_dir / "cycle_infos").glob("cycle_info.*")) if
-             not p.name.endswith(".current")]
+    infos = cycle_records(run_dir)
     assert infos and all(i["active_nodes"] == "n[1-2]" and i["job_id"] == job_id for i in infos), infos
     log = (run_dir / "logs" / "launcher.log").read_text()
     assert "[n1]" in log and "[n2]" in log
     marker = json.loads((run_dir / "fault_injected.json").read_text())
     assert (marker["host"], marker["rank"], marker["fault"]) == ("n2", 1, fault)
     # the rendezvous host and its ports came from the first node at run time, not from the plan
-    assert 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in script.read_text()
-    assert '--rdzv-endpoint "${RDZV_ENDPOINT}"' in script.read_text()
-    assert job_gone(job_name)
-    assert processes_under(run_dir) == []
+    script = (run_dir / "sbatch.sh").read_text()
+    assert 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in script
+    assert '--rdzv-endpoint "${RDZV_ENDPOINT}"' in script
+
+
+@pytest.mark.slurm(nodes=3)
+def test_node_loss_with_a_hot_spare_qualifies(nvrx_070, fresh_run):
+    """Three launchers for two active nodes (--nnodes 2:3): one joins as standby. The node of
+    rank 1 is lost whole (launcher and workers SIGKILLed); the standby is promoted, training
+    resumes from the latest checkpoint with its optimizer state, and every criterion passes."""
+    work, run_id = fresh_run
+    status, job_id, run_dir = submit(nvrx_070, work, run_id, "--nnodes", "2", "--hot-spares", "1",
+                                     "--fault", "node")
+    shown = slurm_output(run_dir, run_id, job_id)
+    assert status == 0 and "QUALIFIED" in shown and "NOT QUALIFIED" not in shown, shown[-3000:]
+    assert "--nnodes 2:3" in (run_dir / "sbatch.sh").read_text()
+    code, verdict = our_verify(run_dir)
+    assert code == 0 and verdict["qualified"] is True
+    lost = json.loads((run_dir / "fault_injected.json").read_text())["host"]
+    before, after = (i["active_nodes"] for i in cycle_records(run_dir)[:2])
+    status_, detail = criteria(verdict)["replacement_cycle"]
+    assert status_ == "pass" and f"node {lost} (rank 1) was lost" in detail and "took its place" in detail, detail
+    assert criteria(verdict)["optimizer_reload"][0] == "pass"
+    assert before != after, (before, after)
+
+
+def test_node_loss_without_a_spare_is_a_failed_recovery(nvrx_070, fresh_run):
+    """What NVRx 0.7.0 does when a node of a two-node job is lost and no spare exists: the
+    surviving launcher sees its worker fail, announces a restart, waits in the rendezvous for a
+    second node that never comes, and gives up when the join timeout passes (RendezvousTimeoutError,
+    exit 1). The suite calls it what it is, a failed recovery: replacement_cycle fails."""
+    work, run_id = fresh_run
+    status, job_id, run_dir = submit(nvrx_070, work, run_id, "--nnodes", "2", "--fault", "node",
+                                     "--rdzv-join-timeout", "20")
+    shown = slurm_output(run_dir, run_id, job_id)
+    assert status == 1 and "NOT QUALIFIED" in shown, shown[-3000:]
+    log = (run_dir / "logs" / "launcher.log").read_text()
+    assert "Worker group FAILED" in log and "will restart worker group" in log
+    assert "rendezvous has timed out" in log and "RendezvousTimeoutError" in log
+    code, verdict = our_verify(run_dir)
+    assert code == 1 and verdict["qualified"] is False
+    status_, detail = criteria(verdict)["replacement_cycle"]
+    assert status_ == "fail" and "started no replacement workers" in detail, detail
+    assert criteria(verdict)["pre_fault_checkpoint"][0] == "pass"
 
 
 def test_pytest_inside_salloc_runs_the_multi_node_scenarios(fresh_run):
