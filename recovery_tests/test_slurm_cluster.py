@@ -153,6 +153,9 @@ def test_node_loss_with_a_hot_spare_qualifies(nvrx_070, fresh_run):
     assert status_ == "pass" and f"node {lost} (rank 1) was lost" in detail and "took its place" in detail, detail
     assert criteria(verdict)["optimizer_reload"][0] == "pass"
     assert before != after, (before, after)
+    # NVIDIA/nvidia-resiliency-ext#348: 0.6.0 closed the rendezvous for good when more agents than
+    # max_nodes re-joined; 0.7.0 must not
+    assert "Maximum number of nodes exceeded" not in (run_dir / "logs" / "launcher.log").read_text()
 
 
 def test_node_loss_without_a_spare_is_a_failed_recovery(nvrx_070, fresh_run):
