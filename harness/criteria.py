@@ -554,9 +554,13 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
     success = [e for e in launcher if isinstance(e, ev.LauncherSucceeded) or (isinstance(e, ev.LauncherExit) and e.code == 0)]
     failed = [e for e in launcher if isinstance(e, ev.LauncherFailed) or (isinstance(e, ev.LauncherExit) and e.code != 0)]
     launch = tl.launch
-    if launch is not None and launch.exit_code not in (None, 0):
+    lost_node_status = (a.fault == "node" and a.injection is not None and launch is not None
+                        and launch.exit_code in (128 + 9, -9) and bool(success) and not failed)
+    if launch is not None and launch.exit_code not in (None, 0) and not lost_node_status:
         problems.append(f"the launcher exited with status {launch.exit_code}")
         evidence.append(launch.src)
+    # With a lost node, srun's status is its SIGKILLed task's (137) while every launcher that
+    # survived reported success: that status is the fault itself, not the end of the run.
     if failed:
         problems.append("the launcher reported a failure")
         evidence.extend(failed[:2])

@@ -109,3 +109,21 @@ def test_replacement_cycle_of_a_node_loss_names_the_lost_and_the_promoted_node(t
     c = verdict.criterion("replacement_cycle")
     assert verdict.fault == "node"
     assert c.status == status and said in c.detail, c.detail
+
+
+@pytest.mark.parametrize("fault, code, status", [("node", 137, PASS), ("node", 1, FAIL), ("kill", 137, FAIL)])
+def test_srun_status_of_the_lost_nodes_task_is_the_fault_not_a_failed_finish(tmp_path, fault, code, status):
+    """srun reports its SIGKILLed task (137) after a node loss; every surviving launcher
+    reported success, so clean_finish holds, and only for a node fault."""
+    run_dir = node_loss_run(tmp_path / "run", "n[1,3]", "n[1-2]")
+    if fault == "kill":
+        data = json.loads((run_dir / "run.json").read_text())
+        data["spec"]["fault"] = "kill"
+        (run_dir / "run.json").write_text(json.dumps(data))
+    launch = json.loads((run_dir / "launch.json").read_text())
+    launch["launcher_exit_code"] = code
+    (run_dir / "launch.json").write_text(json.dumps(launch))
+    c = verify_run(run_dir, picture=False).criterion("clean_finish")
+    assert c.status == status, c.detail
+    if status == FAIL:
+        assert f"the launcher exited with status {code}" in c.detail

@@ -1,4 +1,4 @@
-"""The fixture path inside a real Slurm allocation: pytest runs once in `salloc --nodes=2`, the
+"""The fixture path inside a real Slurm allocation: pytest runs once in `salloc --nodes=3`, the
 scenario fixture launches one ft_launcher per node with `srun`, and the verdict is read from the
 shared run directory. test_slurm_cluster.py starts these tests in `salloc` on the local cluster
 (tools/slurm-local); outside an allocation they skip.
@@ -8,6 +8,7 @@ The local cluster's "nodes" are one host: its disk is shared by construction, he
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -46,6 +47,23 @@ def two_node_scenario(alloc: slurm.Allocation, target, fault: str, **kw) -> Scen
     knobs = dict(nnodes=NNODES, gpus_per_node=1, fault_rank=1, assume_shared_storage=True,
                  rdzv_endpoint=endpoint, log_server_port=log_port)
     return Scenario(fault, target, name=kw.pop("name", f"srun-{fault}"), knobs=tuple(sorted(knobs.items())), **kw)
+
+
+def test_srun_node_loss_with_a_hot_spare_qualifies(allocation, nvrx_logs_routed, scenarios):
+    """Three launchers for two active nodes: the node of rank 1 is lost whole, the standby is
+    promoted, and the run qualifies although srun's status is the lost task's SIGKILL (137)."""
+    if allocation.nnodes < NNODES + 1:
+        pytest.skip(f"needs a hot spare: run inside `salloc --nodes={NNODES + 1}`")
+    scenario = two_node_scenario(allocation, nvrx_logs_routed, "node", name="srun-node-spare")
+    scenario = dataclasses.replace(scenario, knobs=tuple(sorted({**dict(scenario.knobs), "hot_spares": 1}.items())))
+    outcome = scenarios.outcome(scenario)
+    assert outcome.plan.command.argv[:2] == ("srun", "--ntasks=3")
+    failed = [f"{c.id}: {c.status}: {c.detail}" for c in outcome.verdict.criteria if c.status != PASS]
+    assert outcome.verdict.qualified, (outcome.run_dir, failed, outcome.launch)
+    assert outcome.launch.launcher_exit_code == 137 and outcome.launch.stopped_early is None
+    detail = outcome.verdict.criterion("replacement_cycle").detail
+    assert "was lost and cycle 1 runs on" in detail and "took its place" in detail, detail
+    assert processes_of(outcome.run_dir) == []
 
 
 def processes_of(run_dir) -> list[str]:

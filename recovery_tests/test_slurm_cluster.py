@@ -5,8 +5,10 @@ this host), with the CPU reference workload under NVRx 0.7.0:
   through srun, rendezvous on the first host of `scontrol show hostnames`, ports asked there at
   start, Slurm's stdout/stderr in the run directory) with a kill or a hang on rank 1, which
   runs on the second node -> the script's own `nvrx-qual verify` and ours qualify it;
-- the fixture path: pytest inside `salloc --nodes=2` (test_slurm_allocation.py) launches the
-  multi-node scenario with srun, qualifies it, and stops a doomed run by scancel of its step.
+- the fixture path: pytest inside `salloc --nodes=3` (test_slurm_allocation.py) launches the
+  multi-node scenarios with srun, qualifies them (a kill; a node loss with a hot spare), and
+  stops a doomed run by scancel of its step;
+- node loss with a hot spare (the standby is promoted) and without one (a failed recovery).
 
 The local cluster's nodes share this host's disk, so its local work dir is shared storage by
 construction: --assume-shared-storage 1 says so (a real cluster needs NFS, Lustre, GPFS, ...)."""
@@ -178,14 +180,16 @@ def test_node_loss_without_a_spare_is_a_failed_recovery(nvrx_070, fresh_run):
     assert criteria(verdict)["pre_fault_checkpoint"][0] == "pass"
 
 
+@pytest.mark.slurm(nodes=3)
 def test_pytest_inside_salloc_runs_the_multi_node_scenarios(fresh_run):
-    """pytest once, inside `salloc --nodes=2`: the scenario fixture launches with srun (kill on
-    rank 1 qualifies; a doomed --no-load-optim run is stopped by scancel of its step)."""
+    """pytest once, inside `salloc --nodes=3`: the scenario fixture launches with srun on two of
+    them (a kill on rank 1 qualifies; a doomed --no-load-optim run is stopped by scancel of its
+    step) and on all three for the loss of a node with a hot spare."""
     work, run_id = fresh_run
     inner_work = work / "runs" / run_id
     inner_work.mkdir(parents=True)
     job_name = f"nvrx-qual-salloc-{secrets.token_hex(3)}"
-    argv = ["salloc", "--nodes=2", "--ntasks-per-node=1", "--time=15", f"--job-name={job_name}",
+    argv = ["salloc", "--nodes=3", "--ntasks-per-node=1", "--time=15", f"--job-name={job_name}",
             sys.executable, "-m", "pytest", "recovery_tests/test_slurm_allocation.py", "-p", "no:cacheprovider",
             "-q", "-rA", "--require-slurm", "--work-dir", str(inner_work)]
     try:
@@ -194,6 +198,6 @@ def test_pytest_inside_salloc_runs_the_multi_node_scenarios(fresh_run):
         scancel_name(job_name)
     tail = (inner.stdout + inner.stderr)[-6000:]
     assert inner.returncode == 0, tail
-    assert "2 passed" in inner.stdout and "skipped" not in inner.stdout, tail
+    assert "3 passed" in inner.stdout and "skipped" not in inner.stdout, tail
     assert job_gone(job_name)
     assert processes_under(inner_work) == []
