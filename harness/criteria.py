@@ -332,7 +332,7 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
     nodes = ""
     if a.fault == "node":
         r = a.replacement_cycle if a.replacement_cycle is not None else a.replacement.cycle
-        status, nodes, infos = _node_replacement(tl, inj, c, r)
+        status, nodes, infos = _node_replacement(tl, inj, c, r, fails)
         evidence.extend(infos)
         if status == FAIL:
             problems.append(nodes)
@@ -346,7 +346,8 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
                               f"in {new}{nodes}.", evidence)
 
 
-def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement: int) -> tuple[str, str, list]:
+def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement: int,
+                      fails: Sequence[ev.Event]) -> tuple[str, str, list]:
     """For a lost node: (status, text, cycle records). The lost node is the marker's host; the
     cycle records (NVRx >= 0.6) name the nodes each cycle ran on."""
     from harness.slurm import expand_hostlist
@@ -358,6 +359,13 @@ def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement:
     before, after = record(failed), record(replacement)
     infos = [x for x in (before, after) if x is not None]
     lost = inj.host
+    was = expand_hostlist(before.active_nodes or "") if before is not None else None
+    if lost and (not was or lost not in was or len(set(was)) < len(was)) and inj.launcher_pid is not None:
+        # The cycle records cannot tell the nodes apart (several launchers on one host): NVRx's
+        # own node ids (<host>_<launcher pid>_<n>) on the rendezvous lines can.
+        by_joins = _node_replacement_by_joins(tl, inj, failed, replacement, fails)
+        if by_joins is not None:
+            return by_joins
     if before is None or after is None or not lost:
         missing = "the injection marker names no host" if not lost else (
             f"no cycle record (cycle_infos/, NVRx >= 0.6) names the nodes of cycle "
@@ -379,6 +387,42 @@ def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement:
                       f"({', '.join(was)}): no standby node replaced {lost}"), infos
     return PASS, (f"; node {lost} (rank {inj.rank}) was lost and cycle {replacement} runs on {', '.join(now)}: "
                   f"standby {', '.join(promoted)} took its place"), infos
+
+
+def _node_replacement_by_joins(tl: Timeline, inj: ev.Injection, failed: int, replacement: int,
+                               fails: Sequence[ev.Event]) -> tuple[str, str, list] | None:
+    """The same decision from the launcher log: the nodes that joined the rendezvous before the
+    failure of cycle `failed` and after it, the lost one being the marker's launcher."""
+    failures = {id(e) for e in fails}
+    before: list[ev.RendezvousJoined] = []
+    after: list[ev.RendezvousJoined] = []
+    seen_failure = False
+    for e in tl.launcher_events():
+        if id(e) in failures:
+            seen_failure = True
+        elif isinstance(e, ev.RendezvousJoined) and e.node:
+            (after if seen_failure else before).append(e)
+    was = list(dict.fromkeys(j.node for j in before))
+    now = list(dict.fromkeys(j.node for j in after))
+    lost = [n for n in was if _node_pid(n) == inj.launcher_pid]
+    if not was or not now or len(lost) != 1:
+        return None
+    lost_id, evidence = lost[0], [*before[:1], *after[:2]]
+    if lost_id in now:
+        return FAIL, (f"the lost node {lost_id} joined the rendezvous again after the failure of cycle {failed}: the "
+                      "node was not lost"), evidence
+    promoted = [n for n in now if n not in was]
+    if len(now) < len(was) or not promoted:
+        return FAIL, (f"only {', '.join(now)} joined the rendezvous after the failure of cycle {failed}, fewer nodes "
+                      f"than before ({', '.join(was)}): no standby node replaced {lost_id}"), evidence
+    return PASS, (f"; node {lost_id} (rank {inj.rank}'s launcher) was lost and cycle {replacement} runs on "
+                  f"{', '.join(now)}: standby {', '.join(promoted)} took its place"), evidence
+
+
+def _node_pid(node_id: str) -> int | None:
+    """NVRx's node id `<host>_<launcher pid>_<local id>` -> the launcher pid."""
+    parts = node_id.rsplit("_", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
 
 
 def check_optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:

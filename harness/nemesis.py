@@ -88,9 +88,13 @@ class InjectionRecord:
     host: str
     pid: int
     tracker: str
+    launcher_pid: int | None = None  # node fault: the lost node's launcher (NVRx names nodes <host>_<pid>_<n>)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
+        fields = asdict(self)
+        if fields["launcher_pid"] is None:  # only a node fault names a launcher
+            del fields["launcher_pid"]
+        return json.dumps(fields, indent=2) + "\n"
 
 
 def utc_now_iso() -> str:
@@ -480,7 +484,7 @@ class Injector:
             self.failure = f"the poller thread failed: {exc!r}"
             log(f"rank {self._config.rank}: {self.failure}")
 
-    def _record(self, iteration: int) -> InjectionRecord:
+    def _record(self, iteration: int, launcher_pid: int | None = None) -> InjectionRecord:
         config = self._config
         return InjectionRecord(
             fault=config.fault,
@@ -494,6 +498,7 @@ class Injector:
             host=socket.gethostname(),
             pid=os.getpid(),
             tracker=os.path.abspath(self._layout.tracker),
+            launcher_pid=launcher_pid,
         )
 
     def _inject(self, iteration: int) -> None:
@@ -507,7 +512,7 @@ class Injector:
                 log(f"rank {rank}: not injecting: {self.failure}")
                 return
         try:
-            claimed = claim_marker(marker, self._record(iteration))
+            claimed = claim_marker(marker, self._record(iteration, node_pids[0] if node_pids else None))
         except MarkerError as exc:
             self.failure = f"claiming the marker failed: {exc}"
             log(f"rank {rank}: not injecting: {exc}")

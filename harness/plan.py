@@ -102,6 +102,8 @@ class Plan:
     srun: Command | None  # the multi-node wrapper, or None on one node
     connections: topology.ConnectionsPolicy
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # --local-nodes: one launcher per node, all on this machine (the first hosts the rendezvous)
+    local: tuple[Command, ...] = ()
 
     @property
     def layout(self) -> RunLayout:
@@ -109,8 +111,15 @@ class Plan:
 
     @property
     def command(self) -> Command:
-        """The one command the harness executes."""
-        return self.srun or self.launcher
+        """The command the harness executes (the first of them with --local-nodes)."""
+        return self.local[0] if self.local else (self.srun or self.launcher)
+
+    @property
+    def commands(self) -> tuple[tuple[str, Command], ...]:
+        """Every command the harness starts, named."""
+        if self.local:
+            return tuple((f"launcher{i}", c) for i, c in enumerate(self.local))
+        return (("srun" if self.srun else "launcher", self.command),)
 
     @property
     def captures_console(self) -> bool:
@@ -125,7 +134,7 @@ class Plan:
                  f"# checkpoints:   {self.layout.checkpoints}",
                  f"# CUDA_DEVICE_MAX_CONNECTIONS: {self.connections.value or 'unset'} ({self.connections.reason})"]
         lines += [f"# note: {n}" for n in self.notes]
-        lines.append(self.command.shell())
+        lines += [c.shell() for _, c in self.commands]
         return "\n".join(lines) + "\n"
 
 
@@ -158,7 +167,8 @@ def nemesis_argv(spec: RunSpec) -> list[str]:
     return args + ["--"]
 
 
-def launcher_argv(spec: RunSpec, nvrx: NvrxTarget, rdzv_endpoint: str, log_server_port: str | None) -> list[str]:
+def launcher_argv(spec: RunSpec, nvrx: NvrxTarget, rdzv_endpoint: str, log_server_port: str | None,
+                  is_host: bool | None = None) -> list[str]:
     layout = spec.layout
     python = ["uv", "run", "python"] if spec.uv else [spec.python]
     args = python + ["-m", LAUNCHER_MODULE,
@@ -170,8 +180,11 @@ def launcher_argv(spec: RunSpec, nvrx: NvrxTarget, rdzv_endpoint: str, log_serve
                      "--max-restarts", str(spec.max_restarts),
                      "--ft-rank-section-timeouts", spec.section_timeouts_arg,
                      "--ft-rank-out-of-section-timeout", _num(spec.out_of_section_timeout)]
+    rdzv_conf = [] if is_host is None else [f"is_host={int(is_host)}"]
     if spec.rdzv_join_timeout is not None:
-        args += ["--rdzv-conf", f"join_timeout={_num(spec.rdzv_join_timeout)}"]
+        rdzv_conf.append(f"join_timeout={_num(spec.rdzv_join_timeout)}")
+    if rdzv_conf:
+        args += ["--rdzv-conf", ",".join(rdzv_conf)]
     if spec.monitor_interval is not None:
         args += ["--monitor-interval", _num(spec.monitor_interval)]
     if spec.workload_check_interval is not None:
@@ -219,11 +232,20 @@ def build(spec: RunSpec, nvrx: NvrxTarget, *, sbatch: bool = False) -> Plan:
         notes.append("one rank: the fault is injected on rank 0")
     launcher = Command(tuple(launcher_argv(spec, nvrx, endpoint, log_port)), Path(cwd), tuple(env), pythonpath)
 
-    srun = None
-    if launchers(spec) > 1 and not sbatch:
+    srun, local = None, ()
+    if spec.local_nodes and not sbatch:
+        # Every launcher on this machine: say which one hosts the rendezvous (the address test
+        # would pick all of them), and allow several launchers per host in NVRx's rendezvous.
+        env_local = (*env, ("NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE", "1"))
+        local = tuple(Command(tuple(launcher_argv(spec, nvrx, endpoint, log_port, is_host=(i == 0))), Path(cwd),
+                              env_local, pythonpath) for i in range(launchers(spec)))
+        notes.append(f"{launchers(spec)} launchers on this machine (--local-nodes): a test of the launcher's "
+                     "multi-node recovery, not of a cluster")
+    elif launchers(spec) > 1 and not sbatch:
         srun = Command(tuple(srun_prefix(spec, nvrx) + list(launcher.argv)), launcher.cwd, launcher.env,
                        launcher.pythonpath)
-    return Plan(spec=spec, nvrx=nvrx, launcher=launcher, srun=srun, connections=policy, notes=tuple(notes))
+    return Plan(spec=spec, nvrx=nvrx, launcher=launcher, srun=srun, connections=policy, notes=tuple(notes),
+                local=local)
 
 
 def nnodes_arg(spec: RunSpec) -> str:

@@ -60,6 +60,7 @@ class RunSpec:
     fault_rank: int = 1
     hot_spares: int = 0  # launchers beyond NNODES that join as standby (--nnodes N:N+H)
     rdzv_join_timeout: float | None = None  # launcher --rdzv-conf join_timeout; None: NVRx's default
+    local_nodes: bool = False  # every node's launcher on this machine, no Slurm (testing)
     checkpoint_dir: Path | None = None
     rdzv_endpoint: str | None = None
     dry_run: bool = False
@@ -224,6 +225,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("rdzv_join_timeout", "--rdzv-join-timeout", _parse_float,
          "seconds a launcher waits for enough nodes to rejoin the rendezvous (default: NVRx's)", None,
          "a number of seconds"),
+    Knob("local_nodes", "--local-nodes", _parse_bool,
+         "1: start every node's launcher (NNODES + hot spares) on this machine, without Slurm, to test multi-node "
+         "recovery such as node loss", None, "1 or 0"),
     Knob("checkpoint_dir", "--checkpoint-dir", Path, "existing checkpoint dir to resume into (default: the run's)",
          "NVRX_CHECKPOINT_DIR"),
     Knob("rdzv_endpoint", "--rdzv-endpoint", str, "HOST:PORT every node reaches (needed with NNODES>1)",
@@ -463,7 +467,9 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
                         f"TRAIN_ITERS={spec.train_iters} must exceed the restored iteration {restored} by at least "
                         f"two save intervals (2 x {spec.save_interval}): set TRAIN_ITERS={need} or more")
 
-    if spec.nnodes > 1:
+    if spec.local_nodes and spec.nnodes + spec.hot_spares < 2:
+        problems.append("--local-nodes 1 starts one launcher per node on this machine: use --nnodes 2 or more")
+    if spec.nnodes > 1 and not spec.local_nodes:
         if needs_endpoint and not spec.rdzv_endpoint:
             problems.append(f"NNODES={spec.nnodes} needs RDZV_ENDPOINT, a HOST:PORT every node reaches: inside the "
                             "allocation use the first host, e.g. export RDZV_ENDPOINT=\"$(scontrol show hostnames "

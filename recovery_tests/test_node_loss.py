@@ -1,10 +1,15 @@
-"""`--fault node`: the nemesis loses its whole node, i.e. its launcher (the worker's parent) and
-every process under it, all SIGKILLed together once frozen, and never anything above it."""
+"""Node loss: `--fault node` makes the nemesis lose its whole node, i.e. its launcher (the
+worker's parent) and every process under it, all SIGKILLed together once frozen, and never
+anything above it; `--hot-spares` and `--local-nodes` plan the launchers; replacement_cycle
+names the lost node and the standby that took its place; and, for real, N+1 launchers on this
+machine without Slurm recover from the loss of a node (the Slurm runs are in
+test_slurm_cluster.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import textwrap
 
@@ -127,3 +132,107 @@ def test_srun_status_of_the_lost_nodes_task_is_the_fault_not_a_failed_finish(tmp
     assert c.status == status, c.detail
     if status == FAIL:
         assert f"the launcher exited with status {code}" in c.detail
+
+
+# ---------------------------------------------------------------- planning the launchers
+
+from harness import cli  # noqa: E402
+from harness import plan as planmod  # noqa: E402
+from harness.launch import _combined  # noqa: E402
+from harness.spec import SpecError  # noqa: E402
+
+LOCAL = ["--workload", "reference", "--nvrx-version", "0.7.0", "--nnodes", "2", "--gpus-per-node", "1",
+         "--fault", "node"]
+
+
+def resolve(tmp_path, *extra: str):
+    flags = {}
+    args = [*LOCAL, *extra]
+    for flag, value in zip(args[::2], args[1::2]):
+        flags[flag[2:].replace("-", "_")] = value
+    spec, target, _ = cli.resolve_spec({**flags, "work_dir": str(tmp_path), "run_id": "r"}, (), {})
+    return planmod.build(spec, target)
+
+
+def test_local_nodes_plan_one_launcher_per_node_and_spare_the_first_hosting(tmp_path):
+    p = resolve(tmp_path, "--hot-spares", "1", "--local-nodes", "1", "--rdzv-join-timeout", "20")
+    assert p.srun is None and len(p.local) == 3 and [n for n, _ in p.commands] == ["launcher0", "launcher1",
+                                                                                    "launcher2"]
+    for i, command in enumerate(p.local):
+        argv = list(command.argv)
+        assert argv[argv.index("--nnodes") + 1] == "2:3"
+        assert argv[argv.index("--rdzv-conf") + 1] == f"is_host={int(i == 0)},join_timeout=20"
+        assert argv[argv.index("--rdzv-endpoint") + 1].startswith("127.0.0.1:")
+        assert ("NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE", "1") in command.env
+    assert p.command is p.local[0]
+
+
+def test_hot_spares_under_srun_start_one_more_task(tmp_path):
+    p = resolve(tmp_path, "--hot-spares", "1", "--rdzv-endpoint", "n1:29400", "--assume-shared-storage", "1")
+    assert p.command.argv[:2] == ("srun", "--ntasks=3") and "2:3" in p.command.argv
+
+
+@pytest.mark.parametrize("extra, said", [
+    (("--nnodes", "1"), "losing the only node ends the job"),
+    (("--fault-rank", "0", "--local-nodes", "1"), "would lose node 0"),
+    (("--hot-spares", "-1", "--local-nodes", "1"), "--hot-spares=-1"),
+    (("--rdzv-join-timeout", "0", "--local-nodes", "1"), "--rdzv-join-timeout=0.0"),
+])
+def test_node_loss_input_is_checked_before_launch(tmp_path, extra, said):
+    with pytest.raises(SpecError, match=re.escape(said)):
+        resolve(tmp_path, *extra)
+
+
+def test_several_launchers_report_the_worst_status_a_signal_as_srun_does():
+    assert _combined([0, 0, 0]) == 0
+    assert _combined([0, -9, 0]) == 137
+    assert _combined([1, -9]) == 137 and _combined([1, 0]) == 1
+    assert _combined([-9]) == -9 and _combined([0, None]) is None
+
+
+# ---------------------------------------------------------------- for real: N+1 launchers on this machine
+
+from fixtures.runs import Scenario  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def nvrx_07(installed_launchers):
+    found = [t for t in installed_launchers if t.routes_logs]
+    if not found:
+        pytest.skip("needs NVRx >= 0.6 (node ids on its rendezvous lines, cycle records): "
+                    "tools/install-nvrx-target.sh 0.7.0 .nvrx/0.7.0")
+    return found[-1]
+
+
+def local_node_loss(target, **knobs) -> Scenario:
+    base = dict(nnodes=2, gpus_per_node=1, fault_rank=1, local_nodes=True, **knobs)
+    return Scenario("node", target, name=f"local-node-loss-{knobs.get('hot_spares', 0)}-spare",
+                    knobs=tuple(sorted(base.items())))
+
+
+@pytest.mark.e2e
+def test_local_node_loss_with_a_hot_spare_qualifies(nvrx_07, scenarios):
+    """Three launchers on this machine for two nodes: rank 1's node is lost whole, the standby is
+    promoted, training resumes from the latest checkpoint with optimizer state."""
+    outcome = scenarios.outcome(local_node_loss(nvrx_07, hot_spares=1))
+    failed = [f"{c.id}: {c.status}: {c.detail}" for c in outcome.verdict.criteria if c.status != PASS]
+    assert outcome.verdict.qualified, (outcome.run_dir, failed)
+    marker = json.loads((outcome.run_dir / "fault_injected.json").read_text())
+    detail = outcome.verdict.criterion("replacement_cycle").detail
+    assert f"_{marker['launcher_pid']}_0 (rank 1's launcher) was lost" in detail and "took its place" in detail, detail
+    assert outcome.launch.launcher_exit_code == 137  # the lost launcher's SIGKILL, as srun reports it
+    assert not psutil.pid_exists(marker["launcher_pid"])
+
+
+@pytest.mark.e2e
+def test_local_node_loss_without_a_spare_is_a_failed_recovery(nvrx_07, scenarios):
+    """No spare: NVRx 0.7.0's surviving launcher waits in the rendezvous for the lost node until
+    the join timeout, then exits 1; replacement_cycle fails and the run is not qualified."""
+    outcome = scenarios.outcome(local_node_loss(nvrx_07, rdzv_join_timeout=20.0))
+    c = outcome.verdict.criterion("replacement_cycle")
+    assert c.status == FAIL and "started no replacement workers" in c.detail, (outcome.run_dir, c.detail)
+    log = (outcome.run_dir / "logs" / "launcher.log").read_text()
+    assert "will restart worker group" in log and "rendezvous has timed out" in log, outcome.run_dir
+    # the watcher may stop the job once the launcher has logged that it gave up
+    assert outcome.launch.stopped_early is None or "gave up" in outcome.launch.stopped_early, outcome.launch
+    assert not outcome.verdict.qualified
