@@ -132,7 +132,9 @@ def render(p: planmod.Plan, opts: SbatchOptions, verify_python: list[str]) -> st
         "#!/bin/bash",
         f"# nvrx-qual: run {spec.run_id}: {spec.workload}, fault {spec.fault}"
         + ("" if spec.fault == "none" else f" on rank {spec.fault_rank}")
-        + f", {spec.nnodes} node(s) x {spec.gpus_per_node} GPU(s), TP={spec.tp} PP={spec.pp}, NVRx {p.nvrx.version}",
+        + f", {spec.nnodes} node(s) x {spec.gpus_per_node} GPU(s)"
+        + (f" + {spec.hot_spares} hot spare node(s)" if spec.hot_spares else "")
+        + f", TP={spec.tp} PP={spec.pp}, NVRx {p.nvrx.version}",
         f"#SBATCH --job-name={job}",
     ]
     if opts.account:
