@@ -75,6 +75,9 @@ def check(p: planmod.Plan, opts: SbatchOptions, verify_python: list[str] = ()) -
         if ('"' in value or "\\" in value) and not _control_characters(value):
             problems.append(f"{name} {value!r} holds '\"' or '\\': sbatch cannot read them in an #SBATCH line; "
                             "choose a value without them")
+    if p.spec.local_nodes:
+        problems.append("--local-nodes 1 starts every launcher on one machine without Slurm: drop it for a batch "
+                        "script, whose srun starts one launcher per node")
     if not p.nvrx.routes_logs:
         problems.append(f"nvrx-qual sbatch needs NVRx >= 0.6.0, whose launcher writes the run's logs itself "
                         f"(planned for {p.nvrx.version}): pass --nvrx-version with the cluster's version")

@@ -90,3 +90,9 @@ def test_plain_values_stay_bare_as_in_the_slurm_guide(tmp_path, clean_spec_env, 
     assert cli.main(sbatch(tmp_path, "--account", "acct", "--partition", "batch")) == 0
     script = capsys.readouterr().out
     assert "#SBATCH --account=acct\n#SBATCH --partition=batch\n" in script
+
+
+def test_local_nodes_make_no_batch_script(tmp_path, clean_spec_env, capsys):
+    assert cli.main(sbatch(tmp_path, "--local-nodes", "1")) == 2
+    assert "--local-nodes" in capsys.readouterr().err
+    assert not (tmp_path / "work").exists()
