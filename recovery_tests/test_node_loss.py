@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import textwrap
+import uuid
 
 import psutil
 import pytest
@@ -24,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = textwrap.dedent("""
     import json, os, subprocess, sys, time
     from harness import nemesis
-    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # e.g. a checkpoint worker
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", sys.argv[1]])  # a ckpt worker
     time.sleep(0.3)
     pids = nemesis.node_processes(os.getpid())
     print(json.dumps({"pids": pids, "me": os.getpid(), "helper": helper.pid}), flush=True)
@@ -34,8 +35,9 @@ WORKER = textwrap.dedent("""
 
 LAUNCHER = textwrap.dedent("""
     import subprocess, sys, time
-    monitor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a rank monitor
-    worker = subprocess.Popen([sys.executable, "-c", sys.argv[1]], start_new_session=True)  # as torch elastic does
+    token = sys.argv[2]  # on every command line of this tree, to find survivors (PIDs get reused)
+    monitor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", token])  # a rank monitor
+    worker = subprocess.Popen([sys.executable, "-c", sys.argv[1], token], start_new_session=True)  # as torch does
     worker.wait()
     time.sleep(60)
 """)
@@ -43,7 +45,8 @@ LAUNCHER = textwrap.dedent("""
 
 def test_node_fault_kills_the_launcher_and_everything_under_it(tmp_path):
     # The "launcher" names itself like NVRx's (the nemesis refuses any other parent).
-    argv = [sys.executable, "-c", LAUNCHER, WORKER, "nvidia_resiliency_ext.fault_tolerance.launcher"]
+    token = f"nvrx-qual-node-test-{uuid.uuid4().hex}"
+    argv = [sys.executable, "-c", LAUNCHER, WORKER, token, "nvidia_resiliency_ext.fault_tolerance.launcher"]
     done = run_in_session(argv, timeout_s=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
     assert done.returncode == -9, done.stderr  # the launcher itself was SIGKILLed
     assert "survived" not in done.stdout
@@ -51,10 +54,15 @@ def test_node_fault_kills_the_launcher_and_everything_under_it(tmp_path):
     launcher = seen["pids"][0]
     assert seen["me"] in seen["pids"] and seen["helper"] in seen["pids"] and len(seen["pids"]) >= 4
     assert os.getpid() not in seen["pids"]  # nothing above the launcher
-    for pid in seen["pids"]:
-        if pid == launcher:
-            continue  # reaped by run_in_session
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
+    assert launcher in seen["pids"]
+    survivors = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if token in (proc.info["cmdline"] or ()) and proc.status() != psutil.STATUS_ZOMBIE:
+                survivors.append(proc.pid)
+        except psutil.NoSuchProcess:
+            continue
+    assert survivors == []
 
 
 def test_a_worker_without_a_launcher_parent_loses_nothing():
