@@ -28,7 +28,8 @@ NNODES = 2
 def allocation() -> slurm.Allocation:
     alloc = slurm.Allocation.from_env(os.environ)
     if alloc is None or alloc.nnodes < NNODES:
-        pytest.skip(f"runs inside `salloc --nodes={NNODES}` (recovery_tests/test_slurm_cluster.py starts it there)")
+        pytest.skip(f"runs inside a Slurm allocation of {NNODES} or more nodes (recovery_tests/test_slurm_cluster.py "
+                    f"starts it in `salloc --nodes={NNODES + 1}`)")
     return alloc
 
 
