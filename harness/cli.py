@@ -82,7 +82,7 @@ def resolve_spec(flags: Mapping[str, object], extra: tuple[str, ...] = (), env: 
     spec = specmod.from_sources(flags, env, extra, detected_defaults(flags, env))
     target = nvrx.resolve(spec.nvrx_version, spec.nvrx_path)
     rdzv_port, log_port = ports.free_ports(2)
-    if spec.nnodes == 1 and not spec.rdzv_endpoint:
+    if (spec.nnodes == 1 or spec.local_nodes) and not spec.rdzv_endpoint:
         spec = dataclasses.replace(spec, rdzv_endpoint=f"127.0.0.1:{rdzv_port}")
     if target.routes_logs and spec.log_server_port is None:
         spec = dataclasses.replace(spec, log_server_port=log_port)

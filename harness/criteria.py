@@ -23,7 +23,7 @@ from harness.layout import MARKER_NAME
 
 PASS, FAIL, NOT_APPLICABLE, UNKNOWN = "pass", "fail", "not_applicable", "unknown"
 STATUSES = (PASS, FAIL, NOT_APPLICABLE, UNKNOWN)
-FAULTS = ("none", "kill", "hang")
+FAULTS = ("none", "kill", "hang", "node")
 CRITERIA_IDS = ("pre_fault_checkpoint", "replacement_cycle", "optimizer_reload", "later_checkpoint", "clean_finish")
 # Appended after the five (docs/contracts.md: further checks append their ids): the restored
 # optimizer's own record on disk, read offline, beyond the log lines optimizer_reload reads.
@@ -102,7 +102,7 @@ def resolve_fault(timeline: Timeline, override: str | None) -> tuple[str, str]:
     if timeline.run.requested_fault in FAULTS:
         return timeline.run.requested_fault, "run.json spec.fault"
     for inj in timeline.injections:
-        if inj.fault in ("kill", "hang"):
+        if inj.fault in ("kill", "hang", "node"):
             return inj.fault, "the injection marker (no run.json)"
     for start in timeline.starts:
         for e in start.of(ev.NemesisInjected):
@@ -368,10 +368,99 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
             how = (f" after a {first.kind.replace('_', '-')} timeout of rank(s) {who}{delay} (blocked waiting for the "
                    f"stopped rank {inj.rank}, whose own monitor had not fired when the launcher stopped the group; "
                    f"the marker proves rank {inj.rank}, pid {inj.pid}, got SIGSTOP)")
+    nodes = ""
+    if a.fault == "node":
+        r = a.replacement_cycle if a.replacement_cycle is not None else a.replacement.cycle
+        status, nodes, infos = _node_replacement(tl, inj, c, r, fails)
+        evidence.extend(infos)
+        if status == FAIL:
+            problems.append(nodes)
+        elif status == UNKNOWN:
+            return _result(cid, UNKNOWN, f"The launcher restarted the workers in {new} after the loss of a node, but "
+                                         f"{nodes}.", evidence)
     if problems:
         return _result(cid, FAIL, "The launcher restarted the workers, but " + "; ".join(problems) + ".", evidence)
     return _result(cid, PASS, f"The launcher recorded the failure of cycle {c}{how} and started replacement workers "
-                              f"in {new}.", evidence)
+                              f"in {new}{nodes}.", evidence)
+
+
+def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement: int,
+                      fails: Sequence[ev.Event]) -> tuple[str, str, list]:
+    """For a lost node: (status, text, cycle records). The lost node is the marker's host; the
+    cycle records (NVRx >= 0.6) name the nodes each cycle ran on."""
+    from harness.slurm import expand_hostlist
+
+    def record(cycle: int) -> ev.CycleInfo | None:
+        found = [ci for ci in tl.cycle_infos if ci.cycle == cycle]
+        return found[-1] if found else None
+
+    before, after = record(failed), record(replacement)
+    infos = [x for x in (before, after) if x is not None]
+    lost = inj.host
+    was = expand_hostlist(before.active_nodes or "") if before is not None else None
+    if lost and (not was or lost not in was or len(set(was)) < len(was)) and inj.launcher_pid is not None:
+        # The cycle records cannot tell the nodes apart (several launchers on one host): NVRx's
+        # own node ids (<host>_<launcher pid>_<n>) on the rendezvous lines can.
+        by_joins = _node_replacement_by_joins(tl, inj, failed, replacement, fails)
+        if by_joins is not None:
+            return by_joins
+    if before is None or after is None or not lost:
+        missing = "the injection marker names no host" if not lost else (
+            f"no cycle record (cycle_infos/, NVRx >= 0.6) names the nodes of cycle "
+            f"{failed if before is None else replacement}")
+        return UNKNOWN, f"{missing}, so the lost and the replacing node cannot be named", infos
+    was, now = expand_hostlist(before.active_nodes or ""), expand_hostlist(after.active_nodes or "")
+    if not was or not now:
+        return UNKNOWN, (f"the cycle records' active nodes ({before.active_nodes!r}, {after.active_nodes!r}) are not "
+                         "host lists, so the replacing node cannot be named"), infos
+    if lost in now:
+        return FAIL, (f"the lost node {lost} is still active in cycle {replacement} ({after.active_nodes}): the node "
+                      "was not lost"), infos
+    promoted = [n for n in now if n not in was]
+    if lost not in was:
+        return FAIL, (f"the lost node {lost} is not among the nodes of cycle {failed} ({before.active_nodes}): the "
+                      "fault did not hit an active node"), infos
+    if len(now) < len(was) or not promoted:
+        return FAIL, (f"cycle {replacement} runs on {', '.join(now)}, fewer nodes than cycle {failed} "
+                      f"({', '.join(was)}): no standby node replaced {lost}"), infos
+    return PASS, (f"; node {lost} (rank {inj.rank}) was lost and cycle {replacement} runs on {', '.join(now)}: "
+                  f"standby {', '.join(promoted)} took its place"), infos
+
+
+def _node_replacement_by_joins(tl: Timeline, inj: ev.Injection, failed: int, replacement: int,
+                               fails: Sequence[ev.Event]) -> tuple[str, str, list] | None:
+    """The same decision from the launcher log: the nodes that joined the rendezvous before the
+    failure of cycle `failed` and after it, the lost one being the marker's launcher."""
+    failures = {id(e) for e in fails}
+    before: list[ev.RendezvousJoined] = []
+    after: list[ev.RendezvousJoined] = []
+    seen_failure = False
+    for e in tl.launcher_events():
+        if id(e) in failures:
+            seen_failure = True
+        elif isinstance(e, ev.RendezvousJoined) and e.node:
+            (after if seen_failure else before).append(e)
+    was = list(dict.fromkeys(j.node for j in before))
+    now = list(dict.fromkeys(j.node for j in after))
+    lost = [n for n in was if _node_pid(n) == inj.launcher_pid]
+    if not was or not now or len(lost) != 1:
+        return None
+    lost_id, evidence = lost[0], [*before[:1], *after[:2]]
+    if lost_id in now:
+        return FAIL, (f"the lost node {lost_id} joined the rendezvous again after the failure of cycle {failed}: the "
+                      "node was not lost"), evidence
+    promoted = [n for n in now if n not in was]
+    if len(now) < len(was) or not promoted:
+        return FAIL, (f"only {', '.join(now)} joined the rendezvous after the failure of cycle {failed}, fewer nodes "
+                      f"than before ({', '.join(was)}): no standby node replaced {lost_id}"), evidence
+    return PASS, (f"; node {lost_id} (rank {inj.rank}'s launcher) was lost and cycle {replacement} runs on "
+                  f"{', '.join(now)}: standby {', '.join(promoted)} took its place"), evidence
+
+
+def _node_pid(node_id: str) -> int | None:
+    """NVRx's node id `<host>_<launcher pid>_<local id>` -> the launcher pid."""
+    parts = node_id.rsplit("_", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
 
 
 def check_optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
@@ -553,9 +642,13 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
     success = [e for e in launcher if isinstance(e, ev.LauncherSucceeded) or (isinstance(e, ev.LauncherExit) and e.code == 0)]
     failed = [e for e in launcher if isinstance(e, ev.LauncherFailed) or (isinstance(e, ev.LauncherExit) and e.code != 0)]
     launch = tl.launch
-    if launch is not None and launch.exit_code not in (None, 0):
+    lost_node_status = (a.fault == "node" and a.injection is not None and launch is not None
+                        and launch.exit_code in (128 + 9, -9) and bool(success) and not failed)
+    if launch is not None and launch.exit_code not in (None, 0) and not lost_node_status:
         problems.append(f"the launcher exited with status {launch.exit_code}")
         evidence.append(launch.src)
+    # With a lost node, srun's status is its SIGKILLed task's (137) while every launcher that
+    # survived reported success: that status is the fault itself, not the end of the run.
     if failed:
         problems.append("the launcher reported a failure")
         evidence.extend(failed[:2])

@@ -248,6 +248,7 @@ class RendezvousJoined(LauncherEvent):
     """`has joined round N of the rendezvous` (0.4.1) / `has joined the rendezvous` (0.7.0: no round)."""
 
     round: int | None
+    node: str | None = None  # NVRx's node id, `<host>_<launcher pid>_<n>` (0.7.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -341,6 +342,8 @@ class CycleInfo(Event):
     ended: float | None
     log_file: str | None
     active_ranks: str | None
+    active_nodes: str | None = None  # a Slurm-style host list, e.g. "n[1,3]"
+    standby_nodes: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -356,6 +359,7 @@ class Injection(Event):
     baseline_iteration: int | None
     host: str | None
     pid: int | None
+    launcher_pid: int | None = None  # node fault: the lost node's launcher
 
 
 # ---------------------------------------------------------------- non-event state

@@ -106,6 +106,7 @@ _PROFILING_RE = re.compile(
     r"Cycle: (\d+) Event: (\w+) Node: (\S+) Rank: \S+ Time: (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))? UTC"
 )
 _JOIN_ROUND_RE = re.compile(r"has joined round (\d+) of the rendezvous")
+_NODE_JOINED_RE = re.compile(r"The node '([^'\s]{1,200})' has joined the rendezvous")
 _FAILED_RE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
 _GROUP_RE = re.compile(r"Worker group (UNHEALTHY|FAILED)\. (\d+)/(\d+) attempts left")
 _MIN_HEALTHY_RE = re.compile(r"(\d+)/(\d+) restart attempts left")
@@ -505,7 +506,9 @@ class LogParser:
                 self.launcher_cycle = int(m.group(1))
                 emit(ev.RendezvousJoined(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, round=self.launcher_cycle))
             elif "has joined the rendezvous" in b:
-                emit(ev.RendezvousJoined(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, round=None))
+                m = _NODE_JOINED_RE.search(b)
+                emit(ev.RendezvousJoined(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, round=None,
+                                         node=m.group(1) if m else None))
             return
         if "(exitcode" in b:
             m = _FAILED_RE.search(b)
@@ -855,6 +858,7 @@ class HistoryReader:
                 fault=str(rec.get("fault") or "unknown"), signal=_str(rec.get("signal")), rank=_int(rec.get("rank")),
                 local_rank=_int(rec.get("local_rank")), cycle=_int(rec.get("cycle")), iteration=_int(rec.get("iteration")),
                 baseline_iteration=_int(rec.get("baseline_iteration")), host=_str(rec.get("host")), pid=_int(rec.get("pid")),
+                launcher_pid=_int(rec.get("launcher_pid")),
             ))
         return out
 
@@ -880,7 +884,8 @@ class HistoryReader:
                 src=jf.src, ts=parse_iso_utc(d.get("cycle_start_time")), ts_utc=True,
                 cycle=cycle if cycle is not None else int(m.group(3)), attempt=_int(d.get("attempt_index")),
                 ended=parse_iso_utc(d.get("cycle_end_time")), log_file=_str(d.get("cycle_log_file")),
-                active_ranks=_str(d.get("active_ranks")),
+                active_ranks=_str(d.get("active_ranks")), active_nodes=_str(d.get("active_nodes")),
+                standby_nodes=_str(d.get("standby_nodes")),
             ))
         out.sort(key=lambda c: (c.attempt or 0, c.cycle))
         return out

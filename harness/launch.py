@@ -238,13 +238,13 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     `watch` is called about every `tick_s` seconds while the job runs; returning a string
     stops the job (SIGTERM to the launcher's group, SIGKILL to everything after
     `term_grace_s`) and records that string as the reason; `on_stop` runs first (a
-    multi-node run cancels its srun step there). Writes launch.json.
+    multi-node run cancels its srun step there; the step id it returns is added to the
+    reason). Writes launch.json.
     """
     layout = plan.layout
-    command = plan.command
+    commands = [c for _, c in plan.commands]  # one, or one launcher per node with --local-nodes
     tag_value = f"{plan.spec.run_id}-{uuid.uuid4().hex[:12]}"
-    env = command.environ(dict(os.environ if base_env is None else base_env))
-    env[TAG] = tag_value
+    base = dict(os.environ if base_env is None else base_env)
     layout.logs.mkdir(parents=True, exist_ok=True)
 
     console = open(layout.console_log, "a", encoding="utf-8")
@@ -256,15 +256,30 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     stopped_early: str | None = None
     exit_code: int | None = None
     leftovers = 0
-    proc = subprocess.Popen(list(command.argv), cwd=command.cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    capture = _Capture(proc.stdout, console, splitter, on_line, clock)
-    capture.start()
+    procs: list[subprocess.Popen] = []
+    capture: _Capture | None = None
+    # One pipe for every launcher: lines keep the order in which they were written.
+    read_fd, write_fd = os.pipe()
     try:
+        try:
+            for command in commands:
+                env = command.environ(base)
+                env[TAG] = tag_value
+                procs.append(subprocess.Popen(list(command.argv), cwd=command.cwd, env=env, stdin=subprocess.DEVNULL,
+                                              stdout=write_fd, stderr=subprocess.STDOUT, start_new_session=True))
+        finally:
+            os.close(write_fd)
+        capture = _Capture(os.fdopen(read_fd, "rb"), console, splitter, on_line, clock)
+        read_fd = -1
+        capture.start()
         while True:
-            try:
-                exit_code = proc.wait(timeout=tick_s)
+            running = [p for p in procs if p.poll() is None]
+            if not running:
+                exit_code = _combined([p.returncode for p in procs])
                 break
+            try:
+                running[0].wait(timeout=tick_s)
+                continue
             except subprocess.TimeoutExpired:
                 pass
             capture.flush()  # the watcher reads the split logs
@@ -276,22 +291,33 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
             if stopped_early:
                 if on_stop is not None:
                     try:
-                        on_stop()
+                        cancelled = on_stop()
+                        if isinstance(cancelled, str) and cancelled:  # the job step Slurm was asked to cancel
+                            stopped_early += f" (scancel {cancelled})"
                     except Exception as exc:  # the group signals below still stop the local side
                         stopped_early += f" (cancelling the job step failed: {exc})"
-                _signal_group(proc.pid, signal.SIGTERM)
+                for p in procs:
+                    _signal_group(p.pid, signal.SIGTERM)
+                end = time.monotonic() + term_grace_s
                 try:
-                    exit_code = proc.wait(timeout=term_grace_s)
+                    for p in procs:
+                        p.wait(timeout=max(0.0, end - time.monotonic()))
+                    exit_code = _combined([p.returncode for p in procs])
                 except subprocess.TimeoutExpired:
                     exit_code = None
                 break
     finally:
-        _signal_group(proc.pid, signal.SIGKILL)
-        if proc.poll() is None:
-            proc.wait()
+        if read_fd >= 0:
+            os.close(read_fd)
+        for p in procs:
+            _signal_group(p.pid, signal.SIGKILL)
+        for p in procs:
+            if p.poll() is None:
+                p.wait()
         leftovers = kill_tagged(tag_value)
-        capture.join(timeout=10.0)
-        capture.flush()
+        if capture is not None:
+            capture.join(timeout=10.0)
+            capture.flush()
         console.close()
         if splitter:
             splitter.close()
@@ -301,6 +327,14 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
             clock_jumps=tuple(clock.jumps))
         write_launch_json(layout, result)
     return result
+
+
+def _combined(codes: list[int | None]) -> int | None:
+    """One launcher: its status. Several: 0 when all are 0, else the worst, a signal counted
+    as 128+N the way srun reports a task killed by it."""
+    if len(codes) == 1 or None in codes:
+        return codes[0] if len(codes) == 1 else None
+    return max((128 - c if c < 0 else c) for c in codes)
 
 
 def write_launch_json(layout: RunLayout, result: LaunchResult) -> None:

@@ -1,6 +1,6 @@
 """The once-only fault injector ("nemesis") that wraps an unmodified training entrypoint.
 
-    python -m harness.nemesis [--fault {kill,hang,none}] [--fault-rank N] [--run-dir DIR]
+    python -m harness.nemesis [--fault {kill,hang,node,none}] [--fault-rank N] [--run-dir DIR]
                               [--checkpoint-dir DIR] [--poll-interval SECONDS]
                               -- ENTRYPOINT [ARGS...]      (or: -- -m MODULE [ARGS...])
 
@@ -9,7 +9,9 @@ this very process, exactly as `python ENTRYPOINT ARGS...` would run it, so a sig
 the real training process. On the selected global rank a daemon thread polls Megatron's
 tracker file; the first time it holds an iteration above the value read at startup, the
 thread claims `<run>/fault_injected.json` with O_EXCL and only then SIGKILLs or SIGSTOPs
-its own process. The launcher restarts the identical command, and the replacement worker
+its own process, or, for `node`, loses its whole node: its launcher (this worker's parent) and
+every process under it (the node's other workers, rank monitors, checkpoint workers) are
+stopped, then SIGKILLed together, this process last. The launcher restarts the identical command, and the replacement worker
 finds the marker and stays quiet: one fault per run, whatever the number of restarts.
 
 The wrapper never touches training state. It only reads the tracker, writes the marker
@@ -41,8 +43,8 @@ from typing import Callable, Mapping, Sequence
 
 from harness.layout import RunLayout, is_valid_run_id
 
-FAULTS = ("kill", "hang", "none")
-FAULT_SIGNALS = {"kill": signal.SIGKILL, "hang": signal.SIGSTOP}
+FAULTS = ("kill", "hang", "node", "none")
+FAULT_SIGNALS = {"kill": signal.SIGKILL, "hang": signal.SIGSTOP, "node": signal.SIGKILL}
 DEFAULT_FAULT = "kill"
 DEFAULT_FAULT_RANK = 1
 # bench/nemesis_latency.py on a 2-core VM: tracker write -> SIGKILL median 33 ms, p95 65 ms;
@@ -86,9 +88,13 @@ class InjectionRecord:
     host: str
     pid: int
     tracker: str
+    launcher_pid: int | None = None  # node fault: the lost node's launcher (NVRx names nodes <host>_<pid>_<n>)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
+        fields = asdict(self)
+        if fields["launcher_pid"] is None:  # only a node fault names a launcher
+            del fields["launcher_pid"]
+        return json.dumps(fields, indent=2) + "\n"
 
 
 def utc_now_iso() -> str:
@@ -478,7 +484,7 @@ class Injector:
             self.failure = f"the poller thread failed: {exc!r}"
             log(f"rank {self._config.rank}: {self.failure}")
 
-    def _record(self, iteration: int) -> InjectionRecord:
+    def _record(self, iteration: int, launcher_pid: int | None = None) -> InjectionRecord:
         config = self._config
         return InjectionRecord(
             fault=config.fault,
@@ -492,12 +498,21 @@ class Injector:
             host=socket.gethostname(),
             pid=os.getpid(),
             tracker=os.path.abspath(self._layout.tracker),
+            launcher_pid=launcher_pid,
         )
 
     def _inject(self, iteration: int) -> None:
         rank, marker = self._config.rank, self._layout.marker
+        node_pids: list[int] = []
+        if self._config.fault == "node":
+            try:
+                node_pids = node_processes(os.getpid())
+            except NodeError as exc:
+                self.failure = f"cannot lose this node: {exc}"
+                log(f"rank {rank}: not injecting: {self.failure}")
+                return
         try:
-            claimed = claim_marker(marker, self._record(iteration))
+            claimed = claim_marker(marker, self._record(iteration, node_pids[0] if node_pids else None))
         except MarkerError as exc:
             self.failure = f"claiming the marker failed: {exc}"
             log(f"rank {rank}: not injecting: {exc}")
@@ -506,8 +521,95 @@ class Injector:
             log(f"rank {rank}: marker {marker} already claimed by another worker; not injecting")
             return
         sig = FAULT_SIGNALS[self._config.fault]
+        if self._config.fault == "node":
+            log(f"rank {rank} losing its node {socket.gethostname()} after checkpoint iteration {iteration} "
+                f"(baseline {self._baseline}): SIGKILL of launcher {node_pids[0]} and its {len(node_pids) - 1} "
+                "descendant(s)")
+            kill_node(node_pids)
+            return
         log(f"rank {rank} injecting {sig.name} after checkpoint iteration {iteration} (baseline {self._baseline})")
         os.kill(os.getpid(), sig)
+
+
+# ---------------------------------------------------------------- losing a whole node
+
+
+class NodeError(NemesisError):
+    """The worker's node (its launcher and what runs under it) cannot be identified."""
+
+
+_LAUNCHER_WORDS = ("nvidia_resiliency_ext.fault_tolerance.launcher", "ft_launcher", "torch.distributed.run",
+                   "torchrun")
+
+
+def _proc_text(pid: int, name: str) -> bytes:
+    with open(f"/proc/{pid}/{name}", "rb") as f:
+        return f.read(65536)
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        stat_text = _proc_text(pid, "stat").decode(errors="replace")
+    except OSError:
+        return None
+    # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after the last ')'
+    fields = stat_text[stat_text.rfind(")") + 2:].split()
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+
+
+def node_processes(worker_pid: int) -> list[int]:
+    """[launcher, its descendants...]: what dies with this worker's node. The launcher is the
+    worker's parent and must look like one (ft_launcher / torchrun), so a worker run without a
+    launcher never kills whatever happens to be its parent."""
+    launcher = _parent_of(worker_pid)
+    if launcher is None or launcher <= 1:
+        raise NodeError(f"worker {worker_pid} has no launcher parent")
+    try:
+        cmdline = _proc_text(launcher, "cmdline").replace(b"\0", b" ").decode(errors="replace")
+    except OSError as exc:
+        raise NodeError(f"cannot read the command line of parent {launcher}: {exc}") from exc
+    if not any(word in cmdline for word in _LAUNCHER_WORDS):
+        raise NodeError(f"parent {launcher} is not a launcher ({cmdline[:120]!r})")
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            parent = _parent_of(int(entry))
+            if parent is not None:
+                children.setdefault(parent, []).append(int(entry))
+    out, todo = [launcher], [launcher]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_node(pids: list[int]) -> None:
+    """Freeze every process of the node first (none can react, restart or report), then
+    SIGKILL them all; the calling worker, one of them, dies last."""
+    me = os.getpid()
+    frozen: set[int] = set()
+    for _ in range(5):  # a child forked before its parent froze shows up on the next listing
+        fresh = [p for p in pids if p != me and p not in frozen]
+        if not fresh:
+            break
+        for pid in fresh:
+            _signal(pid, signal.SIGSTOP)
+        frozen.update(fresh)
+        try:
+            pids = node_processes(me)
+        except NemesisError:
+            break
+    for pid in frozen:
+        _signal(pid, signal.SIGKILL)
+    os.kill(me, signal.SIGKILL)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def arm(config: NemesisConfig) -> Injector | None:

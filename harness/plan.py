@@ -16,6 +16,7 @@ same files. With more than one node the launcher command runs under
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,23 @@ NEMESIS_MODULE = "harness.nemesis"
 NO_RESTART_EXIT_CODE = 93
 # Placeholder for values only the batch script knows at run time (rendered as "${NAME}").
 _SHELL_VAR = "__NVRXQ_VAR_{}__"
+PLACEHOLDER_PREFIX = "__NVRXQ_VAR_"
+
+
+def placeholder_problems(values: list[tuple[str, object]]) -> list[str]:
+    """A user's value holding the placeholder text would be expanded as a shell variable."""
+    return [f"{name}={value!r} holds {PLACEHOLDER_PREFIX!r}, which the planner reserves for shell variables of "
+            "the batch script: choose a value without it"
+            for name, value in values if isinstance(value, (str, Path)) and PLACEHOLDER_PREFIX in str(value)]
+
+
+def _spec_values(spec: RunSpec) -> list[tuple[str, object]]:
+    out: list[tuple[str, object]] = []
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        name = f"--{f.name.replace('_', '-')}"
+        out += [(name, v) for v in value] if isinstance(value, tuple) else [(name, value)]
+    return out
 
 
 def shell_var(name: str) -> str:
@@ -84,6 +102,8 @@ class Plan:
     srun: Command | None  # the multi-node wrapper, or None on one node
     connections: topology.ConnectionsPolicy
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # --local-nodes: one launcher per node, all on this machine (the first hosts the rendezvous)
+    local: tuple[Command, ...] = ()
 
     @property
     def layout(self) -> RunLayout:
@@ -91,8 +111,15 @@ class Plan:
 
     @property
     def command(self) -> Command:
-        """The one command the harness executes."""
-        return self.srun or self.launcher
+        """The command the harness executes (the first of them with --local-nodes)."""
+        return self.local[0] if self.local else (self.srun or self.launcher)
+
+    @property
+    def commands(self) -> tuple[tuple[str, Command], ...]:
+        """Every command the harness starts, named."""
+        if self.local:
+            return tuple((f"launcher{i}", c) for i, c in enumerate(self.local))
+        return (("srun" if self.srun else "launcher", self.command),)
 
     @property
     def captures_console(self) -> bool:
@@ -107,13 +134,13 @@ class Plan:
                  f"# checkpoints:   {self.layout.checkpoints}",
                  f"# CUDA_DEVICE_MAX_CONNECTIONS: {self.connections.value or 'unset'} ({self.connections.reason})"]
         lines += [f"# note: {n}" for n in self.notes]
-        lines.append(self.command.shell())
+        lines += [c.shell() for _, c in self.commands]
         return "\n".join(lines) + "\n"
 
 
 def check(spec: RunSpec, nvrx: NvrxTarget) -> None:
     """Plan-level refusals (they depend on the launcher version or the workload)."""
-    problems = []
+    problems = placeholder_problems(_spec_values(spec))
     if spec.workload in ("megatron", "megatron-cpu"):
         if not nvrx.supports_megatron_ft:
             problems.append(f"NVRx {nvrx.version} cannot run Megatron's --enable-ft-package (it needs >= 0.6.0): "
@@ -147,11 +174,12 @@ def nemesis_argv(spec: RunSpec) -> list[str]:
     return args + ["--"]
 
 
-def launcher_argv(spec: RunSpec, nvrx: NvrxTarget, rdzv_endpoint: str, log_server_port: str | None) -> list[str]:
+def launcher_argv(spec: RunSpec, nvrx: NvrxTarget, rdzv_endpoint: str, log_server_port: str | None,
+                  is_host: bool | None = None) -> list[str]:
     layout = spec.layout
     python = ["uv", "run", "python"] if spec.uv else [spec.python]
     args = python + ["-m", LAUNCHER_MODULE,
-                     "--nnodes", str(spec.nnodes),
+                     "--nnodes", nnodes_arg(spec),
                      "--nproc-per-node", str(spec.gpus_per_node),
                      "--rdzv-backend", "c10d",
                      "--rdzv-endpoint", rdzv_endpoint,
@@ -159,6 +187,11 @@ def launcher_argv(spec: RunSpec, nvrx: NvrxTarget, rdzv_endpoint: str, log_serve
                      "--max-restarts", str(spec.max_restarts),
                      "--ft-rank-section-timeouts", spec.section_timeouts_arg,
                      "--ft-rank-out-of-section-timeout", _num(spec.out_of_section_timeout)]
+    rdzv_conf = [] if is_host is None else [f"is_host={int(is_host)}"]
+    if spec.rdzv_join_timeout is not None:
+        rdzv_conf.append(f"join_timeout={_num(spec.rdzv_join_timeout)}")
+    if rdzv_conf:
+        args += ["--rdzv-conf", ",".join(rdzv_conf)]
     if spec.monitor_interval is not None:
         args += ["--monitor-interval", _num(spec.monitor_interval)]
     if spec.workload_check_interval is not None:
@@ -211,15 +244,34 @@ def build(spec: RunSpec, nvrx: NvrxTarget, *, sbatch: bool = False) -> Plan:
         notes.append("one rank: the fault is injected on rank 0")
     launcher = Command(tuple(launcher_argv(spec, nvrx, endpoint, log_port)), Path(cwd), tuple(env), pythonpath)
 
-    srun = None
-    if spec.nnodes > 1 and not sbatch:
+    srun, local = None, ()
+    if spec.local_nodes and not sbatch:
+        # Every launcher on this machine: say which one hosts the rendezvous (the address test
+        # would pick all of them), and allow several launchers per host in NVRx's rendezvous.
+        env_local = (*env, ("NVRX_ENABLE_MULTI_LAUNCHERS_PER_NODE", "1"))
+        local = tuple(Command(tuple(launcher_argv(spec, nvrx, endpoint, log_port, is_host=(i == 0))), Path(cwd),
+                              env_local, pythonpath) for i in range(launchers(spec)))
+        notes.append(f"{launchers(spec)} launchers on this machine (--local-nodes): a test of the launcher's "
+                     "multi-node recovery, not of a cluster")
+    elif launchers(spec) > 1 and not sbatch:
         srun = Command(tuple(srun_prefix(spec, nvrx) + list(launcher.argv)), launcher.cwd, launcher.env,
                        launcher.pythonpath)
-    return Plan(spec=spec, nvrx=nvrx, launcher=launcher, srun=srun, connections=policy, notes=tuple(notes))
+    return Plan(spec=spec, nvrx=nvrx, launcher=launcher, srun=srun, connections=policy, notes=tuple(notes),
+                local=local)
+
+
+def nnodes_arg(spec: RunSpec) -> str:
+    """`N`, or `N:N+H` with H hot spares: the extra launchers join the rendezvous as standby."""
+    return f"{spec.nnodes}:{spec.nnodes + spec.hot_spares}" if spec.hot_spares else str(spec.nnodes)
+
+
+def launchers(spec: RunSpec) -> int:
+    """Launchers (nodes) started: the active ones and the hot spares."""
+    return spec.nnodes + spec.hot_spares
 
 
 def srun_prefix(spec: RunSpec, nvrx: NvrxTarget, container: tuple[str, ...] = ()) -> list[str]:
-    prefix = ["srun", f"--ntasks={spec.nnodes}", "--ntasks-per-node=1"]
+    prefix = ["srun", f"--ntasks={launchers(spec)}", "--ntasks-per-node=1"]
     if spec.workload == "megatron":  # the CPU workload asks for no GPUs
         prefix.append(f"--gpus-per-node={spec.gpus_per_node}")
     # A named step can be cancelled by name when the harness stops the job early.

@@ -34,7 +34,7 @@ def run_record(plan: Plan, dry_run: bool) -> dict:
         "cuda_device_max_connections": {"value": plan.connections.value, "reason": plan.connections.reason},
         "captures_console": plan.captures_console,
         "notes": list(plan.notes),
-        "commands": [plan.command.to_json("srun" if plan.srun else "launcher")],
+        "commands": [command.to_json(name) for name, command in plan.commands],
     }
 
 

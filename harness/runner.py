@@ -85,7 +85,7 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
         problems.append(f"the plan is for NVRx {plan.nvrx.version} but {installed or 'none'} is installed{where}: "
                         "--nvrx-version is for dry runs prepared for another machine; drop it, or point "
                         "--nvrx-path at that version")
-    if spec.nnodes > 1:
+    if spec.nnodes > 1 and not plan.local:
         if not env.get("SLURM_JOB_ID"):
             problems.append(f"NNODES={spec.nnodes} runs srun inside a Slurm allocation: run inside salloc/sbatch, "
                             "or render a batch script with nvrx-qual sbatch")

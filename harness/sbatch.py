@@ -8,7 +8,10 @@ line, then `nvrx-qual verify` on the run directory.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import shlex
+import unicodedata
 from dataclasses import dataclass
 
 from harness import plan as planmod
@@ -37,8 +40,44 @@ class SbatchOptions:
         return tuple(flags)
 
 
-def check(p: planmod.Plan, opts: SbatchOptions) -> None:
+def _control_characters(text: str) -> list[str]:
+    return sorted({repr(c) for c in text if unicodedata.category(c) == "Cc"})
+
+
+def _option_values(opts: SbatchOptions) -> list[tuple[str, str]]:
+    values = [(f"--{f.name.replace('_', '-')}", getattr(opts, f.name)) for f in dataclasses.fields(opts)]
+    return [(name, value) for name, value in values if value is not None]
+
+
+def rendered_values(p: planmod.Plan, opts: SbatchOptions, verify_python: list[str]) -> list[tuple[str, str]]:
+    """(name, value) of everything the script holds that did not come from this module."""
+    values = _option_values(opts)
+    values += [("the verify interpreter", w) for w in verify_python]
+    values += [("the launcher command", w) for w in p.launcher.argv]
+    values += [(f"environment {k}", v) for k, v in p.launcher.env]
+    values += [("PYTHONPATH", w) for w in p.launcher.pythonpath]
+    values.append(("the working directory", str(p.launcher.cwd)))
+    return [(name, value) for name, value in values if value is not None]
+
+
+def check(p: planmod.Plan, opts: SbatchOptions, verify_python: list[str] = ()) -> None:
+    """Every value rendered into the script is refused when it holds a control character (a
+    newline would become a shell line, and sbatch stops reading #SBATCH lines there); the
+    values of #SBATCH lines are double-quoted for sbatch, which cannot carry `"` or `\\`."""
     problems = []
+    for name, value in rendered_values(p, opts, list(verify_python)):
+        bad = _control_characters(value)
+        if bad:
+            problems.append(f"{name} {value!r} holds control character(s) {', '.join(bad)}: a batch script cannot "
+                            "carry them safely; remove them")
+    problems += planmod.placeholder_problems(_option_values(opts))
+    for name, value in _header_values(p, opts):
+        if ('"' in value or "\\" in value) and not _control_characters(value):
+            problems.append(f"{name} {value!r} holds '\"' or '\\': sbatch cannot read them in an #SBATCH line; "
+                            "choose a value without them")
+    if p.spec.local_nodes:
+        problems.append("--local-nodes 1 starts every launcher on one machine without Slurm: drop it for a batch "
+                        "script, whose srun starts one launcher per node")
     if not p.nvrx.routes_logs:
         problems.append(f"nvrx-qual sbatch needs NVRx >= 0.6.0, whose launcher writes the run's logs itself "
                         f"(planned for {p.nvrx.version}): pass --nvrx-version with the cluster's version")
@@ -46,6 +85,25 @@ def check(p: planmod.Plan, opts: SbatchOptions) -> None:
         problems.append(f"--time={opts.time!r} is not a Slurm time: use HH:MM:SS or D-HH:MM:SS")
     if problems:
         raise SpecError(problems)
+
+
+def _header_values(p: planmod.Plan, opts: SbatchOptions) -> list[tuple[str, str]]:
+    values = [("--job-name", _job_name(p, opts)), ("--account", opts.account), ("--partition", opts.partition),
+              ("the run directory", str(p.layout.logs))]
+    return [(name, value) for name, value in values if value is not None]
+
+
+def _job_name(p: planmod.Plan, opts: SbatchOptions) -> str:
+    return opts.job_name or f"nvrx-qual-{p.spec.run_id}"
+
+
+_BARE = re.compile(r"[A-Za-z0-9._/:%=+,@-]+")
+
+
+def _sbatch_word(value: str) -> str:
+    """A value of an #SBATCH line, bare as in the Slurm guide when that is safe, else in double
+    quotes, which sbatch reads (check() refused `"`, `\\` and control characters)."""
+    return value if _BARE.fullmatch(value) else f'"{value}"'
 
 
 def _valid_time(text: str) -> bool:
@@ -67,31 +125,35 @@ def _continued(argv: list[str], indent: str = "    ") -> str:
 
 
 def render(p: planmod.Plan, opts: SbatchOptions, verify_python: list[str]) -> str:
-    check(p, opts)
+    check(p, opts, verify_python)
     spec, layout = p.spec, p.layout
     q = shlex.quote
-    job = opts.job_name or f"nvrx-qual-{spec.run_id}"
+    job = _sbatch_word(_job_name(p, opts))
+    # Slurm expands %-patterns in --output/--error: a literal % of the path is written %%.
+    logs = str(layout.logs).replace("%", "%%")
     header = [
         "#!/bin/bash",
         f"# nvrx-qual: run {spec.run_id}: {spec.workload}, fault {spec.fault}"
         + ("" if spec.fault == "none" else f" on rank {spec.fault_rank}")
-        + f", {spec.nnodes} node(s) x {spec.gpus_per_node} GPU(s), TP={spec.tp} PP={spec.pp}, NVRx {p.nvrx.version}",
+        + f", {spec.nnodes} node(s) x {spec.gpus_per_node} GPU(s)"
+        + (f" + {spec.hot_spares} hot spare node(s)" if spec.hot_spares else "")
+        + f", TP={spec.tp} PP={spec.pp}, NVRx {p.nvrx.version}",
         f"#SBATCH --job-name={job}",
     ]
     if opts.account:
-        header.append(f"#SBATCH --account={opts.account}")
+        header.append(f"#SBATCH --account={_sbatch_word(opts.account)}")
     if opts.partition:
-        header.append(f"#SBATCH --partition={opts.partition}")
+        header.append(f"#SBATCH --partition={_sbatch_word(opts.partition)}")
     header += [
-        f"#SBATCH --nodes={spec.nnodes}",
+        f"#SBATCH --nodes={planmod.launchers(spec)}",
         "#SBATCH --ntasks-per-node=1",
     ]
     if spec.workload == "megatron":
         header.append(f"#SBATCH --gpus-per-node={spec.gpus_per_node}")
     header += [
-        f"#SBATCH --time={opts.time}",
-        f"#SBATCH --output={layout.logs}/slurm-%x-%j.out",
-        f"#SBATCH --error={layout.logs}/slurm-%x-%j.err",
+        f"#SBATCH --time={opts.time}",  # check() accepts digits, ':' and '-' only
+        f"#SBATCH --output={_sbatch_word(logs + '/slurm-%x-%j.out')}",
+        f"#SBATCH --error={_sbatch_word(logs + '/slurm-%x-%j.err')}",
     ]
     run_dir = q(str(layout.root))
     free_ports = " ".join(q(w) for w in verify_python) + f" -c {q(ports.FREE_PORTS_SNIPPET)} 2"

@@ -7,6 +7,7 @@ scancel cancels the one with our name.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -82,12 +83,65 @@ def cancel_step(job_id: str, name: str, runner: Runner = run_command) -> str | N
     return step
 
 
-def free_port_on_argv(host: str, python: str, snippet: str) -> list[str]:
-    """Ask `host`'s own OS for a free port (the rendezvous store binds there), as a one-task step."""
-    return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap", python, "-c", snippet, "1"]
+def free_port_on_argv(host: str, python: str, snippet: str, count: int = 1) -> list[str]:
+    """Ask `host`'s own OS for free ports (the rendezvous store binds there), as a one-task step."""
+    return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap", python, "-c", snippet, str(count)]
+
+
+def free_ports_on(host: str, python: str, count: int, runner: Runner = run_command) -> list[int]:
+    from harness.ports import FREE_PORTS_SNIPPET
+
+    words = runner(free_port_on_argv(host, python, FREE_PORTS_SNIPPET, count)).split()
+    ports = [int(w) for w in words if w.isdigit() and 0 < int(w) < 65536]
+    if len(ports) != count or len(set(ports)) != count:
+        raise RuntimeError(f"asking {host} for {count} free port(s) returned {' '.join(words)[:200]!r}")
+    return ports
 
 
 def free_port_on(host: str, python: str, runner: Runner = run_command) -> int:
-    from harness.ports import FREE_PORTS_SNIPPET
+    return free_ports_on(host, python, 1, runner)[0]
 
-    return int(runner(free_port_on_argv(host, python, FREE_PORTS_SNIPPET)).split()[0])
+
+def rendezvous_ports(allocation: Allocation, python: str, runner: Runner = run_command) -> tuple[str, int]:
+    """The rendezvous endpoint and NVRx's log-server port, both asked from the first host's OS at
+    start: that host runs the rendezvous store and, with NVRx >= 0.6, the only log server, which
+    every node's launcher reaches at the same port. Never chosen on the submitting host, whose
+    free ports say nothing about the first host's."""
+    rdzv, log_server = free_ports_on(allocation.first_host, python, 2, runner)
+    return f"{allocation.first_host}:{rdzv}", log_server
+
+
+_HOSTLIST_PART = re.compile(r"([^,\[]*)(?:\[([^\]]*)\])?([^,\[]*)")
+_MAX_HOSTS = 100_000
+
+
+def expand_hostlist(text: str) -> tuple[str, ...] | None:
+    """`n[1-3,7],gpu01` -> ('n1', 'n2', 'n3', 'n7', 'gpu01'), as `scontrol show hostnames` (one
+    bracket per name, zero-padded ranges kept). None when the text is not a host list."""
+    hosts: list[str] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _HOSTLIST_PART.match(text, pos)
+        if m is None or m.end() == pos:
+            return None
+        prefix, ranges, suffix = m.groups()
+        if ranges is None:
+            if not prefix or suffix:
+                return None
+            hosts.append(prefix)
+        else:
+            for part in ranges.split(","):
+                lo, sep, hi = part.partition("-")
+                if not lo.isdigit() or (sep and not hi.isdigit()) or (sep and int(hi) < int(lo)):
+                    return None
+                if int(hi or lo) - int(lo) + len(hosts) > _MAX_HOSTS:
+                    return None
+                width = len(lo)
+                hosts += [f"{prefix}{i:0{width}d}{suffix}" for i in range(int(lo), int(hi or lo) + 1)]
+        pos = m.end()
+        if pos < len(text):
+            if text[pos] != ",":
+                return None
+            pos += 1
+    return tuple(hosts)

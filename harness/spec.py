@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Protocol
 from harness import topology
 from harness.layout import FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_NAME, RunLayout, is_valid_run_id
 
-FAULTS = ("kill", "hang", "none")
+FAULTS = ("kill", "hang", "node", "none")
 WORKLOADS = ("megatron", "megatron-cpu", "reference")
 SECTIONS = ("setup", "step", "checkpointing")
 
@@ -59,6 +59,9 @@ class RunSpec:
     save_interval: int = 5
     fault: str = "kill"
     fault_rank: int = 1
+    hot_spares: int = 0  # launchers beyond NNODES that join as standby (--nnodes N:N+H)
+    rdzv_join_timeout: float | None = None  # launcher --rdzv-conf join_timeout; None: NVRx's default
+    local_nodes: bool = False  # every node's launcher on this machine, no Slurm (testing)
     checkpoint_dir: Path | None = None
     rdzv_endpoint: str | None = None
     dry_run: bool = False
@@ -251,10 +254,20 @@ KNOBS: tuple[Knob, ...] = (
     Knob("train_iters", "--train-iters", _parse_int, "final iteration", "TRAIN_ITERS", "a positive integer"),
     Knob("save_interval", "--save-interval", _parse_int, "checkpoint every N iterations", "SAVE_INTERVAL",
          "a positive integer"),
-    Knob("fault", "--fault", _parse_choice(FAULTS), "kill (SIGKILL), hang (SIGSTOP) or none", "NVRX_DEMO_FAULT",
-         "kill, hang or none"),
+    Knob("fault", "--fault", _parse_choice(FAULTS),
+         "kill (SIGKILL), hang (SIGSTOP), node (SIGKILL of the fault rank's whole node: launcher and workers) or none",
+         "NVRX_DEMO_FAULT", "kill, hang, node or none"),
     Knob("fault_rank", "--fault-rank", _parse_int, "global rank that injects the fault", "NVRX_FAULT_RANK",
          "a rank number such as 0 or 1"),
+    Knob("hot_spares", "--hot-spares", _parse_int,
+         "extra launchers (nodes) that join as standby and replace a lost node (launcher --nnodes N:N+H)", None,
+         "0 or a positive integer"),
+    Knob("rdzv_join_timeout", "--rdzv-join-timeout", _parse_float,
+         "seconds a launcher waits for enough nodes to rejoin the rendezvous (default: NVRx's)", None,
+         "a number of seconds"),
+    Knob("local_nodes", "--local-nodes", _parse_bool,
+         "1: start every node's launcher (NNODES + hot spares) on this machine, without Slurm, to test multi-node "
+         "recovery such as node loss", None, "1 or 0"),
     Knob("checkpoint_dir", "--checkpoint-dir", Path, "existing checkpoint dir to resume into (default: the run's)",
          "NVRX_CHECKPOINT_DIR"),
     Knob("rdzv_endpoint", "--rdzv-endpoint", str, "HOST:PORT every node reaches (needed with NNODES>1)",
@@ -476,6 +489,18 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
                 hint = f"choose a rank in 0..{spec.world - 1}"
             problems.append(f"NVRX_FAULT_RANK={spec.fault_rank} is outside the active world of {spec.world} "
                             f"rank(s): {hint}")
+    if spec.rdzv_join_timeout is not None and not (0 < spec.rdzv_join_timeout < 1e6):
+        problems.append(f"--rdzv-join-timeout={spec.rdzv_join_timeout} must be a positive number of seconds")
+    if spec.hot_spares < 0:
+        problems.append(f"--hot-spares={spec.hot_spares} must be 0 or more")
+    if spec.fault == "node":
+        if spec.nnodes < 2:
+            problems.append(f"--fault node with NNODES={spec.nnodes}: losing the only node ends the job; "
+                            "use --nnodes 2 or more")
+        elif 0 <= spec.fault_rank < spec.world and spec.fault_rank // spec.gpus_per_node == 0:
+            problems.append(f"--fault node on rank {spec.fault_rank} would lose node 0, which hosts the rendezvous "
+                            "store every launcher depends on: choose a rank on another node, e.g. "
+                            f"NVRX_FAULT_RANK={spec.gpus_per_node}")
     for name, value in (("TRAIN_ITERS", spec.train_iters), ("save interval", spec.save_interval)):
         if value < 1:
             problems.append(f"{name}={value} must be a positive integer")
@@ -518,7 +543,9 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
                         f"TRAIN_ITERS={spec.train_iters} must exceed the restored iteration {restored} by at least "
                         f"two save intervals (2 x {spec.save_interval}): set TRAIN_ITERS={need} or more")
 
-    if spec.nnodes > 1:
+    if spec.local_nodes and spec.nnodes + spec.hot_spares < 2:
+        problems.append("--local-nodes 1 starts one launcher per node on this machine: use --nnodes 2 or more")
+    if spec.nnodes > 1 and not spec.local_nodes:
         if needs_endpoint and not spec.rdzv_endpoint:
             problems.append(f"NNODES={spec.nnodes} needs RDZV_ENDPOINT, a HOST:PORT every node reaches: inside the "
                             "allocation use the first host, e.g. export RDZV_ENDPOINT=\"$(scontrol show hostnames "

@@ -95,9 +95,8 @@ def allocation_scenario(request, gpu_env, gpu_options, work_dir, pytestconfig):
         if pytestconfig.getoption("--require-gpu"):
             pytest.fail(f"--require-gpu: {problem}", pytrace=False)
         pytest.skip(problem)
-    host = gpu_env.allocation.first_host
-    port = slurm.free_port_on(host, sys.executable)
-    return megatron_scenario(gpu_env, fault, gpu_options, rdzv_endpoint=f"{host}:{port}", **knobs)
+    endpoint, log_port = slurm.rendezvous_ports(gpu_env.allocation, sys.executable)
+    return megatron_scenario(gpu_env, fault, gpu_options, rdzv_endpoint=endpoint, log_server_port=log_port, **knobs)
 
 
 @pytest.mark.parametrize("allocation_scenario", [(f, s) for f in FAULTS for s in MULTINODE],

@@ -1,5 +1,10 @@
 """harness.slurm (the allocation, finding and cancelling our named job step), the srun
-form of multi-node plans, and the step canceller the runner hands to launch()."""
+form of multi-node plans, and the step canceller the runner hands to launch().
+
+Stand-ins for Slurm's commands remain only for what the local cluster of test_slurm_cluster.py
+cannot show: node lists of real clusters (gpu[001-004]), GPUs per node, a step that is already
+gone when the harness cancels it, malformed answers. Cancelling our named step for real, the
+allocation's node list and the two-node srun launch run against the local cluster."""
 
 from __future__ import annotations
 
@@ -102,12 +107,6 @@ def test_find_step_tolerates_padding_and_blank_lines():
     assert find_step("", "nvrx-qual-x") is None
 
 
-def test_cancel_step_cancels_exactly_the_named_step():
-    run = FakeRunner({"squeue": SQUEUE})
-    assert cancel_step("4242", "nvrx-qual-run-a", run) == "4242.1"
-    assert run.calls == [list_steps_argv("4242"), ["scancel", "4242.1"]]
-
-
 def test_cancel_step_does_nothing_when_the_step_is_gone():
     run = FakeRunner({"squeue": "4242.batch|batch\n"})
     assert cancel_step("4242", "nvrx-qual-run-a", run) is None
@@ -170,14 +169,6 @@ def cancels(monkeypatch) -> list[tuple[str, str]]:
     return calls
 
 
-def test_step_canceller_cancels_our_named_step_in_the_allocation(tmp_path, cancels):
-    p = planning.build(spec(tmp_path), NvrxTarget("0.7.0"))
-    cancel = runner._step_canceller(p, {"SLURM_JOB_ID": "4242"})
-    assert callable(cancel) and cancels == []  # nothing happens until the launch stops early
-    cancel()
-    assert cancels == [("4242", "nvrx-qual-two-nodes")]
-
-
 def test_step_canceller_reads_the_job_from_the_process_environment(tmp_path, cancels, monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "777")
     cancel = runner._step_canceller(planning.build(spec(tmp_path), NvrxTarget("0.7.0")), None)
@@ -194,3 +185,84 @@ def test_no_step_canceller_for_one_node_or_outside_an_allocation(tmp_path, cance
     assert runner._step_canceller(two_nodes, {}) is None
     assert runner._step_canceller(two_nodes, None) is None
     assert cancels == []
+
+
+# ---------------------------------------------------------------- ports asked from the first host
+
+
+def test_rendezvous_ports_are_asked_from_the_first_hosts_os():
+    run = FakeRunner({"srun": "40001 40002\n"})
+    alloc = Allocation(job_id="4242", nodes=("gpu001", "gpu002"), gpus_per_node=4)
+    assert slurm.rendezvous_ports(alloc, "/py", run) == ("gpu001:40001", 40002)
+    (argv,) = run.calls
+    assert argv[:5] == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=gpu001", "--overlap"]
+    assert argv[5:7] == ["/py", "-c"] and argv[-1] == "2"
+
+
+@pytest.mark.parametrize("answer", ["", "40001\n", "40001 40001\n", "40001 x\n", "40001 70000\n"])
+def test_an_unusable_port_answer_is_an_error_not_a_port(answer):
+    alloc = Allocation(job_id="1", nodes=("a",), gpus_per_node=None)
+    with pytest.raises(RuntimeError, match="free port"):
+        slurm.rendezvous_ports(alloc, "/py", FakeRunner({"srun": answer}))
+
+
+# ---------------------------------------------------------------- finding the cluster (fixtures.slurm)
+
+from fixtures import slurm as cluster  # noqa: E402
+
+
+def fake_sinfo(bin_dir: Path, body: str) -> dict[str, str]:
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "sinfo"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return {"PATH": str(bin_dir)}
+
+
+@pytest.fixture
+def no_system_conf(monkeypatch, tmp_path):
+    monkeypatch.setattr(cluster, "SYSTEM_CONF", tmp_path / "absent" / "slurm.conf")
+
+
+def test_slurm_conf_wins_then_the_system_then_the_local_cluster(tmp_path, no_system_conf, monkeypatch):
+    root = tmp_path / "repo"
+    assert cluster.conf_path(root, {}) is None
+    (root / ".slurm-local").mkdir(parents=True)
+    (root / ".slurm-local" / "slurm.conf").write_text("ClusterName=x\n")
+    assert cluster.conf_path(root, {}) == root / ".slurm-local" / "slurm.conf"
+    assert cluster.conf_path(root, {"SLURM_CONF": "/etc/other.conf"}) == Path("/etc/other.conf")
+    system = tmp_path / "etc-slurm.conf"
+    system.write_text("ClusterName=y\n")
+    monkeypatch.setattr(cluster, "SYSTEM_CONF", system)
+    assert cluster.conf_path(root, {}) is None  # Slurm's own default applies
+
+
+def test_a_cluster_answering_sinfo_is_ready_and_its_local_conf_exported(tmp_path, no_system_conf):
+    root = tmp_path / "repo"
+    (root / ".slurm-local").mkdir(parents=True)
+    (root / ".slurm-local" / "slurm.conf").write_text("ClusterName=x\n")
+    env = fake_sinfo(tmp_path / "bin", 'echo "n1 idle"; echo "n2 idle"')
+    found = cluster.discover(root, env)
+    assert found.ready and found.nodes == (("n1", "idle"), ("n2", "idle"))
+    assert found.env == {"SLURM_CONF": str(root / ".slurm-local" / "slurm.conf")}
+    assert found.too_small(2) is None
+    assert "tools/slurm-local start --nodes 3" in found.too_small(3)
+
+
+@pytest.mark.parametrize("body, said", [("echo 'slurm_load_partitions: Unable to contact' >&2; exit 1",
+                                         "Unable to contact"),
+                                        ("exit 0", "lists no node")])
+def test_a_cluster_that_does_not_answer_is_a_reason_to_skip(tmp_path, no_system_conf, body, said):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("x\n")
+    found = cluster.discover(tmp_path, {**fake_sinfo(tmp_path / "bin", body), "SLURM_CONF": str(conf)})
+    assert not found.ready and said in found.problem and "tools/slurm-local start" in found.problem
+    assert found.env == {}  # SLURM_CONF was the caller's own
+
+
+def test_no_sinfo_no_conf_and_a_missing_conf_are_reasons_to_skip(tmp_path, no_system_conf):
+    assert "sinfo is not on PATH" in cluster.discover(tmp_path, {"PATH": str(tmp_path / "empty")}).problem
+    env = fake_sinfo(tmp_path / "bin", 'echo "n1 idle"')
+    assert "no Slurm configuration" in cluster.discover(tmp_path, env).problem
+    missing = cluster.discover(tmp_path, {**env, "SLURM_CONF": str(tmp_path / "nope.conf")})
+    assert "is not a file" in missing.problem
