@@ -23,8 +23,56 @@ from typing import Any, Callable, Mapping, Protocol
 from harness import topology
 from harness.layout import FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_NAME, RunLayout, is_valid_run_id
 
-FAULTS = ("kill", "hang", "none")
 WORKLOADS = ("megatron", "reference")
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    """What the nemesis does to the selected rank. `signal`: what it sends itself;
+    `poisons_checkpoint`: it first truncates one `.distcp` of the newest committed checkpoint,
+    so that every replacement fails its load (the restart loop NVRx must stop)."""
+
+    name: str
+    signal: str
+    help: str
+    poisons_checkpoint: bool = False
+
+
+@dataclass(frozen=True)
+class FaultMoment:
+    """When the fault fires. `faults`: how many faults the plan holds (each claims its own
+    marker); `needs_async_save`: the moment exists only while an async save is in flight."""
+
+    name: str
+    help: str
+    faults: int = 1
+    needs_async_save: bool = False
+
+
+# The fault vocabulary: one table per axis, so a new kind (Slurm's `node`) or moment joins here.
+FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
+    FaultKind("kill", "SIGKILL", "SIGKILL the rank's process (a crash)"),
+    FaultKind("hang", "SIGSTOP", "SIGSTOP the rank's process (a hang the rank monitor must detect)"),
+    FaultKind("term", "SIGTERM", "SIGTERM the rank's process (a preemption or an operator's kill)"),
+    FaultKind("poison", "SIGKILL", "truncate one .distcp of the newest committed checkpoint, then SIGKILL: every "
+              "replacement fails its load, a restart loop NVRx's no-progress rule must stop", poisons_checkpoint=True),
+)}
+FAULT_MOMENTS: dict[str, FaultMoment] = {m.name: m for m in (
+    FaultMoment("after-commit", "right after the first checkpoint of the run is committed (the walkthrough's)"),
+    FaultMoment("in-save", "while an async save is in flight: iter_N/ holds data, metadata.json and the tracker "
+                "are not written yet (after one committed checkpoint)", needs_async_save=True),
+    FaultMoment("in-restore", "a second fault in the replacement cycle, after its checkpoint load started and "
+                "before its first step (the run needs two restarts)", faults=2),
+    FaultMoment("last-iteration", "after the final checkpoint is committed, before the clean exit"),
+)}
+DEFAULT_FAULT_AT = "after-commit"
+FAULTS = (*FAULT_KINDS, "none")
+# Moments each workload can show. Both save asynchronously and load through Python's open(),
+# which is what the nemesis watches (iter_N/ contents; the audit hook of the load).
+WORKLOAD_MOMENTS: dict[str, tuple[str, ...]] = {
+    "reference": tuple(FAULT_MOMENTS),
+    "megatron": tuple(FAULT_MOMENTS),
+}
 SECTIONS = ("setup", "step", "checkpointing")
 
 
@@ -58,6 +106,9 @@ class RunSpec:
     save_interval: int = 5
     fault: str = "kill"
     fault_rank: int = 1
+    fault_at: str = DEFAULT_FAULT_AT
+    max_no_progress_cycles: int | None = None  # NVRx >= 0.7 --ft-max-no-progress-cycles; None: its default (3)
+    save_delay_ms: int | None = None  # reference workload only: hold every async save open this long
     checkpoint_dir: Path | None = None
     rdzv_endpoint: str | None = None
     dry_run: bool = False
@@ -211,8 +262,12 @@ KNOBS: tuple[Knob, ...] = (
     Knob("train_iters", "--train-iters", _parse_int, "final iteration", "TRAIN_ITERS", "a positive integer"),
     Knob("save_interval", "--save-interval", _parse_int, "checkpoint every N iterations", "SAVE_INTERVAL",
          "a positive integer"),
-    Knob("fault", "--fault", _parse_choice(FAULTS), "kill (SIGKILL), hang (SIGSTOP) or none", "NVRX_DEMO_FAULT",
-         "kill, hang or none"),
+    Knob("fault", "--fault", _parse_choice(FAULTS),
+         "; ".join(f"{k.name}: {k.help}" for k in FAULT_KINDS.values()) + "; none: no fault", "NVRX_DEMO_FAULT",
+         ", ".join(FAULTS)),
+    Knob("fault_at", "--fault-at", _parse_choice(tuple(FAULT_MOMENTS)),
+         "; ".join(f"{m.name}: {m.help}" for m in FAULT_MOMENTS.values()), "NVRX_FAULT_AT",
+         ", ".join(FAULT_MOMENTS)),
     Knob("fault_rank", "--fault-rank", _parse_int, "global rank that injects the fault", "NVRX_FAULT_RANK",
          "a rank number such as 0 or 1"),
     Knob("checkpoint_dir", "--checkpoint-dir", Path, "existing checkpoint dir to resume into (default: the run's)",
@@ -226,6 +281,9 @@ KNOBS: tuple[Knob, ...] = (
          "a number of seconds"),
     Knob("max_restarts", "--max-restarts", _parse_int, "worker-group restarts the launcher may do", None,
          "a non-negative integer"),
+    Knob("max_no_progress_cycles", "--max-no-progress-cycles", _parse_int,
+         "NVRx >= 0.7: cycles without checkpoint progress before the launcher stops the job with exit 93 "
+         "(--ft-max-no-progress-cycles; default: NVRx's 3)", None, "a positive integer"),
     Knob("monitor_interval", "--monitor-interval", _parse_float, "launcher monitor interval, seconds", None,
          "a number of seconds"),
     Knob("workload_check_interval", "--workload-check-interval", _parse_float,
@@ -234,6 +292,9 @@ KNOBS: tuple[Knob, ...] = (
          "NVRX_POLL_INTERVAL", "a number of seconds"),
     Knob("step_time_ms", "--step-time-ms", _parse_int, "reference workload: minimum step time", None,
          "a non-negative integer"),
+    Knob("save_delay_ms", "--save-delay-ms", _parse_int,
+         "reference workload: hold every async save open this long before its metadata is written, so a fault "
+         "can land inside it (in-save)", None, "a non-negative integer"),
     Knob("nvrx_version", "--nvrx-version", str, "NVRx version the commands are for (default: installed)",
          "NVRX_VERSION", "e.g. 0.7.0"),
     Knob("nvrx_path", "--nvrx-path", Path, "directory holding the NVRx to use (a pip --target install)",
@@ -302,8 +363,48 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
             values[key] = Path(values[key]).expanduser().absolute()
     if not values.get("run_id"):
         values["run_id"] = generated_run_id(workload, values.get("fault", "kill"))
+    if values.get("fault_at") == "in-save" and workload == "reference" and values.get("save_delay_ms") is None:
+        # Its saves of a tiny model take milliseconds: hold each one open for a few polls of the nemesis.
+        values["save_delay_ms"] = IN_SAVE_DELAY_MS
     values["extra_args"] = tuple(extra_args)
     return RunSpec(**values)
+
+
+IN_SAVE_DELAY_MS = 400
+
+
+def fault_problems(spec: RunSpec) -> list[str]:
+    """The fault vocabulary's own rules: a moment the workload can show, the knobs it needs."""
+    problems: list[str] = []
+    if spec.fault == "none":
+        return problems
+    moment = FAULT_MOMENTS.get(spec.fault_at)
+    kind = FAULT_KINDS.get(spec.fault)
+    if moment is None or kind is None:  # typed callers bypass the parser
+        return [f"--fault {spec.fault} --fault-at {spec.fault_at}: use a kind of {', '.join(FAULT_KINDS)} and a "
+                f"moment of {', '.join(FAULT_MOMENTS)}"]
+    if spec.fault_at not in WORKLOAD_MOMENTS.get(spec.workload, ()):
+        problems.append(f"--fault-at {spec.fault_at}: the {spec.workload} workload cannot show this moment; use one "
+                        f"of {', '.join(WORKLOAD_MOMENTS.get(spec.workload, ())) or 'none'}")
+    if kind.poisons_checkpoint:
+        if spec.fault_at != "after-commit":
+            problems.append(f"--fault {spec.fault} --fault-at {spec.fault_at}: the poisoned checkpoint is the one just "
+                            "committed; use --fault-at after-commit")
+        if spec.checkpoint_dir is not None:
+            problems.append(f"--fault {spec.fault} truncates a checkpoint file, and NVRX_CHECKPOINT_DIR="
+                            f"{spec.checkpoint_dir} is yours: unset it so the run poisons only its own checkpoints")
+    if spec.fault_at == "in-save" and spec.train_iters < 2 * spec.save_interval + 1:
+        problems.append(f"--fault-at in-save hits the save after the first committed one: TRAIN_ITERS="
+                        f"{spec.train_iters} must exceed 2 x save interval {spec.save_interval}; set TRAIN_ITERS="
+                        f"{2 * spec.save_interval + 1} or more")
+    if spec.save_delay_ms is not None and spec.save_delay_ms < 0:
+        problems.append(f"--save-delay-ms={spec.save_delay_ms} must be 0 or more")
+    if spec.save_delay_ms and spec.workload != "reference":
+        problems.append("--save-delay-ms is a knob of the reference workload only: drop it")
+    if spec.max_no_progress_cycles is not None and spec.max_no_progress_cycles < 1:
+        problems.append(f"--max-no-progress-cycles={spec.max_no_progress_cycles} must be 1 or more (the suite never "
+                        "disables NVRx's progress tracker)")
+    return problems
 
 
 # ---- validation ---------------------------------------------------------------------------
@@ -403,6 +504,7 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
                 hint = f"choose a rank in 0..{spec.world - 1}"
             problems.append(f"NVRX_FAULT_RANK={spec.fault_rank} is outside the active world of {spec.world} "
                             f"rank(s): {hint}")
+    problems += fault_problems(spec)
     for name, value in (("TRAIN_ITERS", spec.train_iters), ("save interval", spec.save_interval)):
         if value < 1:
             problems.append(f"{name}={value} must be a positive integer")

@@ -29,12 +29,15 @@ def certain_failure(tl: ev.Timeline, a: Analysis) -> str | None:
     second failure, a fault that never happened, a launcher that gave up."""
     for never in a.never_fired:
         return f"the requested fault never happened ({never.src.path}: {never.reason})"
-    if a.injection_count > 1:
-        return f"{a.injection_count} injections were recorded; a test must inject exactly once"
+    if a.poisoned:
+        return None  # the loop is the scenario: only the launcher may end it (exit 93), or the deadline
+    if a.injection_count > a.planned_faults:
+        return (f"{a.injection_count} injections were recorded; the plan ({a.fault_at}) holds {a.planned_faults}, each "
+                "injected exactly once")
     if a.fault == "none" and a.failures:
         cycle = next(iter(a.failures))
         return f"a worker failed in cycle {cycle} of a run without an injected fault"
-    if a.failed_cycle is not None:
+    if a.failed_cycle is not None and len(a.injections) >= a.planned_faults:
         later = [c for c in a.failures if c > a.failed_cycle]
         if later:
             return (f"a second failure in cycle {later[0]}, after the injected one in cycle {a.failed_cycle}: "
@@ -160,7 +163,8 @@ class Watcher:
         if self._fail_fast:
             reason = certain_failure(tl, a)
             setup = dict(self._spec.section_timeouts).get("setup", 0.0)
-            if reason is None and progress.iteration is None and elapsed > setup + self._spec.out_of_section_timeout:
+            if (reason is None and progress.iteration is None and elapsed > setup + self._spec.out_of_section_timeout
+                    and not a.poisoned):
                 reason = f"no training iteration within the setup deadline ({setup:.0f} s + out of section)"
         if reason is None and all_evidence_in(tl):
             self._evidence_in_at = self._evidence_in_at or self._clock()

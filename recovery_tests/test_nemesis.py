@@ -49,7 +49,7 @@ DEADLINE_S = 20.0
 POLL_S = 0.02  # the wrappers' poll interval in these tests: fast, still a real poll loop
 MARKER_FIELDS = [
     "fault", "signal", "rank", "local_rank", "cycle", "iteration", "baseline_iteration",
-    "injected_at", "host", "pid", "tracker",
+    "injected_at", "host", "pid", "tracker", "fault_at", "fault_index", "committed_iteration", "poisoned",
 ]  # fmt: skip
 T = TypeVar("T")
 
