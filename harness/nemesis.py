@@ -676,12 +676,13 @@ class Injector:
             log(f"rank {rank}: marker {marker} already claimed by another worker; not injecting")
             return
         sig = FAULT_SIGNALS[self._config.fault]
-        what = {"in-save": f"during the async save of iteration {iteration} (committed: {committed})",
-                "in-restore": f"while loading checkpoint iteration {iteration}",
-                "last-iteration": f"after the final checkpoint iteration {iteration}"}.get(
-                    self.watch, f"after checkpoint iteration {iteration}")
-        extra = f" (truncated {poisoned})" if poisoned else ""
-        log(f"rank {rank} injecting {sig.name} {what} (baseline {self._baseline}, fault_at {self.watch}){extra}")
+        # One prefix for every moment (history reads it): the committed checkpoint the fault came after.
+        after = committed if committed is not None else iteration
+        what = {"in-save": f", during the async save of iteration {iteration}",
+                "in-restore": ", while the replacement loads it",
+                "last-iteration": ", the final one, before the clean exit"}.get(self.watch, "")
+        extra = f", truncated {poisoned}" if poisoned else ""
+        log(f"rank {rank} injecting {sig.name} after checkpoint iteration {after} (baseline {self._baseline}){what}{extra}")
         os.kill(os.getpid(), sig)
 
 
@@ -702,8 +703,8 @@ def arm(config: NemesisConfig) -> Injector | None:
         if index is None and not marker_present(path):
             index = i
     if index is None:
-        log(f"rank {config.rank}: marker {layout.marker_for(planned)} exists (every planned fault was injected in an "
-            "earlier cycle); not injecting again")
+        log(f"rank {config.rank}: marker {layout.marker_for(planned)} exists (fault injected in an earlier cycle); "
+            f"not injecting again: every planned fault was injected")
         return None
     # Fault 1 of a two-fault plan is the after-commit one; the plan's own moment is its last fault.
     watch = config.fault_at if index == planned else DEFAULT_FAULT_AT
