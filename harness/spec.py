@@ -362,7 +362,9 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
         if values.get(key) is not None:
             values[key] = Path(values[key]).expanduser().absolute()
     if not values.get("run_id"):
-        values["run_id"] = generated_run_id(workload, values.get("fault", "kill"))
+        fault = values.get("fault", "kill")
+        moment = values.get("fault_at", DEFAULT_FAULT_AT)
+        values["run_id"] = generated_run_id(workload, fault if moment == DEFAULT_FAULT_AT else f"{fault}-{moment}")
     if values.get("fault_at") == "in-save" and workload == "reference" and values.get("save_delay_ms") is None:
         # Its saves of a tiny model take milliseconds: hold each one open for a few polls of the nemesis.
         values["save_delay_ms"] = IN_SAVE_DELAY_MS

@@ -95,7 +95,12 @@ class Progress:
         it = last.last_iteration if last else None
         saves = [e.iteration for e in tl.of(ev.SaveCommitted)]
         injected = None
-        if a.injection is not None:
+        if a.injections:  # the latest fault of the plan: each one is told when it comes (in-restore has two)
+            i = a.injections[-1]
+            injected = (f"{i.signal or i.fault} on rank {i.rank} after checkpoint {i.iteration}"
+                        + ("" if i.fault_at == "after-commit" else f" ({i.fault_at})")
+                        + (f", fault {i.fault_index} of {a.planned_faults}" if a.planned_faults > 1 else ""))
+        elif a.injection is not None:
             inj = a.injection
             injected = f"{inj.signal or inj.fault} on rank {inj.rank} after checkpoint {inj.iteration}"
         restored = None
