@@ -6,8 +6,10 @@ cell whose correct result is "not qualified" carries `expected-negative` in its 
 
 How each cell is shown to fail when the behaviour it guards breaks:
 - in-save: `test_loading_the_partial_directory_fails_optimizer_reload` replays the real run with
-  the replacement pointed at the partial `iter_*` directory;
-- in-restore: the `budget-out` cell (one restart for two faults) must fail replacement_cycle;
+  the replacement pointed at the partial `iter_*` directory, and
+  `test_in_save_fault_that_came_after_the_commit_fails` with the save it hit already committed;
+- in-restore: the `budget-out` cell (one restart for two faults) must fail replacement_cycle, and
+  `test_in_restore_without_the_first_failure_recorded_fails` replays the run without fault 1's failure;
 - last-iteration: `test_last_iteration_replacement_that_trains_again_fails` replays the run with
   a replacement that started over;
 - restart loop: the `loop-runs-on` cell raises the no-progress limit so the loop runs until
@@ -185,3 +187,39 @@ def test_multi_fault_run_shows_every_fault_and_cycle(newest_launcher, scenarios)
     recoveries = outcome.verdict.metrics.recoveries
     assert [r.fault_at for r in recoveries] == ["after-commit", "in-restore"], recoveries
     assert all(r.detection_s is not None and r.restart_s is not None for r in recoveries), recoveries
+
+
+def test_in_save_fault_that_came_after_the_commit_fails(newest_launcher, scenarios, tmp_path):
+    """Replay of the real in-save run in which the save it hit had already been committed: the
+    fault did not land in the save, and pre_fault_checkpoint must say so."""
+    outcome = scenarios.outcome(scenario_of(CELLS["kill-rank0-in-save"], newest_launcher))
+    replay = tmp_path / "replay"
+    shutil.copytree(outcome.run_dir, replay, symlinks=True)
+    marker = json.loads((replay / "fault_injected.json").read_text())
+    log = replay / "logs" / f"train_cycle_cycle{marker['cycle']}.log"
+    lines = log.read_text().splitlines()
+    saved = next(i for i, line in enumerate(lines)
+                 if re.search(rf"successfully saved checkpoint from iteration +{marker['committed_iteration']} ", line))
+    lines.insert(saved + 1, re.sub(r"iteration +\d+ ", f"iteration {marker['iteration']:7d} ", lines[saved]))
+    log.write_text("\n".join(lines) + "\n")
+    pre = verify.verify_run(replay, picture=False).criterion("pre_fault_checkpoint")
+    assert pre.status == FAIL and "fault hit after the save, not in it" in pre.detail, pre
+
+
+def test_in_restore_without_the_first_failure_recorded_fails(newest_launcher, scenarios, tmp_path):
+    """Replay of the real in-restore run whose launcher log lost the first fault's failure: both
+    failures must be recorded, so replacement_cycle fails naming fault 1."""
+    outcome = scenarios.outcome(scenario_of(CELLS["kill-in-restore"], newest_launcher))
+    replay = tmp_path / "replay"
+    shutil.copytree(outcome.run_dir, replay, symlinks=True)
+    log = replay / "logs" / "launcher.log"
+    lines = log.read_text().splitlines()
+    # The records of cycle 0's failure: NVRx numbers failure_detected with the next cycle, and
+    # the first worker failure and UNHEALTHY line come before the second fault's.
+    first_unhealthy = next(i for i, line in enumerate(lines) if "UNHEALTHY" in line)
+    dropped = {i for i, line in enumerate(lines[:first_unhealthy + 1])
+               if "failed (exitcode" in line or "UNHEALTHY" in line} | {
+        i for i, line in enumerate(lines) if "Cycle: 1 Event: failure_detected" in line}
+    log.write_text("\n".join(line for i, line in enumerate(lines) if i not in dropped) + "\n")
+    cycle = verify.verify_run(replay, picture=False).criterion("replacement_cycle")
+    assert cycle.status == FAIL and "no failure of cycle 0 after fault 1 of 2" in cycle.detail, cycle
