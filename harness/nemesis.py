@@ -469,8 +469,9 @@ def parse_command_line(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Nem
     fault_at = options.fault_at or _env(env, "NVRX_FAULT_AT") or DEFAULT_FAULT_AT
     if fault_at not in FAULT_MOMENTS:
         raise NemesisError(f"NVRX_FAULT_AT={fault_at!r} is not one of {', '.join(FAULT_MOMENTS)}")
-    if FAULT_KINDS.get(fault) is not None and FAULT_KINDS[fault].poisons_checkpoint and fault_at != "after-commit":
-        raise NemesisError(f"fault {fault} poisons the checkpoint just committed: use --fault-at after-commit")
+    if FAULT_KINDS.get(fault) is not None and not FAULT_KINDS[fault].allows(fault_at):
+        raise NemesisError(f"fault {fault} fires only at {', '.join(FAULT_KINDS[fault].moments or ())}: "
+                           f"use --fault-at {(FAULT_KINDS[fault].moments or ('after-commit',))[0]}")
     fault_rank = options.fault_rank
     if fault_rank is None:
         fault_rank = _env_int(env, "NVRX_FAULT_RANK")

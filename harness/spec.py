@@ -36,6 +36,10 @@ class FaultKind:
     signal: str
     help: str
     poisons_checkpoint: bool = False
+    moments: tuple[str, ...] | None = None  # the moments it can be injected at; None: every one
+
+    def allows(self, moment: str) -> bool:
+        return self.moments is None or moment in self.moments
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,8 @@ FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
     FaultKind("hang", "SIGSTOP", "SIGSTOP the rank's process (a hang the rank monitor must detect)"),
     FaultKind("term", "SIGTERM", "SIGTERM the rank's process (a preemption or an operator's kill)"),
     FaultKind("poison", "SIGKILL", "truncate one .distcp of the newest committed checkpoint, then SIGKILL: every "
-              "replacement fails its load, a restart loop NVRx's no-progress rule must stop", poisons_checkpoint=True),
+              "replacement fails its load, a restart loop NVRx's no-progress rule must stop", poisons_checkpoint=True,
+              moments=("after-commit",)),
 )}
 FAULT_MOMENTS: dict[str, FaultMoment] = {m.name: m for m in (
     FaultMoment("after-commit", "right after the first checkpoint of the run is committed (the walkthrough's)"),
@@ -388,10 +393,10 @@ def fault_problems(spec: RunSpec) -> list[str]:
     if spec.fault_at not in WORKLOAD_MOMENTS.get(spec.workload, ()):
         problems.append(f"--fault-at {spec.fault_at}: the {spec.workload} workload cannot show this moment; use one "
                         f"of {', '.join(WORKLOAD_MOMENTS.get(spec.workload, ())) or 'none'}")
+    if not kind.allows(spec.fault_at):
+        problems.append(f"--fault {spec.fault} --fault-at {spec.fault_at}: this kind fires only at "
+                        f"{', '.join(kind.moments or ())}; use --fault-at {(kind.moments or ('after-commit',))[0]}")
     if kind.poisons_checkpoint:
-        if spec.fault_at != "after-commit":
-            problems.append(f"--fault {spec.fault} --fault-at {spec.fault_at}: the poisoned checkpoint is the one just "
-                            "committed; use --fault-at after-commit")
         if spec.checkpoint_dir is not None:
             problems.append(f"--fault {spec.fault} truncates a checkpoint file, and NVRX_CHECKPOINT_DIR="
                             f"{spec.checkpoint_dir} is yours: unset it so the run poisons only its own checkpoints")

@@ -34,7 +34,7 @@ def problems(spec: specmod.RunSpec) -> str:
 def test_every_kind_and_moment_is_a_valid_flag(tmp_path: Path) -> None:
     for kind in specmod.FAULT_KINDS:
         for moment in specmod.FAULT_MOMENTS:
-            if specmod.FAULT_KINDS[kind].poisons_checkpoint and moment != "after-commit":
+            if not specmod.FAULT_KINDS[kind].allows(moment):
                 continue
             spec = spec_of(tmp_path, fault=kind, fault_at=moment)
             assert specmod.validate(spec) == 0, (kind, moment)
@@ -55,7 +55,8 @@ def test_poison_is_refused_on_a_users_checkpoint_dir_and_outside_after_commit(tm
     mine = tmp_path / "my-ckpts"
     mine.mkdir()
     assert "is yours" in problems(spec_of(tmp_path, fault="poison", checkpoint_dir=mine))
-    assert "use --fault-at after-commit" in problems(spec_of(tmp_path, fault="poison", fault_at="in-save"))
+    assert "this kind fires only at after-commit; use --fault-at after-commit" in problems(
+        spec_of(tmp_path, fault="poison", fault_at="in-save"))
 
 
 def test_in_save_needs_a_committed_checkpoint_before_the_save_it_hits(tmp_path: Path) -> None:
