@@ -15,6 +15,7 @@ Nothing here reads files.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Callable, Sequence
 
 from harness import events as ev
@@ -724,7 +725,12 @@ def check_loop_stopped(tl: Timeline, a: Analysis) -> CriterionResult:
     repeated = [s for s in failing if s.first(ev.LoadStarted) is not None and s.first(ev.CheckpointLoaded) is None]
     cause = []
     if inj.poisoned:
-        cause.append(f"the corrupt file is {inj.poisoned} (truncated by the fault)")
+        shown = inj.poisoned
+        try:  # relative to the run directory when inside it, as all evidence is
+            shown = str(PurePath(inj.poisoned).relative_to(tl.run_dir))
+        except ValueError:
+            pass
+        cause.append(f"the corrupt file is {shown} (truncated by the fault)")
     if failing and len(repeated) == len(failing):
         cause.append(f"each of the {len(failing)} failed replacement cycle(s) began loading checkpoint "
                      f"{repeated[0].first(ev.LoadStarted).iteration} and never finished it")
