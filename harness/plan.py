@@ -100,8 +100,9 @@ class Plan:
         return not self.nvrx.routes_logs
 
     def render(self) -> str:
+        at = "" if self.spec.fault_at == DEFAULT_FAULT_AT else f" at {self.spec.fault_at}"
         lines = [f"# nvrx-qual plan: run {self.spec.run_id} ({self.spec.workload}, fault {self.spec.fault}"
-                 f"{'' if self.spec.fault == 'none' else f' on rank {self.spec.fault_rank}'}, "
+                 f"{'' if self.spec.fault == 'none' else f' on rank {self.spec.fault_rank}{at}'}, "
                  f"NVRx {self.nvrx.version})",
                  f"# run directory: {self.layout.root}",
                  f"# checkpoints:   {self.layout.checkpoints}",
