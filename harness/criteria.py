@@ -15,20 +15,31 @@ Nothing here reads files.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Callable, Sequence
 
 from harness import events as ev
 from harness.events import AppStart, Src, Timeline, iso_utc
 from harness.layout import MARKER_NAME
+from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS
 
 PASS, FAIL, NOT_APPLICABLE, UNKNOWN = "pass", "fail", "not_applicable", "unknown"
 STATUSES = (PASS, FAIL, NOT_APPLICABLE, UNKNOWN)
-FAULTS = ("none", "kill", "hang", "node")
+FAULTS = ("none", *FAULT_KINDS)
 CRITERIA_IDS = ("pre_fault_checkpoint", "replacement_cycle", "optimizer_reload", "later_checkpoint", "clean_finish")
 # Appended after the five (docs/contracts.md: further checks append their ids): the restored
 # optimizer's own record on disk, read offline, beyond the log lines optimizer_reload reads.
 OPTIMIZER_STATE = "optimizer_state"
+# The checks every run gets.
 CHECK_IDS = (*CRITERIA_IDS, OPTIMIZER_STATE)
+# Then, only for a plan that makes a restart loop: the loop stopped by NVRx's no-progress rule.
+LOOP_STOPPED = "loop_stopped"
+NO_RESTART_EXIT_CODE = 93  # NVRx 0.7.0's --ft-no-restart-exit-code, as the plan passes it
+NVRX_DEFAULT_MAX_NO_PROGRESS_CYCLES = 3
+# A signal's kind when only the nemesis's line tells: the first kind that sends it (SIGKILL: kill).
+_SIGNAL_KIND: dict[str, str] = {}
+for _kind in FAULT_KINDS.values():
+    _SIGNAL_KIND.setdefault(_kind.signal, _kind.name)
 MAX_EVIDENCE = 12
 
 
@@ -78,6 +89,19 @@ class Analysis:
     expected_k: int | None  # the latest checkpoint committed at fault time
     expected_k_evidence: tuple[ev.Event, ...]
     notes: tuple[str, ...] = field(default=())
+    fault_at: str = DEFAULT_FAULT_AT  # the plan's moment (run.json, else the markers)
+    planned_faults: int = 1  # faults the plan holds (in-restore: 2), each with its own marker
+    injections: tuple[ev.Injection, ...] = ()  # every marker, in fault order; `injection` is the last one
+
+    @property
+    def first_injection(self) -> ev.Injection | None:
+        return self.injections[0] if self.injections else self.injection
+
+    @property
+    def poisoned(self) -> bool:
+        """The plan poisons its checkpoint: recovery is impossible, the launcher must stop the loop."""
+        kind = FAULT_KINDS.get(self.fault)
+        return kind is not None and kind.poisons_checkpoint
 
     @property
     def replacement(self) -> AppStart | None:
@@ -97,16 +121,16 @@ def resolve_fault(timeline: Timeline, override: str | None) -> tuple[str, str]:
     """(fault, how it was decided): --fault, else run.json, else the marker, else none."""
     if override is not None:
         if override not in FAULTS:
-            raise ValueError(f"fault {override!r} is not one of {', '.join(FAULTS)}: pass --fault none|kill|hang")
+            raise ValueError(f"fault {override!r} is not one of {', '.join(FAULTS)}: pass --fault {'|'.join(FAULTS)}")
         return override, "--fault"
     if timeline.run.requested_fault in FAULTS:
         return timeline.run.requested_fault, "run.json spec.fault"
     for inj in timeline.injections:
-        if inj.fault in ("kill", "hang", "node"):
+        if inj.fault in FAULT_KINDS:
             return inj.fault, "the injection marker (no run.json)"
     for start in timeline.starts:
         for e in start.of(ev.NemesisInjected):
-            return ("hang" if e.signal == "SIGSTOP" else "kill"), "the nemesis's injection line (no run.json, no marker)"
+            return _SIGNAL_KIND.get(e.signal, "kill"), "the nemesis's injection line (no run.json, no marker)"
     return "none", "default: no run.json fault and no injection marker"
 
 
@@ -115,7 +139,11 @@ def analyze(timeline: Timeline, fault: str | None = None) -> Analysis:
     notes: list[str] = []
     nemesis_lines = [e for s in timeline.starts for e in s.of(ev.NemesisInjected)]
     never = tuple(e for s in timeline.starts for e in s.of(ev.NemesisNeverFired))
-    injection = timeline.injections[0] if timeline.injections else None
+    injections = tuple(sorted(timeline.injections, key=lambda i: i.fault_index))
+    fault_at = timeline.run.fault_at or (injections[-1].fault_at if injections else None) or DEFAULT_FAULT_AT
+    planned = FAULT_MOMENTS[fault_at].faults if fault_at in FAULT_MOMENTS else 1
+    # The recovery judged is the one from the plan's last fault (in-restore: the second).
+    injection = injections[-1] if injections else None
     count = max(len(timeline.injections), len(nemesis_lines))
     evidence: tuple[ev.Event, ...] = (*timeline.injections, *nemesis_lines)
 
@@ -161,6 +189,7 @@ def analyze(timeline: Timeline, fault: str | None = None) -> Analysis:
         never_fired=never, failed_cycle=failed_cycle, fault_start=fault_start, post_starts=post,
         failures={c: tuple(v) for c, v in sorted(failures.items())}, workers_started=dict(sorted(started.items())),
         replacement_cycle=replacement_cycle, expected_k=expected_k, expected_k_evidence=k_evidence, notes=tuple(notes),
+        fault_at=fault_at, planned_faults=planned, injections=injections,
     )
 
 
@@ -171,7 +200,8 @@ def _expected_k(timeline: Timeline, injection: ev.Injection | None, failed_cycle
     trusted when the UTC offset of the stamps is known)."""
     if injection is None:
         return None, ()
-    k = injection.iteration
+    # in-save: `iteration` was in flight; the committed checkpoint is the one to reload.
+    k = injection.committed_iteration if injection.fault_at == "in-save" else injection.iteration
     evidence: list[ev.Event] = [injection]
     if k is None and nemesis_lines:
         k = nemesis_lines[0].iteration
@@ -202,11 +232,19 @@ def _na_no_fault(cid: str, a: Analysis) -> CriterionResult | None:
     return None
 
 
+def _na_poisoned(cid: str, a: Analysis) -> CriterionResult:
+    inj = a.first_injection
+    what = f"checkpoint {inj.iteration}" if inj is not None and inj.iteration is not None else "the latest checkpoint"
+    return _result(cid, NOT_APPLICABLE, f"The {a.fault} fault truncated a file of {what} on purpose, so no replacement "
+                                         f"can recover; {LOOP_STOPPED} judges whether the launcher stopped the restart "
+                                         "loop.", [inj])
+
+
 def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
     cid = "pre_fault_checkpoint"
     if (na := _na_no_fault(cid, a)) is not None:
         return na
-    inj = a.injection
+    inj = a.first_injection
     if inj is None:
         reason = f" The nemesis said: {a.never_fired[0].reason}." if a.never_fired else ""
         absent = [Src(MARKER_NAME, 0, "missing: no fault was injected"),
@@ -218,7 +256,12 @@ def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
     if inj.fault not in (a.fault, "unknown"):
         return _result(cid, FAIL, f"The marker records a {inj.fault} fault but this run asked for {a.fault} "
                                   f"({a.fault_how}): verify with --fault {inj.fault} if that was intended.", [inj])
-    k = inj.iteration
+    in_save = inj.fault_at == "in-save"
+    k = inj.committed_iteration if in_save else inj.iteration
+    if in_save and (k is None or inj.iteration is None):
+        return _result(cid, FAIL, "The in-save marker does not record both the committed checkpoint "
+                                  "(committed_iteration) and the save in flight (iteration): it is damaged; rerun with a "
+                                  "new run id.", [inj])
     if k is None:
         return _result(cid, FAIL, "fault_injected.json records no checkpoint iteration, so nothing proves a checkpoint "
                                   "was committed before the injection: the marker is damaged; rerun with a new run id.",
@@ -246,7 +289,7 @@ def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
     if not tl.starts:
         return _result(cid, UNKNOWN, f"The marker names checkpoint {k}, but there is no application log to correlate it "
                                      "with Megatron's save lines: copy logs/ with the run directory.", evidence)
-    upto = a.failed_cycle if a.failed_cycle is not None else 0
+    upto = inj.cycle if inj.cycle is not None else (a.failed_cycle if a.failed_cycle is not None else 0)
     saves = [e for s in tl.starts if s.cycle is not None and s.cycle <= upto
              for e in s.of(ev.SaveCommitted) if e.iteration == k]
     if not saves:
@@ -255,6 +298,16 @@ def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
                                   "log disagree (wrong --save directory or a tracker written by something else).",
                        evidence)
     evidence.append(saves[-1])
+    if in_save:
+        n, injected_at = inj.iteration, tl.utc(inj)
+        early = [e for s in tl.starts if s.cycle is not None and s.cycle <= upto for e in s.of(ev.SaveCommitted)
+                 if e.iteration == n and (t := tl.utc(e)) is not None and injected_at is not None and t <= injected_at]
+        if early:
+            return _result(cid, FAIL, f"The in-save fault was meant to land while checkpoint {n} was being saved, but "
+                                      f"Megatron's log says checkpoint {n} was committed before the injection: the "
+                                      "fault hit after the save, not in it; lengthen the save (--save-delay-ms) or "
+                                      "poll faster.", [*evidence, early[0]])
+        caveats.append(f"the save of iteration {n} was in flight, uncommitted, when the fault hit")
     if a.expected_k is not None and a.expected_k != k:
         caveats.append(f"checkpoint {a.expected_k} was also committed before the injection")
     when = iso_utc(tl.utc(inj))
@@ -313,6 +366,12 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
         return _result(cid, UNKNOWN, "The run directory has no launcher log (logs/launcher.log or logs/console.log): "
                                      "the failed cycle" + (" and the rank timeouts" if a.fault == "hang" else "") +
                                      " cannot be seen; copy the launcher log with the run.", [inj])
+    for earlier in a.injections[:-1]:  # a multi-fault plan: every fault's cycle failed, and was restarted
+        ec = earlier.cycle
+        if ec is not None and not a.failures.get(ec):
+            return _result(cid, FAIL, f"The launcher log records no failure of cycle {ec} after fault {earlier.fault_index} "
+                                      f"of {a.planned_faults} ({earlier.fault_at}): the launcher did not notice it.",
+                           [earlier])
     fails = a.failures.get(c, ())
     if not fails:
         return _result(cid, FAIL, f"The launcher log records no failure of cycle {c} after the {a.fault} injection "
@@ -333,6 +392,11 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
         evidence.extend(ends[:2])
         why = ("restarts were exhausted (raise --max-restarts; it defaults to 0)" if group is None or group.attempts_left == 0
                else f"it announced a restart ({group.attempts_left}/{group.max_restarts} attempts left) that never began")
+        budget = tl.run.max_restarts
+        if budget is not None and len(a.injections) > budget:
+            why = (f"the restart budget ran out: --max-restarts {budget} allows {budget} restart(s) and this plan "
+                   f"injected {len(a.injections)} faults ({a.fault_at}), each costing one; raise --max-restarts to "
+                   f"{len(a.injections)} or more")
         return _result(cid, FAIL, f"The launcher recorded the failure of cycle {c} but started no replacement workers: "
                                   f"{why}.", evidence)
     how = ""
@@ -380,6 +444,12 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
                                          f"{nodes}.", evidence)
     if problems:
         return _result(cid, FAIL, "The launcher restarted the workers, but " + "; ".join(problems) + ".", evidence)
+    if len(a.injections) > 1:
+        cycles = ", ".join(str(i.cycle) for i in a.injections)
+        evidence[1:1] = [e for i in a.injections[:-1] for e in (i, *a.failures.get(i.cycle, ())[:1])]
+        return _result(cid, PASS, f"The launcher recorded the failures of all {len(a.injections)} injected faults "
+                                  f"(cycles {cycles}){how} and, after the last, started replacement workers in {new}.",
+                       evidence)
     return _result(cid, PASS, f"The launcher recorded the failure of cycle {c}{how} and started replacement workers "
                               f"in {new}{nodes}.", evidence)
 
@@ -470,6 +540,8 @@ def check_optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
     if a.injection is None:
         return _result(cid, NOT_APPLICABLE, "No injection happened (see pre_fault_checkpoint), so no replacement had "
                                              "to reload anything.")
+    if a.poisoned:
+        return _na_poisoned(cid, a)
     r = a.replacement
     if r is None:
         if a.replacement_cycle is not None:
@@ -509,6 +581,15 @@ def check_optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
     if k is None:
         return _result(cid, UNKNOWN, f"{who} loaded checkpoint {loaded.iteration}, but the marker records no "
                                      "iteration to compare it with.", evidence)
+    partial = next((i for i in a.injections if i.fault_at == "in-save" and i.iteration == loaded.iteration), None)
+    if loaded.iteration != k and partial is not None:
+        rel = f"iter_{loaded.iteration:07d}"
+        d = tl.checkpoints.get(loaded.iteration) if tl.checkpoints is not None else None
+        where = d.rel if d is not None else rel
+        return _result(cid, FAIL, f"{who} loaded {where}, the partial directory whose async save was in flight when "
+                                  f"the fault hit (never committed: no metadata.json, tracker at {k}), instead of "
+                                  f"checkpoint {k}, the latest committed: the loader counted an unpublished iter_* "
+                                  "directory as a checkpoint.", [*evidence, partial, *a.expected_k_evidence[:1]])
     if loaded.iteration != k:
         args = r.arguments
         step = args.get("ckpt_step") if args else None
@@ -558,7 +639,12 @@ def check_later_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
     if recovering and not a.restarted:
         return _result(cid, NOT_APPLICABLE, "No replacement workers started (see replacement_cycle), so no training "
                                              "followed the fault.")
+    if recovering and a.poisoned:
+        return _na_poisoned(cid, a)
     k = (a.expected_k or 0) if recovering else 0
+    t_final = tl.run.train_iters
+    if recovering and t_final is not None and k >= t_final:
+        return _nothing_left_to_train(tl, a, k, t_final)
     scope = list(a.post_starts) if recovering else list(tl.starts)
     where = f"after the restore of checkpoint {k}" if recovering else "in this run"
     if not scope:
@@ -625,8 +711,36 @@ def check_later_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
                    evidence)
 
 
+def _nothing_left_to_train(tl: Timeline, a: Analysis, k: int, t: int) -> CriterionResult:
+    """The fault hit after the final checkpoint (last-iteration): there is nothing to train, and
+    that is no failure. What must hold: checkpoint T committed, no training line beyond T; the
+    reload of T is optimizer_reload's, the clean exit clean_finish's."""
+    cid = "later_checkpoint"
+    evidence: list[object] = [a.injection, tl.run.train_iters_src]
+    ck = tl.checkpoints if tl.checkpoints is not None and tl.checkpoints.exists else None
+    d = ck.get(k) if ck is not None else None
+    if d is not None:
+        evidence.append(d.commit_src())
+        if not d.committed:
+            return _result(cid, FAIL, f"The fault hit after iteration {k}, the final one, but {d.rel} has no "
+                                      "metadata.json: the final checkpoint was never committed.", evidence)
+    beyond = [s.last_iteration for s in a.post_starts if s.last_iteration is not None and s.last_iteration.iteration > t]
+    if beyond:
+        return _result(cid, FAIL, f"The replacement trained beyond the final iteration {t} (iteration "
+                                  f"{beyond[0].iteration}): --train-iters changed between cycles.", [*evidence, beyond[0]])
+    trained = [s.first_iteration for s in a.post_starts if s.first_iteration is not None]
+    if trained and trained[0].iteration <= k:
+        return _result(cid, FAIL, f"Checkpoint {k} is the final iteration, yet the replacement trained iteration "
+                                  f"{trained[0].iteration} again: it did not resume at {k}.", [*evidence, trained[0]])
+    return _result(cid, PASS, f"Nothing was left to train: checkpoint {k} is the final iteration {t}, committed before "
+                              "the fault, and the replacement trained no iteration again (its reload is "
+                              "optimizer_reload's, its exit clean_finish's).", evidence)
+
+
 def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
     cid = "clean_finish"
+    if a.is_fault_run and a.injection is not None and a.poisoned:
+        return _na_poisoned(cid, a)
     if a.is_fault_run and a.injection is not None and not a.restarted:
         gave_up = [e for e in tl.launcher_events() if isinstance(e, (ev.LauncherFailed, ev.RestartsExhausted))]
         launch = tl.launch
@@ -664,14 +778,17 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
     if not a.is_fault_run and a.injection_count:
         problems.append("an injection marker exists although the fault is none")
         evidence.extend(a.injection_evidence[:2])
-    if a.injection_count > 1:
-        problems.append(f"the fault was injected {a.injection_count} times")
+    if a.injection_count > a.planned_faults:
+        problems.append(f"the fault was injected {a.injection_count} times" +
+                        (f" (the {a.fault_at} plan holds {a.planned_faults})" if a.planned_faults > 1 else ""))
         evidence.extend(a.injection_evidence[:4])
-    allowed = min(a.injection_count, 1) if a.is_fault_run else 0
+    allowed = min(a.injection_count, a.planned_faults) if a.is_fault_run else 0
     if len(a.failures) > allowed:
         cycles = ", ".join(str(c) for c in a.failures)
-        extra = [c for c in a.failures if c != a.failed_cycle]
-        problems.append(f"{len(a.failures)} cycles failed ({cycles}); only the injected one may")
+        injected = {i.cycle for i in a.injections} | {a.failed_cycle}
+        extra = [c for c in a.failures if c not in injected]
+        only = "only the injected one may" if allowed <= 1 else f"only the {allowed} injected ones may"
+        problems.append(f"{len(a.failures)} cycles failed ({cycles}); {only}")
         for c in extra[:3]:
             evidence.append(a.failures[c][0])
     if not a.is_fault_run:
@@ -691,7 +808,9 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
         evidence.append(done)
     if problems:
         return _result(cid, FAIL, "The run did not finish cleanly: " + "; ".join(problems) + ".", evidence)
-    if a.is_fault_run and a.injection is not None:
+    if a.is_fault_run and a.injection is not None and a.planned_faults > 1:
+        shape = f"with exactly {a.planned_faults} injections ({a.fault_at}) and as many failed cycles"
+    elif a.is_fault_run and a.injection is not None:
         shape = "with exactly one injection and one failed cycle"
     elif a.is_fault_run:
         shape = "without any failed cycle (and without the fault, see pre_fault_checkpoint)"
@@ -785,6 +904,73 @@ def _slots(n: int) -> str:
     return f"{n} optimizer state slot{'' if n == 1 else 's'} (buckets or parameters)"
 
 
+def check_loop_stopped(tl: Timeline, a: Analysis) -> CriterionResult:
+    """A fault that returns in every cycle (a poisoned checkpoint) must be stopped by NVRx's
+    no-progress rule: exit 93 within --ft-max-no-progress-cycles failed cycles, the cause named."""
+    cid = LOOP_STOPPED
+    inj = a.first_injection
+    if not a.poisoned:
+        return _result(cid, NOT_APPLICABLE, f"The {a.fault} fault ({a.fault_at}) plans no restart loop.")
+    if inj is None:
+        return _result(cid, NOT_APPLICABLE, "No injection happened (see pre_fault_checkpoint): no checkpoint was "
+                                             "poisoned, so no restart loop could start.")
+    limit = tl.run.max_no_progress_cycles or NVRX_DEFAULT_MAX_NO_PROGRESS_CYCLES
+    limit_how = ("--max-no-progress-cycles" if tl.run.max_no_progress_cycles else "NVRx's default")
+    c = inj.cycle if inj.cycle is not None else 0
+    failed_after = sorted(cy for cy in a.failures if cy > c)
+    stops = [e for e in tl.launcher_events() if isinstance(e, ev.NoProgressStop)]
+    gave_up = [e for e in tl.launcher_events() if isinstance(e, (ev.RestartsExhausted, ev.LauncherFailed))]
+    launch = tl.launch
+    code = launch.exit_code if launch is not None else None
+    k = inj.iteration
+    evidence: list[object] = [inj, *stops[:1], launch.src if launch is not None else None]
+    problems: list[str] = []
+    trained = [s for s in a.post_starts if s.first(ev.CheckpointLoaded) is not None or s.first_iteration is not None]
+    if trained:
+        problems.append(f"replacement cycle {trained[0].cycle} loaded or trained from the poisoned checkpoint {k}: the "
+                        "truncated file went unnoticed")
+        evidence.append((trained[0].first(ev.CheckpointLoaded) or trained[0].first_iteration))
+    if not stops and code != NO_RESTART_EXIT_CODE:
+        if launch is not None and launch.stopped_early:
+            problems.append(f"NVRx never stopped the loop: the harness did ({launch.stopped_early})")
+        elif gave_up or code not in (None, 0):
+            problems.append(f"the launcher looped until --max-restarts ran out ({len(failed_after)} failed replacement "
+                            f"cycles) and exited {code if code is not None else 'with a failure'}, instead of stopping "
+                            f"for lack of progress with exit {NO_RESTART_EXIT_CODE}")
+            evidence.extend(gave_up[:1])
+        else:
+            problems.append("no no-progress stop was recorded and the launcher's exit status is unknown")
+    elif code is not None and code != NO_RESTART_EXIT_CODE:
+        problems.append(f"the launcher logged a no-progress stop but exited {code}, not {NO_RESTART_EXIT_CODE}")
+    if len(failed_after) > limit:
+        problems.append(f"{len(failed_after)} replacement cycles failed before the stop, more than the limit of {limit} "
+                        f"({limit_how})")
+    # The repeating error: every failed replacement began loading the poisoned checkpoint and never finished.
+    failing = [s for s in a.post_starts if s.cycle in failed_after]
+    repeated = [s for s in failing if s.first(ev.LoadStarted) is not None and s.first(ev.CheckpointLoaded) is None]
+    cause = []
+    if inj.poisoned:
+        shown = inj.poisoned
+        try:  # relative to the run directory when inside it, as all evidence is
+            shown = str(PurePath(inj.poisoned).relative_to(tl.run_dir))
+        except ValueError:
+            pass
+        cause.append(f"the corrupt file is {shown} (truncated by the fault)")
+    if failing and len(repeated) == len(failing):
+        cause.append(f"each of the {len(failing)} failed replacement cycle(s) began loading checkpoint "
+                     f"{repeated[0].first(ev.LoadStarted).iteration} and never finished it")
+        evidence.extend(s.first(ev.LoadStarted) for s in repeated[:3])
+    if not cause:
+        problems.append("nothing names the cause of the loop (no poisoned file in the marker, no repeated failed load)")
+    if problems:
+        return _result(cid, FAIL, "The restart loop was not stopped as it must be: " + "; ".join(problems) + ".",
+                       evidence)
+    how = f"exit {code}" if code is not None else "a no-progress stop (exit status not recorded)"
+    return _result(cid, PASS, f"NVRx's no-progress rule stopped the restart loop after {len(failed_after)} failed "
+                              f"replacement cycle(s) (limit {limit}, {limit_how}) with {how}: " + "; ".join(cause) + ".",
+                   evidence)
+
+
 CHECKERS: tuple[tuple[str, Callable[[Timeline, Analysis], CriterionResult]], ...] = (
     ("pre_fault_checkpoint", check_pre_fault_checkpoint),
     ("replacement_cycle", check_replacement_cycle),
@@ -804,7 +990,12 @@ def check_safe(cid: str, checker: Callable[[Timeline, Analysis], CriterionResult
 
 
 def evaluate(tl: Timeline, a: Analysis) -> tuple[CriterionResult, ...]:
-    return tuple(check_safe(cid, fn, tl, a) for cid, fn in CHECKERS)
+    """The five fixed criteria and optimizer_state, then loop_stopped for a plan that makes a
+    restart loop."""
+    results = tuple(check_safe(cid, fn, tl, a) for cid, fn in CHECKERS)
+    if a.is_fault_run and a.poisoned:
+        results = (*results, check_safe(LOOP_STOPPED, check_loop_stopped, tl, a))
+    return results
 
 
 def qualified(results: Sequence[CriterionResult]) -> bool:

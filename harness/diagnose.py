@@ -39,7 +39,7 @@ from functools import cmp_to_key
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from harness.layout import MARKER_NAME, RunLayout
+from harness.layout import MARKER_NAME, RunLayout, marker_name
 
 CATEGORIES = ("oom", "shape", "import", "nccl", "traceback", "exit", "hang", "none")
 ROOT_TRACEBACK_KINDS = ("oom", "shape", "import", "traceback")
@@ -1121,6 +1121,7 @@ class _RunFacts:
     nnodes: int | None
     spec: dict
     marker: dict | None
+    markers: tuple[dict, ...] = ()  # every planned fault's marker (fault_injected.json, fault_injected.2.json, ...)
 
 
 def _read_json(path: Path) -> dict | None:
@@ -1157,7 +1158,13 @@ def _run_facts(layout: RunLayout, files: Sequence[Path], utc_offset_s: int | Non
         ref = datetime.fromtimestamp(max(mtimes)) if mtimes else datetime.now()
     nnodes = spec.get("nnodes") if isinstance(spec.get("nnodes"), int) else None
     marker = _read_json(layout.marker)
-    return _RunFacts(offset, ref, nnodes, spec, marker)
+    markers: list[dict] = []
+    for index in range(1, 10):  # one marker per planned fault, numbered without gaps
+        found = _read_json(layout.marker_for(index))
+        if found is None:
+            break
+        markers.append(found)
+    return _RunFacts(offset, ref, nnodes, spec, marker, tuple(markers))
 
 
 def _log_files(layout: RunLayout) -> list[Path]:
@@ -1338,6 +1345,12 @@ def _injected_rank(category: str, ev: _Event, rank: int | None, marker: dict) ->
     return False, rank
 
 
+def _marker_file(marker: dict) -> str:
+    """The marker file a record was read from (a multi-fault plan numbers its faults)."""
+    index = marker.get("fault_index")
+    return marker_name(index) if isinstance(index, int) and 1 <= index < 100 else MARKER_NAME
+
+
 def _decide(root: Path, scanner: _Scanner, facts: _RunFacts) -> Triage:
     global_rank = _rank_resolver(scanner, facts)
     found = _Findings(_dedupe(scanner.tracebacks, global_rank), scanner.events, scanner.failure_signs,
@@ -1345,15 +1358,19 @@ def _decide(root: Path, scanner: _Scanner, facts: _RunFacts) -> Triage:
     chosen = _choose_root(found)
     files, unreadable = tuple(scanner.scanned), tuple(scanner.unreadable)
     marker = facts.marker or {}
+    markers = facts.markers or ((marker,) if marker else ())
     after_injection = None
-    if chosen is not None and isinstance(chosen[0], _Event) and marker:
+    while chosen is not None and isinstance(chosen[0], _Event) and markers:
         ev, category = chosen
-        injected, _ = _injected_rank(category, ev, global_rank(ev.rank, ev.local_rank), marker)
-        if injected and ev.cycle is not None:
-            # the injected fault is expected: what broke in the cycles after it is the story
-            later = _choose_root(found.in_cycles_after(ev.cycle))
-            if later is not None:
-                after_injection, chosen = ev, later
+        hit = next((m for m in markers if _injected_rank(category, ev, global_rank(ev.rank, ev.local_rank), m)[0]), None)
+        if hit is None or ev.cycle is None:
+            break
+        marker = hit
+        # the injected fault is expected: what broke in the cycles after it is the story
+        later = _choose_root(found.in_cycles_after(ev.cycle))
+        if later is None:
+            break
+        after_injection, chosen = ev, later
     config = _config(scanner, facts, chosen[0] if chosen else None)
     if chosen is None:
         summary = f"No failure found in {len(files)} log file(s)."
@@ -1409,7 +1426,7 @@ def _event_triage(
         summary += f" (cycle {ev.cycle})"
     if injected:
         fault = marker.get("signal", marker.get("fault"))
-        summary += f"; this is the fault the harness injected ({MARKER_NAME}: {fault})"
+        summary += f"; this is the fault the harness injected ({_marker_file(marker)}: {fault})"
     return Triage(
         str(root), category, summary + ".", rank=rank, local_rank=ev.local_rank, cycle=ev.cycle,
         evidence=tuple(evidence), config=config, advice=_advice(category, rank, config, ev, injected),

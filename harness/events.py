@@ -360,6 +360,10 @@ class Injection(Event):
     host: str | None
     pid: int | None
     launcher_pid: int | None = None  # node fault: the lost node's launcher
+    fault_at: str = "after-commit"  # the moment (harness.spec.FAULT_MOMENTS); absent in a marker: after-commit
+    fault_index: int = 1  # which planned fault (fault_injected.json: 1, fault_injected.<n>.json: n)
+    committed_iteration: int | None = None  # in-save: the committed checkpoint; `iteration` was in flight
+    poisoned: str | None = None  # poison: the file the nemesis truncated
 
 
 # ---------------------------------------------------------------- non-event state
@@ -445,6 +449,9 @@ class RunConfig:
 
     requested_fault: str | None = None
     fault_rank: int | None = None
+    fault_at: str | None = None  # run.json's moment; None: not recorded (after-commit, or see the markers)
+    max_restarts: int | None = None
+    max_no_progress_cycles: int | None = None
     train_iters: int | None = None
     train_iters_src: str | None = None  # evidence line (`file:line: text`) of where it was read
     save_interval: int | None = None

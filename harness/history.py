@@ -30,7 +30,7 @@ from pathlib import Path
 
 from harness import events as ev
 from harness.events import Src, clip
-from harness.layout import MARKER_NAME, TRACKER_NAME
+from harness.layout import MARKER_NAME, TRACKER_NAME, marker_index
 from harness.optimizer_record import read_dcp_metadata, read_optimizer_record
 
 CHUNK_SIZE = 8 << 20
@@ -826,7 +826,19 @@ class HistoryReader:
     # ---- small JSON records
 
     def _injections(self, notes: list[str]) -> list[ev.Injection]:
-        path = self.run_dir / MARKER_NAME
+        """Every marker: fault_injected.json, then fault_injected.<n>.json of a multi-fault plan."""
+        try:
+            names = [n for n in os.listdir(self.run_dir) if marker_index(n) is not None]
+        except OSError:
+            return []
+        out: list[ev.Injection] = []
+        for name in sorted(names, key=lambda n: marker_index(n) or 0):
+            out.extend(self._marker(name, notes))
+        return out
+
+    def _marker(self, name: str, notes: list[str]) -> list[ev.Injection]:
+        MARKER_NAME = name  # noqa: N806 - the messages below name the file read
+        path = self.run_dir / name
         if not path.exists():
             return []
         try:
@@ -851,7 +863,7 @@ class HistoryReader:
         out = []
         for i, rec in enumerate(records):
             rec = rec if isinstance(rec, dict) else {}
-            shown = json.dumps({k: rec[k] for k in ("fault", "rank", "cycle", "iteration", "injected_at") if k in rec})
+            shown = json.dumps({k: rec[k] for k in ("fault", "fault_at", "rank", "cycle", "iteration", "injected_at") if k in rec})
             out.append(ev.Injection(
                 src=Src(MARKER_NAME, i + 1 if len(records) > 1 else 1, clip(shown)),
                 ts=parse_iso_utc(rec.get("injected_at")), ts_utc=True,
@@ -859,6 +871,8 @@ class HistoryReader:
                 local_rank=_int(rec.get("local_rank")), cycle=_int(rec.get("cycle")), iteration=_int(rec.get("iteration")),
                 baseline_iteration=_int(rec.get("baseline_iteration")), host=_str(rec.get("host")), pid=_int(rec.get("pid")),
                 launcher_pid=_int(rec.get("launcher_pid")),
+                fault_at=_str(rec.get("fault_at")) or "after-commit", fault_index=marker_index(name) or 1,
+                committed_iteration=_int(rec.get("committed_iteration")), poisoned=_str(rec.get("poisoned")),
             ))
         return out
 
@@ -1126,6 +1140,8 @@ def _run_config(run_json: _JsonFile | None, launch_json: _JsonFile | None, start
     return ev.RunConfig(
         deadline_profile=profile, deadlines=deadlines,
         requested_fault=_str(spec.get("fault")), fault_rank=_int(spec.get("fault_rank")),
+        fault_at=_str(spec.get("fault_at")), max_restarts=_int(spec.get("max_restarts")),
+        max_no_progress_cycles=_int(spec.get("max_no_progress_cycles")),
         train_iters=train_iters, train_iters_src=train_src, save_interval=save_interval, save_interval_src=save_src,
         nvrx_version=nvrx, utc_offset_s=_int(data.get("utc_offset_s")), extra_args=tuple(str(a) for a in extra),
         argv=argv, dry_run=bool(data.get("dry_run")), has_run_json=run_json is not None and run_json.error is None,

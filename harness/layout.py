@@ -25,6 +25,24 @@ RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _RUN_ID_RE = re.compile(RUN_ID_PATTERN + r"\Z")
 
 MARKER_NAME = "fault_injected.json"
+# A plan with several faults (--fault-at in-restore) claims one marker per fault: the first
+# is MARKER_NAME, fault n >= 2 claims `fault_injected.<n>.json`.
+MARKER_GLOB = "fault_injected*.json"
+
+
+def marker_name(index: int) -> str:
+    """The marker file of the plan's fault number `index` (1-based)."""
+    if index < 1:
+        raise ValueError(f"fault index {index} must be 1 or more")
+    return MARKER_NAME if index == 1 else f"fault_injected.{index}.json"
+
+
+def marker_index(name: str) -> int | None:
+    """The fault number a marker file name stands for; None for any other name."""
+    if name == MARKER_NAME:
+        return 1
+    m = re.fullmatch(r"fault_injected\.([2-9]|[1-9][0-9])\.json", name)
+    return int(m.group(1)) if m else None
 TRACKER_NAME = "latest_checkpointed_iteration.txt"
 FT_STATE_NAME = "ft_state.json"
 CYCLE_LOG_STEM = "train_cycle"
@@ -61,6 +79,9 @@ class RunLayout:
     @property
     def marker(self) -> Path:
         return self.root / MARKER_NAME
+
+    def marker_for(self, index: int) -> Path:
+        return self.root / marker_name(index)
 
     @property
     def cycle_infos(self) -> Path:

@@ -39,6 +39,26 @@ _FRACTIONAL_DATETIME = re.compile(r"datetime: \S+ \d\d:\d\d:\d\d\.\d")
 
 
 @dataclass(frozen=True)
+class Recovery:
+    """The latency split of the recovery from one injected fault (a multi-fault plan has several;
+    a phase that never happened, e.g. the load a second fault interrupted, is None)."""
+
+    fault_index: int
+    fault_at: str
+    cycle: int | None
+    injected_at: float | None
+    detection_s: float | None
+    restart_s: float | None
+    restore_s: float | None
+    first_step_s: float | None
+
+    def to_json(self) -> dict:
+        return {"fault_index": self.fault_index, "fault_at": self.fault_at, "cycle": self.cycle,
+                "injected_at": iso_utc(self.injected_at), "detection_s": self.detection_s,
+                "restart_s": self.restart_s, "restore_s": self.restore_s, "first_step_s": self.first_step_s}
+
+
+@dataclass(frozen=True)
 class Metrics:
     detection_s: float | None = None
     restart_s: float | None = None
@@ -57,6 +77,7 @@ class Metrics:
     evidence: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()  # what makes a value above untrustworthy (a wall-clock jump)
+    recoveries: tuple[Recovery, ...] = ()  # one per injected fault, in fault order
 
     def to_json(self) -> dict:
         return {
@@ -81,6 +102,7 @@ class Metrics:
             "evidence": dict(self.evidence),
             "notes": list(self.notes),
             "warnings": list(self.warnings),
+            "recoveries": [r.to_json() for r in self.recoveries],
         }
 
 
@@ -88,8 +110,8 @@ def _span(start: float | None, end: float | None) -> float | None:
     return None if start is None or end is None else round(end - start, 3)
 
 
-def _detection(tl: Timeline, a: Analysis) -> ev.LauncherEvent | None:
-    c = a.failed_cycle
+def _detection(tl: Timeline, a: Analysis, cycle: int | None = None) -> ev.LauncherEvent | None:
+    c = a.failed_cycle if cycle is None else cycle
     launcher = list(tl.launcher_events())
     profiled = [e for e in launcher if isinstance(e, ev.ProfilingEvent) and e.name == "failure_detected"
                 and e.subject_cycle == c and tl.utc(e) is not None]
@@ -113,6 +135,25 @@ def clock_jump_warnings(tl: Timeline, spans: dict[str, tuple[float | None, float
                  else "no measured latency spans it")
         out.append(f"The wall clock of the harness's host jumped {jump:+.2f} s between {iso_utc(before)} and "
                    f"{iso_utc(after)} (against its monotonic clock): {where}.")
+    return tuple(out)
+
+
+def recoveries(tl: Timeline, a: Analysis) -> tuple[Recovery, ...]:
+    """The split of every injected fault's recovery: from its marker to the next cycle's first step."""
+    out = []
+    for inj in a.injections:
+        c = inj.cycle
+        injected = tl.utc(inj)
+        detected = tl.utc(_detection(tl, a, c)) if c is not None else None
+        later = sorted(k for k in a.workers_started if c is not None and k > c)
+        started = tl.utc(a.workers_started[later[0]]) if later else None
+        starts = sorted((s for s in tl.starts if s.cycle is not None and c is not None and s.cycle > c),
+                        key=lambda s: (s.cycle, s.index))
+        r = starts[0] if starts else None
+        loaded = tl.utc(r.first(ev.ModelBuilt)) if r is not None and r.first(ev.CheckpointLoaded) is not None else None
+        first = tl.utc(r.first_iteration) if r is not None else None
+        out.append(Recovery(inj.fault_index, inj.fault_at, c, injected, _span(injected, detected),
+                            _span(detected, started), _span(started, loaded), _span(loaded, first)))
     return tuple(out)
 
 
@@ -171,4 +212,5 @@ def compute(tl: Timeline, a: Analysis) -> Metrics:
         injected_at=injected, detected_at=detected, workers_started_at=started, checkpoint_loaded_at=loaded,
         first_step_at=first, restored_iteration=k, last_iteration_before_fault=last_before.iteration if last_before else None,
         first_step_iteration=first_ev.iteration if first_ev is not None else None, evidence=evidence, notes=tuple(notes),
+        recoveries=recoveries(tl, a),
     )

@@ -1,21 +1,33 @@
 """The once-only fault injector ("nemesis") that wraps an unmodified training entrypoint.
 
-    python -m harness.nemesis [--fault {kill,hang,node,none}] [--fault-rank N] [--run-dir DIR]
-                              [--checkpoint-dir DIR] [--poll-interval SECONDS]
+    python -m harness.nemesis [--fault {kill,hang,term,poison,node,none}] [--fault-at MOMENT] [--fault-rank N]
+                              [--run-dir DIR] [--checkpoint-dir DIR] [--poll-interval SECONDS]
                               -- ENTRYPOINT [ARGS...]      (or: -- -m MODULE [ARGS...])
 
 The entrypoint (Megatron's `pretrain_gpt.py`, the reference workload, any script) runs in
 this very process, exactly as `python ENTRYPOINT ARGS...` would run it, so a signal hits
-the real training process. On the selected global rank a daemon thread polls Megatron's
-tracker file; the first time it holds an iteration above the value read at startup, the
-thread claims `<run>/fault_injected.json` with O_EXCL and only then SIGKILLs or SIGSTOPs
-its own process, or, for `node`, loses its whole node: its launcher (this worker's parent) and
-every process under it (the node's other workers, rank monitors, checkpoint workers) are
-stopped, then SIGKILLed together, this process last. The launcher restarts the identical command, and the replacement worker
-finds the marker and stays quiet: one fault per run, whatever the number of restarts.
+the real training process. On the selected global rank the nemesis waits for its moment
+(harness.spec.FAULT_MOMENTS), claims the fault's marker with O_EXCL and only then signals
+its own process, or, for `node`, loses its whole node: its launcher (this worker's parent)
+and every process under it (the node's other workers, rank monitors, checkpoint workers) are
+stopped, then SIGKILLed together, this process last:
 
-The wrapper never touches training state. It only reads the tracker, writes the marker
-and signals itself. Stdlib only (plus the path constants of harness.layout): it is
+- after-commit: a poller thread reads Megatron's tracker; the first iteration above the
+  value read at startup fires (`poison` first truncates one `.distcp` of that checkpoint);
+- in-save: the poller watches the checkpoint directory: once a checkpoint is committed, the
+  first `iter_N/` above it that holds `.distcp` data but no `metadata.json`, with the tracker
+  still below N, fires while that async save is in flight (the marker's `iteration` is N);
+- in-restore: fault 1 as after-commit; in the replacement cycle an audit hook fires fault 2
+  at the first read of a file under `iter_*/` (the load started, no step yet);
+- last-iteration: when the entrypoint returns normally with the tracker at --train-iters.
+
+Each planned fault claims its own marker (`fault_injected.json`, then `fault_injected.2.json`)
+and a worker that finds its fault's marker stays quiet: one injection per planned fault,
+whatever the number of restarts.
+
+The wrapper never touches training state, except the `poison` kind's one truncated file.
+It reads the tracker and the checkpoint directory, writes markers and signals itself.
+Stdlib only (plus the vocabulary of harness.spec and the paths of harness.layout): it is
 imported by every training worker and must not pull in torch or slow startup down.
 
 Exit status: the entrypoint's own, unchanged; 2 for bad options or an unusable tracker /
@@ -42,9 +54,12 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from harness.layout import RunLayout, is_valid_run_id
+from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS
 
-FAULTS = ("kill", "hang", "node", "none")
-FAULT_SIGNALS = {"kill": signal.SIGKILL, "hang": signal.SIGSTOP, "node": signal.SIGKILL}
+FAULTS = (*FAULT_KINDS, "none")
+FAULT_SIGNALS = {k.name: getattr(signal, k.signal) for k in FAULT_KINDS.values()}
+COMMIT_MARKER_NAME = "metadata.json"  # dist-checkpointing's commit marker inside iter_N/
+DATA_SUFFIX = ".distcp"
 DEFAULT_FAULT = "kill"
 DEFAULT_FAULT_RANK = 1
 # bench/nemesis_latency.py on a 2-core VM: tracker write -> SIGKILL median 33 ms, p95 65 ms;
@@ -75,7 +90,8 @@ class MarkerError(NemesisError):
 
 @dataclass(frozen=True)
 class InjectionRecord:
-    """Contents of `fault_injected.json` (docs/contracts.md); `iteration` triggered the fault."""
+    """Contents of a marker (docs/contracts.md); `iteration` triggered the fault: the committed
+    checkpoint for after-commit / in-restore / last-iteration, the one being saved for in-save."""
 
     fault: str
     signal: str
@@ -89,6 +105,10 @@ class InjectionRecord:
     pid: int
     tracker: str
     launcher_pid: int | None = None  # node fault: the lost node's launcher (NVRx names nodes <host>_<pid>_<n>)
+    fault_at: str = DEFAULT_FAULT_AT
+    fault_index: int = 1  # which planned fault (its marker: layout.marker_for(fault_index))
+    committed_iteration: int | None = None  # in-save: the tracker's (committed) iteration; iteration is in flight
+    poisoned: str | None = None  # poison: the truncated file
 
     def to_json(self) -> str:
         fields = asdict(self)
@@ -187,6 +207,79 @@ def watch_tracker(
     return None
 
 
+@dataclass(frozen=True)
+class InFlightSave:
+    """An async save caught in flight: iter_`iteration`/ holds data, no commit marker, and the
+    tracker still names `committed`."""
+
+    iteration: int
+    committed: int
+    directory: Path
+
+
+def _iter_number(name: str) -> int | None:
+    if name.startswith("iter_") and len(name) == 12 and name[5:].isdigit():
+        return int(name[5:])
+    return None
+
+
+def find_in_flight_save(checkpoints: Path, baseline: int,
+                        read: Callable[[Path], int | None] = read_tracker) -> InFlightSave | None:
+    """One look at the checkpoint directory: the save in flight above a checkpoint committed by
+    this run (tracker > baseline), or None. The tracker is read before and after the listing:
+    a commit in between makes the answer None."""
+    tracker = checkpoints / "latest_checkpointed_iteration.txt"
+    committed = read(tracker)
+    if committed is None or committed <= baseline:
+        return None
+    try:
+        entries = [(n, e) for e in os.scandir(checkpoints) if (n := _iter_number(e.name)) is not None and n > committed]
+    except OSError:
+        return None
+    for number, entry in sorted(entries, key=lambda x: x[0]):
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            names = os.listdir(entry.path)
+        except OSError:
+            continue
+        if COMMIT_MARKER_NAME in names or not any(n.endswith(DATA_SUFFIX) for n in names):
+            continue
+        if read(tracker) != committed or os.path.exists(os.path.join(entry.path, COMMIT_MARKER_NAME)):
+            return None  # committed meanwhile: not in flight any more
+        return InFlightSave(number, committed, Path(entry.path))
+    return None
+
+
+def watch_in_flight_save(checkpoints: Path, baseline: int, interval: float, stop: threading.Event) -> InFlightSave | None:
+    while not stop.is_set():
+        found = find_in_flight_save(checkpoints, baseline)
+        if found is not None:
+            return found
+        stop.wait(interval)
+    return None
+
+
+def poison_checkpoint(directory: Path) -> Path:
+    """Truncate the largest `.distcp` file of a committed checkpoint to half its size (the run's
+    own checkpoint: validation refuses a user-given checkpoint dir). Returns the file."""
+    candidates = []
+    for entry in os.scandir(directory):
+        if entry.name.endswith(DATA_SUFFIX) and entry.is_file(follow_symlinks=False):
+            candidates.append((entry.stat(follow_symlinks=False).st_size, entry.name))
+    if not candidates:
+        raise OSError(errno.ENOENT, f"no {DATA_SUFFIX} file in {directory}")
+    size, name = max(candidates)
+    path = directory / name
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.ftruncate(fd, size // 2)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path
+
+
 # ---------------------------------------------------------------- marker claiming
 
 
@@ -266,6 +359,7 @@ class NemesisConfig:
     cycle: int | None
     layout: RunLayout | None  # None only when fault is none
     poll_interval: float
+    fault_at: str = DEFAULT_FAULT_AT
     # The entrypoint's --train-iters: a fault after the *final* checkpoint leaves nothing to
     # recover, so the run is reported as "fault never happened" instead of racing the exit.
     final_iteration: int | None = None
@@ -322,6 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
         "NVRX_RUN_DIR (else $NVRX_WORK_DIR/runs/$NVRX_RUN_ID), NVRX_CHECKPOINT_DIR, NVRX_POLL_INTERVAL.",
     )
     parser.add_argument("--fault", choices=FAULTS, help=f"default $NVRX_DEMO_FAULT or {DEFAULT_FAULT}")
+    parser.add_argument("--fault-at", choices=tuple(FAULT_MOMENTS),
+                        help=f"the moment; default $NVRX_FAULT_AT or {DEFAULT_FAULT_AT}")
     parser.add_argument(
         "--fault-rank", type=_non_negative_int, help=f"global RANK that injects; default $NVRX_FAULT_RANK or {DEFAULT_FAULT_RANK}"
     )
@@ -376,6 +472,12 @@ def parse_command_line(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Nem
     fault = options.fault or _env(env, "NVRX_DEMO_FAULT") or DEFAULT_FAULT
     if fault not in FAULTS:
         raise NemesisError(f"NVRX_DEMO_FAULT={fault!r} is not one of {', '.join(FAULTS)}")
+    fault_at = options.fault_at or _env(env, "NVRX_FAULT_AT") or DEFAULT_FAULT_AT
+    if fault_at not in FAULT_MOMENTS:
+        raise NemesisError(f"NVRX_FAULT_AT={fault_at!r} is not one of {', '.join(FAULT_MOMENTS)}")
+    if FAULT_KINDS.get(fault) is not None and not FAULT_KINDS[fault].allows(fault_at):
+        raise NemesisError(f"fault {fault} fires only at {', '.join(FAULT_KINDS[fault].moments or ())}: "
+                           f"use --fault-at {(FAULT_KINDS[fault].moments or ('after-commit',))[0]}")
     fault_rank = options.fault_rank
     if fault_rank is None:
         fault_rank = _env_int(env, "NVRX_FAULT_RANK")
@@ -419,6 +521,7 @@ def parse_command_line(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Nem
         cycle=_env_int(env, "TORCHELASTIC_RESTART_COUNT"),
         layout=layout,
         poll_interval=poll_interval,
+        fault_at=fault_at,
         final_iteration=final_iteration(entrypoint.args),
     )
     return config, entrypoint
@@ -446,19 +549,31 @@ def log(message: str) -> None:
 
 
 class Injector:
-    """The selected rank's poller thread: waits for a new checkpoint, claims, signals."""
+    """The selected rank's fault: waits for its moment, claims its marker, signals.
 
-    def __init__(self, config: NemesisConfig, layout: RunLayout, baseline: int) -> None:
+    `watch`: after-commit (tracker poller), in-save (checkpoint-directory poller), in-restore
+    (audit hook on the load's first read) or last-iteration (the entrypoint's normal return).
+    `fault_index` is the planned fault it stands for (its marker)."""
+
+    def __init__(self, config: NemesisConfig, layout: RunLayout, baseline: int, *, watch: str,
+                 fault_index: int = 1) -> None:
         self._config = config
         self._layout = layout
         self._baseline = baseline
+        self.watch = watch
+        self.fault_index = fault_index
+        self.marker = layout.marker_for(fault_index)
         self._stop = threading.Event()
         self._lock = threading.Lock()  # disarm() cannot slip between claim and signal
         self._disarmed = False
+        self._fired = False
         self.failure: str | None = None  # why the fault did not happen, when we know
 
     def start(self) -> None:
-        threading.Thread(target=self._run, name=POLLER_THREAD_NAME, daemon=True).start()
+        if self.watch in ("after-commit", "in-save"):
+            threading.Thread(target=self._run, name=POLLER_THREAD_NAME, daemon=True).start()
+        elif self.watch == "in-restore":
+            sys.addaudithook(self._audit)
 
     def disarm(self) -> None:
         """Stop for good; waits for an injection in progress (which then ends this process)."""
@@ -468,23 +583,62 @@ class Injector:
 
     def _run(self) -> None:
         try:
+            if self.watch == "in-save":
+                found = watch_in_flight_save(self._layout.checkpoints, self._baseline, self._config.poll_interval,
+                                             self._stop)
+                if found is not None:
+                    self._fire(found.iteration, committed=found.committed)
+                return
             iteration = watch_tracker(self._layout.tracker, self._baseline, self._config.poll_interval, self._stop)
             final = self._config.final_iteration
             if iteration is not None and final is not None and iteration >= final:
                 self.failure = (f"the first checkpoint newer than the baseline {self._baseline} was the final one "
                                 f"(iteration {iteration}, --train-iters {final}): a fault there leaves nothing to "
-                                "recover; use a save interval below the train iterations")
+                                "recover; use a save interval below the train iterations, or --fault-at last-iteration")
                 log(f"rank {self._config.rank}: not injecting: {self.failure}")
                 return
             if iteration is not None:
-                with self._lock:
-                    if not self._disarmed:
-                        self._inject(iteration)
+                self._fire(iteration)
         except BaseException as exc:  # a dead poller must be reported at exit, not lost
             self.failure = f"the poller thread failed: {exc!r}"
             log(f"rank {self._config.rank}: {self.failure}")
 
-    def _record(self, iteration: int, launcher_pid: int | None = None) -> InjectionRecord:
+    def _audit(self, event: str, args: tuple) -> None:
+        """in-restore: the first read of a checkpoint file is the load starting (no step yet)."""
+        if event != "open" or self._fired or self._disarmed:
+            return
+        path, mode = args[0], args[1]
+        if not isinstance(path, (str, bytes, os.PathLike)) or (isinstance(mode, str) and any(c in mode for c in "wax+")):
+            return
+        if isinstance(args[2], int) and args[2] & (os.O_WRONLY | os.O_RDWR):
+            return
+        text = os.fsdecode(path)
+        checkpoints = os.fsdecode(os.path.abspath(self._layout.checkpoints))
+        rel = os.path.relpath(os.path.abspath(text), checkpoints)
+        if rel.startswith("..") or _iter_number(rel.split(os.sep, 1)[0]) is None:
+            return
+        self._fired = True
+        iteration = read_tracker(self._layout.tracker)
+        self._fire(iteration if iteration is not None else _iter_number(rel.split(os.sep, 1)[0]) or 0)
+
+    def at_normal_exit(self) -> None:
+        """last-iteration: the entrypoint returned normally; fire if the final checkpoint is committed."""
+        if self.watch != "last-iteration":
+            return
+        final = self._config.final_iteration
+        committed = read_tracker(self._layout.tracker)
+        if final is None:
+            self.failure = "--fault-at last-iteration needs the entrypoint's --train-iters to know the final iteration"
+        elif committed != final:
+            self.failure = (f"the entrypoint ended with the tracker at {committed}, not at the final iteration {final}: "
+                            "the final checkpoint was not committed")
+        else:
+            self._fire(final)
+            return
+        log(f"rank {self._config.rank}: not injecting: {self.failure}")
+
+    def _record(self, iteration: int, committed: int | None, poisoned: str | None,
+                launcher_pid: int | None = None) -> InjectionRecord:
         config = self._config
         return InjectionRecord(
             fault=config.fault,
@@ -499,10 +653,21 @@ class Injector:
             pid=os.getpid(),
             tracker=os.path.abspath(self._layout.tracker),
             launcher_pid=launcher_pid,
+            fault_at=self.watch,
+            fault_index=self.fault_index,
+            committed_iteration=committed,
+            poisoned=poisoned,
         )
 
-    def _inject(self, iteration: int) -> None:
-        rank, marker = self._config.rank, self._layout.marker
+    def _fire(self, iteration: int, committed: int | None = None) -> None:
+        with self._lock:
+            if self._disarmed and self.watch != "last-iteration":
+                return
+            self._inject(iteration, committed)
+
+    def _inject(self, iteration: int, committed: int | None) -> None:
+        rank, marker = self._config.rank, self.marker
+        poisoned = None
         node_pids: list[int] = []
         if self._config.fault == "node":
             try:
@@ -511,8 +676,16 @@ class Injector:
                 self.failure = f"cannot lose this node: {exc}"
                 log(f"rank {rank}: not injecting: {self.failure}")
                 return
+        if FAULT_KINDS[self._config.fault].poisons_checkpoint:
+            try:
+                poisoned = str(poison_checkpoint(self._layout.checkpoints / f"iter_{iteration:07d}"))
+            except OSError as exc:
+                self.failure = f"poisoning checkpoint {iteration} failed: {exc}"
+                log(f"rank {rank}: not injecting: {self.failure}")
+                return
         try:
-            claimed = claim_marker(marker, self._record(iteration, node_pids[0] if node_pids else None))
+            claimed = claim_marker(marker, self._record(iteration, committed, poisoned,
+                                                        node_pids[0] if node_pids else None))
         except MarkerError as exc:
             self.failure = f"claiming the marker failed: {exc}"
             log(f"rank {rank}: not injecting: {exc}")
@@ -527,7 +700,13 @@ class Injector:
                 "descendant(s)")
             kill_node(node_pids)
             return
-        log(f"rank {rank} injecting {sig.name} after checkpoint iteration {iteration} (baseline {self._baseline})")
+        # One prefix for every moment (history reads it): the committed checkpoint the fault came after.
+        after = committed if committed is not None else iteration
+        what = {"in-save": f", during the async save of iteration {iteration}",
+                "in-restore": ", while the replacement loads it",
+                "last-iteration": ", the final one, before the clean exit"}.get(self.watch, "")
+        extra = f", truncated {poisoned}" if poisoned else ""
+        log(f"rank {rank} injecting {sig.name} after checkpoint iteration {after} (baseline {self._baseline}){what}{extra}")
         os.kill(os.getpid(), sig)
 
 
@@ -613,24 +792,35 @@ def _signal(pid: int, sig: int) -> None:
 
 
 def arm(config: NemesisConfig) -> Injector | None:
-    """Startup checks of the selected rank; the armed poller, or None when nothing is to be done."""
+    """Startup checks of the selected rank; the armed injector, or None when nothing is to be done."""
     if not config.selected:
         return None
     layout = config.layout
     assert layout is not None  # parse_command_line guarantees it when a fault is requested
     if not layout.root.is_dir():
         raise NemesisError(f"run directory {layout.root} does not exist: create it (nvrx-qual does) or fix --run-dir")
-    if os.path.lexists(layout.marker) and not marker_present(layout.marker):
-        raise NemesisError(f"marker path {layout.marker} exists but is not a regular file: remove it or use a new run id")
-    if marker_present(layout.marker):
-        log(f"rank {config.rank}: marker {layout.marker} exists (fault injected in an earlier cycle); not injecting again")
+    planned = FAULT_MOMENTS[config.fault_at].faults
+    index = None
+    for i in range(1, planned + 1):
+        path = layout.marker_for(i)
+        if os.path.lexists(path) and not marker_present(path):
+            raise NemesisError(f"marker path {path} exists but is not a regular file: remove it or use a new run id")
+        if index is None and not marker_present(path):
+            index = i
+    if index is None:
+        log(f"rank {config.rank}: marker {layout.marker_for(planned)} exists (fault injected in an earlier cycle); "
+            f"not injecting again: every planned fault was injected")
         return None
+    # Fault 1 of a two-fault plan is the after-commit one; the plan's own moment is its last fault.
+    watch = config.fault_at if index == planned else DEFAULT_FAULT_AT
     baseline = read_baseline(layout.tracker)
-    log(
-        f"rank {config.rank} armed: {config.fault} once {layout.tracker} passes iteration {baseline} "
-        f"(poll every {config.poll_interval:g} s)"
-    )
-    injector = Injector(config, layout, baseline)
+    what = {"after-commit": f"once {layout.tracker} passes iteration {baseline}",
+            "in-save": f"once a save above a committed checkpoint newer than {baseline} is in flight in {layout.checkpoints}",
+            "in-restore": f"at the first read under {layout.checkpoints}/iter_* (the load)",
+            "last-iteration": "when the entrypoint ends with the final checkpoint committed"}[watch]
+    log(f"rank {config.rank} armed: {config.fault} (fault {index} of {planned}, {watch}) {what} "
+        f"(poll every {config.poll_interval:g} s)")
+    injector = Injector(config, layout, baseline, watch=watch, fault_index=index)
     injector.start()
     return injector
 
@@ -679,7 +869,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.getpid() != pid or not config.selected:
         return 0
     assert config.layout is not None
-    if marker_present(config.layout.marker):
+    if injector is not None:
+        injector.at_normal_exit()  # last-iteration fires here, before the clean exit
+    if injector is None or marker_present(injector.marker):
         return 0
     reason = (injector.failure if injector is not None else None) or (
         f"no checkpoint newer than the startup baseline appeared in {config.layout.tracker} before the entrypoint ended"

@@ -94,6 +94,7 @@ class TimelinePicture:
     recovery_s: float | None  # failure -> first committed step
     qualified: bool = True  # False: the recovery is drawn as failed, not shaded like a good one
     did_not_hold: tuple[str, ...] = ()
+    faults: tuple[Moment, ...] = ()  # every injected fault (a multi-fault plan has several), in fault order
 
     def _times(self) -> list[float]:
         return [p.t for c in self.curves for p in c.points] + [m.t for m in (*self.moments, *self.cycle_marks)]
@@ -173,10 +174,15 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
                      if stamps[a] is not None and stamps[b] is not None)
 
     verdict = headline(qualified, analysis.fault)
-    inj = analysis.injection
+    total = len(analysis.injections)
+    faults = tuple(Moment("injected", f"fault {i.fault_index} of {total} ({i.fault_at})", t)
+                   for i in analysis.injections if (t := timeline.utc(i)) is not None)
+    inj = analysis.first_injection
     if inj is not None:
         fault = f"{inj.fault} ({inj.signal or '?'}) on rank {inj.rank if inj.rank is not None else '?'} " \
                 f"after checkpoint {inj.iteration if inj.iteration is not None else '?'}"
+        if analysis.fault_at != "after-commit":
+            fault += f", {analysis.fault_at}" + (f" ({total} faults)" if total > 1 else "")
     elif analysis.is_fault_run:
         fault = f"{analysis.fault} requested, never injected"
     else:
@@ -189,7 +195,7 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
     return TimelinePicture(
         title=title, subtitle=" · ".join(p for p in parts if p), curves=tuple(curves), checkpoints=tuple(shown),
         checkpoints_committed=len(marks), cycle_marks=tuple(sorted(cycle_marks, key=lambda m: m.t)),
-        moments=moments, segments=segments, recovery_s=metrics.failure_to_first_step_s,
+        moments=moments, segments=segments, recovery_s=metrics.failure_to_first_step_s, faults=faults,
         qualified=qualified, did_not_hold=tuple(failed),
     )
 
@@ -294,9 +300,16 @@ def _whole_run(p: TimelinePicture, ax, Line2D, Patch) -> None:
         if marks:
             handles.append(Line2D([], [], color=colour, ls=style, lw=1.0, label=text))
     moments = {m.key: m for m in p.moments}
+    earlier = [f for f in p.faults if "injected" not in moments or f.t != moments["injected"].t]
+    for f in earlier:  # the faults before the last one of a multi-fault plan (the recovery drawn is the last's)
+        ax.axvline(x(f.t), color="#d62728", lw=1.5, ls=(0, (6, 2)))
+    if earlier:
+        handles.append(Line2D([], [], color="#d62728", lw=1.5, ls=(0, (6, 2)),
+                              label=", ".join(f.label for f in earlier) + " injected"))
     if "injected" in moments:
         ax.axvline(x(moments["injected"].t), color="#d62728", lw=1.5)
-        handles.append(Line2D([], [], color="#d62728", lw=1.5, label="fault injected"))
+        last = p.faults[-1].label if len(p.faults) > 1 else None
+        handles.append(Line2D([], [], color="#d62728", lw=1.5, label=f"{last} injected" if last else "fault injected"))
         if p.qualified and "first_step" in moments:
             ax.axvspan(x(moments["injected"].t), x(moments["first_step"].t), color="#d62728", alpha=0.12, lw=0)
             handles.append(Line2D([], [], color="#d62728", alpha=0.3, lw=8,

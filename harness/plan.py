@@ -24,7 +24,7 @@ from pathlib import Path
 from harness import slurm, topology
 from harness.layout import RunLayout
 from harness.nvrx import LAUNCHER_MODULE, NvrxTarget
-from harness.spec import RunSpec, SpecError
+from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, RunSpec, SpecError
 from harness.workloads import megatron, megatron_cpu, reference_args
 
 NEMESIS_MODULE = "harness.nemesis"
@@ -127,8 +127,9 @@ class Plan:
         return not self.nvrx.routes_logs
 
     def render(self) -> str:
+        at = "" if self.spec.fault_at == DEFAULT_FAULT_AT else f" at {self.spec.fault_at}"
         lines = [f"# nvrx-qual plan: run {self.spec.run_id} ({self.spec.workload}, fault {self.spec.fault}"
-                 f"{'' if self.spec.fault == 'none' else f' on rank {self.spec.fault_rank}'}, "
+                 f"{'' if self.spec.fault == 'none' else f' on rank {self.spec.fault_rank}{at}'}, "
                  f"NVRx {self.nvrx.version})",
                  f"# run directory: {self.layout.root}",
                  f"# checkpoints:   {self.layout.checkpoints}",
@@ -152,6 +153,14 @@ def check(spec: RunSpec, nvrx: NvrxTarget) -> None:
         problems += megatron_cpu.extra_arg_problems(spec.extra_args)
     else:
         problems += reference_args.extra_arg_problems(spec.extra_args)
+    kind = FAULT_KINDS.get(spec.fault)
+    if kind is not None and kind.poisons_checkpoint and not nvrx.has_no_restart_exit_code:
+        problems.append(f"--fault {spec.fault} makes a restart loop that only NVRx's no-progress rule stops (with exit "
+                        f"{NO_RESTART_EXIT_CODE}); NVRx {nvrx.version} has no such rule (0.7.0 adds it), so the run "
+                        "could only loop until --max-restarts: use NVRx >= 0.7.0 or another fault")
+    if spec.max_no_progress_cycles is not None and not nvrx.has_no_restart_exit_code:
+        problems.append(f"--max-no-progress-cycles: NVRx {nvrx.version} has no no-progress rule (0.7.0 adds "
+                        "--ft-max-no-progress-cycles): drop it or use NVRx >= 0.7.0")
     if problems:
         raise SpecError(problems)
 
@@ -168,6 +177,8 @@ def nemesis_argv(spec: RunSpec) -> list[str]:
     args = ["-m", NEMESIS_MODULE, "--fault", spec.fault]
     if spec.fault != "none":
         args += ["--fault-rank", str(spec.fault_rank)]
+        if spec.fault_at != DEFAULT_FAULT_AT:
+            args += ["--fault-at", spec.fault_at]
     args += ["--run-dir", str(spec.layout.root), "--checkpoint-dir", str(spec.layout.checkpoints)]
     if spec.poll_interval is not None:
         args += ["--poll-interval", _num(spec.poll_interval)]
@@ -209,6 +220,8 @@ def launcher_argv(spec: RunSpec, nvrx: NvrxTarget, rdzv_endpoint: str, log_serve
         args += ["--tee", "3", "--log-dir", str(layout.elastic_log_dir)]
     if nvrx.has_no_restart_exit_code:
         args += ["--ft-no-restart-exit-code", str(NO_RESTART_EXIT_CODE)]
+        if spec.max_no_progress_cycles is not None:
+            args += ["--ft-max-no-progress-cycles", str(spec.max_no_progress_cycles)]
     return args + nemesis_argv(spec) + workload_argv(spec)
 
 

@@ -14,6 +14,8 @@ launching anything.
 
 from __future__ import annotations
 
+import dataclasses
+
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,7 +95,8 @@ def prepare(flags: Mapping[str, object], extra: tuple[str, ...], env: Mapping[st
     plan = plan_run(flags, extra, env, run_ids[0])  # everything else the N runs share
     if not plan.spec.dry_run:
         runner.preflight(plan, env)
-    label = summary.scenario_label(plan.spec.workload, plan.spec.fault, plan.nvrx.version)
+    label = summary.scenario_label(plan.spec.workload, summary.fault_label(plan.spec.fault, plan.spec.fault_at),
+                                   plan.nvrx.version)
     return RepeatPlan(base, run_ids, base_spec.work_dir, label, plan.spec.dry_run)
 
 
@@ -104,9 +107,10 @@ def _refused(exc: Exception, err: TextIO) -> int:
 
 
 def record_of(outcome: runner.Outcome) -> stats.RunRecord:
-    return stats.RunRecord.from_verdict_json(outcome.verdict.to_json(), run_dir=outcome.run_dir,
-                                             workload=outcome.plan.spec.workload,
-                                             stopped_early=outcome.launch.stopped_early)
+    record = stats.RunRecord.from_verdict_json(outcome.verdict.to_json(), run_dir=outcome.run_dir,
+                                               workload=outcome.plan.spec.workload,
+                                               stopped_early=outcome.launch.stopped_early)
+    return dataclasses.replace(record, fault=summary.fault_label(record.fault, outcome.plan.spec.fault_at))
 
 
 def run_repeats(flags: Mapping[str, object], extra: tuple[str, ...], env: Mapping[str, str], count: int, *,

@@ -128,6 +128,18 @@ def render_report(verdict: Verdict, extra_sections: Sequence[str] = (), picture:
     )
     for name, value, start, end in rows:
         out.append(f"| {name} | {_seconds(value)} | {start} | {end} |")
+    if len(m.recoveries) > 1 or any(r.fault_at != "after-commit" for r in m.recoveries):
+        out += ["", "## Every fault and its recovery", "",
+                "| fault | moment | failed cycle | injected (UTC) | detection | restart | restore | first step |",
+                "|---|---|---|---|---|---|---|---|"]
+        for r in m.recoveries:
+            out.append(f"| fault {r.fault_index} of {len(m.recoveries)} | {r.fault_at} | "
+                       f"{'—' if r.cycle is None else r.cycle} | {iso_utc(r.injected_at) or '—'} | "
+                       f"{_seconds(r.detection_s)} | {_seconds(r.restart_s)} | {_seconds(r.restore_s)} | "
+                       f"{_seconds(r.first_step_s)} |")
+        out.append("")
+        out.append("A phase shown — did not happen (a later fault interrupted that recovery) or has no timestamp. "
+                   "The split above is the recovery from the last fault.")
     lost = "—" if m.lost_iterations is None else str(m.lost_iterations)
     out += ["", f"Lost iterations: {lost} (last iteration logged before the fault "
                 f"{m.last_iteration_before_fault if m.last_iteration_before_fault is not None else '—'} − checkpoint "

@@ -180,7 +180,8 @@ def summary(outcome: Outcome) -> str:
 def announce(plan: Plan, which: str = "") -> str:
     """The line `nvrx-qual run` prints before launching; `which` e.g. "2 of 5" for a repeat."""
     spec = plan.spec
-    fault = "no fault" if spec.fault == "none" else f"{spec.fault} on rank {spec.fault_rank}"
+    fault = "no fault" if spec.fault == "none" else f"{spec.fault} on rank {spec.fault_rank}" + (
+        "" if spec.fault_at == "after-commit" else f" at {spec.fault_at}")
     return (f"nvrx-qual: run {spec.run_id}{f' ({which})' if which else ''}: {spec.workload} workload, {fault}, "
             f"NVRx {plan.nvrx.version}, {spec.nnodes}x{spec.gpus_per_node} ranks, deadline profile "
             f"{spec.deadline_profile} ({spec.section_timeouts_arg}, out of section {spec.out_of_section_timeout:g} s)"

@@ -23,8 +23,66 @@ from typing import Any, Callable, Mapping, Protocol
 from harness import topology
 from harness.layout import FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_NAME, RunLayout, is_valid_run_id
 
-FAULTS = ("kill", "hang", "node", "none")
 WORKLOADS = ("megatron", "megatron-cpu", "reference")
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    """What the nemesis does to the selected rank. `signal`: what it sends itself;
+    `poisons_checkpoint`: it first truncates one `.distcp` of the newest committed checkpoint,
+    so that every replacement fails its load (the restart loop NVRx must stop)."""
+
+    name: str
+    signal: str
+    help: str
+    poisons_checkpoint: bool = False
+    moments: tuple[str, ...] | None = None  # the moments it can be injected at; None: every one
+
+    def allows(self, moment: str) -> bool:
+        return self.moments is None or moment in self.moments
+
+
+@dataclass(frozen=True)
+class FaultMoment:
+    """When the fault fires. `faults`: how many faults the plan holds (each claims its own
+    marker); `needs_async_save`: the moment exists only while an async save is in flight."""
+
+    name: str
+    help: str
+    faults: int = 1
+    needs_async_save: bool = False
+
+
+# The fault vocabulary: one table per axis, so a new kind (Slurm's `node`) or moment joins here.
+FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
+    FaultKind("kill", "SIGKILL", "SIGKILL the rank's process (a crash)"),
+    FaultKind("hang", "SIGSTOP", "SIGSTOP the rank's process (a hang the rank monitor must detect)"),
+    FaultKind("term", "SIGTERM", "SIGTERM the rank's process (a preemption or an operator's kill)"),
+    FaultKind("poison", "SIGKILL", "truncate one .distcp of the newest committed checkpoint, then SIGKILL: every "
+              "replacement fails its load, a restart loop NVRx's no-progress rule must stop", poisons_checkpoint=True,
+              moments=("after-commit",)),
+    FaultKind("node", "SIGKILL", "SIGKILL of the fault rank's whole node: its launcher and every process under it "
+              "(the failure a large job meets most; --hot-spares gives the launcher a standby node)",
+              moments=("after-commit",)),
+)}
+FAULT_MOMENTS: dict[str, FaultMoment] = {m.name: m for m in (
+    FaultMoment("after-commit", "right after the first checkpoint of the run is committed (the walkthrough's)"),
+    FaultMoment("in-save", "while an async save is in flight: iter_N/ holds data, metadata.json and the tracker "
+                "are not written yet (after one committed checkpoint)", needs_async_save=True),
+    FaultMoment("in-restore", "a second fault in the replacement cycle, after its checkpoint load started and "
+                "before its first step (the run needs two restarts)", faults=2),
+    FaultMoment("last-iteration", "after the final checkpoint is committed, before the clean exit"),
+)}
+DEFAULT_FAULT_AT = "after-commit"
+FAULTS = (*FAULT_KINDS, "none")
+# Moments each workload can show. Both save asynchronously and load through Python's open(),
+# which is what the nemesis watches (iter_N/ contents; the audit hook of the load).
+WORKLOAD_MOMENTS: dict[str, tuple[str, ...]] = {
+    "reference": tuple(FAULT_MOMENTS),
+    "megatron": tuple(FAULT_MOMENTS),
+    # Megatron's own loop on CPU: only the walkthrough's moment has been shown on it so far.
+    "megatron-cpu": ("after-commit",),
+}
 SECTIONS = ("setup", "step", "checkpointing")
 
 
@@ -62,6 +120,9 @@ class RunSpec:
     hot_spares: int = 0  # launchers beyond NNODES that join as standby (--nnodes N:N+H)
     rdzv_join_timeout: float | None = None  # launcher --rdzv-conf join_timeout; None: NVRx's default
     local_nodes: bool = False  # every node's launcher on this machine, no Slurm (testing)
+    fault_at: str = DEFAULT_FAULT_AT
+    max_no_progress_cycles: int | None = None  # NVRx >= 0.7 --ft-max-no-progress-cycles; None: its default (3)
+    save_delay_ms: int | None = None  # reference workload only: hold every async save open this long
     checkpoint_dir: Path | None = None
     rdzv_endpoint: str | None = None
     dry_run: bool = False
@@ -255,8 +316,11 @@ KNOBS: tuple[Knob, ...] = (
     Knob("save_interval", "--save-interval", _parse_int, "checkpoint every N iterations", "SAVE_INTERVAL",
          "a positive integer"),
     Knob("fault", "--fault", _parse_choice(FAULTS),
-         "kill (SIGKILL), hang (SIGSTOP), node (SIGKILL of the fault rank's whole node: launcher and workers) or none",
-         "NVRX_DEMO_FAULT", "kill, hang, node or none"),
+         "; ".join(f"{k.name}: {k.help}" for k in FAULT_KINDS.values()) + "; none: no fault", "NVRX_DEMO_FAULT",
+         ", ".join(FAULTS)),
+    Knob("fault_at", "--fault-at", _parse_choice(tuple(FAULT_MOMENTS)),
+         "; ".join(f"{m.name}: {m.help}" for m in FAULT_MOMENTS.values()), "NVRX_FAULT_AT",
+         ", ".join(FAULT_MOMENTS)),
     Knob("fault_rank", "--fault-rank", _parse_int, "global rank that injects the fault", "NVRX_FAULT_RANK",
          "a rank number such as 0 or 1"),
     Knob("hot_spares", "--hot-spares", _parse_int,
@@ -284,6 +348,9 @@ KNOBS: tuple[Knob, ...] = (
          "a number of seconds"),
     Knob("max_restarts", "--max-restarts", _parse_int, "worker-group restarts the launcher may do", None,
          "a non-negative integer"),
+    Knob("max_no_progress_cycles", "--max-no-progress-cycles", _parse_int,
+         "NVRx >= 0.7: cycles without checkpoint progress before the launcher stops the job with exit 93 "
+         "(--ft-max-no-progress-cycles; default: NVRx's 3)", None, "a positive integer"),
     Knob("monitor_interval", "--monitor-interval", _parse_float, "launcher monitor interval, seconds", None,
          "a number of seconds"),
     Knob("workload_check_interval", "--workload-check-interval", _parse_float,
@@ -292,6 +359,9 @@ KNOBS: tuple[Knob, ...] = (
          "NVRX_POLL_INTERVAL", "a number of seconds"),
     Knob("step_time_ms", "--step-time-ms", _parse_int, "reference workload: minimum step time", None,
          "a non-negative integer"),
+    Knob("save_delay_ms", "--save-delay-ms", _parse_int,
+         "reference workload: hold every async save open this long before its metadata is written, so a fault "
+         "can land inside it (default: 400 with --fault-at in-save, else none)", None, "a non-negative integer"),
     Knob("nvrx_version", "--nvrx-version", str, "NVRx version the commands are for (default: installed)",
          "NVRX_VERSION", "e.g. 0.7.0"),
     Knob("nvrx_path", "--nvrx-path", Path, "directory holding the NVRx to use (a pip --target install)",
@@ -378,7 +448,12 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
         if values.get("nvrx_path") is None and (where / "nvidia_resiliency_ext").is_dir():
             values["nvrx_path"] = where
     if not values.get("run_id"):
-        values["run_id"] = generated_run_id(workload, values.get("fault", "kill"))
+        fault = values.get("fault", "kill")
+        moment = values.get("fault_at", DEFAULT_FAULT_AT)
+        values["run_id"] = generated_run_id(workload, fault if moment == DEFAULT_FAULT_AT else f"{fault}-{moment}")
+    if values.get("fault_at") == "in-save" and workload == "reference" and values.get("save_delay_ms") is None:
+        # Its saves of a tiny model take milliseconds: hold each one open for a few polls of the nemesis.
+        values["save_delay_ms"] = IN_SAVE_DELAY_MS
     values["extra_args"] = tuple(extra_args)
     return RunSpec(**values)
 
@@ -390,6 +465,41 @@ def deadline_profile_of(values: Mapping[str, Any]) -> str:
     effective = {name: values.get(name, defaults[name]) for name in DEADLINE_FIELDS}
     effective["section_timeouts"] = tuple((n, float(v)) for n, v in effective["section_timeouts"])
     return next((name for name, deadlines in DEADLINE_PROFILES.items() if deadlines == effective), CUSTOM_PROFILE)
+IN_SAVE_DELAY_MS = 400
+
+
+def fault_problems(spec: RunSpec) -> list[str]:
+    """The fault vocabulary's own rules: a moment the workload can show, the knobs it needs."""
+    problems: list[str] = []
+    if spec.fault == "none":
+        return problems
+    moment = FAULT_MOMENTS.get(spec.fault_at)
+    kind = FAULT_KINDS.get(spec.fault)
+    if moment is None or kind is None:  # typed callers bypass the parser
+        return [f"--fault {spec.fault} --fault-at {spec.fault_at}: use a kind of {', '.join(FAULT_KINDS)} and a "
+                f"moment of {', '.join(FAULT_MOMENTS)}"]
+    if spec.fault_at not in WORKLOAD_MOMENTS.get(spec.workload, ()):
+        problems.append(f"--fault-at {spec.fault_at}: the {spec.workload} workload cannot show this moment; use one "
+                        f"of {', '.join(WORKLOAD_MOMENTS.get(spec.workload, ())) or 'none'}")
+    if not kind.allows(spec.fault_at):
+        problems.append(f"--fault {spec.fault} --fault-at {spec.fault_at}: this kind fires only at "
+                        f"{', '.join(kind.moments or ())}; use --fault-at {(kind.moments or ('after-commit',))[0]}")
+    if kind.poisons_checkpoint:
+        if spec.checkpoint_dir is not None:
+            problems.append(f"--fault {spec.fault} truncates a checkpoint file, and NVRX_CHECKPOINT_DIR="
+                            f"{spec.checkpoint_dir} is yours: unset it so the run poisons only its own checkpoints")
+    if spec.fault_at == "in-save" and spec.train_iters < 2 * spec.save_interval + 1:
+        problems.append(f"--fault-at in-save hits the save after the first committed one: TRAIN_ITERS="
+                        f"{spec.train_iters} must exceed 2 x save interval {spec.save_interval}; set TRAIN_ITERS="
+                        f"{2 * spec.save_interval + 1} or more")
+    if spec.save_delay_ms is not None and spec.save_delay_ms < 0:
+        problems.append(f"--save-delay-ms={spec.save_delay_ms} must be 0 or more")
+    if spec.save_delay_ms and spec.workload != "reference":
+        problems.append("--save-delay-ms is a knob of the reference workload only: drop it")
+    if spec.max_no_progress_cycles is not None and spec.max_no_progress_cycles < 1:
+        problems.append(f"--max-no-progress-cycles={spec.max_no_progress_cycles} must be 1 or more (the suite never "
+                        "disables NVRx's progress tracker)")
+    return problems
 
 
 # ---- validation ---------------------------------------------------------------------------
@@ -501,6 +611,7 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
             problems.append(f"--fault node on rank {spec.fault_rank} would lose node 0, which hosts the rendezvous "
                             "store every launcher depends on: choose a rank on another node, e.g. "
                             f"NVRX_FAULT_RANK={spec.gpus_per_node}")
+    problems += fault_problems(spec)
     for name, value in (("TRAIN_ITERS", spec.train_iters), ("save interval", spec.save_interval)):
         if value < 1:
             problems.append(f"{name}={value} must be a positive integer")

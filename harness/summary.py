@@ -96,7 +96,15 @@ def load_run(run_dir: Path, warn: Callable[[str], None] | None = None) -> RunRec
     version = (run_json or {}).get("nvrx_version")
     if version and not record.nvrx_version:  # a verdict.json without its launcher section
         record = replace(record, nvrx_version=str(version))
+    moment = spec.get("fault_at") if isinstance(spec, dict) else None
+    if isinstance(moment, str) and record.fault != "none":  # a kill in a save never mixes with one after a commit
+        record = replace(record, fault=fault_label(record.fault, moment))
     return record
+
+
+def fault_label(fault: str, fault_at: str | None) -> str:
+    """The fault as scenarios are grouped: its kind, and its moment when not the default one."""
+    return fault if fault == "none" or fault_at in (None, "after-commit") else f"{fault} at {fault_at}"
 
 
 def _stopped(launch_json: dict | None) -> str | None:

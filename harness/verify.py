@@ -86,8 +86,8 @@ def _loss_continuity(timeline: Timeline, analysis: criteria.Analysis, baseline: 
 
 def triage(verdict: Verdict) -> tuple["diagnose.Triage | None", tuple[str, ...]]:
     """A run that did not qualify gets the cross-rank failure triage as a report section."""
-    if verdict.qualified:
-        return None, ()
+    if verdict.qualified and not any(c.id == criteria.LOOP_STOPPED for c in verdict.criteria):
+        return None, ()  # a stopped restart loop qualifies and still gets its triage: the repeating error
     found = diagnose.diagnose(Path(verdict.run_dir))
     return found, (diagnose.render_markdown(found),)
 
@@ -101,7 +101,7 @@ def verify_run(run_dir: str | os.PathLike, fault: str | None = None, *, write: b
     timeline.png, verdict.json and report.md go into the run directory; json_path gets the JSON too.
     picture=False skips sampling the progress curve (a caller that will not draw it)."""
     if fault is not None and fault not in criteria.FAULTS:
-        raise ValueError(f"fault {fault!r} is not one of {', '.join(criteria.FAULTS)}: pass none, kill or hang")
+        raise ValueError(f"fault {fault!r} is not one of {', '.join(criteria.FAULTS)}: pass one of them")
     timeline = read_history(run_dir, inspect_checkpoints=inspect_checkpoints)
     verdict = verify_timeline(timeline, fault, baseline, sample_progress(timeline) if picture else None)
     if write or json_path is not None:

@@ -29,12 +29,15 @@ def certain_failure(tl: ev.Timeline, a: Analysis) -> str | None:
     second failure, a fault that never happened, a launcher that gave up."""
     for never in a.never_fired:
         return f"the requested fault never happened ({never.src.path}: {never.reason})"
-    if a.injection_count > 1:
-        return f"{a.injection_count} injections were recorded; a test must inject exactly once"
+    if a.poisoned:
+        return None  # the loop is the scenario: only the launcher may end it (exit 93), or the deadline
+    if a.injection_count > a.planned_faults:
+        return (f"{a.injection_count} injections were recorded; the plan ({a.fault_at}) holds {a.planned_faults}, each "
+                "injected exactly once")
     if a.fault == "none" and a.failures:
         cycle = next(iter(a.failures))
         return f"a worker failed in cycle {cycle} of a run without an injected fault"
-    if a.failed_cycle is not None:
+    if a.failed_cycle is not None and len(a.injections) >= a.planned_faults:
         later = [c for c in a.failures if c > a.failed_cycle]
         if later:
             return (f"a second failure in cycle {later[0]}, after the injected one in cycle {a.failed_cycle}: "
@@ -105,14 +108,22 @@ class Progress:
         it = last.last_iteration if last else None
         saves = [e.iteration for e in tl.of(ev.SaveCommitted)]
         injected = after = None
-        if a.injection is not None:
+        if a.injections:  # the latest fault of the plan: each one is told when it comes (in-restore has two)
+            i = a.injections[-1]
+            # in-save: the marker's iteration is the save in flight; the committed one is recorded beside it
+            after = i.committed_iteration if i.fault_at == "in-save" else i.iteration
+            when = (f"during the save of checkpoint {i.iteration}" if i.fault_at == "in-save"
+                    else f"after checkpoint {i.iteration}" + ("" if i.fault_at == "after-commit" else f" ({i.fault_at})"))
+            injected = (f"{i.signal or i.fault} on rank {i.rank} {when}"
+                        + (f", fault {i.fault_index} of {a.planned_faults}" if a.planned_faults > 1 else ""))
+        elif a.injection is not None:
             inj = a.injection
             injected = f"{inj.signal or inj.fault} on rank {inj.rank} after checkpoint {inj.iteration}"
             after = inj.iteration
-            if after is not None:
-                # The marker is written once the tracker names `after`: that checkpoint is
-                # committed even when Megatron's save line has not reached the log yet.
-                saves.append(after)
+        if after is not None:
+            # The marker is written once the tracker names `after`: that checkpoint is
+            # committed even when Megatron's save line has not reached the log yet.
+            saves.append(after)
         restored = None
         if a.replacement is not None:
             loaded = a.replacement.first(ev.CheckpointLoaded)
@@ -197,7 +208,8 @@ class Watcher:
         if self._fail_fast:
             reason = certain_failure(tl, a)
             setup = dict(self._spec.section_timeouts).get("setup", 0.0)
-            if reason is None and progress.iteration is None and elapsed > setup + self._spec.out_of_section_timeout:
+            if (reason is None and progress.iteration is None and elapsed > setup + self._spec.out_of_section_timeout
+                    and not a.poisoned):
                 reason = f"no training iteration within the setup deadline ({setup:.0f} s + out of section)"
         if reason is None and all_evidence_in(tl):
             self._evidence_in_at = self._evidence_in_at or self._clock()

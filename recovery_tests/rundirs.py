@@ -67,6 +67,8 @@ class Scenario:
     restarts_exhausted: bool = False
     second_failure_at: int | None = None  # the replacement dies again after logging this iteration
     second_injection: bool = False  # ... and the nemesis says it injected again
+    moment: str | None = None  # run.json spec.fault_at (e.g. in-restore: the second injection was planned)
+    second_marker: bool = False  # with second_injection: fault_injected.2.json claims it (cycle 1)
     saves_after_restore: bool = True
     stop_at: int | None = None  # the replacement stops after this iteration (exit 0 anyway)
     training_done: bool = True
@@ -445,6 +447,13 @@ def build(root: Path, s: Scenario = Scenario()) -> Built:  # noqa: C901 - one sc
         if s.second_injection:
             run.say(1, end1 - 50, s.fault_rank, f"[nemesis] rank {s.fault_rank} injecting SIGKILL after checkpoint iteration "
                                                 f"{(last1 // s.save_interval) * s.save_interval} (baseline {k})")
+            if s.second_marker:
+                again = (last1 // s.save_interval) * s.save_interval
+                record = {"fault": s.fault, "signal": "SIGKILL", "rank": s.fault_rank, "local_rank": s.fault_rank,
+                          "cycle": 1, "iteration": again, "baseline_iteration": k,
+                          "injected_at": _Clock.iso(end1 - 50), "host": NODE, "pid": 17513,
+                          "fault_at": s.moment or "after-commit", "fault_index": 2}
+                (root / "fault_injected.2.json").write_text(json.dumps(record, indent=2) + "\n")
         det2 = run.failure(1, end1 + 100, local_rank=s.fault_rank, exitcode=-9 if s.second_injection else 1, restart=True)
         started2 = run.cycle_start(2, det2 + 2300)
         resume = max(i for i, ok in run.saves.items() if ok)
@@ -509,7 +518,8 @@ def _finish(run: _Run, *, exit_code: int, ended_ms: int, cut_cycle: int | None =
                            "deadline_profile": "reference", "out_of_section_timeout": s.step_timeout_s,
                            "section_timeouts": {"setup": 60.0, "step": s.step_timeout_s,
                                                 "checkpointing": s.step_timeout_s},
-                           "workload_check_interval": 1.0},
+                           "workload_check_interval": 1.0,
+                           **({"fault_at": s.moment} if s.moment else {})},
                   "commands": [{"name": "launcher", "argv": argv, "env": {}, "cwd": str(root)}]}
         (root / "run.json").write_text(json.dumps(record, indent=2) + "\n")
     if s.launch_json:

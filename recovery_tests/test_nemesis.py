@@ -49,7 +49,7 @@ DEADLINE_S = 20.0
 POLL_S = 0.02  # the wrappers' poll interval in these tests: fast, still a real poll loop
 MARKER_FIELDS = [
     "fault", "signal", "rank", "local_rank", "cycle", "iteration", "baseline_iteration",
-    "injected_at", "host", "pid", "tracker",
+    "injected_at", "host", "pid", "tracker", "fault_at", "fault_index", "committed_iteration", "poisoned",
 ]  # fmt: skip
 T = TypeVar("T")
 
@@ -415,7 +415,8 @@ def test_kill_waits_for_a_checkpoint_beyond_the_existing_one(tmp_path: Path, run
     assert marker == {
         "fault": "kill", "signal": "SIGKILL", "rank": 1, "local_rank": 1, "cycle": 0, "iteration": 10,
         "baseline_iteration": 5, "injected_at": marker["injected_at"], "host": socket.gethostname(),
-        "pid": wrapper.pid, "tracker": str(tracker),
+        "pid": wrapper.pid, "tracker": str(tracker), "fault_at": "after-commit", "fault_index": 1,
+        "committed_iteration": None, "poisoned": None,
     }  # fmt: skip
     assert marker["injected_at"] >= before
     assert "[nemesis] rank 1 injecting SIGKILL after checkpoint iteration 10 (baseline 5)" in wrapper.stderr()

@@ -74,8 +74,8 @@ def test_node_fault_marker_says_node(tmp_path):
     config, _ = nemesis.parse_command_line(["--fault", "node", "--run-dir", str(tmp_path), "--", "x.py"],
                                            {"RANK": "1", "WORLD_SIZE": "2"})
     assert config.selected and config.fault == "node"
-    injector = nemesis.Injector(config, config.layout, 0)
-    record = json.loads(injector._record(5).to_json())
+    injector = nemesis.Injector(config, config.layout, 0, watch="after-commit")
+    record = json.loads(injector._record(5, None, None).to_json())
     assert (record["fault"], record["signal"], record["rank"]) == ("node", "SIGKILL", 1)
 
 

@@ -107,7 +107,7 @@ def test_library_call(good_run, tmp_path):
     assert report.rstrip().endswith("## Triage\n\nfirst traceback: none")
     with pytest.raises(RunDirError):
         verify.verify_run(tmp_path / "nothing")
-    with pytest.raises(ValueError, match="pass none, kill or hang"):
+    with pytest.raises(ValueError, match="is not one of none, kill, hang, term, poison"):
         verify.verify_run(good_run, "crash")
 
 

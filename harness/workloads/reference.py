@@ -123,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt.add_argument("--use-persistent-ckpt-worker", action="store_true", help="accepted for Megatron parity")
     ckpt.add_argument("--ckpt-format", choices=("torch_dist",), default="torch_dist")
     ckpt.add_argument(
+        "--save-delay-ms",
+        type=float,
+        default=0.0,
+        help="hold every save open this long after its .distcp data is written and before its DCP .metadata "
+        "(emulated slow storage: a fault can land while the save is in flight); the commit order is unchanged",
+    )
+    ckpt.add_argument(
         "--use-distributed-optimizer",
         action="store_true",
         help="accepted: optimizer state is always kept in the distributed optimizer's checkpoint layout",
@@ -188,7 +195,7 @@ def _validate(args: argparse.Namespace) -> None:
         )
     if args.eval_iters != 0:
         raise UsageError(f"--eval-iters {args.eval_iters}: the reference workload has no evaluation; pass 0")
-    for name in ("ft_num_warmup_iters", "lr_warmup_iters", "step_time_ms"):
+    for name in ("ft_num_warmup_iters", "lr_warmup_iters", "step_time_ms", "save_delay_ms"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)} must be >= 0")
     if args.lr_decay_iters <= args.lr_warmup_iters and args.lr_decay_style != "constant":
@@ -587,6 +594,24 @@ def _write_atomically(path: Path, text: str) -> None:
 # --------------------------------------------------------------------------- save
 
 
+class SlowFileSystemWriter(dcp.FileSystemWriter):
+    """DCP's file writer with slow storage emulated: `finish` (the coordinator writing the global
+    `.metadata`, which every rank's save waits for) starts `delay_s` after the data files are
+    written. Nothing else changes: `.metadata`, then metadata.json, then the tracker."""
+
+    def __init__(self, path: str, delay_s: float) -> None:
+        super().__init__(path)
+        self._delay_s = delay_s
+
+    def finish(self, metadata, results) -> None:  # type: ignore[no-untyped-def]
+        time.sleep(self._delay_s)
+        return super().finish(metadata, results)
+
+
+def _storage_writer(args: argparse.Namespace, target: Path) -> dcp.FileSystemWriter | None:
+    return SlowFileSystemWriter(str(target), args.save_delay_ms / 1000.0) if args.save_delay_ms > 0 else None
+
+
 @dataclass(frozen=True)
 class PendingSave:
     iteration: int
@@ -621,14 +646,16 @@ class Checkpointer:
         # Other ranks write only after the plan exchange with rank 0, so after the cleanup above.
         target.mkdir(parents=True, exist_ok=True)
         if self.args.async_save:
-            response = dcp.async_save(state, checkpoint_id=str(target), process_group=self.group)
+            response = dcp.async_save(state, checkpoint_id=str(target), process_group=self.group,
+                                      storage_writer=_storage_writer(self.args, target))
             future = getattr(response, "upload_completion", response)
             self.pending = PendingSave(iteration, future)
             self.console.rank0(
                 f"  [{_now_us()}] scheduled an async checkpoint save at iteration {iteration:7d} to {save_dir}"
             )
         else:
-            dcp.save(state, checkpoint_id=str(target), process_group=self.group)
+            dcp.save(state, checkpoint_id=str(target), process_group=self.group,
+                     storage_writer=_storage_writer(self.args, target))
             done: Future = Future()
             done.set_result(None)
             self.pending = PendingSave(iteration, done)

@@ -18,7 +18,7 @@ SCRIPT = Path(__file__).with_name("reference.py")
 # Harness-owned flags, as for Megatron; the workload itself rejects flags it does not know.
 OWNED_FLAGS = ("--save", "--load", "--save-interval", "--train-iters", "--num-layers", "--hidden-size",
                "--num-attention-heads", "--seq-length", "--micro-batch-size", "--global-batch-size",
-               "--enable-ft-package", "--log-interval", "--step-time-ms")
+               "--enable-ft-package", "--log-interval", "--step-time-ms", "--save-delay-ms")
 
 
 def extra_arg_problems(extra: tuple[str, ...]) -> list[str]:
@@ -31,4 +31,6 @@ def argv(spec: "RunSpec") -> list[str]:
             *checkpoint_and_ft_args(spec)]
     if spec.step_time_ms is not None:
         args += ["--step-time-ms", str(spec.step_time_ms)]
+    if spec.save_delay_ms:
+        args += ["--save-delay-ms", str(spec.save_delay_ms)]
     return args + list(spec.extra_args)

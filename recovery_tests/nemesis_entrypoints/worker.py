@@ -26,6 +26,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--step", type=int, default=5)
     parser.add_argument("--spawn", action="store_true", help="run report_child in a spawned process first")
     parser.add_argument("--train-iters", type=int, help="Megatron's flag; the nemesis reads it, the worker ignores it")
+    parser.add_argument("--read", action="append", default=[], help="read this file after reporting (a load)")
     return parser.parse_args()
 
 
@@ -60,6 +61,9 @@ def main() -> int:
         child.start()
         child.join()
     report(args.control)
+    for path in args.read:
+        with open(path, "rb") as f:
+            f.read()
     if args.exit_now:
         return args.exit_code
     exit_file = os.path.join(args.control, "exit")

@@ -1,0 +1,234 @@
+"""The fault vocabulary (harness.spec FAULT_KINDS / FAULT_MOMENTS) from the spec to the nemesis:
+validation before launch, the plan's flags, and each moment fired by a real wrapper around the
+stand-in worker (the same helpers as test_nemesis)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from harness import plan as planmod
+from harness import spec as specmod
+from harness.layout import MARKER_NAME, TRACKER_NAME, marker_index, marker_name
+from harness.nemesis import find_in_flight_save, poison_checkpoint
+from harness.nvrx import NvrxTarget
+from recovery_tests.test_nemesis import launched, rank_env, write_tracker
+
+# ---------------------------------------------------------------- the vocabulary, before launch
+
+
+def spec_of(tmp_path: Path, **flags) -> specmod.RunSpec:
+    base = {"workload": "reference", "work_dir": tmp_path, "run_id": "r1", "rdzv_endpoint": "localhost:29500"}
+    return specmod.from_sources({**base, **flags}, {})
+
+
+def problems(spec: specmod.RunSpec) -> str:
+    with pytest.raises(specmod.SpecError) as err:
+        specmod.validate(spec)
+    return str(err.value)
+
+
+def test_every_kind_and_moment_is_a_valid_flag(tmp_path: Path) -> None:
+    for kind in specmod.FAULT_KINDS:
+        for moment in specmod.FAULT_MOMENTS:
+            if not specmod.FAULT_KINDS[kind].allows(moment):
+                continue
+            # node: a node to lose beside node 0, which hosts the rendezvous
+            shape = dict(nnodes=2, gpus_per_node=1, assume_shared_storage=True) if kind == "node" else {}
+            spec = spec_of(tmp_path, fault=kind, fault_at=moment, **shape)
+            assert specmod.validate(spec) == 0, (kind, moment)
+
+
+def test_an_unknown_moment_is_refused_naming_the_choices() -> None:
+    with pytest.raises(specmod.SpecError, match="--fault-at='mid-step' is not valid: use after-commit, in-save"):
+        specmod.from_sources({"workload": "reference", "fault_at": "mid-step"}, {})
+
+
+def test_a_moment_the_workload_cannot_show_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(specmod.WORKLOAD_MOMENTS, "reference", ("after-commit",))
+    text = problems(spec_of(tmp_path, fault_at="in-save"))
+    assert "--fault-at in-save: the reference workload cannot show this moment; use one of after-commit" in text
+
+
+def test_poison_is_refused_on_a_users_checkpoint_dir_and_outside_after_commit(tmp_path: Path) -> None:
+    mine = tmp_path / "my-ckpts"
+    mine.mkdir()
+    assert "is yours" in problems(spec_of(tmp_path, fault="poison", checkpoint_dir=mine))
+    assert "this kind fires only at after-commit; use --fault-at after-commit" in problems(
+        spec_of(tmp_path, fault="poison", fault_at="in-save"))
+
+
+def test_in_save_needs_a_committed_checkpoint_before_the_save_it_hits(tmp_path: Path) -> None:
+    text = problems(spec_of(tmp_path, fault_at="in-save", train_iters=10, save_interval=5))
+    assert "set TRAIN_ITERS=11 or more" in text
+
+
+def test_in_save_holds_the_reference_saves_open_by_default(tmp_path: Path) -> None:
+    assert spec_of(tmp_path, fault_at="in-save").save_delay_ms == specmod.IN_SAVE_DELAY_MS
+    assert spec_of(tmp_path).save_delay_ms is None
+    assert spec_of(tmp_path, fault_at="in-save", save_delay_ms=50).save_delay_ms == 50
+
+
+def test_the_plan_passes_the_moment_and_the_no_progress_limit(tmp_path: Path) -> None:
+    spec = spec_of(tmp_path, fault="poison", max_no_progress_cycles=2)
+    argv = planmod.build(spec, NvrxTarget("0.7.0")).launcher.argv
+    assert argv[argv.index("--ft-max-no-progress-cycles") + 1] == "2"
+    assert argv[argv.index("--ft-no-restart-exit-code") + 1] == "93"
+    argv = planmod.build(spec_of(tmp_path, fault_at="in-restore"), NvrxTarget("0.7.0")).launcher.argv
+    assert argv[argv.index("--fault-at") + 1] == "in-restore"
+    argv = planmod.build(spec_of(tmp_path, fault_at="in-save"), NvrxTarget("0.7.0")).launcher.argv
+    assert argv[argv.index("--save-delay-ms") + 1] == str(specmod.IN_SAVE_DELAY_MS)
+    assert "--fault-at" not in planmod.build(spec_of(tmp_path), NvrxTarget("0.7.0")).launcher.argv
+
+
+def test_a_restart_loop_is_refused_on_a_launcher_without_a_no_progress_rule(tmp_path: Path) -> None:
+    with pytest.raises(specmod.SpecError, match="NVRx 0.4.1 has no such rule"):
+        planmod.build(spec_of(tmp_path, fault="poison"), NvrxTarget("0.4.1"))
+    with pytest.raises(specmod.SpecError, match="--max-no-progress-cycles: NVRx 0.4.1"):
+        planmod.build(spec_of(tmp_path, max_no_progress_cycles=2), NvrxTarget("0.4.1"))
+
+
+def test_one_marker_per_planned_fault() -> None:
+    assert [marker_name(i) for i in (1, 2, 3)] == [MARKER_NAME, "fault_injected.2.json", "fault_injected.3.json"]
+    assert [marker_index(n) for n in (MARKER_NAME, "fault_injected.2.json", "fault_injected.1.json", "x.json")] == [
+        1, 2, None, None]
+
+
+# ---------------------------------------------------------------- the checkpoint directory, read by the nemesis
+
+
+def make_save(checkpoints: Path, iteration: int, *, data: bool = True, committed: bool = False) -> Path:
+    d = checkpoints / f"iter_{iteration:07d}"
+    d.mkdir(parents=True)
+    if data:
+        (d / "__0_0.distcp").write_bytes(b"x" * 100)
+        (d / "__1_0.distcp").write_bytes(b"y" * 10)
+    if committed:
+        (d / ".metadata").write_bytes(b"m")
+        (d / "metadata.json").write_text("{}")
+    return d
+
+
+def test_an_in_flight_save_is_one_above_a_committed_checkpoint_with_data_and_no_commit(tmp_path: Path) -> None:
+    ck = tmp_path / "checkpoints"
+    make_save(ck, 5, committed=True)
+    make_save(ck, 10)
+    assert find_in_flight_save(ck, 0) is None  # no tracker yet: nothing of this run is committed
+    write_tracker(ck / TRACKER_NAME, "5")
+    found = find_in_flight_save(ck, 0)
+    assert (found.iteration, found.committed) == (10, 5)
+    assert find_in_flight_save(ck, 5) is None  # 5 predates this start (the baseline)
+    (ck / "iter_0000010" / "metadata.json").write_text("{}")
+    assert find_in_flight_save(ck, 0) is None  # committed: not in flight
+    make_save(ck, 15, data=False)
+    assert find_in_flight_save(ck, 0) is None  # a directory without data yet is not a save being written
+
+
+def test_poison_truncates_the_largest_shard_to_half(tmp_path: Path) -> None:
+    d = make_save(tmp_path, 5, committed=True)
+    assert poison_checkpoint(d) == d / "__0_0.distcp"
+    assert (d / "__0_0.distcp").stat().st_size == 50 and (d / "__1_0.distcp").stat().st_size == 10
+
+
+# ---------------------------------------------------------------- each moment, fired by a real wrapper
+
+
+@pytest.mark.e2e
+def test_in_save_fires_during_the_save_and_records_both_iterations(tmp_path: Path, run_dir: Path) -> None:
+    ck = run_dir / "checkpoints"
+    with launched(tmp_path, rank_env(1, run_dir, NVRX_FAULT_AT="in-save")) as wrapper:
+        wrapper.ready()
+        make_save(ck, 5, committed=True)
+        write_tracker(ck / TRACKER_NAME, "5")
+        wrapper.await_polls(3)
+        assert wrapper.proc.poll() is None  # a committed checkpoint alone is no save in flight
+        make_save(ck, 10)
+        assert wrapper.await_exit() == -signal.SIGKILL
+    marker = json.loads((run_dir / MARKER_NAME).read_text())
+    assert (marker["fault_at"], marker["iteration"], marker["committed_iteration"]) == ("in-save", 10, 5)
+    assert "after checkpoint iteration 5 (baseline 0), during the async save of iteration 10" in wrapper.stderr()
+
+
+@pytest.mark.e2e
+def test_in_restore_fires_the_second_fault_at_the_first_checkpoint_read(tmp_path: Path, run_dir: Path) -> None:
+    ck = run_dir / "checkpoints"
+    make_save(ck, 5, committed=True)
+    write_tracker(ck / TRACKER_NAME, "5")
+    (run_dir / MARKER_NAME).write_text('{"fault": "kill", "fault_at": "after-commit"}')  # fault 1, cycle 0
+    env = rank_env(1, run_dir, NVRX_FAULT_AT="in-restore", TORCHELASTIC_RESTART_COUNT="1")
+    # Reading only the tracker is no load: the worker ends normally and fault 2 never happened.
+    with launched(tmp_path, env, worker_args=("--read", str(ck / TRACKER_NAME), "--exit-now"), name="a") as wrapper:
+        assert wrapper.await_exit() == 3
+    assert not (run_dir / "fault_injected.2.json").exists()
+    with launched(tmp_path, env, worker_args=("--read", str(ck / "iter_0000005" / ".metadata")), name="b") as wrapper:
+        assert wrapper.await_exit() == -signal.SIGKILL
+    marker = json.loads((run_dir / "fault_injected.2.json").read_text())
+    assert (marker["fault_at"], marker["fault_index"], marker["iteration"], marker["cycle"]) == ("in-restore", 2, 5, 1)
+    # The next replacement finds both markers and stays quiet.
+    with launched(tmp_path, env, worker_args=("--read", str(ck / "iter_0000005" / ".metadata"), "--exit-now"),
+                  name="c") as wrapper:
+        assert wrapper.await_exit() == 0
+    assert "every planned fault was injected" in wrapper.stderr()
+
+
+@pytest.mark.e2e
+def test_last_iteration_fires_at_the_normal_end_once_the_final_checkpoint_is_committed(
+        tmp_path: Path, run_dir: Path) -> None:
+    tracker = run_dir / "checkpoints" / TRACKER_NAME
+    env = rank_env(1, run_dir, NVRX_FAULT_AT="last-iteration")
+    write_tracker(tracker, "5")
+    with launched(tmp_path, env, worker_args=("--exit-now", "--train-iters", "10"), name="a") as wrapper:
+        assert wrapper.await_exit() == 3
+    assert "not at the final iteration 10" in wrapper.stderr() and not (run_dir / MARKER_NAME).exists()
+    write_tracker(tracker, "10")
+    with launched(tmp_path, env, worker_args=("--exit-now", "--train-iters", "10"), name="b") as wrapper:
+        assert wrapper.await_exit() == -signal.SIGKILL
+    marker = json.loads((run_dir / MARKER_NAME).read_text())
+    assert (marker["fault_at"], marker["iteration"]) == ("last-iteration", 10)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("kind", "sig"), [("term", signal.SIGTERM), ("poison", signal.SIGKILL)])
+def test_term_and_poison_after_commit(tmp_path: Path, run_dir: Path, kind: str, sig: signal.Signals) -> None:
+    ck = run_dir / "checkpoints"
+    d = make_save(ck, 5, committed=True)
+    with launched(tmp_path, rank_env(0, run_dir, NVRX_DEMO_FAULT=kind, NVRX_FAULT_RANK="0")) as wrapper:
+        wrapper.ready()
+        write_tracker(ck / TRACKER_NAME, "5")
+        assert wrapper.await_exit() == -sig
+    marker = json.loads((run_dir / MARKER_NAME).read_text())
+    assert (marker["fault"], marker["signal"], marker["rank"]) == (kind, sig.name, 0)
+    if kind == "poison":
+        assert marker["poisoned"] == str(d / "__0_0.distcp") and (d / "__0_0.distcp").stat().st_size == 50
+    else:
+        assert marker["poisoned"] is None and (d / "__0_0.distcp").stat().st_size == 100
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "run"
+    (path / "checkpoints").mkdir(parents=True)
+    return path
+
+
+def test_scenarios_are_grouped_by_kind_and_moment() -> None:
+    from harness.summary import fault_label
+
+    assert fault_label("kill", "after-commit") == "kill" and fault_label("kill", None) == "kill"
+    assert fault_label("kill", "in-save") == "kill at in-save"
+    assert fault_label("none", "in-save") == "none"
+
+
+def test_triage_of_a_two_fault_run_names_the_second_marker(tmp_path: Path) -> None:
+    """in-restore: the second cycle's death is the second planned fault, and the triage says so
+    (it is not an unexplained later failure)."""
+    from harness import diagnose
+    from recovery_tests import rundirs
+
+    built = rundirs.build(tmp_path / "run", rundirs.Scenario(second_failure_at=17, second_injection=True,
+                                                             second_marker=True, moment="in-restore"))
+    found = diagnose.diagnose(built.run_dir)
+    assert "this is the fault the harness injected (fault_injected.2.json: SIGKILL)" in found.summary, found.summary
