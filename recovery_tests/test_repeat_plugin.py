@@ -5,6 +5,8 @@ loads the plugin and replaces the launch with a synthetic run directory
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -125,6 +127,21 @@ def test_without_repeat_ids_stay_and_a_reused_work_dir_keeps_each_summary(inner)
         doc = json.loads(path.read_text())
         assert [s["run_count"] for s in doc["scenarios"]] == [1, 1]  # the baseline, then the kill
         assert all("-r1-" not in r["run_id"] for s in doc["scenarios"] for r in s["runs"])
+
+
+def test_in_process_sessions_that_import_torch_leave_a_sound_interpreter(tmp_path):
+    """The test above in a fresh interpreter: its two in-process sessions each reach torch (the
+    synthetic checkpoints, the DCP metadata reader). pytester drops from sys.modules what a session
+    imported first, and torch's C extension cannot be initialised twice in one process: without
+    recovery_tests/conftest.py loading torch before pytester's snapshot, the second import
+    corrupted the interpreter and pytest died with SIGSEGV (exit 139) after every test had passed."""
+    test = "test_without_repeat_ids_stay_and_a_reused_work_dir_keeps_each_summary"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'basetemp'}",
+         f"recovery_tests/{Path(__file__).name}::{test}"],
+        cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"exit status {proc.returncode} (-11 is SIGSEGV):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    assert "1 passed" in proc.stdout
 
 
 def test_no_scenario_no_summary(inner):
