@@ -1,7 +1,8 @@
 """`nvrx-qual plan | run [--repeat N] | sbatch | verify | diagnose | report`.
 
-Exit status: 0 qualified (or plan written), 1 a criterion failed, 2 input refused before
-anything was launched (the message names the value and the fix).
+Exit status (harness.exitcodes): 0 qualified (or plan written), 1 a criterion failed, 2 input
+refused or unreadable (the message names the value and the fix), 3 an internal error of the suite
+(one line; the traceback in a log file, or on stderr under --debug), 128+N stopped by signal N.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Callable, Mapping, Sequence
 
 from harness import __version__, discovery, nvrx, ports, spec as specmod
 from harness import plan as planmod
+from harness.exitcodes import ExitStatus, guarded
 from harness.spec import RunSpec, SpecError
 
-EXIT_QUALIFIED, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
+EXIT_QUALIFIED, EXIT_FAILED, EXIT_REFUSED = ExitStatus.QUALIFIED, ExitStatus.NOT_QUALIFIED, ExitStatus.REFUSED
 
 
 def _split_workload_args(argv: Sequence[str]) -> tuple[list[str], tuple[str, ...]]:
@@ -152,8 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nvrx-qual",
         description="Prove, with evidence, that a Megatron GPT job under NVRx ft_launcher recovers from a "
                     "dead or hung rank.",
-        epilog="Exit status: 0 qualified, 1 a criterion failed, 2 input refused before launch.")
+        epilog="Exit status: 0 qualified, 1 a criterion failed, 2 input refused or unreadable, 3 internal error of "
+               "nvrx-qual, 128+N stopped by signal N.")
     parser.add_argument("--version", action="version", version=f"nvrx-qual {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an internal error here instead of only in a log file")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p_plan = sub.add_parser("plan", help="validate, create the run directory, print the exact commands (dry run)",
@@ -204,11 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = bool(argv) and argv[0] == "--debug"
+    if debug:
+        argv = argv[1:]
     own, extra = _split_workload_args(argv)
     if own and own[0] in ("verify", "diagnose", "report"):
         own, extra = argv, ()
-    args = build_parser().parse_args(own)
-    return args.handler(args, extra)
+    args = build_parser().parse_args((["--debug"] if debug else []) + own)
+    return guarded(lambda: args.handler(args, extra), "nvrx-qual", debug=args.debug)
 
 
 if __name__ == "__main__":

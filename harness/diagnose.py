@@ -39,6 +39,7 @@ from functools import cmp_to_key
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
+from harness.exitcodes import ExitStatus, guarded
 from harness.layout import MARKER_NAME, RunLayout
 
 CATEGORIES = ("oom", "shape", "import", "nccl", "traceback", "exit", "hang", "none")
@@ -1815,12 +1816,12 @@ def run(args: argparse.Namespace) -> int:
         triage = diagnose(args.run_dir, utc_offset_s=getattr(args, "utc_offset", None))
     except DiagnoseInputError as err:
         print(f"nvrx-qual diagnose: {err}", file=sys.stderr)
-        return 2
+        return ExitStatus.REFUSED
     if args.json:
         print(json.dumps(triage.to_json(), indent=2, default=str))
     else:
         print(render_markdown(triage), end="")
-    return 1 if triage.failed else 0
+    return ExitStatus.NOT_QUALIFIED if triage.failed else ExitStatus.QUALIFIED
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1828,7 +1829,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m harness.diagnose", description="Find the root cause of a failed run across ranks."
     )
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    return guarded(lambda: run(args), "nvrx-qual diagnose", debug=False)
 
 
 if __name__ == "__main__":

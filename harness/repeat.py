@@ -14,19 +14,22 @@ launching anything.
 
 from __future__ import annotations
 
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Protocol, TextIO
 
 from harness import cli, nvrx, runner, stats, summary
+from harness.exitcodes import ExitStatus, signalled
 from harness import plan as planmod
 from harness import spec as specmod
 from harness.layout import RUN_ID_PATTERN, RunLayout, is_valid_run_id
 from harness.spec import SpecError
 
 SUMMARY_DIR = "repeats"
-EXIT_QUALIFIED, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_QUALIFIED, EXIT_FAILED, EXIT_REFUSED = ExitStatus.QUALIFIED, ExitStatus.NOT_QUALIFIED, ExitStatus.REFUSED
+EXIT_INTERRUPTED = signalled(signal.SIGINT)
 
 
 class Execute(Protocol):

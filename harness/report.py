@@ -18,6 +18,7 @@ from harness import atomic
 from harness import picture as picturemod
 from harness.criteria import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CriterionResult
 from harness.events import iso_utc
+from harness.exitcodes import ExitStatus
 from harness.metrics import Metrics
 
 SCHEMA = 1
@@ -60,7 +61,7 @@ class Verdict:
 
     @property
     def exit_status(self) -> int:
-        return 0 if self.qualified else 1
+        return ExitStatus.of_verdict(self.qualified)
 
 
 def verdict_json(verdict: Verdict) -> str:

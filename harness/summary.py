@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from harness import stats
+from harness.exitcodes import ExitStatus, guarded
 from harness.picture import FILE_NAME as TIMELINE
 from harness.history import RunDirError, check_run_dir
 from harness.stats import RepeatStats, RunRecord
 
-EXIT_QUALIFIED, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
+EXIT_QUALIFIED, EXIT_FAILED, EXIT_REFUSED = ExitStatus.QUALIFIED, ExitStatus.NOT_QUALIFIED, ExitStatus.REFUSED
 TITLE = "Recovery qualification summary"
 
 
@@ -192,7 +193,8 @@ def _emit(groups: list[RepeatStats], records: list[RunRecord], output: str | Non
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.summary")
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    return guarded(lambda: run(args), "nvrx-qual report", debug=False)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ Reads only the run directory (it works on a directory produced by a user's own s
 script and copied off a cluster), checks the five recovery criteria, times the recovery and
 writes timeline.png (with matplotlib), verdict.json and report.md into the run directory.
 
-Exit status: 0 qualified, 1 a criterion failed (or could not be decided), 2 the path is not
-a readable run directory (the message says why).
+Exit status (harness.exitcodes): 0 qualified, 1 a criterion failed (or could not be decided),
+2 the path is not a readable run directory or an output is refused (the message says why),
+3 an internal error of the suite.
 
 Library use: `verify_run(run_dir, fault=None, write=False)` -> Verdict (pytest fixtures,
 `nvrx-qual run`); `verify_timeline(timeline, fault)` for a Timeline already in hand (a
@@ -25,9 +26,10 @@ from harness import continuity, criteria, diagnose, metrics, picture
 from harness import events as ev
 from harness.events import Timeline
 from harness.history import RunDirError, read_history, sample_progress
+from harness.exitcodes import ExitStatus, guarded
 from harness.report import Verdict, write_outputs
 
-EXIT_QUALIFIED, EXIT_FAILED, EXIT_UNREADABLE = 0, 1, 2
+EXIT_QUALIFIED, EXIT_FAILED, EXIT_UNREADABLE = ExitStatus.QUALIFIED, ExitStatus.NOT_QUALIFIED, ExitStatus.REFUSED
 
 __all__ = ["RunDirError", "Verdict", "add_arguments", "main", "run", "verify_run", "verify_timeline"]
 
@@ -160,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.verify")
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    return guarded(lambda: run(args), "nvrx-qual verify", debug=False)
 
 
 if __name__ == "__main__":
