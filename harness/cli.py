@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Callable, Mapping, Sequence
 
-from harness import __version__, discovery, nvrx, ports, spec as specmod
+from harness import __version__, atomic, discovery, nvrx, ports, safeio, spec as specmod
 from harness import plan as planmod
 from harness.exitcodes import ExitStatus, guarded
 from harness.spec import RunSpec, SpecError
@@ -81,12 +81,13 @@ def cmd_plan(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
 
 def _dry_run(p: planmod.Plan, restored: int) -> int:
     """Create the run's directories and run.json, print the exact commands; launch nothing."""
-    from harness.prepare import prepare
+    from harness.prepare import prepare, release
 
     try:
         prepare(p, dry_run=True)
     except SpecError as exc:
         return _refused(exc)
+    release(p.layout)
     if restored:
         print(f"# resuming: checkpoint iteration {restored} in {p.layout.checkpoints}; "
               f"the fault waits for a newer one")
@@ -116,7 +117,7 @@ def cmd_run(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
 
 def cmd_sbatch(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
     from harness import sbatch
-    from harness.prepare import prepare
+    from harness.prepare import prepare, release
 
     opts = sbatch.SbatchOptions(account=args.account, partition=args.partition, time=args.time,
                                 job_name=args.job_name, container_image=args.container_image,
@@ -133,10 +134,12 @@ def cmd_sbatch(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
     except (SpecError, nvrx.NvrxError) as exc:
         return _refused(exc)
     script_path = p.layout.root / "sbatch.sh"
-    script_path.write_text(script)
-    if args.output:
-        with open(args.output, "x") as out:
-            out.write(script)
+    try:
+        atomic.write_text(script_path, script)  # never through a link
+        if args.output:
+            safeio.create_new(args.output, script)  # a file that appeared meanwhile is kept
+    finally:
+        release(p.layout)
     print(script, end="")
     print(f"# written to {script_path}; submit with: sbatch {script_path}", file=sys.stderr)
     return EXIT_QUALIFIED

@@ -39,6 +39,7 @@ from functools import cmp_to_key
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
+from harness import safeio
 from harness.exitcodes import ExitStatus, guarded
 from harness.layout import MARKER_NAME, RunLayout
 
@@ -230,7 +231,7 @@ def _clean(chunk: bytes) -> str:
 
 def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) without ever holding more than one capped line in memory."""
-    with open(path, "rb") as fh:
+    with safeio.open_binary(path) as fh:  # never a link, FIFO or device
         lineno = 0
         while True:
             chunk = fh.readline(_MAX_LINE)
@@ -246,7 +247,7 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def _looks_binary(path: Path) -> bool:
-    with open(path, "rb") as fh:
+    with safeio.open_binary(path) as fh:
         head = fh.read(4096)
     if not head:
         return False
@@ -916,11 +917,9 @@ class _Scanner:
 
     def _scan_error_file(self, path: Path, rel: str, file_rank: int) -> None:
         """torch elastic's per-worker error.json (written by @record): the worker's traceback."""
-        if path.stat().st_size > 16 * 1024 * 1024:
-            return
         try:
-            data = json.loads(path.read_text(errors="replace"))
-        except ValueError:
+            data = safeio.read_json(path, limit=16 * 1024 * 1024)
+        except (OSError, ValueError, RecursionError):
             return
         message = data.get("message") if isinstance(data, dict) else None
         if not isinstance(message, dict):
@@ -1126,10 +1125,8 @@ class _RunFacts:
 
 def _read_json(path: Path) -> dict | None:
     try:
-        if path.stat().st_size > 4 * 1024 * 1024:
-            return None
-        data = json.loads(path.read_text(errors="replace"))
-    except (OSError, ValueError):
+        data = safeio.read_json(path)
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

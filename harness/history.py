@@ -21,6 +21,7 @@ import calendar
 import json
 import os
 import re
+import stat
 import time
 import warnings
 from dataclasses import dataclass
@@ -28,12 +29,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness import events as ev
+from harness import safeio
 from harness.events import Src, clip
 from harness.layout import MARKER_NAME, TRACKER_NAME
 
 CHUNK_SIZE = 8 << 20
 MAX_PENDING_LINE = 1 << 20  # a "line" longer than this (binary junk) is cut, to bound memory
 MAX_BAD_ITERATIONS = 64  # per start: skipped / NaN iteration lines kept as evidence
+DCP_METADATA_LIMIT = 1 << 30  # a checkpoint's .metadata lists keys: far smaller than this
 MAX_ARGS_LINES = 4000  # an arguments table that never ends is closed after this many lines
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
 
@@ -632,8 +635,11 @@ class _TrackedFile:
         One buffer is reused for the whole file (readinto): fresh multi-MiB objects per
         chunk would cost a page fault per 4 KiB, as much as the parsing itself."""
         try:
-            st = self.path.stat()
+            st = os.lstat(self.path)
         except OSError:
+            return
+        if not stat.S_ISREG(st.st_mode):  # became a link, FIFO or device: never read
+            self.error = f"it is {safeio.kind_of(st.st_mode)} now, not a regular file"
             return
         ident = (st.st_dev, st.st_ino)
         if self.ident != ident or st.st_size < self.offset:  # replaced or truncated: start over
@@ -650,7 +656,7 @@ class _TrackedFile:
         kept = 0  # bytes of an incomplete line carried at the front of buf
         self.error = None
         try:
-            with open(self.path, "rb", buffering=0) as f:
+            with safeio.open_binary(self.path) as f:
                 f.seek(self.offset)
                 while True:
                     got = f.readinto(view[kept:kept + chunk_size])
@@ -683,13 +689,15 @@ def _classify_logs(run_dir: Path) -> list[tuple[Path, str, str, int | None]]:
     found: list[tuple[Path, str, str, int | None]] = []
     logs = run_dir / "logs"
     for directory in (logs, run_dir):
+        if directory is logs and not safeio.is_real_dir(logs):  # a link named logs is not followed
+            continue
         try:
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
         except OSError:
             continue
         for entry in entries:
             try:
-                if not entry.is_file():
+                if not entry.is_file(follow_symlinks=False):  # links, FIFOs, devices are never read
                     continue
             except OSError:
                 continue
@@ -820,10 +828,10 @@ class HistoryReader:
 
     def _injections(self, notes: list[str]) -> list[ev.Injection]:
         path = self.run_dir / MARKER_NAME
-        if not path.exists():
+        if not os.path.lexists(path):
             return []
         try:
-            text = path.read_text(errors="replace")
+            text = safeio.read_text(path)
         except OSError as exc:
             notes.append(f"{MARKER_NAME} exists but is unreadable ({exc.strerror}); counted as one injection")
             return [ev.Injection(src=Src(MARKER_NAME, 0, "unreadable"), fault="unknown", signal=None, rank=None,
@@ -832,11 +840,11 @@ class HistoryReader:
         try:
             data = json.loads(text)
             records = data if isinstance(data, list) else [data]
-        except ValueError:
+        except (ValueError, RecursionError):
             for line in text.splitlines():  # tolerate JSON lines (one record per injection)
                 try:
                     records.append(json.loads(line))
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue
         if not records:
             notes.append(f"{MARKER_NAME} holds no JSON record; counted as one injection of unknown iteration")
@@ -857,6 +865,8 @@ class HistoryReader:
     def _cycle_infos(self, notes: list[str]) -> list[ev.CycleInfo]:
         directory = self.run_dir / "cycle_infos"
         out: list[ev.CycleInfo] = []
+        if not safeio.is_real_dir(directory):
+            return out
         try:
             names = sorted(os.listdir(directory))
         except OSError:
@@ -908,16 +918,18 @@ class HistoryReader:
                      notes: list[str]) -> ev.CheckpointState | None:
         candidates: list[tuple[Path, str]] = []
         spec = _spec(run_json)
+        original = _original_root(spec, self.run_dir)  # where the run was written, when it was copied since
         if spec.get("checkpoint_dir"):
-            candidates.append((Path(str(spec["checkpoint_dir"])), "run.json spec.checkpoint_dir"))
+            candidates.append((_rebased(Path(str(spec["checkpoint_dir"])), original, self.run_dir),
+                               "run.json spec.checkpoint_dir"))
         candidates.append((self.run_dir / "checkpoints", "<run>/checkpoints"))
         for start in starts:
             args = start.arguments
             for key in ("save", "load"):
                 value = args.get(key) if args else None
                 if value and value != "None":
-                    candidates.append((Path(value), f"the arguments table's {key}"))
-        chosen = next(((p, how) for p, how in candidates if p.is_dir()), None)
+                    candidates.append((_rebased(Path(value), original, self.run_dir), f"the arguments table's {key}"))
+        chosen = next(((p, how) for p, how in candidates if p.is_dir()), None)  # is_dir: False for a link loop
         if chosen is None:
             shown = _shown(candidates[0][0], self.run_dir) if candidates else None
             return ev.CheckpointState(path=shown, how="not found", exists=False, tracker=None)
@@ -925,9 +937,12 @@ class HistoryReader:
         if candidates[0][0] != path and candidates[0][1] == "run.json spec.checkpoint_dir":
             notes.append(f"run.json's checkpoint_dir {candidates[0][0]} is not here; used {path} ({how})")
         shown = _shown(path, self.run_dir)
+        if original is not None and not _inside(path, self.run_dir):
+            notes.append(f"this run directory was copied from {original}; its checkpoint dir {path} is outside it and "
+                         "was read where it is now, which may not be the run's own checkpoints")
         tracker = None
         try:
-            tracker = (path / TRACKER_NAME).read_text(errors="replace").strip()[:64]
+            tracker = safeio.read_text(path / TRACKER_NAME, limit=4096).strip()[:64]
         except OSError:
             pass
         wanted = self._interesting_iterations(starts, injections)
@@ -939,17 +954,27 @@ class HistoryReader:
             entries = []
         for entry in entries:
             m = re.fullmatch(r"iter_(\d{7,})", entry.name)
-            if not m or not entry.is_dir():
+            if not m:
                 continue
             it = int(m.group(1))
+            try:
+                real_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                real_dir = False
+            if entry.name != f"iter_{it:07d}" or not real_dir:
+                what = "a symlink" if entry.is_symlink() else ("not Megatron's iter_%07d name" if real_dir
+                                                              else "not a directory")
+                notes.append(f"ignored {shown}/{entry.name}: {what}; only the directory Megatron writes for an "
+                             "iteration counts as its checkpoint")
+                continue
             d = Path(entry.path)
-            has_md = (d / ".metadata").is_file()
+            has_md = safeio.is_regular(d / ".metadata")
             opt = total = sample = note = None
             if it in wanted:
                 opt, total, sample, note = self._dcp_keys(d) if has_md else (None, None, None, "no .metadata file")
             else:
                 note = "not needed by any check"
-            iters.append(ev.CheckpointOnDisk(iteration=it, rel=f"{shown}/{entry.name}", committed=(d / "metadata.json").is_file(),
+            iters.append(ev.CheckpointOnDisk(iteration=it, rel=f"{shown}/{entry.name}", committed=safeio.is_regular(d / "metadata.json"),
                                              has_dcp_metadata=has_md, optimizer_keys=opt, total_keys=total,
                                              sample_key=sample, inspect_note=note))
         iters.sort(key=lambda c: c.iteration)
@@ -972,9 +997,12 @@ class HistoryReader:
             return None, None, None, "checkpoint inspection turned off"
         md = directory / ".metadata"
         try:
-            st = md.stat()
+            st = os.lstat(md)
         except OSError as exc:
             return None, None, None, f".metadata unreadable ({exc.strerror})"
+        if not stat.S_ISREG(st.st_mode) or st.st_size > DCP_METADATA_LIMIT:
+            why = safeio.kind_of(st.st_mode) if not stat.S_ISREG(st.st_mode) else f"{st.st_size} bytes"
+            return None, None, None, f".metadata not read ({why})"
         key = (str(md), st.st_mtime_ns, st.st_size)
         if key not in self._dcp_cache:
             self._dcp_cache[key] = dcp_optimizer_keys(directory)
@@ -1014,7 +1042,7 @@ def check_run_dir(run_dir: Path) -> None:
     has_logs = bool(_classify_logs(run_dir))
     has_marker = (run_dir / MARKER_NAME).exists()
     try:
-        has_ckpt = any((run_dir / "checkpoints").iterdir())
+        has_ckpt = safeio.is_real_dir(run_dir / "checkpoints") and any((run_dir / "checkpoints").iterdir())
     except OSError:
         has_ckpt = False
     if not (has_logs or has_marker or has_ckpt):
@@ -1029,7 +1057,7 @@ def _console_head_pairs(path: Path, limit: int = 256 << 10) -> list[tuple[float,
     """(local, UTC) stamp pairs from the head of the harness's console capture: its UTC
     capture time next to the launcher's own local stamp gives the node's UTC offset."""
     try:
-        with open(path, "rb") as f:
+        with safeio.open_binary(path) as f:
             head = f.read(limit)
     except OSError:
         return []
@@ -1047,15 +1075,15 @@ def _console_head_pairs(path: Path, limit: int = 256 << 10) -> list[tuple[float,
 
 def _read_json(path: Path, rel: str) -> _JsonFile | None:
     try:
-        text = path.read_text(errors="replace")
+        text = safeio.read_text(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
         return _JsonFile(None, Src(rel, 0, "unreadable"), exc.strerror or str(exc))
     try:
         data = json.loads(text)
-    except ValueError as exc:
-        return _JsonFile(None, Src(rel, 0, "not JSON"), str(exc))
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than any record
+        return _JsonFile(None, Src(rel, 0, "not JSON"), clip(str(exc) or type(exc).__name__, 120))
     return _JsonFile(data, Src(rel, 1, clip(json.dumps(data, separators=(", ", ": ")))), None)
 
 
@@ -1142,10 +1170,42 @@ def _unique(items: list[ev.Iteration | None]) -> list[ev.Iteration]:
     return out
 
 
+def _original_root(spec: dict, run_dir: Path) -> Path | None:
+    """The run directory's path when it was written (run.json's work_dir/runs/run_id), when
+    that is not where it is now (a copy); else None."""
+    work_dir, run_id = spec.get("work_dir"), spec.get("run_id")
+    if not isinstance(work_dir, str) or not isinstance(run_id, str) or not work_dir or not run_id:
+        return None
+    original = Path(work_dir) / "runs" / run_id
+    try:
+        same = original.resolve() == run_dir.resolve()
+    except (OSError, RuntimeError):
+        same = False
+    return None if same else original
+
+
+def _rebased(path: Path, original: Path | None, run_dir: Path) -> Path:
+    """A path inside the run's original directory, moved to where the run is now."""
+    if original is None:
+        return path
+    try:
+        return run_dir / path.relative_to(original)
+    except ValueError:
+        return path
+
+
+def _inside(path: Path, run_dir: Path) -> bool:
+    try:
+        path.resolve().relative_to(run_dir.resolve())
+        return True
+    except (ValueError, OSError, RuntimeError):
+        return False
+
+
 def _shown(path: Path, run_dir: Path) -> str:
     try:
         return str(path.resolve().relative_to(run_dir.resolve()))
-    except (ValueError, OSError):
+    except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
         return str(path)
 
 
@@ -1222,7 +1282,8 @@ def sample_progress(timeline: ev.Timeline, samples: int = PROGRESS_SAMPLES) -> t
 
 def _sample_iterations(path: Path, rel: str, samples: int) -> list[ev.Iteration]:
     try:
-        size = path.stat().st_size
+        f = safeio.open_binary(path)
+        size = os.fstat(f.fileno()).st_size
     except OSError:
         return []
     parser = LogParser(rel, split_starts=False)
@@ -1230,7 +1291,7 @@ def _sample_iterations(path: Path, rel: str, samples: int) -> list[ev.Iteration]
     found: list[ev.Iteration] = []
     last_end: int | None = None  # where the previous sample's line ended (its line break)
     try:
-        with open(path, "rb") as f:
+        with f:
             for offset in range(0, size, step):
                 # Dense sampling (short file): go on from the previous line, or a line that
                 # straddles this offset would be skipped. Sparse: the first line after it.

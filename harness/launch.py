@@ -32,7 +32,7 @@ from typing import Callable, TextIO
 
 import psutil
 
-from harness import atomic
+from harness import atomic, safeio
 from harness.layout import RunLayout
 from harness.plan import Plan
 
@@ -77,7 +77,7 @@ class ConsoleSplitter:
         self._gpus = gpus_per_node
         self._labelled = labelled
         self._cycle = 0
-        self._launcher = open(layout.launcher_log, "a", encoding="utf-8")
+        self._launcher = safeio.open_append(layout.launcher_log)
         self._cycle_logs: dict[int, TextIO] = {}
         self._pending: dict[int, str] = {}  # global rank -> start of a line whose end has not come
 
@@ -103,7 +103,7 @@ class ConsoleSplitter:
     def _cycle_log(self) -> TextIO:
         log = self._cycle_logs.get(self._cycle)
         if log is None:
-            log = self._cycle_logs[self._cycle] = open(self._layout.cycle_log(self._cycle), "a", encoding="utf-8")
+            log = self._cycle_logs[self._cycle] = safeio.open_append(self._layout.cycle_log(self._cycle))
         return log
 
     def flush(self) -> None:
@@ -212,9 +212,8 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     tag_value = f"{plan.spec.run_id}-{uuid.uuid4().hex[:12]}"
     env = command.environ(dict(os.environ if base_env is None else base_env))
     env[TAG] = tag_value
-    layout.logs.mkdir(parents=True, exist_ok=True)
-
-    console = open(layout.console_log, "a", encoding="utf-8")
+    safeio.make_dirs(layout.logs, below=layout.root)
+    console = safeio.open_append(layout.console_log)
     splitter = (ConsoleSplitter(layout, plan.spec.gpus_per_node, labelled=plan.srun is not None)
                 if plan.captures_console else None)
     started = time.time()

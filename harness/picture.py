@@ -242,8 +242,8 @@ def draw(picture: TimelinePicture, path: str | os.PathLike) -> Path:
     else:
         _whole_run(picture, fig.subplots(1, 1), Line2D)
 
-    with atomic.replacing(path) as tmp:
-        fig.savefig(tmp, dpi=DPI)
+    with atomic.replacing_file(path, binary=True) as f:  # never through a link at path
+        fig.savefig(f, dpi=DPI, format="png")
     return Path(path)
 
 

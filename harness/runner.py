@@ -12,7 +12,7 @@ from typing import Mapping, TextIO
 
 from harness import diagnose, discovery, launch, nvrx, slurm
 from harness.plan import Plan
-from harness.prepare import prepare
+from harness.prepare import prepare, release
 from harness.report import Verdict, write_outputs
 from harness.spec import RunSpec, SpecError
 from harness.verify import triage, verify_run
@@ -83,13 +83,16 @@ def execute(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = Tr
 
 def _execute_checked(plan: Plan, *, deadline_s: float | None, fail_fast: bool, out: TextIO | None,
                      base_env: dict[str, str] | None, baseline: Path | None) -> Outcome:
-    prepare(plan, dry_run=False)
-    watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast)
-    result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
-                           watch=watcher, base_env=base_env, on_stop=_step_canceller(plan, base_env))
-    verdict = verify_run(plan.layout.root, baseline=baseline)
-    found, sections = triage(verdict)
-    written = write_outputs(verdict, plan.layout.root, extra_sections=sections)
+    prepare(plan, dry_run=False)  # claims the run directory: one run ID, one run
+    try:
+        watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast)
+        result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
+                               watch=watcher, base_env=base_env, on_stop=_step_canceller(plan, base_env))
+        verdict = verify_run(plan.layout.root, baseline=baseline)
+        found, sections = triage(verdict)
+        written = write_outputs(verdict, plan.layout.root, extra_sections=sections)
+    finally:
+        release(plan.layout)
     return Outcome(plan, result, verdict, found, written.picture_problem)
 
 

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from harness import topology
+from harness import safeio, topology
 from harness.layout import FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_NAME, RunLayout, is_valid_run_id
 
 FAULTS = ("kill", "hang", "none")
@@ -357,7 +357,7 @@ def _nearest_existing(path: Path) -> Path:
 def read_tracker(path: Path) -> int | None:
     """Megatron's tracker as the seed reads it: absent -> None (fresh run). Raises SpecError otherwise."""
     try:
-        text = path.read_text(encoding="utf-8", errors="strict")
+        text = safeio.read_text(path, limit=4096, errors="strict")  # never a FIFO, a device or a link
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
@@ -366,11 +366,11 @@ def read_tracker(path: Path) -> int | None:
     if not text.strip():
         raise SpecError([f"tracker {path} is empty: restore the iteration number, or use a fresh checkpoint dir; "
                          "only an absent tracker means a fresh run"])
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise SpecError([f"tracker {path} holds {text.strip()[:40]!r}, not an iteration number: restore it, "
-                         "or use a fresh checkpoint dir"]) from None
+    stripped = text.strip()
+    if not (stripped.isascii() and stripped.isdigit()):  # what the nemesis accepts in the workers: "+7" is not
+        raise SpecError([f"tracker {path} holds {stripped[:40]!r}, not an iteration number (bare digits): restore "
+                         "it, or use a fresh checkpoint dir"])
+    value = int(stripped)
     if value < 0:
         raise SpecError([f"tracker {path} holds a negative iteration {value}: restore it"])
     return value

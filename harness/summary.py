@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from harness import stats
+from harness import safeio, stats
 from harness.exitcodes import ExitStatus, guarded
 from harness.picture import FILE_NAME as TIMELINE
 from harness.history import RunDirError, check_run_dir
@@ -46,11 +46,11 @@ def scenario_label(workload: str | None, fault: str, nvrx_version: str | None) -
 def _read_json(path: Path) -> tuple[dict | None, str | None]:
     """(the object, None), (None, None) when absent, (None, why) when unreadable."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        data = safeio.read_json(path)
     except FileNotFoundError:
         return None, None
-    except (OSError, ValueError) as exc:
-        return None, str(exc)
+    except (OSError, ValueError, RecursionError) as exc:
+        return None, str(exc) or type(exc).__name__
     return (data, None) if isinstance(data, dict) else (None, "not a JSON object")
 
 
@@ -174,11 +174,10 @@ def _emit(groups: list[RepeatStats], records: list[RunRecord], output: str | Non
     text = stats.render_markdown(groups, TITLE, timeline_links(records, relative_to))
     try:
         if json_path:
-            with open(json_path, "x", encoding="utf-8") as f:  # "x": a file that appeared meanwhile is kept
-                f.write(json.dumps(stats.summary_json(groups, TITLE), indent=2, ensure_ascii=False) + "\n")
+            # created exclusively, never through a link: a file that appeared meanwhile is kept
+            safeio.create_new(json_path, json.dumps(stats.summary_json(groups, TITLE), indent=2, ensure_ascii=False) + "\n")
         if output:
-            with open(output, "x", encoding="utf-8") as f:
-                f.write(text)
+            safeio.create_new(output, text)
     except OSError as exc:
         _error(f"cannot write the summary ({exc}): choose another path")
         return EXIT_REFUSED

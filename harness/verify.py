@@ -110,7 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "recovery. Exit status: 0 qualified, 1 a criterion failed, 2 not a readable run directory.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run directory ($NVRX_WORK_DIR/runs/<run-id>)")
     parser.add_argument("--json", metavar="PATH", dest="json_path",
-                        help="also write the verdict JSON to PATH ('-': standard output)")
+                        help="also write the verdict JSON to PATH, a new file (never overwritten; '-': standard output)")
     parser.add_argument("--fault", choices=criteria.FAULTS, default=None,
                         help="the fault the run was meant to survive (default: run.json, else the injection marker, "
                              "else none)")
@@ -140,6 +140,10 @@ def _summary(verdict: Verdict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
+    if args.json_path not in (None, "-") and os.path.lexists(args.json_path):
+        print(f"nvrx-qual verify: error: --json {args.json_path} already exists: choose a new file name; existing "
+              "files (a run's own fault_injected.json above all) are never overwritten", file=sys.stderr)
+        return EXIT_UNREADABLE
     try:
         verdict = verify_run(run_dir, args.fault, baseline=args.baseline, picture=not args.no_write)
     except RunDirError as exc:
