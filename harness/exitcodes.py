@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import os
+import signal
 import sys
 import tempfile
 import traceback
@@ -77,6 +78,14 @@ def guarded(command: Callable[[], int], prog: str, *, debug: bool, err: TextIO |
     err = err or sys.stderr
     try:
         return int(command())
+    except KeyboardInterrupt as exc:  # Ctrl-C, or harness.launch.Interrupted after SIGTERM / SIGHUP
+        signum = getattr(exc, "signum", signal.SIGINT)
+        result = getattr(exc, "result", None)
+        what = f"; launch.json: {result.ended_by}, {result.leftover_processes_killed} leftover processes killed" \
+            if result is not None else ""
+        print(f"{prog}: stopped by {signal.Signals(signum).name}; every process of the launch was stopped{what}",
+              file=err)
+        return signalled(signum)
     except OSError as exc:  # the machine refused (disk full, permissions, a name too long)
         if debug:
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=err)

@@ -749,6 +749,8 @@ class HistoryReader:
         for jf, name in ((run_json, "run.json"), (launch_json, "launch.json")):
             if jf is not None and jf.error:
                 notes.append(f"{name} is unreadable ({jf.error}); ignored")
+        if launch_json is not None and isinstance(launch_json.data, dict) and launch_json.data.get("capture_error"):
+            notes.append(f"the harness could not keep every launcher line: {clip(str(launch_json.data['capture_error']))}")
         injections = self._injections(notes)
         cycle_infos = self._cycle_infos(notes)
 

@@ -23,6 +23,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -55,6 +56,10 @@ class LaunchResult:
     stopped_early: str | None  # why the harness stopped the job, or None
     nvrx_version: str
     leftover_processes_killed: int
+    # how the launch ended: "exit" (the launcher's own), "deadline", "watch" (a certain verdict),
+    # "signal SIGTERM" (the harness was asked to stop), "error <Type>" (a bug or I/O error in the harness)
+    ended_by: str = "exit"
+    capture_error: str | None = None  # why some output could not be written to logs/ (it was still drained)
 
     @property
     def duration_s(self) -> float:
@@ -122,30 +127,51 @@ class ConsoleSplitter:
 
 
 class _Capture(threading.Thread):
-    """Reads the launcher's merged stdout/stderr line by line until EOF."""
+    """Reads the launcher's merged stdout/stderr line by line until EOF.
+
+    A write error under logs/ (disk full, permissions) must not stop the reading: the
+    launcher would block on a full pipe until the deadline. The first error is kept in
+    `error`, writing stops, and the pipe is drained to the end."""
 
     def __init__(self, pipe, console: TextIO, splitter: ConsoleSplitter | None,
                  on_line: Callable[[str], None] | None):
         super().__init__(name="nvrx-qual-capture", daemon=True)
         self._pipe, self._console, self._splitter, self._on_line = pipe, console, splitter, on_line
         self.lock = threading.Lock()
+        self.error: str | None = None
+
+    def _failed(self, exc: OSError, what: str) -> None:
+        if self.error is None:
+            self.error = f"{what}: {exc.strerror or exc}; the launcher's output after that was read but not kept"
 
     def run(self) -> None:
         for raw in iter(self._pipe.readline, b""):
             now = time.time()
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             with self.lock:
-                self._console.write(f"{utc_iso(now)} out {line}\n")
-                if self._splitter:
-                    self._splitter.feed(line)
+                if self.error is None:
+                    try:
+                        self._console.write(f"{utc_iso(now)} out {line}\n")
+                        if self._splitter:
+                            self._splitter.feed(line)
+                    except OSError as exc:
+                        self._failed(exc, "writing logs/ failed")
             if self._on_line:
-                self._on_line(line)
+                try:
+                    self._on_line(line)
+                except OSError:  # progress output gone (a closed terminal): the capture goes on
+                    self._on_line = None
 
     def flush(self) -> None:
         with self.lock:
-            self._console.flush()
-            if self._splitter:
-                self._splitter.flush()
+            if self.error is not None:
+                return
+            try:
+                self._console.flush()
+                if self._splitter:
+                    self._splitter.flush()
+            except OSError as exc:
+                self._failed(exc, "writing logs/ failed")
 
 
 def tagged_processes(tag_value: str) -> list[psutil.Process]:
@@ -197,6 +223,69 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """The harness got SIGINT, SIGTERM or SIGHUP during a launch; every process of the launch
+    has been stopped and launch.json written. A KeyboardInterrupt, so pytest ends the session."""
+
+    def __init__(self, signum: int, result: "LaunchResult"):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+        self.result = result
+
+
+class _Signals:
+    """SIGINT / SIGTERM / SIGHUP during a launch are recorded, not raised: the launch loop
+    stops the job through the normal path, and a second signal cannot interrupt the sweep."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> "_Signals":
+        if threading.current_thread() is threading.main_thread():  # handlers can only be set there
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._record)
+        return self
+
+    def _record(self, signum: int, _frame) -> None:
+        self.received.append(signum)
+
+    def __exit__(self, *_exc) -> None:
+        if self.received:  # the process is on its way out (Interrupted): more presses change nothing
+            return
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    @property
+    def first(self) -> int | None:
+        return self.received[0] if self.received else None
+
+
+class _Watchdog:
+    """A small process of its own session that outlives the harness: when the harness dies
+    without saying goodbye (SIGKILL, a crash of the interpreter), its stdin reaches EOF and it
+    kills every process of the launch by tag. SIGKILL cannot be caught; this is what makes
+    the launch die with the harness anyway."""
+
+    def __init__(self, tag_value: str, env: dict[str, str]):
+        env = {k: v for k, v in env.items() if k != TAG}  # never one of the processes it kills
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.watchdog", tag_value], stdin=subprocess.PIPE,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                                     start_new_session=True)
+
+    def dismiss(self) -> None:
+        try:
+            self.proc.stdin.write(b"done\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10.0)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
 def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | None] | None = None,
            tick_s: float = 0.5, term_grace_s: float = 10.0, on_line: Callable[[str], None] | None = None,
            base_env: dict[str, str] | None = None, on_stop: Callable[[], object] | None = None) -> LaunchResult:
@@ -205,7 +294,9 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     `watch` is called about every `tick_s` seconds while the job runs; returning a string
     stops the job (SIGTERM to the launcher's group, SIGKILL to everything after
     `term_grace_s`) and records that string as the reason; `on_stop` runs first (a
-    multi-node run cancels its srun step there). Writes launch.json.
+    multi-node run cancels its srun step there). SIGINT, SIGTERM and SIGHUP of the harness
+    stop the job the same way and then raise Interrupted; a watchdog process kills the
+    launch if the harness itself is killed. Writes launch.json on every path.
     """
     layout = plan.layout
     command = plan.command
@@ -218,51 +309,91 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                 if plan.captures_console else None)
     started = time.time()
     stopped_early: str | None = None
+    ended_by = "exit"
     exit_code: int | None = None
     leftovers = 0
-    proc = subprocess.Popen(list(command.argv), cwd=command.cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    capture = _Capture(proc.stdout, console, splitter, on_line)
-    capture.start()
-    try:
-        while True:
-            try:
-                exit_code = proc.wait(timeout=tick_s)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            capture.flush()  # the watcher reads the split logs
-            if deadline_s is not None and time.time() - started > deadline_s:
-                stopped_early = f"deadline of {deadline_s:g} s passed before the launcher finished"
-            elif watch is not None:
-                stopped_early = watch()
-            if stopped_early:
-                if on_stop is not None:
-                    try:
-                        on_stop()
-                    except Exception as exc:  # the group signals below still stop the local side
-                        stopped_early += f" (cancelling the job step failed: {exc})"
-                _signal_group(proc.pid, signal.SIGTERM)
+    with _Signals() as signals:
+        watchdog = _Watchdog(tag_value, env)
+        try:
+            proc = subprocess.Popen(list(command.argv), cwd=command.cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        except BaseException:
+            watchdog.dismiss()
+            raise
+        capture = _Capture(proc.stdout, console, splitter, on_line)
+        capture.start()
+        try:
+            while True:
                 try:
-                    exit_code = proc.wait(timeout=term_grace_s)
+                    exit_code = proc.wait(timeout=tick_s)
+                    break
                 except subprocess.TimeoutExpired:
-                    exit_code = None
-                break
-    finally:
-        _signal_group(proc.pid, signal.SIGKILL)
-        if proc.poll() is None:
-            proc.wait()
-        leftovers = kill_tagged(tag_value)
-        capture.join(timeout=10.0)
-        capture.flush()
-        console.close()
-        if splitter:
-            splitter.close()
-        result = LaunchResult(
-            launcher_exit_code=exit_code, started_at=utc_iso(started), ended_at=utc_iso(time.time()),
-            stopped_early=stopped_early, nvrx_version=plan.nvrx.version, leftover_processes_killed=leftovers)
-        write_launch_json(layout, result)
+                    pass
+                capture.flush()  # the watcher reads the split logs
+                if signals.first is not None:
+                    name = signal.Signals(signals.first).name
+                    stopped_early, ended_by = f"interrupted: the harness received {name}", f"signal {name}"
+                elif deadline_s is not None and time.time() - started > deadline_s:
+                    stopped_early, ended_by = f"deadline of {deadline_s:g} s passed before the launcher finished", \
+                        "deadline"
+                elif watch is not None:
+                    stopped_early = watch()
+                    ended_by = "watch" if stopped_early else ended_by
+                if stopped_early:
+                    if on_stop is not None:
+                        try:
+                            on_stop()
+                        except Exception as exc:  # noqa: BLE001 - recorded in the reason; the group signals below still stop the local side
+                            stopped_early += f" (cancelling the job step failed: {exc})"
+                    _signal_group(proc.pid, signal.SIGTERM)
+                    exit_code = _wait_grace(proc, term_grace_s, signals)
+                    break
+        except BaseException as exc:
+            ended_by = f"error {type(exc).__name__}"
+            raise
+        finally:
+            sweep_error: str | None = None
+            try:
+                _signal_group(proc.pid, signal.SIGKILL)
+                if proc.poll() is None:
+                    proc.wait()
+                leftovers = kill_tagged(tag_value)
+            except RuntimeError as exc:  # survivors of SIGKILL: said in launch.json, then raised
+                sweep_error = str(exc)
+                raise
+            finally:
+                watchdog.dismiss()
+                capture.join(timeout=10.0)
+                capture.flush()
+                for closing in (console, splitter):
+                    try:
+                        if closing is not None:
+                            closing.close()
+                    except OSError as exc:
+                        capture._failed(exc, "closing logs/ failed")
+                result = LaunchResult(
+                    launcher_exit_code=exit_code, started_at=utc_iso(started), ended_at=utc_iso(time.time()),
+                    stopped_early=stopped_early, nvrx_version=plan.nvrx.version, leftover_processes_killed=leftovers,
+                    ended_by=ended_by if sweep_error is None else f"{ended_by}; {sweep_error}",
+                    capture_error=capture.error)
+                write_launch_json(layout, result)
+    if signals.first is not None:
+        raise Interrupted(signals.first, result)
     return result
+
+
+def _wait_grace(proc: subprocess.Popen, grace_s: float, signals: _Signals) -> int | None:
+    """The launcher's status if it exits within the grace; a further signal ends the wait
+    (SIGKILL follows), it never interrupts the sweep."""
+    seen = len(signals.received)
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end:
+        try:
+            return proc.wait(timeout=min(0.2, max(end - time.monotonic(), 0.01)))
+        except subprocess.TimeoutExpired:
+            if len(signals.received) > max(seen, 1):
+                return None
+    return None
 
 
 def write_launch_json(layout: RunLayout, result: LaunchResult) -> None:

@@ -136,8 +136,10 @@ def run_repeats(flags: Mapping[str, object], extra: tuple[str, ...], env: Mappin
             outcome = execute(plan, deadline_s=deadline_s, out=out if progress else None)
             print(runner.summary(outcome), file=out, flush=True)
             records.append(record_of(outcome))
-        except KeyboardInterrupt:  # launch has already stopped and reaped the run's processes
-            ended_early, status = f"interrupted (Ctrl-C) after {len(records)} of {n} runs", EXIT_INTERRUPTED
+        except KeyboardInterrupt as exc:  # launch has already stopped and reaped the run's processes
+            signum = getattr(exc, "signum", signal.SIGINT)  # harness.launch.Interrupted: SIGTERM, SIGHUP too
+            name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            ended_early, status = f"interrupted ({name}) after {len(records)} of {n} runs", signalled(signum)
             print(f"\nnvrx-qual: {ended_early}", file=err, flush=True)
             break
         except (SpecError, nvrx.NvrxError) as exc:  # e.g. the machine changed under a long repeat

@@ -122,6 +122,8 @@ def summary(outcome: Outcome) -> str:
               f"lost iterations {'—' if m.lost_iterations is None else m.lost_iterations}"]
     if outcome.launch.stopped_early:
         lines.append(f"stopped early: {outcome.launch.stopped_early}")
+    if outcome.launch.capture_error:
+        lines.append(f"logs incomplete: {outcome.launch.capture_error}")
     if outcome.triage is not None and outcome.triage.failed:
         lines.append(f"triage: {outcome.triage.summary}")
     if outcome.picture_problem:
