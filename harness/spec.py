@@ -376,6 +376,24 @@ def read_tracker(path: Path) -> int | None:
     return value
 
 
+MAX_RUN_ID_LEN = 128
+
+
+def iterations_after(checkpoint_dir: Path, iteration: int) -> list[tuple[int, str]]:
+    """(iteration, name) of every `iter_<digits>` entry (whatever its type) newer than
+    `iteration`, oldest first: what a run resuming from `iteration` would save over."""
+    found = []
+    try:
+        with os.scandir(checkpoint_dir) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.startswith("iter_") and name[5:].isascii() and name[5:].isdigit() and int(name[5:]) > iteration:
+                    found.append((int(name[5:]), name))
+    except OSError:
+        return []
+    return sorted(found)
+
+
 def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool = True) -> int:
     """Check everything that can be checked before launch. Returns the restored iteration
     (0 for a fresh run). Raises SpecError with one line per problem. Creates nothing.
@@ -384,7 +402,10 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
     problems: list[str] = []
     layout = spec.layout
 
-    if not is_valid_run_id(spec.run_id):
+    if len(spec.run_id) > MAX_RUN_ID_LEN:
+        problems.append(f"NVRX_RUN_ID={spec.run_id[:40]!r}... is {len(spec.run_id)} characters long: use at most "
+                        f"{MAX_RUN_ID_LEN} (it names a directory, a Slurm step and the launch tag)")
+    elif not is_valid_run_id(spec.run_id):
         problems.append(f"NVRX_RUN_ID={spec.run_id!r} must match {RUN_ID_PATTERN}: "
                         "use letters, digits, '.', '_' and '-', starting with a letter or digit")
     elif layout.marker.exists() or layout.marker.is_symlink():
@@ -393,6 +414,11 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
     elif layout.launch_json.exists():
         problems.append(f"run directory {layout.root} already holds a launched run (launch.json): "
                         "use a new NVRX_RUN_ID for every test; old runs are never overwritten")
+
+    blocker = next((p for p in (spec.work_dir, *spec.work_dir.parents) if p.exists() or p.is_symlink()), None)
+    if blocker is not None and not blocker.is_dir():
+        problems.append(f"NVRX_WORK_DIR={spec.work_dir}: {blocker} is not a directory: point NVRX_WORK_DIR / "
+                        "--work-dir at a directory (it is created when missing)")
 
     problems += topology.problems(spec.topology, spec.num_layers, spec.num_attention_heads)
     if spec.fault != "none":
@@ -436,6 +462,17 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
             except SpecError as exc:
                 problems += exc.problems
             else:
+                newer = iterations_after(ckpt, restored)
+                if newer:
+                    shown = ", ".join(name for _, name in newer[:8]) + (f" and {len(newer) - 8} more"
+                                                                         if len(newer) > 8 else "")
+                    tracked = (f"newer than its tracker's iteration {restored}" if restored
+                               else "but no tracker (the run would start afresh)")
+                    problems.append(
+                        f"NVRX_CHECKPOINT_DIR={ckpt} holds {shown}, {tracked}: the run would save over "
+                        f"them and delete their files; they are yours, so nothing is touched: move them out (e.g. "
+                        f"mkdir {ckpt}.newer && mv {ckpt}/{newer[0][1]} ... {ckpt}.newer/), or point "
+                        f"NVRX_CHECKPOINT_DIR at a copy, or write the newest complete one into {TRACKER_NAME}")
                 need = restored + 2 * spec.save_interval
                 if restored and spec.train_iters < need:
                     problems.append(
