@@ -100,6 +100,9 @@ def cmd_run(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
     from harness import runner
 
     env = dict(os.environ)
+    if args.deadline is not None and not specmod.seconds_ok(args.deadline):
+        return _refused(SpecError([f"--deadline={args.deadline!r} must be a number of seconds above 0 and at most "
+                                   f"{specmod.MAX_SECONDS:g} (leave it out for the default derived from the timeouts)"]))
     if args.repeat != 1:  # --repeat 1 is exactly one plain run, as without the flag
         from harness import repeat
 

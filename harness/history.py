@@ -36,6 +36,8 @@ from harness.layout import MARKER_NAME, TRACKER_NAME
 CHUNK_SIZE = 8 << 20
 MAX_PENDING_LINE = 1 << 20  # a "line" longer than this (binary junk) is cut, to bound memory
 MAX_BAD_ITERATIONS = 64  # per start: skipped / NaN iteration lines kept as evidence
+MAX_UTC_OFFSET_S = 14 * 3600
+MAX_MARKER_RECORDS = 64  # one record per injection: more is junk  # time zones span UTC-12..UTC+14
 DCP_METADATA_LIMIT = 1 << 30  # a checkpoint's .metadata lists keys: far smaller than this
 MAX_ARGS_LINES = 4000  # an arguments table that never ends is closed after this many lines
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
@@ -134,32 +136,42 @@ class RunDirError(Exception):
 _DAY_CACHE: dict[tuple[int, int, int], int] = {}
 
 
-def _epoch(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None) -> float:
-    """Seconds since the epoch of a wall-clock stamp read as if it were UTC."""
+def _epoch(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None) -> float | None:
+    """Seconds since the epoch of a wall-clock stamp read as if it were UTC; None for a date
+    that does not exist (month 13, February 30, hour 25) or lies outside PLAUSIBLE_YEARS:
+    a damaged line is no time at all, never a traceback."""
     key = (y, mo, d)
     day = _DAY_CACHE.get(key)
     if day is None:
+        if not (ev.PLAUSIBLE_YEARS[0] <= y <= ev.PLAUSIBLE_YEARS[1] and 1 <= mo <= 12
+                and 1 <= d <= calendar.monthrange(y, mo)[1]):
+            return None
         day = _DAY_CACHE[key] = calendar.timegm((y, mo, d, 0, 0, 0))
+    if h > 23 or mi > 59 or s > 60:
+        return None
     t = day + h * 3600 + mi * 60 + s
     if frac:
+        frac = frac[:9]  # nanoseconds at most: a longer run of digits is junk, not precision
         t += int(frac) / 10 ** len(frac)
     return float(t)
 
 
 def parse_iso_utc(text: object) -> float | None:
-    """`2026-11-29T16:32:09.789Z` (or +00:00) -> UTC epoch seconds; None when not a stamp."""
-    if not isinstance(text, str) or not text:
+    """`2026-11-29T16:32:09.789Z` (or +00:00) -> UTC epoch seconds; None when not a stamp or
+    not a plausible one (see events.PLAUSIBLE_YEARS)."""
+    if not isinstance(text, str) or not text or len(text) > 64:
         return None
     value = text.strip()
     if value.endswith("Z"):
         value = value[:-1] + "+00:00"
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=timezone.utc)
+        ts = parsed.timestamp()
+    except (ValueError, OverflowError):
         return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
-    return parsed.timestamp()
+    return ts if ev.plausible_time(ts) else None
 
 
 def _strip_prefix(text: str) -> tuple[int | None, str, float | None]:
@@ -488,7 +500,7 @@ class LogParser:
                 cycle, name = int(m.group(1)), m.group(2)
                 utc = _epoch(*map(int, m.groups()[3:9]), m.group(10))
                 local = self._stamp(b)
-                if local is not None and len(self.offset_pairs) < 16:
+                if local is not None and utc is not None and len(self.offset_pairs) < 16:
                     self.offset_pairs.append((local, utc))
                 if name in ev.CYCLE_START_EVENTS:
                     self.launcher_cycle = cycle
@@ -852,13 +864,21 @@ class HistoryReader:
             notes.append(f"{MARKER_NAME} holds no JSON record; counted as one injection of unknown iteration")
             records = [{}]
         out = []
-        for i, rec in enumerate(records):
+        for i, rec in enumerate(records[:MAX_MARKER_RECORDS]):
             rec = rec if isinstance(rec, dict) else {}
             shown = json.dumps({k: rec[k] for k in ("fault", "rank", "cycle", "iteration", "injected_at") if k in rec})
+            ts = parse_iso_utc(rec.get("injected_at"))
+            problems = []
+            if ts is None and rec.get("injected_at") not in (None, ""):
+                problems.append(f"injected_at {clip(repr(rec.get('injected_at')), 60)} is not a possible time")
+            for key in ("iteration", "baseline_iteration", "rank", "cycle"):
+                value = rec.get(key)
+                if value is not None and (_int(value) is None or _int(value) < 0):
+                    problems.append(f"{key} {clip(repr(value), 40)} is not a non-negative integer")
             out.append(ev.Injection(
                 src=Src(MARKER_NAME, i + 1 if len(records) > 1 else 1, clip(shown)),
-                ts=parse_iso_utc(rec.get("injected_at")), ts_utc=True,
-                fault=str(rec.get("fault") or "unknown"), signal=_str(rec.get("signal")), rank=_int(rec.get("rank")),
+                ts=ts, ts_utc=True, problem="; ".join(problems) or None,
+                fault=clip(str(rec.get("fault") or "unknown"), 40), signal=_str(rec.get("signal")), rank=_int(rec.get("rank")),
                 local_rank=_int(rec.get("local_rank")), cycle=_int(rec.get("cycle")), iteration=_int(rec.get("iteration")),
                 baseline_iteration=_int(rec.get("baseline_iteration")), host=_str(rec.get("host")), pid=_int(rec.get("pid")),
             ))
@@ -897,8 +917,11 @@ class HistoryReader:
 
     def _utc_offset(self, config: ev.RunConfig, files: list[_TrackedFile], notes: list[str]) -> tuple[int, str]:
         if config.utc_offset_s is not None:
-            return config.utc_offset_s, "run.json utc_offset_s"
-        pairs = [p for f in files for p in f.parser.offset_pairs]
+            if abs(config.utc_offset_s) <= MAX_UTC_OFFSET_S:
+                return config.utc_offset_s, "run.json utc_offset_s"
+            notes.append(f"run.json's utc_offset_s {config.utc_offset_s} is no time zone (more than 14 h from UTC); "
+                         "ignored")
+        pairs = [p for f in files for p in f.parser.offset_pairs if abs(p[0] - p[1]) <= MAX_UTC_OFFSET_S + 3600]
         if not pairs:
             pairs = _console_head_pairs(self.run_dir / "logs" / "console.log")
         if pairs:
@@ -1068,7 +1091,7 @@ def _console_head_pairs(path: Path, limit: int = 256 << 10) -> list[tuple[float,
     for raw in head.split(b"\n")[:-1]:
         _, body, console = _strip_prefix(raw.decode("utf-8", "replace"))
         local = parser._stamp(body) if console is not None else None
-        if local is not None:
+        if local is not None and console is not None:
             pairs.append((local, console))
             if len(pairs) >= 16:
                 break
@@ -1211,18 +1234,26 @@ def _shown(path: Path, run_dir: Path) -> str:
         return str(path)
 
 
+MAX_INT = 1 << 53  # any count, rank, pid or iteration of a real run is far below; bigger is damage
+
+
 def _int(value: object) -> int | None:
+    """An integer of a JSON record, or None when it is missing or not a plausible one."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
+    if isinstance(value, str):
+        text = value.strip()
+        digits = text[1:] if text[:1] == "-" else text
+        if not (digits.isascii() and digits.isdigit() and len(digits) <= 16):
+            return None
+        value = int(text)
+    if isinstance(value, int) and -MAX_INT <= value <= MAX_INT:
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
     return None
 
 
 def _str(value: object) -> str | None:
-    return str(value) if value is not None and value != "" else None
+    return clip(str(value), 200) if value is not None and value != "" else None
 
 
 def read_history(run_dir: str | os.PathLike, **kwargs) -> ev.Timeline:

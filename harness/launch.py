@@ -33,7 +33,7 @@ from typing import Callable, TextIO
 
 import psutil
 
-from harness import atomic, safeio
+from harness import atomic, ports, safeio
 from harness.layout import RunLayout
 from harness.plan import Plan
 
@@ -340,6 +340,7 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                     stopped_early = watch()
                     ended_by = "watch" if stopped_early else ended_by
                 if stopped_early:
+                    stopped_early += _rendezvous_port_note(plan, tag_value)
                     if on_stop is not None:
                         try:
                             on_stop()
@@ -380,6 +381,24 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     if signals.first is not None:
         raise Interrupted(signals.first, result)
     return result
+
+
+def _rendezvous_port_note(plan: Plan, tag_value: str) -> str:
+    """When a single-node launch is stopped, say so if its rendezvous port is held by a
+    process that is not part of the launch: the launcher then waits on a stranger for ever."""
+    port = ports.local_port(plan.spec.rdzv_endpoint) if plan.spec.nnodes == 1 and plan.srun is None else None
+    if port is None:
+        return ""
+    try:
+        ours = {p.pid for p in tagged_processes(tag_value)}
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid not in ours:
+                who = f"pid {conn.pid}" if conn.pid else "another process"
+                return (f"; the rendezvous port {port} is held by {who}, not by this launch: address already in use, "
+                        "so the launcher waited on a stranger (leave RDZV_ENDPOINT unset, or free the port)")
+    except (psutil.Error, OSError):
+        return ""
+    return ""
 
 
 def _wait_grace(proc: subprocess.Popen, grace_s: float, signals: _Signals) -> int | None:

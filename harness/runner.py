@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from harness import diagnose, discovery, launch, nvrx, slurm
+from harness import diagnose, discovery, launch, nvrx, ports, slurm
 from harness.plan import Plan
 from harness.prepare import prepare, release
 from harness.report import Verdict, write_outputs
@@ -58,6 +58,11 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
     elif env.get("SLURM_JOB_ID") and not env.get("SLURM_PROCID") and plan.nvrx.has_no_restart_exit_code:
         problems.append(f"NVRx {plan.nvrx.version} exits at once when SLURM_JOB_ID is set without SLURM_PROCID: "
                         "run under srun --ntasks=1, or unset SLURM_JOB_ID for a single-node run")
+    rdzv_port = ports.local_port(spec.rdzv_endpoint) if spec.nnodes == 1 else None
+    taken = ports.in_use(rdzv_port) if rdzv_port else None
+    if taken:
+        problems.append(f"RDZV_ENDPOINT={spec.rdzv_endpoint}: {taken}: the launcher would wait on it for ever; leave "
+                        "RDZV_ENDPOINT unset for a single node (a free port is chosen), or free the port")
     if spec.workload == "megatron":
         gpus = discovery.nvidia_smi_gpus()
         if not gpus:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import secrets
 import sys
@@ -377,6 +378,23 @@ def read_tracker(path: Path) -> int | None:
 
 
 MAX_RUN_ID_LEN = 128
+MAX_SECONDS = 7 * 24 * 3600.0  # any timeout or interval of a qualification run is far below a week
+
+
+def seconds_problems(spec: RunSpec) -> list[str]:
+    """Timeouts and intervals that the launcher, the rank monitors or the nemesis would choke on
+    (nan, inf, 1e308, zero or negative): refused here, not in the workers."""
+    values = [(f"--section-timeouts {name}", sec) for name, sec in spec.section_timeouts]
+    values += [("--out-of-section-timeout", spec.out_of_section_timeout), ("--monitor-interval", spec.monitor_interval),
+               ("--workload-check-interval", spec.workload_check_interval),
+               ("--poll-interval / NVRX_POLL_INTERVAL", spec.poll_interval)]
+    return [f"{name}={value!r} must be a number of seconds above 0 and at most {MAX_SECONDS:g}"
+            for name, value in values if value is not None and not seconds_ok(value)]
+
+
+def seconds_ok(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 < value <= MAX_SECONDS)
 
 
 def iterations_after(checkpoint_dir: Path, iteration: int) -> list[tuple[int, str]]:
@@ -432,6 +450,7 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
     for name, value in (("TRAIN_ITERS", spec.train_iters), ("save interval", spec.save_interval)):
         if value < 1:
             problems.append(f"{name}={value} must be a positive integer")
+    problems += seconds_problems(spec)
     if spec.max_restarts < 0:
         problems.append(f"--max-restarts={spec.max_restarts} must be 0 or more")
     if spec.fault != "none" and spec.max_restarts < 1:

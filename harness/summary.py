@@ -67,6 +67,10 @@ def load_run(run_dir: Path, warn: Callable[[str], None] | None = None) -> RunRec
         if why and warn is not None:
             warn(f"{run_dir / 'verdict.json'} is unreadable ({why}): verified the run directory instead")
         doc = verify_run(run_dir, picture=False).to_json()
+    stated = doc.get("qualified")
+    if warn is not None and isinstance(stated, bool) and stated != record_qualified(doc):
+        warn(f"{run_dir / 'verdict.json'} says qualified: {str(stated).lower()}, but its criteria say otherwise: "
+             "the criteria were counted")
     run_json, _ = _read_json(run_dir / "run.json")
     launch_json, _ = _read_json(run_dir / "launch.json")
     spec = (run_json or {}).get("spec")
@@ -77,6 +81,10 @@ def load_run(run_dir: Path, warn: Callable[[str], None] | None = None) -> RunRec
     if version and not record.nvrx_version:  # a verdict.json without its launcher section
         record = replace(record, nvrx_version=str(version))
     return record
+
+
+def record_qualified(doc: dict) -> bool:
+    return RunRecord.from_verdict_json(doc).qualified
 
 
 def _stopped(launch_json: dict | None) -> str | None:

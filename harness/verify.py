@@ -25,7 +25,9 @@ from typing import Sequence
 from harness import continuity, criteria, diagnose, metrics, picture
 from harness import events as ev
 from harness.events import Timeline
-from harness.history import RunDirError, read_history, sample_progress
+from harness import safeio
+from harness.history import RunDirError, check_run_dir, read_history, sample_progress
+from harness.layout import MARKER_NAME
 from harness.exitcodes import ExitStatus, guarded
 from harness.report import Verdict, write_outputs
 
@@ -77,6 +79,31 @@ def _loss_continuity(timeline: Timeline, analysis: criteria.Analysis, baseline: 
     return criteria.check_safe(continuity.CRITERION_ID, check, timeline, analysis)
 
 
+def check_baseline(baseline: Path) -> None:
+    """Raise RunDirError unless `baseline` is a readable run directory of an uninterrupted
+    run: a baseline that itself had a fault would make loss continuity compare two
+    recoveries, not a recovery against the truth."""
+    try:
+        check_run_dir(baseline)
+    except RunDirError as exc:
+        raise RunDirError(f"--baseline: {exc}") from None
+    if os.path.lexists(baseline / MARKER_NAME):
+        raise RunDirError(f"--baseline {baseline} had a fault ({MARKER_NAME} is there): give the run directory of an "
+                          "uninterrupted run of the same configuration (--fault none)")
+    try:
+        run = safeio.read_json(baseline / "run.json")
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, RecursionError) as exc:
+        raise RunDirError(f"--baseline {baseline}: run.json is unreadable ({exc}): give an uninterrupted run "
+                          "directory") from None
+    spec = run.get("spec") if isinstance(run, dict) else None
+    fault = spec.get("fault") if isinstance(spec, dict) else None
+    if fault not in (None, "none"):
+        raise RunDirError(f"--baseline {baseline} was planned with fault {str(fault)[:20]!r}: give the run directory of "
+                          "an uninterrupted run of the same configuration (--fault none)")
+
+
 def triage(verdict: Verdict) -> tuple["diagnose.Triage | None", tuple[str, ...]]:
     """A run that did not qualify gets the cross-rank failure triage as a report section."""
     if verdict.qualified:
@@ -95,6 +122,8 @@ def verify_run(run_dir: str | os.PathLike, fault: str | None = None, *, write: b
     picture=False skips sampling the progress curve (a caller that will not draw it)."""
     if fault is not None and fault not in criteria.FAULTS:
         raise ValueError(f"fault {fault!r} is not one of {', '.join(criteria.FAULTS)}: pass none, kill or hang")
+    if baseline is not None:
+        check_baseline(Path(baseline))
     timeline = read_history(run_dir, inspect_checkpoints=inspect_checkpoints)
     verdict = verify_timeline(timeline, fault, baseline, sample_progress(timeline) if picture else None)
     if write or json_path is not None:
