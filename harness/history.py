@@ -18,8 +18,11 @@ Sources (COMMON.md, "Run-directory files"):
 from __future__ import annotations
 
 import calendar
+import errno
 import json
 import os
+import pickle
+import sys
 import re
 import stat
 import time
@@ -1044,13 +1047,60 @@ def dcp_optimizer_keys(directory: Path) -> tuple[int | None, int | None, str | N
             from torch.distributed.checkpoint import FileSystemReader
     except Exception as exc:  # torch absent or broken: the check degrades, it does not crash
         return None, None, None, f"PyTorch is not importable here ({type(exc).__name__}); optimizer keys not listed"
+    del FileSystemReader  # its read_metadata is a plain pickle.load: code execution from a received run dir
     try:
-        metadata = FileSystemReader(str(directory)).read_metadata()
-        keys = list(metadata.state_dict_metadata)
-    except Exception as exc:
-        return None, None, None, f"DCP metadata unreadable: {clip(str(exc), 120)}"
+        metadata = load_dcp_metadata(directory / ".metadata")
+        keys = [str(k) for k in metadata.state_dict_metadata]
+    except Exception as exc:  # noqa: BLE001 - any damage in a received file makes the keys unknown, with the reason
+        return None, None, None, f"DCP metadata unreadable: {clip(f'{type(exc).__name__}: {exc}', 120)}"
     optimizer = sorted(k for k in keys if k.startswith("optimizer.") and "exp_avg" in k)
     return len(optimizer), len(keys), (optimizer[0] if optimizer else None), None
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles a DCP `.metadata` file from a run directory that may come from a stranger:
+    only the classes such metadata holds are resolved (torch's own DCP records, dataclasses
+    and enums of torch's and Megatron's checkpointing, dtypes, sizes, paths); anything else,
+    e.g. `os.system`, is refused instead of called."""
+
+    _EXACT = {("torch", "Size"), ("torch.serialization", "_get_layout"), ("collections", "OrderedDict"),
+              ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("pathlib", "Path"),
+              ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "slice"), ("builtins", "complex")}
+    _PACKAGES = ("torch.distributed.checkpoint.", "megatron.core.dist_checkpointing.")
+
+    def find_class(self, module: str, name: str) -> object:
+        import dataclasses
+        import enum
+
+        import torch
+
+        if (module, name) in self._EXACT:
+            return super().find_class(module, name)
+        if module == "torch":
+            value = getattr(torch, name, None)
+            if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+                return value
+        elif module.startswith(self._PACKAGES) and module in sys.modules:
+            value = getattr(sys.modules[module], name, None)
+            if isinstance(value, type) and (dataclasses.is_dataclass(value) or issubclass(value, enum.Enum)):
+                return value
+            if name == "_MEM_FORMAT_ENCODING" and isinstance(value, type):
+                return value
+        raise pickle.UnpicklingError(f"refused {module}.{name}: not a class of checkpoint metadata")
+
+
+def load_dcp_metadata(path: Path, limit: int = 1 << 30) -> object:
+    """A DCP checkpoint's Metadata, read without trusting the file (see _MetadataUnpickler)."""
+    import torch.distributed.checkpoint.filesystem  # noqa: F401 - the classes the file names
+    import torch.distributed.checkpoint.metadata  # noqa: F401
+
+    with safeio.open_binary(path) as f:
+        if os.fstat(f.fileno()).st_size > limit:
+            raise OSError(errno.EFBIG, f"more than {limit} bytes", str(path))
+        metadata = _MetadataUnpickler(f).load()
+    if not isinstance(getattr(metadata, "state_dict_metadata", None), dict):
+        raise ValueError("not DCP metadata (no state_dict_metadata)")
+    return metadata
 
 
 # ---------------------------------------------------------------- assembly helpers

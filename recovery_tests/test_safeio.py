@@ -148,3 +148,28 @@ def test_plan_does_not_block_on_a_fifo_tracker_or_run_json(tmp_path):
     done = run_in_session(argv, timeout_s=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "FIFO" in done.stderr and "Traceback" not in done.stderr
+
+
+class _Payload:
+    """A pickle that runs a shell command when loaded, as a hostile `.metadata` would."""
+
+    def __init__(self, flag: Path):
+        self.flag = flag
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.flag}",))
+
+
+def test_a_checkpoints_metadata_is_never_unpickled_blindly(tmp_path):
+    """torch's FileSystemReader.read_metadata is a plain pickle.load: verifying a received run
+    directory must not run code planted in a checkpoint's .metadata."""
+    import pickle
+
+    run_dir = rundirs.build(tmp_path / "run", rundirs.Scenario()).run_dir
+    flag = tmp_path / "code-ran"
+    for metadata in (run_dir / "checkpoints").glob("iter_*/.metadata"):
+        metadata.write_bytes(pickle.dumps(_Payload(flag)))
+    done = run_in_session([sys.executable, "-m", "harness", "verify", str(run_dir), "--no-write"], timeout_s=180)
+    assert done.returncode in (0, 1), done.stderr
+    assert not flag.exists(), "verify executed code from a checkpoint's .metadata"
+    assert "refused posix.system" in done.stdout or "refused os.system" in done.stdout or done.returncode == 1
