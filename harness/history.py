@@ -1039,15 +1039,15 @@ class HistoryReader:
 
 def dcp_optimizer_keys(directory: Path) -> tuple[int | None, int | None, str | None, str | None]:
     """(optimizer keys, all keys, a sample optimizer key, why not known) of one DCP checkpoint,
-    read with PyTorch's own reader. Optimizer tensors are keys under `optimizer.` holding
+    read with `load_dcp_metadata` (PyTorch's record classes, an allow-listed unpickler). Optimizer tensors are keys under `optimizer.` holding
     Adam moments (`exp_avg`, `exp_avg_sq`), as Megatron's distributed optimizer writes them."""
     try:
         with warnings.catch_warnings():  # torch's import-time warnings (pynvml, ...) are not the user's business
             warnings.simplefilter("ignore")
-            from torch.distributed.checkpoint import FileSystemReader
-    except Exception as exc:  # torch absent or broken: the check degrades, it does not crash
+            import torch.distributed.checkpoint.metadata  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - torch absent or broken: the keys are unknown, with the reason
         return None, None, None, f"PyTorch is not importable here ({type(exc).__name__}); optimizer keys not listed"
-    del FileSystemReader  # its read_metadata is a plain pickle.load: code execution from a received run dir
+    # Not torch's FileSystemReader.read_metadata: that is a plain pickle.load (code from a received run dir).
     try:
         metadata = load_dcp_metadata(directory / ".metadata")
         keys = [str(k) for k in metadata.state_dict_metadata]

@@ -344,7 +344,8 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                     if on_stop is not None:
                         try:
                             on_stop()
-                        except Exception as exc:  # noqa: BLE001 - recorded in the reason; the group signals below still stop the local side
+                        except (OSError, subprocess.SubprocessError, RuntimeError) as exc:  # said in the reason; the
+                            # group signals below still stop the local side
                             stopped_early += f" (cancelling the job step failed: {exc})"
                     _signal_group(proc.pid, signal.SIGTERM)
                     exit_code = _wait_grace(proc, term_grace_s, signals)
