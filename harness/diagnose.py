@@ -1809,8 +1809,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    offset = getattr(args, "utc_offset", None)
+    if offset is not None and abs(offset) > 14 * 3600:
+        print(f"nvrx-qual diagnose: --utc-offset {offset} is no time zone: give local time minus UTC in seconds, "
+              "between -50400 and 50400", file=sys.stderr)
+        return ExitStatus.REFUSED
     try:
-        triage = diagnose(args.run_dir, utc_offset_s=getattr(args, "utc_offset", None))
+        triage = diagnose(args.run_dir, utc_offset_s=offset)
     except DiagnoseInputError as err:
         print(f"nvrx-qual diagnose: {err}", file=sys.stderr)
         return ExitStatus.REFUSED

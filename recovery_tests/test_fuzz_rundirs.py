@@ -18,7 +18,6 @@ import multiprocessing
 import os
 import random
 import shutil
-import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 

@@ -211,3 +211,8 @@ def test_a_launch_stalled_on_a_taken_port_says_address_already_in_use(tmp_path, 
     plan = dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, rdzv_endpoint=f"127.0.0.1:{taken_port}"))
     result = launch.launch(plan, deadline_s=1.0, tick_s=0.05)
     assert "address already in use" in result.stopped_early and str(taken_port) in result.stopped_early
+
+
+def test_diagnose_refuses_an_offset_that_is_no_time_zone(good, capsys):
+    assert main(["diagnose", str(good.run_dir), "--utc-offset", str(10 ** 12)]) == 2
+    assert "no time zone" in capsys.readouterr().err

@@ -23,7 +23,7 @@ import pytest
 
 from harness import launch, safeio
 
-from .test_launch import _alive, await_record, fake_plan, pids_with_tag, read_record, record  # noqa: F401
+from .test_launch import _alive, await_record, fake_plan, pids_with_tag, record  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 
