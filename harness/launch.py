@@ -254,7 +254,9 @@ class _Signals:
         self.received.append(signum)
 
     def __exit__(self, *_exc) -> None:
-        if self.received:  # the process is on its way out (Interrupted): more presses change nothing
+        if self.received:  # the process is on its way out (Interrupted): more presses change nothing,
+            for sig in self._previous:  # not even during interpreter shutdown (which resets Python handlers)
+                signal.signal(sig, signal.SIG_IGN)
             return
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
