@@ -272,8 +272,10 @@ class _Watchdog:
     kills every process of the launch by tag. SIGKILL cannot be caught; this is what makes
     the launch die with the harness anyway."""
 
-    def __init__(self, tag_value: str, env: dict[str, str]):
-        env = {k: v for k, v in env.items() if k != TAG}  # never one of the processes it kills
+    def __init__(self, tag_value: str):
+        env = {k: v for k, v in os.environ.items() if k != TAG}  # never one of the processes it kills
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # wherever this harness is
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen([sys.executable, "-m", "harness.watchdog", tag_value], stdin=subprocess.PIPE,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
@@ -315,7 +317,7 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     exit_code: int | None = None
     leftovers = 0
     with _Signals() as signals:
-        watchdog = _Watchdog(tag_value, env)
+        watchdog = _Watchdog(tag_value)
         try:
             proc = subprocess.Popen(list(command.argv), cwd=command.cwd, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
