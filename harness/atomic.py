@@ -1,5 +1,6 @@
 """Files others read while a run goes on (run.json, launch.json, verdicts, summaries, the
-picture) appear whole or not at all: written beside their final name, then renamed over it."""
+picture) appear whole or not at all. The implementation, and every other file access of the
+suite, lives in harness.safeio; this module keeps the writer's historical names."""
 
 from __future__ import annotations
 
@@ -8,20 +9,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from harness import safeio
+from harness.safeio import replacing_file, write_text
+
+__all__ = ["replacing", "replacing_file", "write_text"]
+
 
 @contextmanager
 def replacing(path: str | os.PathLike) -> Iterator[Path]:
-    """A temporary path beside `path` (same suffix, so writers that go by it still can) for
-    the block to write; renamed over `path` when the block succeeds, removed when it fails."""
-    final = Path(path)
-    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp{final.suffix}")
-    try:
+    """For writers that only take a file name: a new, unpredictably named file beside `path`
+    (same suffix, created exclusively) for the block to write by name; renamed over `path`
+    when the block succeeds. Prefer `replacing_file`, which hands over the open file."""
+    with safeio.replacing(path) as (_fd, tmp):
         yield tmp
-        os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)  # only left when the block or the rename failed
-
-
-def write_text(path: str | os.PathLike, text: str) -> None:
-    with replacing(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")

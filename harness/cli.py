@@ -1,7 +1,8 @@
 """`nvrx-qual plan | run [--repeat N] | sbatch | verify | diagnose | report | kit`.
 
-Exit status: 0 qualified (or plan written), 1 a criterion failed, 2 input refused before
-anything was launched (the message names the value and the fix).
+Exit status (harness.exitcodes): 0 qualified (or plan written), 1 a criterion failed, 2 input
+refused or unreadable (the message names the value and the fix), 3 an internal error of the suite
+(one line; the traceback in a log file, or on stderr under --debug), 128+N stopped by signal N.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import os
 import sys
 from typing import Callable, Mapping, Sequence
 
-from harness import __version__, discovery, nvrx, ports, spec as specmod
+from harness import __version__, atomic, discovery, nvrx, ports, safeio, spec as specmod
 from harness import plan as planmod
+from harness.exitcodes import ExitStatus, guarded
 from harness.spec import RunSpec, SpecError
 
-EXIT_QUALIFIED, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
+EXIT_QUALIFIED, EXIT_FAILED, EXIT_REFUSED = ExitStatus.QUALIFIED, ExitStatus.NOT_QUALIFIED, ExitStatus.REFUSED
 
 
 def _split_workload_args(argv: Sequence[str]) -> tuple[list[str], tuple[str, ...]]:
@@ -107,12 +109,13 @@ def cmd_plan(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
 
 def _dry_run(p: planmod.Plan, restored: int) -> int:
     """Create the run's directories and run.json, print the exact commands; launch nothing."""
-    from harness.prepare import prepare
+    from harness.prepare import prepare, release
 
     try:
         prepare(p, dry_run=True)
     except SpecError as exc:
         return _refused(exc)
+    release(p.layout)
     if restored:
         print(f"# resuming: checkpoint iteration {restored} in {p.layout.checkpoints}; "
               f"the fault waits for a newer one")
@@ -125,6 +128,9 @@ def cmd_run(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
     from harness import runner
 
     env = dict(os.environ)
+    if args.deadline is not None and not specmod.seconds_ok(args.deadline):
+        return _refused(SpecError([f"--deadline={args.deadline!r} must be a number of seconds above 0 and at most "
+                                   f"{specmod.MAX_SECONDS:g} (leave it out for the default derived from the timeouts)"]))
     if args.repeat != 1:  # --repeat 1 is exactly one plain run, as without the flag
         from harness import repeat
 
@@ -142,7 +148,7 @@ def cmd_run(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
 
 def cmd_sbatch(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
     from harness import sbatch
-    from harness.prepare import prepare
+    from harness.prepare import prepare, release
 
     opts = sbatch.SbatchOptions(account=args.account, partition=args.partition, time=args.time,
                                 job_name=args.job_name, container_image=args.container_image,
@@ -159,10 +165,12 @@ def cmd_sbatch(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
     except (SpecError, nvrx.NvrxError) as exc:
         return _refused(exc)
     script_path = p.layout.root / "sbatch.sh"
-    script_path.write_text(script)
-    if args.output:
-        with open(args.output, "x") as out:
-            out.write(script)
+    try:
+        atomic.write_text(script_path, script)  # never through a link
+        if args.output:
+            safeio.create_new(args.output, script)  # a file that appeared meanwhile is kept
+    finally:
+        release(p.layout)
     print(script, end="")
     print(f"# written to {script_path}; submit with: sbatch {script_path}", file=sys.stderr)
     return EXIT_QUALIFIED
@@ -226,9 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nvrx-qual",
         description="Prove, with evidence, that a Megatron GPT job under NVRx ft_launcher recovers from a "
                     "dead or hung rank.",
-        epilog="Exit status: 0 qualified, 1 a criterion failed, 2 input refused before launch.",
+        epilog="Exit status: 0 qualified, 1 a criterion failed, 2 input refused or unreadable, 3 internal error of "
+               "nvrx-qual, 128+N stopped by signal N.",
         formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--version", action="version", version=f"nvrx-qual {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an internal error here instead of only in a log file")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p_plan = sub.add_parser("plan", formatter_class=DefaultsHelpFormatter, help="validate, create the run directory, print the exact commands (dry run)",
@@ -284,11 +295,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = bool(argv) and argv[0] == "--debug"
+    if debug:
+        argv = argv[1:]
     own, extra = _split_workload_args(argv)
     if own and own[0] in ("verify", "diagnose", "report", "kit"):
         own, extra = argv, ()
-    args = build_parser().parse_args(own)
-    return args.handler(args, extra)
+    args = build_parser().parse_args((["--debug"] if debug else []) + own)
+    return guarded(lambda: args.handler(args, extra), "nvrx-qual", debug=args.debug)
 
 
 if __name__ == "__main__":

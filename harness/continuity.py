@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import safeio
 from harness.criteria import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CriterionResult
 from harness.events import Src, clip
 from harness.history import application_logs, iteration_loss
@@ -40,7 +41,7 @@ def iteration_losses(run_dir: Path) -> dict[int, LossLine]:
     the failed cycle's, as cycles are read in order."""
     out: dict[int, LossLine] = {}
     for path, rel in application_logs(run_dir):
-        with open(path, "rb") as f:
+        with safeio.open_binary(path) as f:
             for lineno, raw in enumerate(f, 1):
                 if b"lm loss" not in raw:
                     continue

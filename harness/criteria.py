@@ -256,6 +256,14 @@ def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
     if inj.fault not in (a.fault, "unknown"):
         return _result(cid, FAIL, f"The marker records a {inj.fault} fault but this run asked for {a.fault} "
                                   f"({a.fault_how}): verify with --fault {inj.fault} if that was intended.", [inj])
+    if inj.problem:
+        return _result(cid, FAIL, f"fault_injected.json cannot be true: {inj.problem}; the marker is damaged or not "
+                                  "this run's: rerun with a new run id.", [inj])
+    outside = _outside_the_run(tl, inj)
+    if outside:
+        return _result(cid, FAIL, f"fault_injected.json says the fault was injected at {outside}: the marker is not "
+                                  "this run's (copied from another run?) or a clock is wrong; rerun with a new run id.",
+                       [inj, tl.launch.src] if tl.launch is not None else [inj])
     in_save = inj.fault_at == "in-save"
     k = inj.committed_iteration if in_save else inj.iteration
     if in_save and (k is None or inj.iteration is None):
@@ -314,6 +322,37 @@ def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
     extra = f" ({'; '.join(caveats)})" if caveats else ""
     return _result(cid, PASS, f"Checkpoint {k} was committed before the {a.fault} injection on rank {inj.rank} at "
                               f"{when}: the marker, Megatron's save line and metadata.json agree{extra}.", evidence)
+
+
+CLOCK_SLACK_S = 60.0  # clocks of one cluster agree far better; more is a marker of another run or a broken clock
+
+
+def _outside_the_run(tl: Timeline, inj: ev.Injection) -> str | None:
+    """Where the marker's time falls outside the launch (launch.json's start..end), or None."""
+    t = tl.utc(inj)
+    launch = tl.launch
+    if t is None or launch is None:
+        return None
+    if launch.started_at is not None and t < launch.started_at - CLOCK_SLACK_S:
+        return f"{iso_utc(t)}, {launch.started_at - t:.0f} s before the launch started ({iso_utc(launch.started_at)})"
+    if launch.ended_at is not None and t > launch.ended_at + CLOCK_SLACK_S:
+        return f"{iso_utc(t)}, {t - launch.ended_at:.0f} s after the launch ended ({iso_utc(launch.ended_at)})"
+    return None
+
+
+def _before_the_injection(tl: Timeline, a: Analysis, fails: Sequence[ev.LauncherEvent]) -> str | None:
+    """A recovery step stamped before the injection: what and when, or None."""
+    injected = tl.utc(a.injection)
+    if injected is None or tl.offset_how.startswith("assumed"):
+        return None
+    first = a.replacement.first_iteration if a.replacement is not None else None
+    for what, e in (("the failure of the injected cycle", min(fails, key=lambda f: tl.utc(f) or float("inf"),
+                                                              default=None)),
+                    ("the replacement's first iteration", first)):
+        t = tl.utc(e)
+        if t is not None and t < injected - 1.0:
+            return f"{what} is stamped {iso_utc(t)}, {injected - t:.1f} s before the injection at {iso_utc(injected)}"
+    return None
 
 
 def _names_injected_rank(t: ev.RankTimeout, inj: ev.Injection) -> bool:
@@ -444,6 +483,11 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
                                          f"{nodes}.", evidence)
     if problems:
         return _result(cid, FAIL, "The launcher restarted the workers, but " + "; ".join(problems) + ".", evidence)
+    early = _before_the_injection(tl, a, fails)
+    if early:
+        return _result(cid, UNKNOWN, f"The launcher restarted the workers, but {early}: a recovery cannot precede its "
+                                     f"fault, so the clocks or the UTC offset ({tl.utc_offset_s:+d} s, {tl.offset_how}) "
+                                     "do not match, or the marker is not this run's.", evidence)
     if len(a.injections) > 1:
         cycles = ", ".join(str(i.cycle) for i in a.injections)
         evidence[1:1] = [e for i in a.injections[:-1] for e in (i, *a.failures.get(i.cycle, ())[:1])]

@@ -39,6 +39,8 @@ from functools import cmp_to_key
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
+from harness import safeio
+from harness.exitcodes import ExitStatus, guarded
 from harness.layout import MARKER_NAME, RunLayout, marker_name
 
 CATEGORIES = ("oom", "shape", "import", "nccl", "traceback", "exit", "hang", "none")
@@ -229,7 +231,7 @@ def _clean(chunk: bytes) -> str:
 
 def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) without ever holding more than one capped line in memory."""
-    with open(path, "rb") as fh:
+    with safeio.open_binary(path) as fh:  # never a link, FIFO or device
         lineno = 0
         while True:
             chunk = fh.readline(_MAX_LINE)
@@ -245,7 +247,7 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def _looks_binary(path: Path) -> bool:
-    with open(path, "rb") as fh:
+    with safeio.open_binary(path) as fh:
         head = fh.read(4096)
     if not head:
         return False
@@ -915,11 +917,9 @@ class _Scanner:
 
     def _scan_error_file(self, path: Path, rel: str, file_rank: int) -> None:
         """torch elastic's per-worker error.json (written by @record): the worker's traceback."""
-        if path.stat().st_size > 16 * 1024 * 1024:
-            return
         try:
-            data = json.loads(path.read_text(errors="replace"))
-        except ValueError:
+            data = safeio.read_json(path, limit=16 * 1024 * 1024)
+        except (OSError, ValueError, RecursionError):
             return
         message = data.get("message") if isinstance(data, dict) else None
         if not isinstance(message, dict):
@@ -1126,10 +1126,8 @@ class _RunFacts:
 
 def _read_json(path: Path) -> dict | None:
     try:
-        if path.stat().st_size > 4 * 1024 * 1024:
-            return None
-        data = json.loads(path.read_text(errors="replace"))
-    except (OSError, ValueError):
+        data = safeio.read_json(path)
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -1835,12 +1833,17 @@ def exit_status(triage: Triage) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    offset = getattr(args, "utc_offset", None)
+    if offset is not None and abs(offset) > 14 * 3600:
+        print(f"nvrx-qual diagnose: --utc-offset {offset} is no time zone: give local time minus UTC in seconds, "
+              "between -50400 and 50400", file=sys.stderr)
+        return ExitStatus.REFUSED
     try:
-        triage = diagnose(args.run_dir, utc_offset_s=getattr(args, "utc_offset", None))
+        triage = diagnose(args.run_dir, utc_offset_s=offset)
     except DiagnoseInputError as err:
         print(f"nvrx-qual diagnose: {err}", file=sys.stderr)
-        return 2
-    status = exit_status(triage)
+        return ExitStatus.REFUSED
+    status = ExitStatus(exit_status(triage))
     text = json.dumps(triage.to_json(), indent=2, default=str) + "\n" if args.json else render_markdown(triage)
     try:
         sys.stdout.write(text)
@@ -1856,7 +1859,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m harness.diagnose", description="Find the root cause of a failed run across ranks."
     )
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    return guarded(lambda: run(args), "nvrx-qual diagnose", debug=False)
 
 
 if __name__ == "__main__":

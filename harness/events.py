@@ -30,11 +30,25 @@ def clip(text: str, limit: int = EVIDENCE_TEXT_MAX) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# Times read from a run directory outside these years are damage or forgery, never a moment of
+# a training run: they are read as "no time" (and a marker's becomes a failed criterion).
+PLAUSIBLE_YEARS = (2000, 2199)
+_PLAUSIBLE_SPAN = (946684800.0, 7258118400.0)  # 2000-01-01 .. 2200-01-01 UTC
+
+
+def plausible_time(ts: float | None) -> bool:
+    return ts is not None and _PLAUSIBLE_SPAN[0] <= ts < _PLAUSIBLE_SPAN[1]
+
+
 def iso_utc(ts: float | None) -> str | None:
-    """UTC ISO-8601 with milliseconds and a Z (the harness's stamp format)."""
+    """UTC ISO-8601 with milliseconds and a Z (the harness's stamp format); None for no time
+    or one no clock can show."""
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    try:
+        return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -364,6 +378,7 @@ class Injection(Event):
     fault_index: int = 1  # which planned fault (fault_injected.json: 1, fault_injected.<n>.json: n)
     committed_iteration: int | None = None  # in-save: the committed checkpoint; `iteration` was in flight
     poisoned: str | None = None  # poison: the file the nemesis truncated
+    problem: str | None = None  # a value of the marker that cannot be true (an impossible time, ...)
 
 
 # ---------------------------------------------------------------- non-event state

@@ -18,10 +18,13 @@ Sources (docs/contracts.md, "The run directory"):
 from __future__ import annotations
 
 import calendar
+import errno
 import json
 import math
 import os
+import sys
 import re
+import stat
 import time
 import warnings
 from dataclasses import dataclass
@@ -29,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness import events as ev
+from harness import safeio
 from harness.events import Src, clip
 from harness.layout import MARKER_NAME, TRACKER_NAME, marker_index
 from harness.optimizer_record import read_dcp_metadata, read_optimizer_record
@@ -36,6 +40,9 @@ from harness.optimizer_record import read_dcp_metadata, read_optimizer_record
 CHUNK_SIZE = 8 << 20
 MAX_PENDING_LINE = 1 << 20  # a "line" longer than this (binary junk) is cut, to bound memory
 MAX_BAD_ITERATIONS = 64  # per start: skipped / NaN iteration lines kept as evidence
+MAX_UTC_OFFSET_S = 14 * 3600
+MAX_MARKER_RECORDS = 64  # one record per injection: more is junk  # time zones span UTC-12..UTC+14
+DCP_METADATA_LIMIT = 1 << 30  # a checkpoint's .metadata lists keys: far smaller than this
 MAX_ARGS_LINES = 4000  # an arguments table that never ends is closed after this many lines
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
 
@@ -135,32 +142,42 @@ class RunDirError(Exception):
 _DAY_CACHE: dict[tuple[int, int, int], int] = {}
 
 
-def _epoch(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None) -> float:
-    """Seconds since the epoch of a wall-clock stamp read as if it were UTC."""
+def _epoch(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None) -> float | None:
+    """Seconds since the epoch of a wall-clock stamp read as if it were UTC; None for a date
+    that does not exist (month 13, February 30, hour 25) or lies outside PLAUSIBLE_YEARS:
+    a damaged line is no time at all, never a traceback."""
     key = (y, mo, d)
     day = _DAY_CACHE.get(key)
     if day is None:
+        if not (ev.PLAUSIBLE_YEARS[0] <= y <= ev.PLAUSIBLE_YEARS[1] and 1 <= mo <= 12
+                and 1 <= d <= calendar.monthrange(y, mo)[1]):
+            return None
         day = _DAY_CACHE[key] = calendar.timegm((y, mo, d, 0, 0, 0))
+    if h > 23 or mi > 59 or s > 60:
+        return None
     t = day + h * 3600 + mi * 60 + s
     if frac:
+        frac = frac[:9]  # nanoseconds at most: a longer run of digits is junk, not precision
         t += int(frac) / 10 ** len(frac)
     return float(t)
 
 
 def parse_iso_utc(text: object) -> float | None:
-    """`2026-11-29T16:32:09.789Z` (or +00:00) -> UTC epoch seconds; None when not a stamp."""
-    if not isinstance(text, str) or not text:
+    """`2026-11-29T16:32:09.789Z` (or +00:00) -> UTC epoch seconds; None when not a stamp or
+    not a plausible one (see events.PLAUSIBLE_YEARS)."""
+    if not isinstance(text, str) or not text or len(text) > 64:
         return None
     value = text.strip()
     if value.endswith("Z"):
         value = value[:-1] + "+00:00"
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=timezone.utc)
+        ts = parsed.timestamp()
+    except (ValueError, OverflowError):
         return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
-    return parsed.timestamp()
+    return ts if ev.plausible_time(ts) else None
 
 
 def _strip_prefix(text: str) -> tuple[int | None, str, float | None]:
@@ -489,7 +506,7 @@ class LogParser:
                 cycle, name = int(m.group(1)), m.group(2)
                 utc = _epoch(*map(int, m.groups()[3:9]), m.group(10))
                 local = self._stamp(b)
-                if local is not None and len(self.offset_pairs) < 16:
+                if local is not None and utc is not None and len(self.offset_pairs) < 16:
                     self.offset_pairs.append((local, utc))
                 if name in ev.CYCLE_START_EVENTS:
                     self.launcher_cycle = cycle
@@ -638,8 +655,11 @@ class _TrackedFile:
         One buffer is reused for the whole file (readinto): fresh multi-MiB objects per
         chunk would cost a page fault per 4 KiB, as much as the parsing itself."""
         try:
-            st = self.path.stat()
+            st = os.lstat(self.path)
         except OSError:
+            return
+        if not stat.S_ISREG(st.st_mode):  # became a link, FIFO or device: never read
+            self.error = f"it is {safeio.kind_of(st.st_mode)} now, not a regular file"
             return
         ident = (st.st_dev, st.st_ino)
         if self.ident != ident or st.st_size < self.offset:  # replaced or truncated: start over
@@ -656,7 +676,7 @@ class _TrackedFile:
         kept = 0  # bytes of an incomplete line carried at the front of buf
         self.error = None
         try:
-            with open(self.path, "rb", buffering=0) as f:
+            with safeio.open_binary(self.path) as f:
                 f.seek(self.offset)
                 while True:
                     got = f.readinto(view[kept:kept + chunk_size])
@@ -689,13 +709,15 @@ def _classify_logs(run_dir: Path) -> list[tuple[Path, str, str, int | None]]:
     found: list[tuple[Path, str, str, int | None]] = []
     logs = run_dir / "logs"
     for directory in (logs, run_dir):
+        if directory is logs and not safeio.is_real_dir(logs):  # a link named logs is not followed
+            continue
         try:
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
         except OSError:
             continue
         for entry in entries:
             try:
-                if not entry.is_file():
+                if not entry.is_file(follow_symlinks=False):  # links, FIFOs, devices are never read
                     continue
             except OSError:
                 continue
@@ -748,6 +770,8 @@ class HistoryReader:
         for jf, name in ((run_json, "run.json"), (launch_json, "launch.json")):
             if jf is not None and jf.error:
                 notes.append(f"{name} is unreadable ({jf.error}); ignored")
+        if launch_json is not None and isinstance(launch_json.data, dict) and launch_json.data.get("capture_error"):
+            notes.append(f"the harness could not keep every launcher line: {clip(str(launch_json.data['capture_error']))}")
         injections = self._injections(notes)
         cycle_infos = self._cycle_infos(notes)
 
@@ -839,10 +863,10 @@ class HistoryReader:
     def _marker(self, name: str, notes: list[str]) -> list[ev.Injection]:
         MARKER_NAME = name  # noqa: N806 - the messages below name the file read
         path = self.run_dir / name
-        if not path.exists():
+        if not os.path.lexists(path):
             return []
         try:
-            text = path.read_text(errors="replace")
+            text = safeio.read_text(path)
         except OSError as exc:
             notes.append(f"{MARKER_NAME} exists but is unreadable ({exc.strerror}); counted as one injection")
             return [ev.Injection(src=Src(MARKER_NAME, 0, "unreadable"), fault="unknown", signal=None, rank=None,
@@ -851,23 +875,31 @@ class HistoryReader:
         try:
             data = json.loads(text)
             records = data if isinstance(data, list) else [data]
-        except ValueError:
+        except (ValueError, RecursionError):
             for line in text.splitlines():  # tolerate JSON lines (one record per injection)
                 try:
                     records.append(json.loads(line))
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue
         if not records:
             notes.append(f"{MARKER_NAME} holds no JSON record; counted as one injection of unknown iteration")
             records = [{}]
         out = []
-        for i, rec in enumerate(records):
+        for i, rec in enumerate(records[:MAX_MARKER_RECORDS]):
             rec = rec if isinstance(rec, dict) else {}
             shown = json.dumps({k: rec[k] for k in ("fault", "fault_at", "rank", "cycle", "iteration", "injected_at") if k in rec})
+            ts = parse_iso_utc(rec.get("injected_at"))
+            problems = []
+            if ts is None and rec.get("injected_at") not in (None, ""):
+                problems.append(f"injected_at {clip(repr(rec.get('injected_at')), 60)} is not a possible time")
+            for key in ("iteration", "baseline_iteration", "rank", "cycle"):
+                value = rec.get(key)
+                if value is not None and (_int(value) is None or _int(value) < 0):
+                    problems.append(f"{key} {clip(repr(value), 40)} is not a non-negative integer")
             out.append(ev.Injection(
                 src=Src(MARKER_NAME, i + 1 if len(records) > 1 else 1, clip(shown)),
-                ts=parse_iso_utc(rec.get("injected_at")), ts_utc=True,
-                fault=str(rec.get("fault") or "unknown"), signal=_str(rec.get("signal")), rank=_int(rec.get("rank")),
+                ts=ts, ts_utc=True, problem="; ".join(problems) or None,
+                fault=clip(str(rec.get("fault") or "unknown"), 40), signal=_str(rec.get("signal")), rank=_int(rec.get("rank")),
                 local_rank=_int(rec.get("local_rank")), cycle=_int(rec.get("cycle")), iteration=_int(rec.get("iteration")),
                 baseline_iteration=_int(rec.get("baseline_iteration")), host=_str(rec.get("host")), pid=_int(rec.get("pid")),
                 launcher_pid=_int(rec.get("launcher_pid")),
@@ -879,6 +911,8 @@ class HistoryReader:
     def _cycle_infos(self, notes: list[str]) -> list[ev.CycleInfo]:
         directory = self.run_dir / "cycle_infos"
         out: list[ev.CycleInfo] = []
+        if not safeio.is_real_dir(directory):
+            return out
         try:
             names = sorted(os.listdir(directory))
         except OSError:
@@ -908,8 +942,11 @@ class HistoryReader:
 
     def _utc_offset(self, config: ev.RunConfig, files: list[_TrackedFile], notes: list[str]) -> tuple[int, str]:
         if config.utc_offset_s is not None:
-            return config.utc_offset_s, "run.json utc_offset_s"
-        pairs = [p for f in files for p in f.parser.offset_pairs]
+            if abs(config.utc_offset_s) <= MAX_UTC_OFFSET_S:
+                return config.utc_offset_s, "run.json utc_offset_s"
+            notes.append(f"run.json's utc_offset_s {config.utc_offset_s} is no time zone (more than 14 h from UTC); "
+                         "ignored")
+        pairs = [p for f in files for p in f.parser.offset_pairs if abs(p[0] - p[1]) <= MAX_UTC_OFFSET_S + 3600]
         if not pairs:
             pairs = _console_head_pairs(self.run_dir / "logs" / "console.log")
         if pairs:
@@ -931,16 +968,18 @@ class HistoryReader:
                      notes: list[str]) -> ev.CheckpointState | None:
         candidates: list[tuple[Path, str]] = []
         spec = _spec(run_json)
+        original = _original_root(spec, self.run_dir)  # where the run was written, when it was copied since
         if spec.get("checkpoint_dir"):
-            candidates.append((Path(str(spec["checkpoint_dir"])), "run.json spec.checkpoint_dir"))
+            candidates.append((_rebased(Path(str(spec["checkpoint_dir"])), original, self.run_dir),
+                               "run.json spec.checkpoint_dir"))
         candidates.append((self.run_dir / "checkpoints", "<run>/checkpoints"))
         for start in starts:
             args = start.arguments
             for key in ("save", "load"):
                 value = args.get(key) if args else None
                 if value and value != "None":
-                    candidates.append((Path(value), f"the arguments table's {key}"))
-        chosen = next(((p, how) for p, how in candidates if p.is_dir()), None)
+                    candidates.append((_rebased(Path(value), original, self.run_dir), f"the arguments table's {key}"))
+        chosen = next(((p, how) for p, how in candidates if p.is_dir()), None)  # is_dir: False for a link loop
         if chosen is None:
             shown = _shown(candidates[0][0], self.run_dir) if candidates else None
             return ev.CheckpointState(path=shown, how="not found", exists=False, tracker=None)
@@ -948,9 +987,12 @@ class HistoryReader:
         if candidates[0][0] != path and candidates[0][1] == "run.json spec.checkpoint_dir":
             notes.append(f"run.json's checkpoint_dir {candidates[0][0]} is not here; used {path} ({how})")
         shown = _shown(path, self.run_dir)
+        if original is not None and not _inside(path, self.run_dir):
+            notes.append(f"this run directory was copied from {original}; its checkpoint dir {path} is outside it and "
+                         "was read where it is now, which may not be the run's own checkpoints")
         tracker = None
         try:
-            tracker = (path / TRACKER_NAME).read_text(errors="replace").strip()[:64]
+            tracker = safeio.read_text(path / TRACKER_NAME, limit=4096).strip()[:64]
         except OSError:
             pass
         wanted = self._interesting_iterations(starts, injections)
@@ -962,18 +1004,28 @@ class HistoryReader:
             entries = []
         for entry in entries:
             m = re.fullmatch(r"iter_(\d{7,})", entry.name)
-            if not m or not entry.is_dir():
+            if not m:
                 continue
             it = int(m.group(1))
+            try:
+                real_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                real_dir = False
+            if entry.name != f"iter_{it:07d}" or not real_dir:
+                what = "a symlink" if entry.is_symlink() else ("not Megatron's iter_%07d name" if real_dir
+                                                              else "not a directory")
+                notes.append(f"ignored {shown}/{entry.name}: {what}; only the directory Megatron writes for an "
+                             "iteration counts as its checkpoint")
+                continue
             d = Path(entry.path)
-            has_md = (d / ".metadata").is_file()
+            has_md = safeio.is_regular(d / ".metadata")
             opt = total = sample = note = record = None
             if it in wanted:
                 opt, total, sample, note = self._dcp_keys(d) if has_md else (None, None, None, "no .metadata file")
                 record = self._optimizer_record(d) if has_md and self.inspect_checkpoints else None
             else:
                 note = "not needed by any check"
-            iters.append(ev.CheckpointOnDisk(iteration=it, rel=f"{shown}/{entry.name}", committed=(d / "metadata.json").is_file(),
+            iters.append(ev.CheckpointOnDisk(iteration=it, rel=f"{shown}/{entry.name}", committed=safeio.is_regular(d / "metadata.json"),
                                              has_dcp_metadata=has_md, optimizer_keys=opt, total_keys=total,
                                              sample_key=sample, inspect_note=note, optimizer_record=record))
         iters.sort(key=lambda c: c.iteration)
@@ -1014,9 +1066,12 @@ class HistoryReader:
             return None, None, None, "checkpoint inspection turned off"
         md = directory / ".metadata"
         try:
-            st = md.stat()
+            st = os.lstat(md)
         except OSError as exc:
             return None, None, None, f".metadata unreadable ({exc.strerror})"
+        if not stat.S_ISREG(st.st_mode) or st.st_size > DCP_METADATA_LIMIT:
+            why = safeio.kind_of(st.st_mode) if not stat.S_ISREG(st.st_mode) else f"{st.st_size} bytes"
+            return None, None, None, f".metadata not read ({why})"
         key = (str(md), st.st_mtime_ns, st.st_size)
         if key not in self._dcp_cache:
             self._dcp_cache[key] = dcp_optimizer_keys(directory)
@@ -1031,14 +1086,15 @@ def dcp_optimizer_keys(directory: Path) -> tuple[int | None, int | None, str | N
         with warnings.catch_warnings():  # torch's import-time warnings (pynvml, ...) are not the user's business
             warnings.simplefilter("ignore")
             import torch.distributed.checkpoint  # noqa: F401 - the metadata classes
-    except Exception as exc:  # torch absent or broken: the check degrades, it does not crash
+    except ImportError as exc:  # torch absent: the keys are unknown, with the reason
         return None, None, None, f"PyTorch is not importable here ({type(exc).__name__}); optimizer keys not listed"
+    # Not torch's FileSystemReader.read_metadata: that is a plain pickle.load (code from a received run dir).
     try:
         # not FileSystemReader.read_metadata: that unpickles whatever a stranger's .metadata names
         metadata = read_dcp_metadata(directory)
-        keys = list(metadata.state_dict_metadata)
-    except Exception as exc:
-        return None, None, None, f"DCP metadata unreadable: {clip(str(exc), 120)}"
+        keys = [str(k) for k in metadata.state_dict_metadata]
+    except Exception as exc:  # noqa: BLE001 - any damage in a received file makes the keys unknown, with the reason
+        return None, None, None, f"DCP metadata unreadable: {clip(f'{type(exc).__name__}: {exc}', 120)}"
     optimizer = sorted(k for k in keys if k.startswith("optimizer.") and "exp_avg" in k)
     return len(optimizer), len(keys), (optimizer[0] if optimizer else None), None
 
@@ -1057,7 +1113,7 @@ def check_run_dir(run_dir: Path) -> None:
     has_logs = bool(_classify_logs(run_dir))
     has_marker = (run_dir / MARKER_NAME).exists()
     try:
-        has_ckpt = any((run_dir / "checkpoints").iterdir())
+        has_ckpt = safeio.is_real_dir(run_dir / "checkpoints") and any((run_dir / "checkpoints").iterdir())
     except OSError:
         has_ckpt = False
     if not (has_logs or has_marker or has_ckpt):
@@ -1072,7 +1128,7 @@ def _console_head_pairs(path: Path, limit: int = 256 << 10) -> list[tuple[float,
     """(local, UTC) stamp pairs from the head of the harness's console capture: its UTC
     capture time next to the launcher's own local stamp gives the node's UTC offset."""
     try:
-        with open(path, "rb") as f:
+        with safeio.open_binary(path) as f:
             head = f.read(limit)
     except OSError:
         return []
@@ -1081,7 +1137,7 @@ def _console_head_pairs(path: Path, limit: int = 256 << 10) -> list[tuple[float,
     for raw in head.split(b"\n")[:-1]:
         _, body, console = _strip_prefix(raw.decode("utf-8", "replace"))
         local = parser._stamp(body) if console is not None else None
-        if local is not None:
+        if local is not None and console is not None:
             pairs.append((local, console))
             if len(pairs) >= 16:
                 break
@@ -1090,15 +1146,15 @@ def _console_head_pairs(path: Path, limit: int = 256 << 10) -> list[tuple[float,
 
 def _read_json(path: Path, rel: str) -> _JsonFile | None:
     try:
-        text = path.read_text(errors="replace")
+        text = safeio.read_text(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
         return _JsonFile(None, Src(rel, 0, "unreadable"), exc.strerror or str(exc))
     try:
         data = json.loads(text)
-    except ValueError as exc:
-        return _JsonFile(None, Src(rel, 0, "not JSON"), str(exc))
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than any record
+        return _JsonFile(None, Src(rel, 0, "not JSON"), clip(str(exc) or type(exc).__name__, 120))
     return _JsonFile(data, Src(rel, 1, clip(json.dumps(data, separators=(", ", ": ")))), None)
 
 
@@ -1209,10 +1265,42 @@ def _unique(items: list[ev.Iteration | None]) -> list[ev.Iteration]:
     return out
 
 
+def _original_root(spec: dict, run_dir: Path) -> Path | None:
+    """The run directory's path when it was written (run.json's work_dir/runs/run_id), when
+    that is not where it is now (a copy); else None."""
+    work_dir, run_id = spec.get("work_dir"), spec.get("run_id")
+    if not isinstance(work_dir, str) or not isinstance(run_id, str) or not work_dir or not run_id:
+        return None
+    original = Path(work_dir) / "runs" / run_id
+    try:
+        same = original.resolve() == run_dir.resolve()
+    except (OSError, RuntimeError):
+        same = False
+    return None if same else original
+
+
+def _rebased(path: Path, original: Path | None, run_dir: Path) -> Path:
+    """A path inside the run's original directory, moved to where the run is now."""
+    if original is None:
+        return path
+    try:
+        return run_dir / path.relative_to(original)
+    except ValueError:
+        return path
+
+
+def _inside(path: Path, run_dir: Path) -> bool:
+    try:
+        path.resolve().relative_to(run_dir.resolve())
+        return True
+    except (ValueError, OSError, RuntimeError):
+        return False
+
+
 def _shown(path: Path, run_dir: Path) -> str:
     try:
         return str(path.resolve().relative_to(run_dir.resolve()))
-    except (ValueError, OSError):
+    except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
         return str(path)
 
 
@@ -1243,18 +1331,26 @@ def _deadlines(spec: dict) -> tuple[str | None, tuple[tuple[str, float], ...]]:
     return profile, tuple(out)
 
 
+MAX_INT = 1 << 53  # any count, rank, pid or iteration of a real run is far below; bigger is damage
+
+
 def _int(value: object) -> int | None:
+    """An integer of a JSON record, or None when it is missing or not a plausible one."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
+    if isinstance(value, str):
+        text = value.strip()
+        digits = text[1:] if text[:1] == "-" else text
+        if not (digits.isascii() and digits.isdigit() and len(digits) <= 16):
+            return None
+        value = int(text)
+    if isinstance(value, int) and -MAX_INT <= value <= MAX_INT:
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
     return None
 
 
 def _str(value: object) -> str | None:
-    return str(value) if value is not None and value != "" else None
+    return clip(str(value), 200) if value is not None and value != "" else None
 
 
 def read_history(run_dir: str | os.PathLike, **kwargs) -> ev.Timeline:
@@ -1316,7 +1412,8 @@ def sample_progress(timeline: ev.Timeline, samples: int = PROGRESS_SAMPLES) -> t
 
 def _sample_iterations(path: Path, rel: str, samples: int) -> list[ev.Iteration]:
     try:
-        size = path.stat().st_size
+        f = safeio.open_binary(path)
+        size = os.fstat(f.fileno()).st_size
     except OSError:
         return []
     parser = LogParser(rel, split_starts=False)
@@ -1324,7 +1421,7 @@ def _sample_iterations(path: Path, rel: str, samples: int) -> list[ev.Iteration]
     found: list[ev.Iteration] = []
     last_end: int | None = None  # where the previous sample's line ended (its line break)
     try:
-        with open(path, "rb") as f:
+        with f:
             for offset in range(0, size, step):
                 # Dense sampling (short file): go on from the previous line, or a line that
                 # straddles this offset would be skipped. Sparse: the first line after it.

@@ -26,6 +26,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -35,7 +36,7 @@ from typing import Callable, TextIO
 
 import psutil
 
-from harness import atomic
+from harness import atomic, ports, safeio
 from harness.layout import RunLayout
 from harness.plan import Plan
 
@@ -87,6 +88,10 @@ class LaunchResult:
     nvrx_version: str
     leftover_processes_killed: int
     clock_jumps: tuple[dict, ...] = ()  # ClockWatch.jumps: the wall clock stepped during the launch
+    # how the launch ended: "exit" (the launcher's own), "deadline", "watch" (a certain verdict),
+    # "signal SIGTERM" (the harness was asked to stop), "error <Type>" (a bug or I/O error in the harness)
+    ended_by: str = "exit"
+    capture_error: str | None = None  # why some output could not be written to logs/ (it was still drained)
 
     @property
     def duration_s(self) -> float:
@@ -109,7 +114,7 @@ class ConsoleSplitter:
         self._gpus = gpus_per_node
         self._labelled = labelled
         self._cycle = 0
-        self._launcher = open(layout.launcher_log, "a", encoding="utf-8")
+        self._launcher = safeio.open_append(layout.launcher_log)
         self._cycle_logs: dict[int, TextIO] = {}
         self._pending: dict[int, str] = {}  # global rank -> start of a line whose end has not come
 
@@ -135,7 +140,7 @@ class ConsoleSplitter:
     def _cycle_log(self) -> TextIO:
         log = self._cycle_logs.get(self._cycle)
         if log is None:
-            log = self._cycle_logs[self._cycle] = open(self._layout.cycle_log(self._cycle), "a", encoding="utf-8")
+            log = self._cycle_logs[self._cycle] = safeio.open_append(self._layout.cycle_log(self._cycle))
         return log
 
     def flush(self) -> None:
@@ -154,7 +159,11 @@ class ConsoleSplitter:
 
 
 class _Capture(threading.Thread):
-    """Reads the launcher's merged stdout/stderr line by line until EOF."""
+    """Reads the launcher's merged stdout/stderr line by line until EOF.
+
+    A write error under logs/ (disk full, permissions) must not stop the reading: the
+    launcher would block on a full pipe until the deadline. The first error is kept in
+    `error`, writing stops, and the pipe is drained to the end."""
 
     def __init__(self, pipe, console: TextIO, splitter: ConsoleSplitter | None,
                  on_line: Callable[[str], None] | None, clock: ClockWatch):
@@ -162,23 +171,40 @@ class _Capture(threading.Thread):
         self._pipe, self._console, self._splitter, self._on_line = pipe, console, splitter, on_line
         self._clock = clock
         self.lock = threading.Lock()
+        self.error: str | None = None
+
+    def _failed(self, exc: OSError, what: str) -> None:
+        if self.error is None:
+            self.error = f"{what}: {exc.strerror or exc}; the launcher's output after that was read but not kept"
 
     def run(self) -> None:
         for raw in iter(self._pipe.readline, b""):
             now = self._clock.stamp()
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             with self.lock:
-                self._console.write(f"{utc_iso(now)} out {line}\n")
-                if self._splitter:
-                    self._splitter.feed(line)
+                if self.error is None:
+                    try:
+                        self._console.write(f"{utc_iso(now)} out {line}\n")
+                        if self._splitter:
+                            self._splitter.feed(line)
+                    except OSError as exc:
+                        self._failed(exc, "writing logs/ failed")
             if self._on_line:
-                self._on_line(line)
+                try:
+                    self._on_line(line)
+                except OSError:  # progress output gone (a closed terminal): the capture goes on
+                    self._on_line = None
 
     def flush(self) -> None:
         with self.lock:
-            self._console.flush()
-            if self._splitter:
-                self._splitter.flush()
+            if self.error is not None:
+                return
+            try:
+                self._console.flush()
+                if self._splitter:
+                    self._splitter.flush()
+            except OSError as exc:
+                self._failed(exc, "writing logs/ failed")
 
 
 def tagged_processes(tag_value: str) -> list[psutil.Process]:
@@ -230,6 +256,73 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """The harness got SIGINT, SIGTERM or SIGHUP during a launch; every process of the launch
+    has been stopped and launch.json written. A KeyboardInterrupt, so pytest ends the session."""
+
+    def __init__(self, signum: int, result: "LaunchResult"):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+        self.result = result
+
+
+class _Signals:
+    """SIGINT / SIGTERM / SIGHUP during a launch are recorded, not raised: the launch loop
+    stops the job through the normal path, and a second signal cannot interrupt the sweep."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> "_Signals":
+        if threading.current_thread() is threading.main_thread():  # handlers can only be set there
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._record)
+        return self
+
+    def _record(self, signum: int, _frame) -> None:
+        self.received.append(signum)
+
+    def __exit__(self, *_exc) -> None:
+        if self.received:  # the process is on its way out (Interrupted): more presses change nothing,
+            for sig in self._previous:  # not even during interpreter shutdown (which resets Python handlers)
+                signal.signal(sig, signal.SIG_IGN)
+            return
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    @property
+    def first(self) -> int | None:
+        return self.received[0] if self.received else None
+
+
+class _Watchdog:
+    """A small process of its own session that outlives the harness: when the harness dies
+    without saying goodbye (SIGKILL, a crash of the interpreter), its stdin reaches EOF and it
+    kills every process of the launch by tag. SIGKILL cannot be caught; this is what makes
+    the launch die with the harness anyway."""
+
+    def __init__(self, tag_value: str):
+        env = {k: v for k, v in os.environ.items() if k != TAG}  # never one of the processes it kills
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # wherever this harness is
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.watchdog", tag_value], stdin=subprocess.PIPE,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                                     start_new_session=True)
+
+    def dismiss(self) -> None:
+        try:
+            self.proc.stdin.write(b"done\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10.0)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
 def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | None] | None = None,
            tick_s: float = 0.5, term_grace_s: float = 10.0, on_line: Callable[[str], None] | None = None,
            base_env: dict[str, str] | None = None, on_stop: Callable[[], object] | None = None) -> LaunchResult:
@@ -239,93 +332,117 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     stops the job (SIGTERM to the launcher's group, SIGKILL to everything after
     `term_grace_s`) and records that string as the reason; `on_stop` runs first (a
     multi-node run cancels its srun step there; the step id it returns is added to the
-    reason). Writes launch.json.
+    reason). SIGINT, SIGTERM and SIGHUP of the harness stop the job the same way and then
+    raise Interrupted; a watchdog process kills the launch if the harness itself is killed.
+    Writes launch.json on every path.
     """
     layout = plan.layout
     commands = [c for _, c in plan.commands]  # one, or one launcher per node with --local-nodes
     tag_value = f"{plan.spec.run_id}-{uuid.uuid4().hex[:12]}"
     base = dict(os.environ if base_env is None else base_env)
-    layout.logs.mkdir(parents=True, exist_ok=True)
-
-    console = open(layout.console_log, "a", encoding="utf-8")
+    safeio.make_dirs(layout.logs, below=layout.root)
+    console = safeio.open_append(layout.console_log)
     splitter = (ConsoleSplitter(layout, plan.spec.gpus_per_node, labelled=plan.srun is not None)
                 if plan.captures_console else None)
     clock = ClockWatch()
     started = clock.stamp()
     started_mono = time.monotonic()  # the deadline is kept by the monotonic clock, whatever the wall clock does
     stopped_early: str | None = None
+    ended_by = "exit"
     exit_code: int | None = None
     leftovers = 0
     procs: list[subprocess.Popen] = []
     capture: _Capture | None = None
-    # One pipe for every launcher: lines keep the order in which they were written.
-    read_fd, write_fd = os.pipe()
-    try:
+    with _Signals() as signals:
+        watchdog = _Watchdog(tag_value)
+        # One pipe for every launcher: lines keep the order in which they were written.
+        read_fd, write_fd = os.pipe()
         try:
-            for command in commands:
-                env = command.environ(base)
-                env[TAG] = tag_value
-                procs.append(subprocess.Popen(list(command.argv), cwd=command.cwd, env=env, stdin=subprocess.DEVNULL,
-                                              stdout=write_fd, stderr=subprocess.STDOUT, start_new_session=True))
-        finally:
-            os.close(write_fd)
-        capture = _Capture(os.fdopen(read_fd, "rb"), console, splitter, on_line, clock)
-        read_fd = -1
-        capture.start()
-        while True:
-            running = [p for p in procs if p.poll() is None]
-            if not running:
-                exit_code = _combined([p.returncode for p in procs])
-                break
             try:
-                running[0].wait(timeout=tick_s)
-                continue
-            except subprocess.TimeoutExpired:
-                pass
-            capture.flush()  # the watcher reads the split logs
-            clock.stamp()  # a tick without output still notices a jump
-            if deadline_s is not None and time.monotonic() - started_mono > deadline_s:
-                stopped_early = f"deadline of {deadline_s:g} s passed before the launcher finished"
-            elif watch is not None:
-                stopped_early = watch()
-            if stopped_early:
-                if on_stop is not None:
-                    try:
-                        cancelled = on_stop()
-                        if isinstance(cancelled, str) and cancelled:  # the job step Slurm was asked to cancel
-                            stopped_early += f" (scancel {cancelled})"
-                    except Exception as exc:  # the group signals below still stop the local side
-                        stopped_early += f" (cancelling the job step failed: {exc})"
-                for p in procs:
-                    _signal_group(p.pid, signal.SIGTERM)
-                end = time.monotonic() + term_grace_s
-                try:
-                    for p in procs:
-                        p.wait(timeout=max(0.0, end - time.monotonic()))
+                for command in commands:
+                    env = command.environ(base)
+                    env[TAG] = tag_value
+                    procs.append(subprocess.Popen(list(command.argv), cwd=command.cwd, env=env,
+                                                  stdin=subprocess.DEVNULL, stdout=write_fd, stderr=subprocess.STDOUT,
+                                                  start_new_session=True))
+            finally:
+                os.close(write_fd)
+            capture = _Capture(os.fdopen(read_fd, "rb"), console, splitter, on_line, clock)
+            read_fd = -1
+            capture.start()
+            while True:
+                running = [p for p in procs if p.poll() is None]
+                if not running:
                     exit_code = _combined([p.returncode for p in procs])
+                    break
+                try:
+                    running[0].wait(timeout=tick_s)
+                    continue
                 except subprocess.TimeoutExpired:
-                    exit_code = None
-                break
-    finally:
-        if read_fd >= 0:
-            os.close(read_fd)
-        for p in procs:
-            _signal_group(p.pid, signal.SIGKILL)
-        for p in procs:
-            if p.poll() is None:
-                p.wait()
-        leftovers = kill_tagged(tag_value)
-        if capture is not None:
-            capture.join(timeout=10.0)
-            capture.flush()
-        console.close()
-        if splitter:
-            splitter.close()
-        result = LaunchResult(
-            launcher_exit_code=exit_code, started_at=utc_iso(started), ended_at=utc_iso(clock.stamp()),
-            stopped_early=stopped_early, nvrx_version=plan.nvrx.version, leftover_processes_killed=leftovers,
-            clock_jumps=tuple(clock.jumps))
-        write_launch_json(layout, result)
+                    pass
+                capture.flush()  # the watcher reads the split logs
+                clock.stamp()  # a tick without output still notices a jump
+                if signals.first is not None:
+                    name = signal.Signals(signals.first).name
+                    stopped_early, ended_by = f"interrupted: the harness received {name}", f"signal {name}"
+                elif deadline_s is not None and time.monotonic() - started_mono > deadline_s:
+                    stopped_early, ended_by = f"deadline of {deadline_s:g} s passed before the launcher finished", \
+                        "deadline"
+                elif watch is not None:
+                    stopped_early = watch()
+                    ended_by = "watch" if stopped_early else ended_by
+                if stopped_early:
+                    stopped_early += _rendezvous_port_note(plan, tag_value)
+                    if on_stop is not None:
+                        try:
+                            cancelled = on_stop()
+                            if isinstance(cancelled, str) and cancelled:  # the job step Slurm was asked to cancel
+                                stopped_early += f" (scancel {cancelled})"
+                        except (OSError, subprocess.SubprocessError, RuntimeError) as exc:  # said in the reason;
+                            # the group signals below still stop the local side
+                            stopped_early += f" (cancelling the job step failed: {exc})"
+                    for p in procs:
+                        _signal_group(p.pid, signal.SIGTERM)
+                    exit_code = _wait_grace(procs, term_grace_s, signals)
+                    break
+        except BaseException as exc:
+            ended_by = f"error {type(exc).__name__}"
+            raise
+        finally:
+            sweep_error: str | None = None
+            try:
+                if read_fd >= 0:
+                    os.close(read_fd)
+                for p in procs:
+                    _signal_group(p.pid, signal.SIGKILL)
+                for p in procs:
+                    if p.poll() is None:
+                        p.wait()
+                leftovers = kill_tagged(tag_value)
+            except RuntimeError as exc:  # survivors of SIGKILL: said in launch.json, then raised
+                sweep_error = str(exc)
+                raise
+            finally:
+                watchdog.dismiss()
+                if capture is not None:
+                    capture.join(timeout=10.0)
+                    capture.flush()
+                for closing in (console, splitter):
+                    try:
+                        if closing is not None:
+                            closing.close()
+                    except OSError as exc:
+                        if capture is not None:
+                            capture._failed(exc, "closing logs/ failed")
+                result = LaunchResult(
+                    launcher_exit_code=exit_code, started_at=utc_iso(started), ended_at=utc_iso(clock.stamp()),
+                    stopped_early=stopped_early, nvrx_version=plan.nvrx.version, leftover_processes_killed=leftovers,
+                    clock_jumps=tuple(clock.jumps),
+                    ended_by=ended_by if sweep_error is None else f"{ended_by}; {sweep_error}",
+                    capture_error=capture.error if capture is not None else None)
+                write_launch_json(layout, result)
+    if signals.first is not None:
+        raise Interrupted(signals.first, result)
     return result
 
 
@@ -335,6 +452,41 @@ def _combined(codes: list[int | None]) -> int | None:
     if len(codes) == 1 or None in codes:
         return codes[0] if len(codes) == 1 else None
     return max((128 - c if c < 0 else c) for c in codes)
+
+
+def _rendezvous_port_note(plan: Plan, tag_value: str) -> str:
+    """When a single-node launch is stopped, say so if its rendezvous port is held by a
+    process that is not part of the launch: the launcher then waits on a stranger for ever."""
+    port = ports.local_port(plan.spec.rdzv_endpoint) if plan.spec.nnodes == 1 and plan.srun is None else None
+    if port is None:
+        return ""
+    try:
+        ours = {p.pid for p in tagged_processes(tag_value)}
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid not in ours:
+                who = f"pid {conn.pid}" if conn.pid else "another process"
+                return (f"; the rendezvous port {port} is held by {who}, not by this launch: address already in use, "
+                        "so the launcher waited on a stranger (leave RDZV_ENDPOINT unset, or free the port)")
+    except (psutil.Error, OSError):
+        return ""
+    return ""
+
+
+def _wait_grace(procs: list[subprocess.Popen], grace_s: float, signals: _Signals) -> int | None:
+    """The launchers' combined status if they all exit within the grace; a further signal ends
+    the wait (SIGKILL follows), it never interrupts the sweep."""
+    seen = len(signals.received)
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end:
+        running = [p for p in procs if p.poll() is None]
+        if not running:
+            return _combined([p.returncode for p in procs])
+        try:
+            running[0].wait(timeout=min(0.2, max(end - time.monotonic(), 0.01)))
+        except subprocess.TimeoutExpired:
+            if len(signals.received) > max(seen, 1):
+                return None
+    return None
 
 
 def write_launch_json(layout: RunLayout, result: LaunchResult) -> None:

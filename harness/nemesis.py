@@ -136,9 +136,9 @@ def parse_iteration(text: str) -> int | None:
 
 def _read_tracker_text(tracker: Path) -> str:
     # O_NONBLOCK: a FIFO put there by mistake must not block the worker; regular files
-    # ignore it. One read syscall per poll; a longer file is no tracker (and must not be
-    # cut into a plausible number).
-    fd = os.open(tracker, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    # ignore it; O_NOFOLLOW: a link is not followed (as harness.safeio). One read syscall per
+    # poll; a longer file is no tracker (and must not be cut into a plausible number).
+    fd = os.open(tracker, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file")

@@ -231,8 +231,8 @@ def _colour(cycle: int | None) -> str:
 def draw(picture: TimelinePicture, path: str | os.PathLike) -> Path:
     """Render the picture to a PNG at path (atomically). PictureUnavailable without matplotlib."""
     fig = render(picture)
-    with atomic.replacing(path) as tmp:
-        fig.savefig(tmp, dpi=DPI)
+    with atomic.replacing_file(path, binary=True) as f:  # never through a link at path
+        fig.savefig(f, dpi=DPI, format="png")
     return Path(path)
 
 

@@ -23,3 +23,47 @@ def free_ports(count: int, host: str = "") -> list[int]:
 
 def free_port(host: str = "") -> int:
     return free_ports(1, host)[0]
+
+
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "0.0.0.0", "::1", ""})
+
+
+def local_port(endpoint: str | None) -> int | None:
+    """The port of a HOST:PORT endpoint on this machine (a single-node rendezvous), else None."""
+    if not endpoint:
+        return None
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not port.isdigit() or host not in LOCAL_HOSTS | {socket.gethostname()}:
+        return None
+    return int(port)
+
+
+def in_use(port: int) -> str | None:
+    """Why a listener cannot take `port` here ("address already in use", with the holder when
+    it can be told), or None when it is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError as exc:
+            holder = holder_of(port)
+            why = (exc.strerror or str(exc)).lower()  # "address already in use"
+            return f"port {port}: {why}" + (f" (held by {holder})" if holder else "")
+    return None
+
+
+def holder_of(port: int) -> str | None:
+    """`pid N (name)` of the process listening on TCP `port`, when the OS says."""
+    import psutil
+
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN:
+                if conn.pid is None:
+                    return "another process"
+                try:
+                    return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
+                except (psutil.Error, OSError):
+                    return f"pid {conn.pid}"
+    except (psutil.Error, OSError):
+        return None
+    return None

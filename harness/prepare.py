@@ -3,12 +3,15 @@ anything the user already owns."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness import __version__, atomic
+from harness import __version__, atomic, safeio
+from harness.layout import RunLayout
 from harness.plan import Plan
 from harness.spec import SpecError
 
@@ -38,20 +41,93 @@ def run_record(plan: Plan, dry_run: bool) -> dict:
     }
 
 
-def prepare(plan: Plan, dry_run: bool) -> Path:
-    """mkdir the run's directories and write run.json. A run.json of an earlier *dry run*
-    of the same ID is replaced (that is the seed's flow: dry run, then the real run); any
-    other existing run.json is refused, as validation refused runs with launch evidence."""
-    layout = plan.layout
-    if layout.run_json.exists():
+CLAIM_NAME = ".nvrx-qual.lock"  # flock'ed by the one process that prepares or runs this run ID
+_CLAIMS: dict[Path, int] = {}  # run root -> the descriptor holding its lock, in this process
+
+
+def claim(layout: RunLayout) -> None:
+    """Create the run directory (refusing a link or a file on the way) and lock it for this
+    process, so that two `plan` / `run` with the same run ID at the same instant cannot both
+    pass the checks and write into one directory: exactly one wins, the other is refused.
+    The lock is held until `release` or the end of the process."""
+    root = layout.root
+    if root in _CLAIMS:
+        return
+    try:
+        safeio.make_dirs(root, below=root.parent.parent)  # WORK_DIR is the user's; runs/<id> must be real dirs
+        fd = os.open(root / CLAIM_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        raise SpecError([f"cannot create the run directory {root} ({exc.strerror or exc}"
+                         f"{': ' + str(exc.filename) if exc.filename else ''}): set NVRX_WORK_DIR / --work-dir to a "
+                         "writable directory (not a file) and NVRX_RUN_ID to a short name"]) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        st, now = os.fstat(fd), os.lstat(root / CLAIM_NAME)  # the holder before us may have removed it meanwhile
+        if (st.st_dev, st.st_ino) != (now.st_dev, now.st_ino):
+            raise BlockingIOError(11, "the lock file was replaced")
+    except OSError as exc:
+        holder = os.read(fd, 64).decode("ascii", "replace").strip() or "another process"
+        os.close(fd)
+        raise SpecError([f"run ID {layout.run_id} is being planned or run right now by nvrx-qual (pid {holder}) in "
+                         f"{root}: use a new NVRX_RUN_ID for every run"]) from exc
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _CLAIMS[root] = fd
+
+
+def release(layout: RunLayout) -> None:
+    """Give up this process's claim on the run directory: the lock file goes, then the lock."""
+    fd = _CLAIMS.pop(layout.root, None)
+    if fd is not None:
         try:
-            earlier = json.loads(layout.run_json.read_text())
-        except (OSError, ValueError):
+            os.unlink(layout.root / CLAIM_NAME)  # while still locked: a waiter then sees a replaced file
+        except OSError:
+            pass
+        os.close(fd)
+
+
+def _make_dir(directory: Path, layout: RunLayout) -> None:
+    if directory == layout.root or layout.root in directory.parents:
+        safeio.make_dirs(directory, below=layout.root)
+    elif not directory.is_dir():  # the user's NVRX_CHECKPOINT_DIR: validated to exist, never created here
+        raise SpecError([f"{directory} is not a directory: point NVRX_CHECKPOINT_DIR at an existing checkpoint "
+                         "directory, or unset it"])
+
+
+def prepare(plan: Plan, dry_run: bool) -> Path:
+    """Claim the run directory (see `claim`), mkdir its directories and write run.json. A
+    run.json of an earlier *dry run* of the same ID is replaced (that is the seed's flow:
+    dry run, then the real run); any other existing run.json, a marker or a launch.json is
+    refused. The checks run under the claim, so they cannot race another process."""
+    layout = plan.layout
+    claim(layout)
+    try:
+        _check_fresh(layout)
+        for directory in layout.artifact_dirs():
+            _make_dir(directory, layout)
+        atomic.write_text(layout.run_json, json.dumps(run_record(plan, dry_run), indent=2) + "\n")
+    except OSError as exc:
+        release(layout)
+        raise SpecError([f"cannot write the run directory {layout.root} ({exc.strerror or exc}"
+                         f"{': ' + str(exc.filename) if exc.filename else ''}): free space or fix its "
+                         "permissions, or choose another NVRX_WORK_DIR"]) from exc
+    except SpecError:
+        release(layout)
+        raise
+    return layout.run_json
+
+
+def _check_fresh(layout: RunLayout) -> None:
+    if os.path.lexists(layout.run_json):
+        try:
+            earlier = safeio.read_json(layout.run_json)
+        except (OSError, ValueError, RecursionError):
             earlier = {}
+        earlier = earlier if isinstance(earlier, dict) else {}
         if not earlier.get("dry_run"):
             raise SpecError([f"run directory {layout.root} already holds run.json of a planned run: "
                              "use a new NVRX_RUN_ID for every test; old runs are never overwritten"])
-    for directory in layout.artifact_dirs():
-        directory.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(layout.run_json, json.dumps(run_record(plan, dry_run), indent=2) + "\n")
-    return layout.run_json
+    for path, what in ((layout.marker, "an injection marker"), (layout.launch_json, "launch.json of a launched run")):
+        if os.path.lexists(path):
+            raise SpecError([f"run directory {layout.root} already holds {what} ({path.name}): use a new "
+                             "NVRX_RUN_ID for every run; old runs are never overwritten"])

@@ -15,6 +15,7 @@ launching anything.
 from __future__ import annotations
 
 import dataclasses
+import signal
 
 import sys
 from dataclasses import dataclass
@@ -22,13 +23,15 @@ from pathlib import Path
 from typing import Mapping, Protocol, TextIO
 
 from harness import cli, nvrx, runner, stats, summary
+from harness.exitcodes import ExitStatus, signalled
 from harness import plan as planmod
 from harness import spec as specmod
 from harness.layout import RUN_ID_PATTERN, RunLayout, is_valid_run_id
 from harness.spec import SpecError
 
 SUMMARY_DIR = "repeats"
-EXIT_QUALIFIED, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_QUALIFIED, EXIT_FAILED, EXIT_REFUSED = ExitStatus.QUALIFIED, ExitStatus.NOT_QUALIFIED, ExitStatus.REFUSED
+EXIT_INTERRUPTED = signalled(signal.SIGINT)
 
 
 class Execute(Protocol):
@@ -137,8 +140,10 @@ def run_repeats(flags: Mapping[str, object], extra: tuple[str, ...], env: Mappin
             outcome = execute(plan, deadline_s=deadline_s, out=out if progress else None)
             print(runner.summary(outcome), file=out, flush=True)
             records.append(record_of(outcome))
-        except KeyboardInterrupt:  # launch has already stopped and reaped the run's processes
-            ended_early, status = f"interrupted (Ctrl-C) after {len(records)} of {n} runs", EXIT_INTERRUPTED
+        except KeyboardInterrupt as exc:  # launch has already stopped and reaped the run's processes
+            signum = getattr(exc, "signum", signal.SIGINT)  # harness.launch.Interrupted: SIGTERM, SIGHUP too
+            name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            ended_early, status = f"interrupted ({name}) after {len(records)} of {n} runs", signalled(signum)
             print(f"\nnvrx-qual: {ended_early}", file=err, flush=True)
             break
         except (SpecError, nvrx.NvrxError) as exc:  # e.g. the machine changed under a long repeat

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from harness import atomic
+from harness import atomic, safeio
 from harness import picture as picturemod
 from harness.criteria import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CriterionResult, headline
 from harness.events import iso_utc
+from harness.exitcodes import ExitStatus
 from harness.metrics import Metrics
 
 SCHEMA = 1
@@ -62,7 +63,7 @@ class Verdict:
 
     @property
     def exit_status(self) -> int:
-        return 0 if self.qualified else 1
+        return ExitStatus.of_verdict(self.qualified)
 
 
 def verdict_json(verdict: Verdict) -> str:
@@ -191,12 +192,17 @@ def write_picture(verdict: Verdict, root: Path) -> tuple[Path | None, str | None
 
 def write_outputs(verdict: Verdict, run_dir: str | os.PathLike | None, json_path: str | os.PathLike | None = None,
                   extra_sections: Sequence[str] = ()) -> Written:
-    """Write timeline.png, verdict.json and report.md into run_dir (when given) and the JSON
-    to json_path ('-' is stdout). Raises OSError when a file cannot be written; a picture
-    that cannot be drawn (no matplotlib) is reported in report.md and in the result instead."""
+    """Write timeline.png, verdict.json and report.md into run_dir (when given; each replaced
+    atomically, never through a link) and the JSON to json_path ('-' is stdout), a new file:
+    an existing one (the run's own fault_injected.json, say) is never overwritten
+    (FileExistsError, before anything is written). Raises OSError when a file cannot be
+    written; a picture that cannot be drawn (no matplotlib) is reported in report.md and in
+    the result instead."""
     written: list[Path] = []
     problem = None
     text = verdict_json(verdict)
+    if json_path is not None and str(json_path) != "-" and os.path.lexists(json_path):
+        raise FileExistsError(17, "refused: it already exists; --json writes a new file only", str(json_path))
     if run_dir is not None:
         root = Path(run_dir)
         png, problem = write_picture(verdict, root)
@@ -209,6 +215,6 @@ def write_outputs(verdict: Verdict, run_dir: str | os.PathLike | None, json_path
         if str(json_path) == "-":
             print(text, end="")
         else:
-            Path(json_path).write_text(text, encoding="utf-8")
+            safeio.create_new(json_path, text)
             written.append(Path(json_path))
     return Written(tuple(written), problem)

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from harness import diagnose, discovery, launch, nvrx, slurm
+from harness import diagnose, discovery, launch, nvrx, ports, slurm
 from harness.criteria import headline
 from harness.plan import Plan
-from harness.prepare import prepare
+from harness.prepare import prepare, release
 from harness.report import Verdict, write_outputs
 from harness.spec import RunSpec, SpecError
 from harness.verify import triage, verify_run
@@ -94,6 +94,11 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
     elif env.get("SLURM_JOB_ID") and not env.get("SLURM_PROCID") and plan.nvrx.has_no_restart_exit_code:
         problems.append(f"NVRx {plan.nvrx.version} exits at once when SLURM_JOB_ID is set without SLURM_PROCID: "
                         "run under srun --ntasks=1, or unset SLURM_JOB_ID for a single-node run")
+    rdzv_port = ports.local_port(spec.rdzv_endpoint) if spec.nnodes == 1 else None
+    taken = ports.in_use(rdzv_port) if rdzv_port else None
+    if taken:
+        problems.append(f"RDZV_ENDPOINT={spec.rdzv_endpoint}: {taken}: the launcher would wait on it for ever; leave "
+                        "RDZV_ENDPOINT unset for a single node (a free port is chosen), or free the port")
     if spec.workload == "megatron":
         gpus = discovery.nvidia_smi_gpus()
         if not gpus:
@@ -122,16 +127,19 @@ def execute(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = Tr
 
 def _execute_checked(plan: Plan, *, deadline_s: float | None, fail_fast: bool, out: TextIO | None,
                      base_env: dict[str, str] | None, baseline: Path | None) -> Outcome:
-    prepare(plan, dry_run=False)
-    watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast)
-    spec = plan.spec
-    watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s); the next line comes when "
-                "the launcher records the workers' start")
-    result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
-                           watch=watcher, base_env=base_env, on_stop=_step_canceller(plan, base_env))
-    verdict = verify_run(plan.layout.root, baseline=baseline)
-    found, sections = triage(verdict)
-    written = write_outputs(verdict, plan.layout.root, extra_sections=sections)
+    prepare(plan, dry_run=False)  # claims the run directory: one run ID, one run
+    try:
+        watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast)
+        spec = plan.spec
+        watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s); the next line comes when "
+                    "the launcher records the workers' start")
+        result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
+                               watch=watcher, base_env=base_env, on_stop=_step_canceller(plan, base_env))
+        verdict = verify_run(plan.layout.root, baseline=baseline)
+        found, sections = triage(verdict)
+        written = write_outputs(verdict, plan.layout.root, extra_sections=sections)
+    finally:
+        release(plan.layout)
     return Outcome(plan, result, verdict, found, written.picture_problem)
 
 
@@ -162,6 +170,8 @@ def summary(outcome: Outcome) -> str:
     lines += [f"warning: {w}" for w in m.warnings]
     if outcome.launch.stopped_early:
         lines.append(f"stopped early: {outcome.launch.stopped_early}")
+    if outcome.launch.capture_error:
+        lines.append(f"logs incomplete: {outcome.launch.capture_error}")
     if outcome.triage is not None and outcome.triage.failed:
         lines.append(f"triage: {outcome.triage.summary}")
     if outcome.picture_problem:

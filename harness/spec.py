@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import secrets
 import sys
@@ -20,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from harness import topology
+from harness import safeio, topology
 from harness.layout import FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_NAME, RunLayout, is_valid_run_id
 
 WORKLOADS = ("megatron", "megatron-cpu", "reference")
@@ -553,7 +554,7 @@ def _nearest_existing(path: Path) -> Path:
 def read_tracker(path: Path) -> int | None:
     """Megatron's tracker as the seed reads it: absent -> None (fresh run). Raises SpecError otherwise."""
     try:
-        text = path.read_text(encoding="utf-8", errors="strict")
+        text = safeio.read_text(path, limit=4096, errors="strict")  # never a FIFO, a device or a link
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
@@ -562,14 +563,49 @@ def read_tracker(path: Path) -> int | None:
     if not text.strip():
         raise SpecError([f"tracker {path} is empty: restore the iteration number, or use a fresh checkpoint dir; "
                          "only an absent tracker means a fresh run"])
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise SpecError([f"tracker {path} holds {text.strip()[:40]!r}, not an iteration number: restore it, "
-                         "or use a fresh checkpoint dir"]) from None
+    stripped = text.strip()
+    if not (stripped.isascii() and stripped.isdigit()):  # what the nemesis accepts in the workers: "+7" is not
+        raise SpecError([f"tracker {path} holds {stripped[:40]!r}, not an iteration number (bare digits): restore "
+                         "it, or use a fresh checkpoint dir"])
+    value = int(stripped)
     if value < 0:
         raise SpecError([f"tracker {path} holds a negative iteration {value}: restore it"])
     return value
+
+
+MAX_RUN_ID_LEN = 128
+MAX_SECONDS = 7 * 24 * 3600.0  # any timeout or interval of a qualification run is far below a week
+
+
+def seconds_problems(spec: RunSpec) -> list[str]:
+    """Timeouts and intervals that the launcher, the rank monitors or the nemesis would choke on
+    (nan, inf, 1e308, zero or negative): refused here, not in the workers."""
+    values = [(f"--section-timeouts {name}", sec) for name, sec in spec.section_timeouts]
+    values += [("--out-of-section-timeout", spec.out_of_section_timeout), ("--monitor-interval", spec.monitor_interval),
+               ("--workload-check-interval", spec.workload_check_interval),
+               ("--poll-interval / NVRX_POLL_INTERVAL", spec.poll_interval)]
+    return [f"{name}={value!r} must be a number of seconds above 0 and at most {MAX_SECONDS:g}"
+            for name, value in values if value is not None and not seconds_ok(value)]
+
+
+def seconds_ok(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 < value <= MAX_SECONDS)
+
+
+def iterations_after(checkpoint_dir: Path, iteration: int) -> list[tuple[int, str]]:
+    """(iteration, name) of every `iter_<digits>` entry (whatever its type) newer than
+    `iteration`, oldest first: what a run resuming from `iteration` would save over."""
+    found = []
+    try:
+        with os.scandir(checkpoint_dir) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.startswith("iter_") and name[5:].isascii() and name[5:].isdigit() and int(name[5:]) > iteration:
+                    found.append((int(name[5:]), name))
+    except OSError:
+        return []
+    return sorted(found)
 
 
 def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool = True) -> int:
@@ -580,7 +616,10 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
     problems: list[str] = []
     layout = spec.layout
 
-    if not is_valid_run_id(spec.run_id):
+    if len(spec.run_id) > MAX_RUN_ID_LEN:
+        problems.append(f"NVRX_RUN_ID={spec.run_id[:40]!r}... is {len(spec.run_id)} characters long: use at most "
+                        f"{MAX_RUN_ID_LEN} (it names a directory, a Slurm step and the launch tag)")
+    elif not is_valid_run_id(spec.run_id):
         problems.append(f"NVRX_RUN_ID={spec.run_id!r} must match {RUN_ID_PATTERN}: "
                         "use letters, digits, '.', '_' and '-', starting with a letter or digit")
     elif layout.marker.exists() or layout.marker.is_symlink():
@@ -589,6 +628,11 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
     elif layout.launch_json.exists():
         problems.append(f"run directory {layout.root} already holds a launched run (launch.json): "
                         "use a new NVRX_RUN_ID for every test; old runs are never overwritten")
+
+    blocker = next((p for p in (spec.work_dir, *spec.work_dir.parents) if p.exists() or p.is_symlink()), None)
+    if blocker is not None and not blocker.is_dir():
+        problems.append(f"NVRX_WORK_DIR={spec.work_dir}: {blocker} is not a directory: point NVRX_WORK_DIR / "
+                        "--work-dir at a directory (it is created when missing)")
 
     problems += topology.problems(spec.topology, spec.num_layers, spec.num_attention_heads)
     if spec.fault != "none":
@@ -615,6 +659,7 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
     for name, value in (("TRAIN_ITERS", spec.train_iters), ("save interval", spec.save_interval)):
         if value < 1:
             problems.append(f"{name}={value} must be a positive integer")
+    problems += seconds_problems(spec)
     if spec.max_restarts < 0:
         problems.append(f"--max-restarts={spec.max_restarts} must be 0 or more")
     if spec.fault != "none" and spec.max_restarts < 1:
@@ -648,6 +693,17 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
             except SpecError as exc:
                 problems += exc.problems
             else:
+                newer = iterations_after(ckpt, restored)
+                if newer:
+                    shown = ", ".join(name for _, name in newer[:8]) + (f" and {len(newer) - 8} more"
+                                                                         if len(newer) > 8 else "")
+                    tracked = (f"newer than its tracker's iteration {restored}" if restored
+                               else "but no tracker (the run would start afresh)")
+                    problems.append(
+                        f"NVRX_CHECKPOINT_DIR={ckpt} holds {shown}, {tracked}: the run would save over "
+                        f"them and delete their files; they are yours, so nothing is touched: move them out (e.g. "
+                        f"mkdir {ckpt}.newer && mv {ckpt}/{newer[0][1]} ... {ckpt}.newer/), or point "
+                        f"NVRX_CHECKPOINT_DIR at a copy, or write the newest complete one into {TRACKER_NAME}")
                 need = restored + 2 * spec.save_interval
                 if restored and spec.train_iters < need:
                     problems.append(

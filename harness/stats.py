@@ -89,12 +89,14 @@ class RunRecord:
         metrics = doc.get("metrics") if isinstance(doc.get("metrics"), Mapping) else {}
         launcher = doc.get("launcher") if isinstance(doc.get("launcher"), Mapping) else {}
         criteria = [c for c in doc.get("criteria") or () if isinstance(c, Mapping)]
+        outcomes = tuple(CriterionOutcome(str(c.get("id")), str(c.get("status") or UNKNOWN), str(c.get("detail") or ""))
+                         for c in criteria)
         return cls(
             run_dir=str(run_dir if run_dir is not None else doc.get("run_dir", "?")),
             fault=str(doc.get("fault") or "?"),
-            qualified=doc.get("qualified") is True,
-            criteria=tuple(CriterionOutcome(str(c.get("id")), str(c.get("status") or UNKNOWN), str(c.get("detail") or ""))
-                           for c in criteria),
+            # recomputed from the criteria, never the stored flag: a verdict.json may have been edited
+            qualified=bool(outcomes) and all(c.held for c in outcomes),
+            criteria=outcomes,
             metrics=tuple((name, _number(metrics.get(name))) for name in METRICS),
             nvrx_version=_text(launcher.get("nvrx_version")),
             workload=workload,

@@ -22,12 +22,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from harness import stats
+from harness import safeio, stats
+from harness.exitcodes import ExitStatus, guarded
 from harness.picture import FILE_NAME as TIMELINE
 from harness.history import RunDirError, check_run_dir
 from harness.stats import RepeatStats, RunRecord
 
-EXIT_QUALIFIED, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
+EXIT_QUALIFIED, EXIT_FAILED, EXIT_REFUSED = ExitStatus.QUALIFIED, ExitStatus.NOT_QUALIFIED, ExitStatus.REFUSED
 TITLE = "Recovery qualification summary"
 
 
@@ -65,11 +66,11 @@ def _expected_qualified(run_dir: Path) -> bool:
 def _read_json(path: Path) -> tuple[dict | None, str | None]:
     """(the object, None), (None, None) when absent, (None, why) when unreadable."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        data = safeio.read_json(path)
     except FileNotFoundError:
         return None, None
-    except (OSError, ValueError) as exc:
-        return None, str(exc)
+    except (OSError, ValueError, RecursionError) as exc:
+        return None, str(exc) or type(exc).__name__
     return (data, None) if isinstance(data, dict) else (None, "not a JSON object")
 
 
@@ -86,6 +87,10 @@ def load_run(run_dir: Path, warn: Callable[[str], None] | None = None) -> RunRec
         if why and warn is not None:
             warn(f"{run_dir / 'verdict.json'} is unreadable ({why}): verified the run directory instead")
         doc = verify_run(run_dir, picture=False).to_json()
+    stated = doc.get("qualified")
+    if warn is not None and isinstance(stated, bool) and stated != record_qualified(doc):
+        warn(f"{run_dir / 'verdict.json'} says qualified: {str(stated).lower()}, but its criteria say otherwise: "
+             "the criteria were counted")
     run_json, _ = _read_json(run_dir / "run.json")
     launch_json, _ = _read_json(run_dir / "launch.json")
     spec = (run_json or {}).get("spec")
@@ -105,6 +110,10 @@ def load_run(run_dir: Path, warn: Callable[[str], None] | None = None) -> RunRec
 def fault_label(fault: str, fault_at: str | None) -> str:
     """The fault as scenarios are grouped: its kind, and its moment when not the default one."""
     return fault if fault == "none" or fault_at in (None, "after-commit") else f"{fault} at {fault_at}"
+
+
+def record_qualified(doc: dict) -> bool:
+    return RunRecord.from_verdict_json(doc).qualified
 
 
 def _stopped(launch_json: dict | None) -> str | None:
@@ -221,11 +230,10 @@ def _emit(groups: list[RepeatStats], records: list[RunRecord], output: str | Non
     text = stats.render_markdown(groups, TITLE, timeline_links(records, relative_to))
     try:
         if json_path:
-            with open(json_path, "x", encoding="utf-8") as f:  # "x": a file that appeared meanwhile is kept
-                f.write(json.dumps(stats.summary_json(groups, TITLE), indent=2, ensure_ascii=False) + "\n")
+            # created exclusively, never through a link: a file that appeared meanwhile is kept
+            safeio.create_new(json_path, json.dumps(stats.summary_json(groups, TITLE), indent=2, ensure_ascii=False) + "\n")
         if output:
-            with open(output, "x", encoding="utf-8") as f:
-                f.write(text)
+            safeio.create_new(output, text)
     except OSError as exc:
         _error(f"cannot write the summary ({exc}): choose another path")
         return EXIT_REFUSED
@@ -240,7 +248,8 @@ def _emit(groups: list[RepeatStats], records: list[RunRecord], output: str | Non
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.summary")
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    return guarded(lambda: run(args), "nvrx-qual report", debug=False)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ Reads only the run directory (it works on a directory produced by a user's own s
 script and copied off a cluster), checks the five recovery criteria, times the recovery and
 writes timeline.png (with matplotlib), verdict.json and report.md into the run directory.
 
-Exit status: 0 qualified, 1 a criterion failed (or could not be decided), 2 the path is not
-a readable run directory (the message says why).
+Exit status (harness.exitcodes): 0 qualified, 1 a criterion failed (or could not be decided),
+2 the path is not a readable run directory or an output is refused (the message says why),
+3 an internal error of the suite.
 
 Library use: `verify_run(run_dir, fault=None, write=False)` -> Verdict (pytest fixtures,
 `nvrx-qual run`); `verify_timeline(timeline, fault)` for a Timeline already in hand (a
@@ -25,10 +26,13 @@ from typing import Sequence
 from harness import continuity, criteria, diagnose, metrics, picture
 from harness import events as ev
 from harness.events import Timeline
-from harness.history import RunDirError, read_history, sample_progress
+from harness import safeio
+from harness.history import RunDirError, check_run_dir, read_history, sample_progress
+from harness.layout import MARKER_NAME
+from harness.exitcodes import ExitStatus, guarded
 from harness.report import Verdict, write_outputs
 
-EXIT_QUALIFIED, EXIT_FAILED, EXIT_UNREADABLE = 0, 1, 2
+EXIT_QUALIFIED, EXIT_FAILED, EXIT_UNREADABLE = ExitStatus.QUALIFIED, ExitStatus.NOT_QUALIFIED, ExitStatus.REFUSED
 
 __all__ = ["RunDirError", "Verdict", "add_arguments", "main", "run", "verify_run", "verify_timeline"]
 
@@ -84,6 +88,31 @@ def _loss_continuity(timeline: Timeline, analysis: criteria.Analysis, baseline: 
     return criteria.check_safe(continuity.CRITERION_ID, check, timeline, analysis)
 
 
+def check_baseline(baseline: Path) -> None:
+    """Raise RunDirError unless `baseline` is a readable run directory of an uninterrupted
+    run: a baseline that itself had a fault would make loss continuity compare two
+    recoveries, not a recovery against the truth."""
+    try:
+        check_run_dir(baseline)
+    except RunDirError as exc:
+        raise RunDirError(f"--baseline: {exc}") from None
+    if os.path.lexists(baseline / MARKER_NAME):
+        raise RunDirError(f"--baseline {baseline} had a fault ({MARKER_NAME} is there): give the run directory of an "
+                          "uninterrupted run of the same configuration (--fault none)")
+    try:
+        run = safeio.read_json(baseline / "run.json")
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, RecursionError) as exc:
+        raise RunDirError(f"--baseline {baseline}: run.json is unreadable ({exc}): give an uninterrupted run "
+                          "directory") from None
+    spec = run.get("spec") if isinstance(run, dict) else None
+    fault = spec.get("fault") if isinstance(spec, dict) else None
+    if fault not in (None, "none"):
+        raise RunDirError(f"--baseline {baseline} was planned with fault {str(fault)[:20]!r}: give the run directory of "
+                          "an uninterrupted run of the same configuration (--fault none)")
+
+
 def triage(verdict: Verdict) -> tuple["diagnose.Triage | None", tuple[str, ...]]:
     """A run that did not qualify gets the cross-rank failure triage as a report section."""
     if verdict.qualified and not any(c.id == criteria.LOOP_STOPPED for c in verdict.criteria):
@@ -102,6 +131,8 @@ def verify_run(run_dir: str | os.PathLike, fault: str | None = None, *, write: b
     picture=False skips sampling the progress curve (a caller that will not draw it)."""
     if fault is not None and fault not in criteria.FAULTS:
         raise ValueError(f"fault {fault!r} is not one of {', '.join(criteria.FAULTS)}: pass one of them")
+    if baseline is not None:
+        check_baseline(Path(baseline))
     timeline = read_history(run_dir, inspect_checkpoints=inspect_checkpoints)
     verdict = verify_timeline(timeline, fault, baseline, sample_progress(timeline) if picture else None)
     if write or json_path is not None:
@@ -117,7 +148,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "recovery. Exit status: 0 qualified, 1 a criterion failed, 2 not a readable run directory.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run directory ($NVRX_WORK_DIR/runs/<run-id>)")
     parser.add_argument("--json", metavar="PATH", dest="json_path",
-                        help="also write the verdict JSON to PATH ('-': standard output)")
+                        help="also write the verdict JSON to PATH, a new file (never overwritten; '-': standard output)")
     parser.add_argument("--fault", choices=criteria.FAULTS, default=None,
                         help="the fault the run was meant to survive (default: run.json, else the injection marker, "
                              "else none)")
@@ -185,6 +216,10 @@ def _what_was_written(paths: Sequence[Path], run_dir: Path, before: dict | None)
 
 def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
+    if args.json_path not in (None, "-") and os.path.lexists(args.json_path):
+        print(f"nvrx-qual verify: error: --json {args.json_path} already exists: choose a new file name; existing "
+              "files (a run's own fault_injected.json above all) are never overwritten", file=sys.stderr)
+        return EXIT_UNREADABLE
     try:
         verdict = verify_run(run_dir, args.fault, baseline=args.baseline, picture=not args.no_write)
     except RunDirError as exc:
@@ -218,7 +253,8 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.verify")
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    return guarded(lambda: run(args), "nvrx-qual verify", debug=False)
 
 
 if __name__ == "__main__":

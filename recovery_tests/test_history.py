@@ -365,12 +365,14 @@ def test_an_unreadable_log_is_a_note_not_a_crash(tmp_path, monkeypatch):
 
     built = rundirs.build(tmp_path / "run", Scenario(checkpoints=False))
 
-    def refuse(path, *args, **kwargs):
+    real = history.safeio.open_binary
+
+    def refuse(path):
         if str(path).endswith("train_cycle_cycle1.log"):
             raise PermissionError(13, "Permission denied")
-        return open(path, *args, **kwargs)
+        return real(path)
 
-    monkeypatch.setattr(history, "open", refuse, raising=False)
+    monkeypatch.setattr(history.safeio, "open_binary", refuse)
     tl = read_history(built.run_dir)
     assert "logs/train_cycle_cycle1.log could not be read completely (Permission denied)" in " ".join(tl.notes)
     assert [s.cycle for s in tl.starts] == [0]  # cycle 0 is still there; cycle 1 is missing, not invented

@@ -225,7 +225,8 @@ def test_exit_status_and_every_line_with_a_utc_stamp(tmp_path, record):
     assert result.launcher_exit_code == 3 and result.stopped_early is None
     assert launch_json(plan) == {
         "launcher_exit_code": 3, "started_at": result.started_at, "ended_at": result.ended_at,
-        "stopped_early": None, "nvrx_version": "0.7.0", "leftover_processes_killed": 0, "clock_jumps": []}
+        "stopped_early": None, "nvrx_version": "0.7.0", "leftover_processes_killed": 0, "clock_jumps": [],
+        "ended_by": "exit", "capture_error": None}
     assert re.fullmatch(STAMP, result.started_at) and re.fullmatch(STAMP, result.ended_at)
     assert result.duration_s >= 0
 

@@ -912,20 +912,24 @@ def _writer_threads_alive() -> bool:
     return any(t.is_alive() and t is not threading.main_thread() and not t.daemon for t in threading.enumerate())
 
 
+def _crash_hook(kind: type[BaseException], exc: BaseException, tb) -> None:
+    """An uncaught error of the training process: its traceback goes to the log (where a
+    triage finds it) and the process exits 1, as Megatron's would."""
+    traceback.print_exception(kind, exc, tb)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if _writer_threads_alive():
+        # A checkpoint writer blocked on a dead peer would keep the interpreter from exiting.
+        os._exit(1)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    sys.excepthook = _crash_hook
     try:
         return run(sys.argv[1:] if argv is None else argv)
     except UsageError as exc:
         print(f"reference workload: error: {exc}", file=sys.stderr, flush=True)
         return 2
-    except Exception:
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if _writer_threads_alive():
-            # A checkpoint writer blocked on a dead peer would keep the interpreter from exiting.
-            os._exit(1)
-        return 1
 
 
 if __name__ == "__main__":

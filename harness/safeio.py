@@ -1,0 +1,221 @@
+"""Every file the suite reads from a run directory or writes anywhere goes through here.
+
+A run directory may come from someone else (a tarball off a cluster, verified as root), so:
+
+- reading: opened with O_NOFOLLOW | O_NONBLOCK and refused unless it is a regular file (a
+  symlink, FIFO, socket or device is never read: a FIFO would block for ever, a link could
+  point at a secret), of bounded size for whole-file reads (`read_bytes`, `read_text`,
+  `read_json`); logs are streamed from `open_regular`;
+- writing a new file: `create_new` / `open_new` (O_CREAT | O_EXCL | O_NOFOLLOW): an existing
+  file or link is never overwritten or followed;
+- replacing one of the suite's own files (run.json, launch.json, verdict.json, report.md,
+  timeline.png, summaries): written to a temporary file with an unpredictable name, created
+  exclusively beside it, then renamed over it; a symlink or non-regular file at the final
+  name is refused, so nothing is ever written through a link;
+- appending to the suite's own logs: `open_append` (O_NOFOLLOW, regular files only);
+- directories the suite creates: `make_dirs` refuses a symlink or non-directory on the way.
+
+Errors are OSError (with errno), so every caller's existing OSError handling applies.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO, Iterator, TextIO
+
+RECORD_LIMIT = 4 << 20  # run.json, launch.json, the marker, cycle infos, verdict.json: a few KiB in practice
+TRACKER_LIMIT = 64  # Megatron's tracker holds an iteration number
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_APPEND_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def kind_of(mode: int) -> str:
+    """'a symlink', 'a FIFO', ... for messages."""
+    for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _refused(path: str | os.PathLike, why: str, code: int = errno.EINVAL) -> OSError:
+    return OSError(code, f"refused: {why}", str(path))
+
+
+def open_regular(path: str | os.PathLike) -> int:
+    """A read-only descriptor of `path` if it is a regular file (not followed through a
+    symlink, never blocking on a FIFO); OSError otherwise."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW on a symlink
+            raise _refused(path, "it is a symlink; links in a run directory are never followed", errno.ELOOP) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refused(path, f"it is {kind_of(st.st_mode)}, not a regular file")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_binary(path: str | os.PathLike) -> BinaryIO:
+    """An unbuffered binary reader of a regular file (for streaming logs)."""
+    return os.fdopen(open_regular(path), "rb", buffering=0)
+
+
+def read_bytes(path: str | os.PathLike, limit: int = RECORD_LIMIT) -> bytes:
+    """The whole of a regular file of at most `limit` bytes."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise _refused(path, f"it holds {size} bytes, more than the {limit} such a file can hold", errno.EFBIG)
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(limit + 1 - total, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:  # grew while being read
+                raise _refused(path, f"it grew past {limit} bytes while being read", errno.EFBIG)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str | os.PathLike, limit: int = RECORD_LIMIT, errors: str = "replace") -> str:
+    return read_bytes(path, limit).decode("utf-8", errors)
+
+
+def read_json(path: str | os.PathLike, limit: int = RECORD_LIMIT) -> object:
+    """The JSON value of a regular file; OSError when unreadable, ValueError when not JSON
+    (including numbers too long to convert)."""
+    return json.loads(read_text(path, limit))
+
+
+def is_regular(path: str | os.PathLike) -> bool:
+    """A regular file itself (a symlink to one is not)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def is_real_dir(path: str | os.PathLike) -> bool:
+    """A directory itself (a symlink to one is not)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- writing
+
+
+def make_dirs(path: str | os.PathLike, *, below: str | os.PathLike) -> Path:
+    """mkdir -p of `path`, refusing a symlink or a non-directory at any component under
+    `below` (that part is the user's own path, followed as given)."""
+    path, top = Path(path), Path(below)
+    rel = path.relative_to(top)  # ValueError: not under it
+    top.mkdir(parents=True, exist_ok=True)
+    current = top
+    for name in rel.parts:
+        current = current / name
+        try:
+            os.mkdir(current)
+        except FileExistsError:
+            pass
+        mode = os.lstat(current).st_mode
+        if not stat.S_ISDIR(mode):
+            raise _refused(current, f"it is {kind_of(mode)}, not a directory the suite can write into", errno.ENOTDIR)
+    return path
+
+
+def create_new(path: str | os.PathLike, data: str | bytes, mode: int = 0o644) -> Path:
+    """Write a file that must not exist yet (FileExistsError otherwise, also for a symlink)."""
+    with open_new(path, binary=isinstance(data, bytes), mode=mode) as f:
+        f.write(data)
+    return Path(path)
+
+
+def open_new(path: str | os.PathLike, *, binary: bool = False, mode: int = 0o644) -> TextIO | BinaryIO:
+    fd = os.open(path, _NEW_FLAGS, mode)
+    return os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"}))
+
+
+def open_append(path: str | os.PathLike) -> TextIO:
+    """Append to one of the suite's own logs: never through a link, regular files only."""
+    try:
+        fd = os.open(path, _APPEND_FLAGS, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refused(path, "it is a symlink; the suite never writes through one", errno.ELOOP) from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise _refused(path, f"it is {kind_of(st.st_mode)}, not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+def _check_replaceable(final: Path) -> None:
+    try:
+        mode = os.lstat(final).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise _refused(final, f"it is {kind_of(mode)}; the suite only replaces regular files it writes",
+                       errno.ELOOP if stat.S_ISLNK(mode) else errno.EINVAL)
+
+
+@contextmanager
+def replacing_file(path: str | os.PathLike, *, binary: bool = False) -> Iterator[TextIO | BinaryIO]:
+    """A new file with an unpredictable name beside `path`, open for writing; renamed over
+    `path` when the block succeeds, removed when it fails. A symlink, FIFO or directory at
+    `path` is refused before anything is written."""
+    with replacing(path) as (fd, _tmp):
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+            yield f
+
+
+@contextmanager
+def replacing(path: str | os.PathLike) -> Iterator[tuple[int, Path]]:
+    """(descriptor, path) of a new file created exclusively (mkstemp: O_EXCL, unpredictable
+    name, same suffix) beside `path`; renamed over `path` when the block succeeds."""
+    final = Path(path)
+    _check_replaceable(final)
+    fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=f".tmp{final.suffix}", dir=final.parent)
+    tmp = Path(name)
+    try:
+        try:
+            yield fd, tmp
+        finally:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # already closed by the block's file object
+        os.chmod(tmp, 0o644)
+        _check_replaceable(final)
+        os.replace(tmp, final)  # rename never follows a link at the destination
+    finally:
+        tmp.unlink(missing_ok=True)  # only left when the block or the rename failed
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Replace one of the suite's own files atomically (readers see the old or the new)."""
+    with replacing_file(path) as f:
+        f.write(text)

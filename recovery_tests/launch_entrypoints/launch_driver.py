@@ -1,0 +1,34 @@
+"""A harness process for the signal tests: `launch()` of the fake launcher, exactly as
+`nvrx-qual run` drives a launch (exit status through harness.exitcodes.guarded).
+
+    launch_driver.py WORK_DIR [FAKE_LAUNCHER_ARGS...]
+
+The test signals or SIGKILLs this process and then checks what is left.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from harness import exitcodes, launch
+from harness.nvrx import NvrxTarget
+from harness.plan import Command, Plan
+from harness.spec import RunSpec
+from harness.topology import ConnectionsPolicy
+
+FAKE_LAUNCHER = Path(__file__).parent / "fake_launcher.py"
+
+
+def main(argv: list[str]) -> int:
+    work = Path(argv[0])
+    spec = RunSpec(workload="reference", work_dir=work, run_id="signal-test", gpus_per_node=2)
+    command = Command(argv=(sys.executable, str(FAKE_LAUNCHER), *argv[1:]), cwd=work)
+    plan = Plan(spec=spec, nvrx=NvrxTarget("0.7.0"), launcher=command, srun=None,
+                connections=ConnectionsPolicy(None, "not applicable"))
+    return exitcodes.guarded(lambda: launch.launch(plan, deadline_s=60.0, tick_s=0.05, term_grace_s=10.0)
+                             .launcher_exit_code or 0, "launch_driver", debug=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,271 @@
+"""Fuzz over generated run directories and markers: whatever a received run directory holds,
+`verify`, `report` and `diagnose` end with a status in {0, 1, 2}, print no traceback and never
+hang.
+
+A seeded generator (NVRX_QUAL_FUZZ_SEED, NVRX_QUAL_FUZZ_CASES to widen a local hunt) damages
+copies of realistic run directories (recovery_tests/rundirs.py): JSON records with values of
+the wrong type, impossible times, huge or negative numbers, deep nesting; log lines with
+mangled digits, invalid dates, NUL bytes and endless lines; trackers, iteration directories,
+FIFOs, links to secrets and link loops where files were. Each case runs in a forked worker
+with a per-case timeout, so a hang is reported as one, with the seed and case to replay it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing
+import os
+import random
+import shutil
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+
+from . import rundirs
+
+pytestmark = pytest.mark.e2e  # forked workers and a few minutes of CPU: CI's `-m "not gpu"`, not the fast tier
+
+SEED = int(os.environ.get("NVRX_QUAL_FUZZ_SEED", "20261201"))
+CASES = int(os.environ.get("NVRX_QUAL_FUZZ_CASES", "300"))
+CASE_TIMEOUT_S = 60.0  # a verify of these small runs takes well under a second; only a hang reaches this
+
+TARGETS = ("fault_injected.json", "run.json", "launch.json", "logs/launcher.log", "logs/train_cycle_cycle0.log",
+           "logs/train_cycle_cycle1.log", "logs/console.log", "checkpoints/latest_checkpointed_iteration.txt",
+           "checkpoints/iter_0000010/.metadata", "checkpoints/iter_0000010/metadata.json", "logs", "checkpoints",
+           "cycle_infos", "verdict.json", "report.md")
+SCENARIOS = (rundirs.Scenario(), rundirs.Scenario(fault="hang", nvrx="0.4.1", console_log=True),
+             rundirs.Scenario(per_cycle_logs=False, launch_json=False), rundirs.Scenario(fault="none", marker=False))
+
+
+def odd_value(rng: random.Random, depth: int = 0) -> object:
+    choices = [None, True, False, -1, 0, 1, 7, 2 ** 63, -(10 ** 40), 10 ** 400, 1e308, -1e-9, float("nan"),
+               float("inf"), "", "abc", "+7", "0001-01-01T00:00:00.000Z", "9999-12-31T23:59:59.999+14:00",
+               "2026-13-40T25:61:00Z", "2026-11-29T16:32:05.000Z", "x" * rng.choice((300, 70000)), "\x00\u202e\n\r",
+               "kill", "hang", "none", "SIGKILL", "../../etc/passwd"]
+    if depth < 3:
+        choices += ["LIST", "DICT"]
+    value = rng.choice(choices)
+    if value == "LIST":
+        return [odd_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    if value == "DICT":
+        return {rng.choice(("fault", "iteration", "rank", "a", "spec")): odd_value(rng, depth + 1)
+                for _ in range(rng.randint(0, 3))}
+    return value
+
+
+def _dump(value: object) -> str:
+    return json.dumps(value, allow_nan=True)
+
+
+def _put(path: Path, data: str | bytes) -> None:
+    """Write `data` as a new regular file at `path`, whatever an earlier mutation left there
+    (the generator itself must not block on its own FIFO)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
+
+
+def _regular_text(path: Path) -> str | None:
+    return path.read_text(errors="replace") if path.is_file() and not path.is_symlink() else None
+
+
+def mutate_json(rng: random.Random, path: Path) -> None:
+    try:
+        doc = json.loads(_regular_text(path) or "{}")
+    except (OSError, ValueError, RecursionError):
+        doc = {}
+    if not isinstance(doc, dict) or rng.random() < 0.15:
+        _put(path, _dump(odd_value(rng)))
+        return
+    keys = list(doc) + ["injected_at", "iteration", "baseline_iteration", "rank", "cycle", "fault", "utc_offset_s",
+                        "started_at", "ended_at", "launcher_exit_code", "spec", "commands", "capture_error"]
+    for _ in range(rng.randint(1, 4)):
+        key = rng.choice(keys)
+        if key == "spec" and isinstance(doc.get("spec"), dict) and rng.random() < 0.7:
+            spec_key = rng.choice(list(doc["spec"]) + ["work_dir", "run_id", "checkpoint_dir", "train_iters"])
+            doc["spec"][spec_key] = odd_value(rng)
+        else:
+            doc[key] = odd_value(rng)
+    text = _dump(doc)
+    if rng.random() < 0.1:
+        text = text[: rng.randint(0, len(text))]  # cut mid-write
+    if rng.random() < 0.05:
+        text = "[" * 100000 + "]" * 100000  # deeper than any parser's recursion
+    _put(path, text)
+
+
+def mutate_log(rng: random.Random, path: Path) -> None:
+    lines = path.read_bytes().split(b"\n") if path.is_file() and not path.is_symlink() else []
+    for _ in range(rng.randint(1, 6)):
+        i = rng.randrange(len(lines) + 1)
+        pick = rng.random()
+        base = lines[rng.randrange(len(lines))] if lines else b"iteration 1/ 30 | lm loss: 1.0 |"
+        if pick < 0.4:  # the same line with other numbers
+            out, digits = bytearray(), False
+            for byte in base:
+                if 48 <= byte <= 57:
+                    if not digits:
+                        out += str(rng.choice((0, 13, 61, 99, 2 ** 70, 10 ** 40))).encode()
+                    digits = True
+                else:
+                    digits = False
+                    out.append(byte)
+            new = bytes(out)
+        elif pick < 0.6:
+            new = b"[2026-" + rng.choice((b"13-45 25:61:61", b"02-30 10:00:00", b"00-00 00:00:00")) + b"] " + base
+        elif pick < 0.75:
+            new = bytes(rng.randrange(256) for _ in range(rng.randint(1, 200)))
+        elif pick < 0.8:
+            new = b"x" * rng.choice((1 << 16, 3 << 20))  # longer than any line buffer
+        elif pick < 0.9:
+            new = base.replace(b" ", b"\x00", 1)
+        else:
+            lines = lines[: rng.randrange(len(lines) + 1)]  # a process killed mid-write
+            continue
+        lines.insert(i, new)
+    _put(path, b"\n".join(lines))
+
+
+def make_special(rng: random.Random, run_dir: Path, rel: str, secret: Path) -> None:
+    path = run_dir / rel
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    kind = rng.choice(("fifo", "secret", "dangling", "loop", "dir", "empty"))
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "secret":
+        path.symlink_to(secret)
+    elif kind == "dangling":
+        path.symlink_to(run_dir / "nowhere")
+    elif kind == "loop":
+        path.symlink_to(path)
+    elif kind == "dir":
+        path.mkdir()
+    else:
+        path.write_bytes(b"")
+
+
+def mutate_checkpoints(rng: random.Random, run_dir: Path) -> None:
+    ckpt = run_dir / "checkpoints"
+    if not ckpt.is_dir() or ckpt.is_symlink():
+        return
+    pick = rng.random()
+    if pick < 0.3:
+        _put(ckpt / "latest_checkpointed_iteration.txt",
+             rng.choice((b"", b"+7", b"-3", b"release", b"9" * 5000, b"\xff\xfe", b"10\n10", b"1e3")))
+    elif pick < 0.55:
+        name = rng.choice(("iter_00000010", "iter_9999999999999", "iter_-000001", "iter_0000010x", "iter_"))
+        if not os.path.lexists(ckpt / name):
+            (ckpt / name).mkdir()
+            (ckpt / name / "metadata.json").write_text("{}")
+    elif pick < 0.75:
+        a, b = ckpt / "iter_0000040", ckpt / "iter_0000045"
+        if not (os.path.lexists(a) or os.path.lexists(b)):
+            a.symlink_to(b)
+            b.symlink_to(a)
+    else:
+        for md in ckpt.glob("iter_*/.metadata"):
+            _put(md, bytes(rng.randrange(256) for _ in range(rng.randint(0, 300))))
+
+
+def damage(rng: random.Random, run_dir: Path, secret: Path) -> list[str]:
+    done = []
+    for _ in range(rng.randint(1, 4)):
+        pick = rng.random()
+        rel = rng.choice(TARGETS)
+        try:
+            if pick < 0.3:
+                rel = rng.choice(("fault_injected.json", "run.json", "launch.json", "cycle_infos/cycle_info.fuzz.0.1"))
+                mutate_json(rng, run_dir / rel)
+            elif pick < 0.6:
+                logs = sorted((run_dir / "logs").glob("*")) if (run_dir / "logs").is_dir() else []
+                files = [p for p in logs if p.is_file() and not p.is_symlink()]
+                if not files:
+                    continue
+                rel = str(rng.choice(files).relative_to(run_dir))
+                mutate_log(rng, run_dir / rel)
+            elif pick < 0.75:
+                make_special(rng, run_dir, rel, secret)
+            elif pick < 0.9:
+                rel = "checkpoints"
+                mutate_checkpoints(rng, run_dir)
+            else:
+                path = run_dir / rel
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                elif os.path.lexists(path):
+                    path.unlink()
+        except OSError:  # an earlier mutation put a file where a directory was: this one cannot apply
+            continue
+        done.append(rel)
+    return done
+
+
+def _judge(argv: list[str]) -> tuple[int, str]:
+    """One command in the forked worker: its status and what it printed on stderr."""
+    err, out = io.StringIO(), io.StringIO()
+    with redirect_stderr(err), redirect_stdout(out):
+        status = main(argv)
+    return int(status), err.getvalue()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory) -> list[Path]:
+    root = tmp_path_factory.mktemp("fuzz-bases")
+    return [rundirs.build(root / f"base{i}", s).run_dir for i, s in enumerate(SCENARIOS)]
+
+
+def test_fuzzed_run_directories_never_crash_hang_or_leak(tmp_path, bases):
+    rng = random.Random(SEED)
+    secret = tmp_path / "secret"
+    secret.write_text("SECRET-TOKEN-7f3a9c")
+    ctx = multiprocessing.get_context("fork")
+    pool = ctx.Pool(1)
+    problems: list[str] = []
+    seen_statuses: set[int] = set()
+    try:
+        for case in range(CASES):
+            run_dir = tmp_path / f"case{case:03d}"
+            shutil.copytree(rng.choice(bases), run_dir, symlinks=True)
+            what = damage(rng, run_dir, secret)
+            command = rng.choice(("verify", "verify", "verify", "verify-write", "report", "diagnose"))
+            if command == "verify-write":
+                argv = ["verify", str(run_dir), "--quiet", "--json", str(tmp_path / f"case{case:03d}.json")]
+            elif command == "verify":
+                argv = ["verify", str(run_dir), "--no-write"]
+            else:
+                argv = [command, str(run_dir)]
+            replay = f"case {case} (NVRX_QUAL_FUZZ_SEED={SEED}): {' '.join(argv[:1])} after damaging {what}"
+            try:
+                status, err = pool.apply_async(_judge, (argv,)).get(timeout=CASE_TIMEOUT_S)
+            except multiprocessing.TimeoutError:
+                problems.append(f"{replay}: no answer within {CASE_TIMEOUT_S:g} s (a hang)")
+                pool.terminate()
+                pool = ctx.Pool(1)
+                if sum("(a hang)" in p for p in problems) >= 3:
+                    break  # enough to act on; the test's own time stays bounded
+                continue
+            seen_statuses.add(status)
+            if status not in (0, 1, 2) or "Traceback" in err:
+                problems.append(f"{replay}: exit {status}: {err.strip()[-800:]}")
+            if "SECRET-TOKEN" in err:
+                problems.append(f"{replay}: the content of a linked secret reached the output")
+            if secret.read_text() != "SECRET-TOKEN-7f3a9c":
+                problems.append(f"{replay}: a file outside the run directory was written through a link")
+                secret.write_text("SECRET-TOKEN-7f3a9c")
+            shutil.rmtree(run_dir, ignore_errors=True)
+    finally:
+        pool.terminate()
+        pool.join()
+    assert not problems, f"{len(problems)} of {CASES} cases failed:\n" + "\n".join(problems[:10])
+    assert {0, 1} <= seen_statuses or CASES < 50, seen_statuses  # the fuzz reaches verdicts, not only refusals
