@@ -27,12 +27,12 @@ import pytest
 
 from fixtures.runs import Scenario
 from harness import verify
-from harness.criteria import CRITERIA_IDS, FAIL, LOOP_STOPPED, NOT_APPLICABLE, PASS
+from harness.criteria import CHECK_IDS, FAIL, LOOP_STOPPED, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
 
 pytestmark = pytest.mark.e2e
 
 NA = NOT_APPLICABLE
-ALL_PASS = {c: PASS for c in CRITERIA_IDS}
+ALL_PASS = {c: PASS for c in CHECK_IDS}
 EXPECTED_NEGATIVE = "expected-negative"
 
 
@@ -56,7 +56,8 @@ class Cell:
         return self.name if self.expect_qualified else f"{self.name}[{EXPECTED_NEGATIVE}]"
 
 
-LOOP_NA = {"optimizer_reload": NA, "later_checkpoint": NA, "clean_finish": NA}
+# No replacement loaded a checkpoint: nothing restored to check, nothing committed after it.
+LOOP_NA = {"optimizer_reload": NA, "later_checkpoint": NA, "clean_finish": NA, OPTIMIZER_STATE: NA}
 MATRIX = (
     Cell("kill-rank0-in-save", "kill", "in-save", ALL_PASS, knobs=(("fault_rank", 0),),
          details={"pre_fault_checkpoint": "the save of iteration 10 was in flight"}),
@@ -64,10 +65,12 @@ MATRIX = (
     Cell("kill-in-restore", "kill", "in-restore", ALL_PASS,
          details={"replacement_cycle": "failures of all 2 injected faults", "clean_finish": "exactly 2 injections"}),
     Cell("kill-in-restore-budget-out", "kill", "in-restore",
+         # the launcher gave up: the job ended in failure (clean_finish), nothing was restored
          {"pre_fault_checkpoint": PASS, "replacement_cycle": FAIL, "optimizer_reload": NA, "later_checkpoint": NA,
-          "clean_finish": NA},
+          "clean_finish": FAIL, OPTIMIZER_STATE: NA},
          knobs=(("max_restarts", 1),), details={"replacement_cycle": "the restart budget ran out"}),
-    Cell("kill-last-iteration", "kill", "last-iteration", ALL_PASS,
+    # nothing is committed after the restore of the final checkpoint: optimizer_state has no record to read
+    Cell("kill-last-iteration", "kill", "last-iteration", {**ALL_PASS, OPTIMIZER_STATE: NA},
          details={"later_checkpoint": "Nothing was left to train"}),
     Cell("poison-loop-stopped", "poison", "after-commit",
          {"pre_fault_checkpoint": PASS, "replacement_cycle": PASS, **LOOP_NA, LOOP_STOPPED: PASS},
