@@ -177,7 +177,7 @@ def read_optimizer_record(directory: Path) -> OptimizerRecord:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 import torch  # noqa: F401 - the unpickler and the object loader need it
-        except Exception as exc:  # noqa: BLE001
+        except ImportError as exc:  # absent: unknown with the reason; a broken import (SystemError) is a bug
             return OptimizerRecord(note=f"PyTorch is not importable here ({type(exc).__name__})")
         try:
             metadata = _metadata(dfd)
@@ -211,7 +211,7 @@ def read_optimizer_record(directory: Path) -> OptimizerRecord:
                 import torch
 
                 obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - a damaged record in a received run dir is a reason
                 raise _RecordError(f"{key} is not a plain optimizer record ({type(exc).__name__}: "
                                    f"{clip(str(exc).splitlines()[0] if str(exc) else '', 80)})") from None
             return OptimizerRecord(key=key, steps=_steps(obj), moment_slots=slots,
