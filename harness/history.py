@@ -18,11 +18,9 @@ Sources (docs/contracts.md, "The run directory"):
 from __future__ import annotations
 
 import calendar
-import errno
 import json
 import math
 import os
-import sys
 import re
 import stat
 import time

@@ -11,7 +11,7 @@ import pytest
 
 from harness import criteria
 from harness import events as ev
-from harness.criteria import CHECK_IDS, CRITERIA_IDS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN, analyze, evaluate
+from harness.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN, analyze, evaluate
 from harness.history import read_history
 from harness.verify import verify_run, verify_timeline
 from recovery_tests import rundirs

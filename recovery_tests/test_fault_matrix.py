@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from fixtures.runs import Scenario
+from fixtures.runs import Scenario, explain
 from harness import verify
 from harness.criteria import CHECK_IDS, FAIL, LOOP_STOPPED, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
 
@@ -100,13 +100,6 @@ def scenario_of(cell: Cell, target) -> Scenario:
                     knobs=(("fault_at", cell.fault_at), *cell.knobs),
                     fail_fast=cell.fault != "poison", expect_qualified=cell.expect_qualified)
 
-
-def explain(outcome, criterion_id: str) -> str:
-    c = outcome.verdict.criterion(criterion_id)
-    lines = [f"{c.id}: {c.status}: {c.detail}", *c.evidence, f"run directory: {outcome.run_dir}"]
-    if outcome.launch.stopped_early:
-        lines.append(f"stopped early: {outcome.launch.stopped_early}")
-    return "\n".join(lines)
 
 
 @pytest.mark.parametrize(("cell", "check"), [(c, k) for c in MATRIX for k in c.expected],

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.runs import Scenario
+from fixtures.runs import Scenario, explain
 from harness.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
 from harness.continuity import CRITERION_ID as LOSS_CONTINUITY
 
@@ -22,13 +22,6 @@ def scenario(fault: str, nvrx_target, **kw) -> Scenario:
     baseline = None if fault == "none" else Scenario("none", nvrx_target)
     return Scenario(fault, nvrx_target, baseline=baseline, **kw)
 
-
-def explain(outcome, criterion_id: str) -> str:
-    c = outcome.verdict.criterion(criterion_id)
-    lines = [f"{c.id}: {c.status}: {c.detail}", *c.evidence, f"run directory: {outcome.run_dir}"]
-    if outcome.launch.stopped_early:
-        lines.append(f"stopped early: {outcome.launch.stopped_early}")
-    return "\n".join(lines)
 
 
 @pytest.mark.parametrize(("fault", "check"), [(f, c) for f in FAULTS for c in CHECKS

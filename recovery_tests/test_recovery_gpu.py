@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from fixtures.runs import Scenario
+from fixtures.runs import Scenario, explain
 from harness import slurm
 from harness.criteria import CRITERIA_IDS, NOT_APPLICABLE, PASS
 from harness.nvrx import NvrxTarget, installed_version
@@ -49,15 +49,6 @@ def megatron_scenario(gpu_env, fault: str, options: tuple[dict, tuple[str, ...]]
 def gpu_options(gpu_knobs, gpu_workload_args) -> tuple[dict, tuple[str, ...]]:
     return gpu_knobs, gpu_workload_args
 
-
-def explain(outcome, check: str) -> str:
-    c = outcome.verdict.criterion(check)
-    lines = [f"{c.id}: {c.status}: {c.detail}", *c.evidence, f"run directory: {outcome.run_dir}"]
-    if outcome.launch.stopped_early:
-        lines.append(f"stopped early: {outcome.launch.stopped_early}")
-    if outcome.triage is not None and outcome.triage.failed:
-        lines.append(f"triage: {outcome.triage.summary}")
-    return "\n".join(lines)
 
 
 def record_latency(record_property, outcome) -> None:

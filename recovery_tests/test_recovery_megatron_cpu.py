@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.runs import Scenario
+from fixtures.runs import Scenario, explain
 from harness import discovery
 from harness.continuity import CRITERION_ID as LOSS_CONTINUITY
 from harness.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
@@ -55,15 +55,6 @@ def scenario(fault: str, target: NvrxTarget, *, plain: bool = False) -> Scenario
     return Scenario(fault, target, workload="megatron-cpu", name=name, knobs=knobs, baseline=baseline,
                     fail_fast=False, expect_qualified=plain or fault == "none")
 
-
-def explain(outcome, criterion_id: str) -> str:
-    c = outcome.verdict.criterion(criterion_id)
-    lines = [f"{c.id}: {c.status}: {c.detail}", *c.evidence, f"run directory: {outcome.run_dir}"]
-    if outcome.launch.stopped_early:
-        lines.append(f"stopped early: {outcome.launch.stopped_early}")
-    if outcome.triage is not None and outcome.triage.failed:
-        lines.append(f"triage: {outcome.triage.summary}")
-    return "\n".join(lines)
 
 
 @pytest.mark.parametrize(("fault", "check"), [(f, c) for f in FAULTS for c in CHECKS
