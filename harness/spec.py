@@ -76,13 +76,14 @@ FAULT_MOMENTS: dict[str, FaultMoment] = {m.name: m for m in (
 )}
 DEFAULT_FAULT_AT = "after-commit"
 FAULTS = (*FAULT_KINDS, "none")
-# Moments each workload can show. Both save asynchronously and load through Python's open(),
-# which is what the nemesis watches (iter_N/ contents; the audit hook of the load).
+# Moments each workload can show. All save asynchronously and load through Python's open(),
+# which is what the nemesis watches (iter_N/ contents; the audit hook of the load). Megatron's
+# own loop shows every moment on CPU (recovery_tests/test_recovery_megatron_cpu.py): its
+# persistent checkpoint worker leaves iter_N/ uncommitted until a later iteration finalizes it.
 WORKLOAD_MOMENTS: dict[str, tuple[str, ...]] = {
     "reference": tuple(FAULT_MOMENTS),
     "megatron": tuple(FAULT_MOMENTS),
-    # Megatron's own loop on CPU: only the walkthrough's moment has been shown on it so far.
-    "megatron-cpu": ("after-commit",),
+    "megatron-cpu": tuple(FAULT_MOMENTS),
 }
 SECTIONS = ("setup", "step", "checkpointing")
 

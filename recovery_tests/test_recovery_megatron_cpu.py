@@ -46,10 +46,10 @@ def megatron_cpu() -> NvrxTarget:
     return NvrxTarget(version, where)
 
 
-def scenario(fault: str, target: NvrxTarget, *, plain: bool = False) -> Scenario:
-    knobs = (("distributed_optimizer", False),) if plain else ()
-    name = f"megatron-cpu-{'plain-' if plain else ''}{fault}"
-    baseline = None if fault == "none" else scenario("none", target, plain=plain)
+def scenario(fault: str, target: NvrxTarget, *, plain: bool = False, fault_at: str | None = None) -> Scenario:
+    knobs = ((("distributed_optimizer", False),) if plain else ()) + ((("fault_at", fault_at),) if fault_at else ())
+    name = f"megatron-cpu-{'plain-' if plain else ''}{fault}" + (f"-{fault_at}" if fault_at else "")
+    baseline = None if fault == "none" or fault_at else scenario("none", target, plain=plain)
     # fail_fast off: the step reset is caught by checks that read the finished run. A fault
     # with the distributed optimizer must be caught losing Adam's step: an expected negative.
     return Scenario(fault, target, workload="megatron-cpu", name=name, knobs=knobs, baseline=baseline,
@@ -116,3 +116,25 @@ def test_megatron_cpu_evidence_is_megatrons_own_output(fault, megatron_cpu, scen
     shown = outcome.verdict.picture
     if shown is not None:
         assert [c.cycle for c in shown.curves] == ([0] if fault == "none" else [0, 1])
+
+
+# The fault matrix's moments on Megatron's own loop, with the plain optimizer (which restores
+# correctly), so each must qualify; the sentence each moment's own rule writes is checked too.
+MOMENT_SIGNS = {
+    "in-save": ("pre_fault_checkpoint", "was in flight, uncommitted, when the"),
+    "in-restore": ("replacement_cycle", "failures of all 2 injected faults"),
+    "last-iteration": ("later_checkpoint", "Nothing was left to train"),
+}
+
+
+@pytest.mark.parametrize("fault_at", sorted(MOMENT_SIGNS))
+def test_megatron_cpu_fault_moments_qualify(fault_at, megatron_cpu, scenarios):
+    """in-save: a kill while Megatron's persistent worker holds iter_8/ uncommitted, and the
+    replacement loads checkpoint 4; in-restore: a second kill while the replacement loads, and
+    a third cycle recovers; last-iteration: a kill after the final checkpoint, and the
+    replacement finishes with nothing left to train."""
+    outcome = scenarios.outcome(scenario("kill", megatron_cpu, plain=True, fault_at=fault_at))
+    failing = [c.id for c in outcome.verdict.criteria if c.status not in (PASS, NOT_APPLICABLE)]
+    assert outcome.verdict.qualified, "\n\n".join(explain(outcome, cid) for cid in failing)
+    cid, sign = MOMENT_SIGNS[fault_at]
+    assert sign in outcome.verdict.criterion(cid).detail, explain(outcome, cid)
