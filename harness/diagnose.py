@@ -41,6 +41,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from harness import safeio
 from harness.exitcodes import ExitStatus, guarded
+from harness.history import MAX_UTC_OFFSET_S
 from harness.layout import MARKER_NAME, RunLayout, marker_name
 
 CATEGORIES = ("oom", "shape", "import", "nccl", "traceback", "exit", "hang", "none")
@@ -1137,7 +1138,10 @@ def _run_facts(layout: RunLayout, files: Sequence[Path], utc_offset_s: int | Non
     spec = run.get("spec") if isinstance(run.get("spec"), dict) else {}
     offset = utc_offset_s
     if offset is None:
-        offset = run.get("utc_offset_s") if isinstance(run.get("utc_offset_s"), int) else 0
+        offset = run.get("utc_offset_s")
+        # a received run.json may say anything: an offset no time zone has is ignored, as history does
+        if not isinstance(offset, int) or isinstance(offset, bool) or abs(offset) > MAX_UTC_OFFSET_S:
+            offset = 0
     ref = None
     for stamp in (run.get("created_at"), (_read_json(layout.launch_json) or {}).get("started_at")):
         if isinstance(stamp, str):
@@ -1834,7 +1838,7 @@ def exit_status(triage: Triage) -> int:
 
 def run(args: argparse.Namespace) -> int:
     offset = getattr(args, "utc_offset", None)
-    if offset is not None and abs(offset) > 14 * 3600:
+    if offset is not None and abs(offset) > MAX_UTC_OFFSET_S:
         print(f"nvrx-qual diagnose: --utc-offset {offset} is no time zone: give local time minus UTC in seconds, "
               "between -50400 and 50400", file=sys.stderr)
         return ExitStatus.REFUSED

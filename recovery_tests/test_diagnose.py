@@ -797,3 +797,18 @@ def test_cli_into_a_closed_pipe_keeps_its_status(tmp_path: Path, monkeypatch: py
     finally:
         monkeypatch.undo()
         closed.close()
+
+
+@pytest.mark.parametrize("offset", [10**30, -(10**30), 14 * 3600 + 1, True])
+def test_a_received_run_json_with_an_impossible_utc_offset_is_ignored(tmp_path, offset):
+    """Found by the fuzz over received run directories: run.json's utc_offset_s went straight
+    into a timedelta (OverflowError, exit 3). An offset no time zone has is ignored, as
+    history ignores it, and the triage still runs."""
+    from recovery_tests import rundirs
+
+    run_dir = rundirs.build(tmp_path / "run", rundirs.Scenario()).run_dir
+    doc = json.loads((run_dir / "run.json").read_text())
+    doc["utc_offset_s"] = offset
+    (run_dir / "run.json").write_text(json.dumps(doc))
+    triage = diagnose(run_dir)
+    assert triage.injected, render_markdown(triage)
