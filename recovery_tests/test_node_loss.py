@@ -203,15 +203,6 @@ def test_several_launchers_report_the_worst_status_a_signal_as_srun_does():
 from fixtures.runs import Scenario  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def nvrx_07(installed_launchers):
-    found = [t for t in installed_launchers if t.routes_logs]
-    if not found:
-        pytest.skip("needs NVRx >= 0.6 (node ids on its rendezvous lines, cycle records): "
-                    "tools/install-nvrx-target.sh 0.7.0 .nvrx/0.7.0")
-    return found[-1]
-
-
 def local_node_loss(target, **knobs) -> Scenario:
     base = dict(nnodes=2, gpus_per_node=1, fault_rank=1, local_nodes=True, **knobs)
     return Scenario("node", target, name=f"local-node-loss-{knobs.get('hot_spares', 0)}-spare",
@@ -219,10 +210,10 @@ def local_node_loss(target, **knobs) -> Scenario:
 
 
 @pytest.mark.e2e
-def test_local_node_loss_with_a_hot_spare_qualifies(nvrx_07, scenarios):
+def test_local_node_loss_with_a_hot_spare_qualifies(log_routing_launcher, scenarios):
     """Three launchers on this machine for two nodes: rank 1's node is lost whole, the standby is
     promoted, training resumes from the latest checkpoint with optimizer state."""
-    outcome = scenarios.outcome(local_node_loss(nvrx_07, hot_spares=1))
+    outcome = scenarios.outcome(local_node_loss(log_routing_launcher, hot_spares=1))
     failed = [f"{c.id}: {c.status}: {c.detail}" for c in outcome.verdict.criteria if c.status != PASS]
     assert outcome.verdict.qualified, (outcome.run_dir, failed)
     marker = json.loads((outcome.run_dir / "fault_injected.json").read_text())
@@ -233,10 +224,10 @@ def test_local_node_loss_with_a_hot_spare_qualifies(nvrx_07, scenarios):
 
 
 @pytest.mark.e2e
-def test_local_node_loss_without_a_spare_is_a_failed_recovery(nvrx_07, scenarios):
+def test_local_node_loss_without_a_spare_is_a_failed_recovery(log_routing_launcher, scenarios):
     """No spare: NVRx 0.7.0's surviving launcher waits in the rendezvous for the lost node until
     the join timeout, then exits 1; replacement_cycle fails and the run is not qualified."""
-    outcome = scenarios.outcome(local_node_loss(nvrx_07, rdzv_join_timeout=20.0))
+    outcome = scenarios.outcome(local_node_loss(log_routing_launcher, rdzv_join_timeout=20.0))
     c = outcome.verdict.criterion("replacement_cycle")
     assert c.status == FAIL and "started no replacement workers" in c.detail, (outcome.run_dir, c.detail)
     log = (outcome.run_dir / "logs" / "launcher.log").read_text()

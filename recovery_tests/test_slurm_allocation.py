@@ -33,15 +33,6 @@ def allocation() -> slurm.Allocation:
     return alloc
 
 
-@pytest.fixture(scope="module")
-def nvrx_logs_routed(installed_launchers):
-    found = [t for t in installed_launchers if t.routes_logs]
-    if not found:
-        pytest.skip("needs NVRx >= 0.6 (its launcher writes every node's logs): "
-                    "tools/install-nvrx-target.sh 0.7.0 .nvrx/0.7.0")
-    return found[-1]
-
-
 def two_node_scenario(alloc: slurm.Allocation, target, fault: str, **kw) -> Scenario:
     # Both ports are asked from the first host's OS now, at start (never the submitting host's).
     endpoint, log_port = slurm.rendezvous_ports(alloc, sys.executable)
@@ -50,12 +41,12 @@ def two_node_scenario(alloc: slurm.Allocation, target, fault: str, **kw) -> Scen
     return Scenario(fault, target, name=kw.pop("name", f"srun-{fault}"), knobs=tuple(sorted(knobs.items())), **kw)
 
 
-def test_srun_node_loss_with_a_hot_spare_qualifies(allocation, nvrx_logs_routed, scenarios):
+def test_srun_node_loss_with_a_hot_spare_qualifies(allocation, log_routing_launcher, scenarios):
     """Three launchers for two active nodes: the node of rank 1 is lost whole, the standby is
     promoted, and the run qualifies although srun's status is the lost task's SIGKILL (137)."""
     if allocation.nnodes < NNODES + 1:
         pytest.skip(f"needs a hot spare: run inside `salloc --nodes={NNODES + 1}`")
-    scenario = two_node_scenario(allocation, nvrx_logs_routed, "node", name="srun-node-spare")
+    scenario = two_node_scenario(allocation, log_routing_launcher, "node", name="srun-node-spare")
     scenario = dataclasses.replace(scenario, knobs=tuple(sorted({**dict(scenario.knobs), "hot_spares": 1}.items())))
     outcome = scenarios.outcome(scenario)
     assert outcome.plan.command.argv[:2] == ("srun", "--ntasks=3")
@@ -83,8 +74,8 @@ def our_steps(alloc: slurm.Allocation, run_id: str) -> str | None:
     return slurm.find_step(slurm.run_command(slurm.list_steps_argv(alloc.job_id)), slurm.step_name(run_id))
 
 
-def test_srun_two_node_kill_qualifies(allocation, nvrx_logs_routed, scenarios):
-    outcome = scenarios.outcome(two_node_scenario(allocation, nvrx_logs_routed, "kill"))
+def test_srun_two_node_kill_qualifies(allocation, log_routing_launcher, scenarios):
+    outcome = scenarios.outcome(two_node_scenario(allocation, log_routing_launcher, "kill"))
     plan = outcome.plan
     assert plan.srun is not None and plan.command.argv[:3] == ("srun", "--ntasks=2", "--ntasks-per-node=1")
     failed = [f"{c.id}: {c.status}: {c.detail}" for c in outcome.verdict.criteria if c.status != PASS]
@@ -99,10 +90,10 @@ def test_srun_two_node_kill_qualifies(allocation, nvrx_logs_routed, scenarios):
     assert processes_of(outcome.run_dir) == []
 
 
-def test_doomed_run_is_stopped_by_scancel_of_its_step(allocation, nvrx_logs_routed, scenarios):
+def test_doomed_run_is_stopped_by_scancel_of_its_step(allocation, log_routing_launcher, scenarios):
     """--no-load-optim: the replacement workers cannot pass optimizer_reload; the watcher stops
     the job at once by cancelling its srun step, and the report says the harness stopped it."""
-    outcome = scenarios.outcome(two_node_scenario(allocation, nvrx_logs_routed, "kill", name="srun-doomed",
+    outcome = scenarios.outcome(two_node_scenario(allocation, log_routing_launcher, "kill", name="srun-doomed",
                                                   workload_args=("--no-load-optim",)))
     stopped = outcome.launch.stopped_early
     assert stopped and "no_load_optim" in stopped and f"(scancel {allocation.job_id}." in stopped, stopped

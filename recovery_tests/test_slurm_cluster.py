@@ -31,15 +31,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slurm(nodes=2)]
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def nvrx_070(installed_launchers):
-    found = [t for t in installed_launchers if t.routes_logs]
-    if not found:
-        pytest.skip("needs NVRx >= 0.6 (nvrx-qual sbatch relies on its launcher writing every node's logs): "
-                    "tools/install-nvrx-target.sh 0.7.0 .nvrx/0.7.0")
-    return found[-1]
-
-
 def scancel_name(name: str) -> None:
     run_in_session(["scancel", f"--name={name}"], timeout_s=30)
 
@@ -68,13 +59,13 @@ def processes_under(path: Path) -> list[str]:
     return found
 
 
-def submit(nvrx_070, work: Path, run_id: str, *flags: str) -> tuple[int, str, Path]:
+def submit(launcher, work: Path, run_id: str, *flags: str) -> tuple[int, str, Path]:
     """nvrx-qual sbatch ... -> sbatch --wait: (the job's exit status, its id, the run directory).
     The job's status is its script's: the `nvrx-qual verify` at its end."""
     run_dir = work / "runs" / run_id
     render = run_in_session(
         [sys.executable, "-m", "harness", "sbatch", "--workload", "reference", "--gpus-per-node", "1",
-         "--fault-rank", "1", "--nvrx-path", str(nvrx_070.path), "--work-dir", str(work), "--run-id", run_id,
+         "--fault-rank", "1", "--nvrx-path", str(launcher.path), "--work-dir", str(work), "--run-id", run_id,
          "--time", "00:10:00", "--assume-shared-storage", "1", *flags], timeout_s=60, cwd=ROOT)
     assert render.returncode == 0, render.stderr
     job_name = f"nvrx-qual-{run_id}"
@@ -115,9 +106,9 @@ def cycle_records(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("fault", ["kill", "hang"])
-def test_sbatch_two_node_job_qualifies(fault, nvrx_070, fresh_run):
+def test_sbatch_two_node_job_qualifies(fault, log_routing_launcher, fresh_run):
     work, run_id = fresh_run
-    status, job_id, run_dir = submit(nvrx_070, work, run_id, "--nnodes", "2", "--fault", fault)
+    status, job_id, run_dir = submit(log_routing_launcher, work, run_id, "--nnodes", "2", "--fault", fault)
     shown = slurm_output(run_dir, run_id, job_id)
     assert status == 0, shown[-3000:]
     assert "QUALIFIED" in shown and "NOT QUALIFIED" not in shown, shown[-3000:]
@@ -137,12 +128,12 @@ def test_sbatch_two_node_job_qualifies(fault, nvrx_070, fresh_run):
 
 
 @pytest.mark.slurm(nodes=3)
-def test_node_loss_with_a_hot_spare_qualifies(nvrx_070, fresh_run):
+def test_node_loss_with_a_hot_spare_qualifies(log_routing_launcher, fresh_run):
     """Three launchers for two active nodes (--nnodes 2:3): one joins as standby. The node of
     rank 1 is lost whole (launcher and workers SIGKILLed); the standby is promoted, training
     resumes from the latest checkpoint with its optimizer state, and every criterion passes."""
     work, run_id = fresh_run
-    status, job_id, run_dir = submit(nvrx_070, work, run_id, "--nnodes", "2", "--hot-spares", "1",
+    status, job_id, run_dir = submit(log_routing_launcher, work, run_id, "--nnodes", "2", "--hot-spares", "1",
                                      "--fault", "node")
     shown = slurm_output(run_dir, run_id, job_id)
     assert status == 0 and "QUALIFIED" in shown and "NOT QUALIFIED" not in shown, shown[-3000:]
@@ -160,13 +151,13 @@ def test_node_loss_with_a_hot_spare_qualifies(nvrx_070, fresh_run):
     assert "Maximum number of nodes exceeded" not in (run_dir / "logs" / "launcher.log").read_text()
 
 
-def test_node_loss_without_a_spare_is_a_failed_recovery(nvrx_070, fresh_run):
+def test_node_loss_without_a_spare_is_a_failed_recovery(log_routing_launcher, fresh_run):
     """What NVRx 0.7.0 does when a node of a two-node job is lost and no spare exists: the
     surviving launcher sees its worker fail, announces a restart, waits in the rendezvous for a
     second node that never comes, and gives up when the join timeout passes (RendezvousTimeoutError,
     exit 1). The suite calls it what it is, a failed recovery: replacement_cycle fails."""
     work, run_id = fresh_run
-    status, job_id, run_dir = submit(nvrx_070, work, run_id, "--nnodes", "2", "--fault", "node",
+    status, job_id, run_dir = submit(log_routing_launcher, work, run_id, "--nnodes", "2", "--fault", "node",
                                      "--rdzv-join-timeout", "20")
     shown = slurm_output(run_dir, run_id, job_id)
     assert status == 1 and "NOT QUALIFIED" in shown, shown[-3000:]
