@@ -382,3 +382,19 @@ def test_synthetic_data_depends_only_on_seed_and_sample_index() -> None:
     assert a.equal(reference.synthetic_sample(1234, 17, 32, 256))
     assert not a.equal(reference.synthetic_sample(1234, 18, 32, 256))
     assert not a.equal(reference.synthetic_sample(4321, 17, 32, 256))
+
+
+def test_commit_files_never_write_through_a_planted_link(tmp_path: Path) -> None:
+    """The tracker and the commit marker are replaced through a temporary with an unpredictable
+    name: a link planted at the temporary's old, fixed name (`.<name>.tmp`) is left alone and the
+    file it points at is never written."""
+    from harness.workloads.reference import _write_atomically
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file\n")
+    tracker = tmp_path / TRACKER
+    (tmp_path / f".{TRACKER}.tmp").symlink_to(victim)
+    _write_atomically(tracker, "8")
+    assert tracker.read_text() == "8" and not tracker.is_symlink()
+    assert victim.read_text() == "the user's file\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([TRACKER, f".{TRACKER}.tmp", "victim.txt"])

@@ -30,6 +30,7 @@ import math
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -585,10 +586,18 @@ def checkpoint_dir(root: str | Path, iteration: int) -> Path:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    """Readers see the old content or the new, never a torn one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Readers see the old content or the new, never a torn one. The temporary has an
+    unpredictable name created with O_EXCL (mkstemp), so a link planted in the checkpoint
+    directory is never written through."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 # --------------------------------------------------------------------------- save
