@@ -41,7 +41,8 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from harness import safeio
 from harness.exitcodes import ExitStatus, guarded
-from harness.history import MAX_UTC_OFFSET_S
+from harness.dialect import (RunDirError, attempt_of_path, check_readable_dir, cycle_of_name, discover, glog_month,
+                             glog_stamp, glog_year, line_stamp, maybe_stamped, peel, utc_offset_problem)
 from harness.layout import MARKER_NAME, RunLayout, marker_name
 
 CATEGORIES = ("oom", "shape", "import", "nccl", "traceback", "exit", "hang", "none")
@@ -54,11 +55,9 @@ _MAX_FRAMES = 256  # a runaway recursion keeps its outermost frames and its inne
 _MAX_CHAIN = 16
 _MAX_KEPT = 20_000  # tracebacks / failure lines kept after per-file de-duplication
 _SCAN_EXTENSIONS = (".log", ".err", ".out")
-_SKIP_DIRS = ("checkpoints", "cycle_infos")
+_EPOCH = datetime(1970, 1, 1)
 
-
-class DiagnoseInputError(ValueError):
-    """The path given is not a readable run directory."""
+DiagnoseInputError = RunDirError  # the one error for a path that is not a readable run directory
 
 
 # ============================================================================ public values
@@ -208,14 +207,11 @@ class _Line:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_ISO_PREFIX = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)(Z|[+-]\d\d:?\d\d)? (?:out|err) ")
-_ROLE_PREFIX = re.compile(r"\[(?!rank)([A-Za-z_]+?)(\d+)\]:", re.IGNORECASE)
-_NUM_PREFIX = re.compile(r" *(\d+):(?: |$)")
-_TORCH_PREFIX = re.compile(r"\[rank(\d+)\]: ?")
-_DATE_STAMP = re.compile(r"\s*\[?(\d{4})-(\d\d)-(\d\d)[ _T](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?")
-_GLOG_STAMP = re.compile(r"\[?([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+)")
-_CYCLE_FILE = re.compile(r"_cycle(\d+)(?:\.[^/]*)?$")
-_ATTEMPT_DIR = re.compile(r"(?:^|/)attempt_(\d+)(?:/(\d+))?/")
+
+
+def _naive_utc(ts: float | None, offset: timedelta = timedelta(0)) -> datetime | None:
+    """UTC epoch seconds (or a local stamp read as UTC, with its offset) -> naive UTC datetime."""
+    return None if ts is None else _EPOCH + timedelta(seconds=ts) - offset
 
 
 def _clean(chunk: bytes) -> str:
@@ -254,22 +250,6 @@ def _looks_binary(path: Path) -> bool:
         return False
     control = sum(1 for b in head if b < 9 or 13 < b < 32 and b != 27)
     return control / len(head) > 0.3
-
-
-def _maybe_stamped(text: str) -> bool:
-    """Cheap test for a stamp at the start of a line (Megatron, launcher, glog); the
-    regexes and datetime arithmetic run only for lines whose time is actually needed."""
-    head = text[:16].lstrip(" [")
-    if len(head) < 6:
-        return False
-    first = head[0]
-    if first.isdigit():
-        return head[4] == "-" and head[:4].isdigit()
-    return first in "IWEF" and head[1:5].isdigit()
-
-
-def _fraction(digits: str | None) -> int:
-    return int((digits or "0")[:6].ljust(6, "0"))
 
 
 # ============================================================================ tracebacks
@@ -742,13 +722,12 @@ class _Scanner:
 
     def _file_identity(self, rel: str) -> tuple[int | None, int | None, bool]:
         """(cycle, local rank, per-cycle app log) that the file's path says."""
-        name = rel.rsplit("/", 1)[-1]
-        cycle_match = _CYCLE_FILE.search(name)
-        if cycle_match:
-            return int(cycle_match.group(1)), None, True
-        attempt = _ATTEMPT_DIR.search(rel)
-        if attempt:
-            return int(attempt.group(1)), int(attempt.group(2)) if attempt.group(2) else None, False
+        cycle = cycle_of_name(rel.rsplit("/", 1)[-1])
+        if cycle is not None:
+            return cycle, None, True
+        attempt = attempt_of_path(rel)
+        if attempt is not None:
+            return attempt[0], attempt[1], False
         return None, None, False
 
     def _scan_file(self, path: Path, rel: str, file_rank: int) -> None:
@@ -790,40 +769,27 @@ class _Scanner:
         summary.close()
 
     def _peel(self, rel: str, lineno: int, raw: str, per_cycle: bool, file_local: int | None) -> _Line:
-        text = raw
-        time: datetime | None = None
+        p = peel(raw)
+        time = _naive_utc(p.console)
         node: int | None = None
         rank: int | None = None
         local = file_local
         key: tuple = ()
-        if text[10:11] == "T":
-            iso = _ISO_PREFIX.match(text)
-            if iso:
-                time = self._iso_time(iso.group(1), iso.group(2))
-                text = text[iso.end():]
-        if text[:1] == "[" and text[:5] != "[rank":
-            role = _ROLE_PREFIX.match(text)
-            if role:
-                local = int(role.group(2))
-                key = ("local", local)
-                text = text[role.end():]
-        if text[:1].isdigit() or text[:1] == " ":
-            num = _NUM_PREFIX.match(text)
-            if num:
-                if per_cycle:
-                    rank = int(num.group(1))
-                    key = ("rank", rank)
-                else:  # srun --label or NVRx's infra-rank file prefix: a node, not a worker
-                    node = int(num.group(1))
-                text = text[num.end():]
-        if text[:5] == "[rank":
-            torch_prefix = _TORCH_PREFIX.match(text)
-            if torch_prefix:
-                rank = int(torch_prefix.group(1))
-                if not key:
-                    key = ("rank", rank)
-                text = text[torch_prefix.end():]
-        stamped = time is None and _maybe_stamped(text)
+        if p.local_rank is not None:
+            local = p.local_rank
+            key = ("local", local)
+        if p.label is not None:
+            if per_cycle:
+                rank = p.label
+                key = ("rank", rank)
+            else:  # srun --label or NVRx's infra-rank file prefix: a node, not a worker
+                node = p.label
+        if p.torch_rank is not None:
+            rank = p.torch_rank
+            if not key:
+                key = ("rank", rank)
+        text = p.body
+        stamped = time is None and maybe_stamped(text)
         return _Line(rel, lineno, raw, text, time, rank, local, (node, *key), None, stamped)
 
     def _time(self, line: _Line | None) -> datetime | None:
@@ -838,41 +804,18 @@ class _Scanner:
         return self._time(stream.last_stamped)
 
     # --------------------------------------------------------------- time
-    def _iso_time(self, stamp: str, zone: str | None) -> datetime | None:
-        try:
-            value = datetime.fromisoformat(stamp)
-        except ValueError:
-            return None
-        if zone and zone != "Z":
-            sign = 1 if zone[0] == "+" else -1
-            digits = zone[1:].replace(":", "")
-            value -= sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
-        return value
-
     def _own_time(self, text: str) -> datetime | None:
         """A stamp the writer put at the start of its line, converted to UTC."""
         head = text[:48]
         if not head:
             return None
-        if "-" in head:
-            match = _DATE_STAMP.match(head)
-            if match:
-                y, mo, d, h, mi, s, frac = match.groups()
-                try:
-                    local = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), _fraction(frac))
-                except ValueError:
-                    return None
-                return local - self.ctx.utc_offset
-        if head.lstrip("[")[:1] in "IWEF":
-            match = _GLOG_STAMP.match(head)
-            if match:
-                _, mo, d, h, mi, s, frac = match.groups()
-                year = self.ctx.ref_year - (1 if int(mo) > self.ctx.ref_month + 6 else 0)
-                try:
-                    local = datetime(year, int(mo), int(d), int(h), int(mi), int(s), _fraction(frac))
-                except ValueError:
-                    return None
-                return local - self.ctx.utc_offset
+        stamp = line_stamp(head)
+        if stamp is not None:
+            return _naive_utc(stamp.ts, self.ctx.utc_offset)
+        month = glog_month(head)
+        if month is not None:
+            year = glog_year(month, self.ctx.ref_year, self.ctx.ref_month)
+            return _naive_utc(glog_stamp(head, year), self.ctx.utc_offset)
         return None
 
     # --------------------------------------------------------------- tracebacks
@@ -1140,7 +1083,7 @@ def _run_facts(layout: RunLayout, files: Sequence[Path], utc_offset_s: int | Non
     if offset is None:
         offset = run.get("utc_offset_s")
         # a received run.json may say anything: an offset no time zone has is ignored, as history does
-        if not isinstance(offset, int) or isinstance(offset, bool) or abs(offset) > MAX_UTC_OFFSET_S:
+        if utc_offset_problem(offset) is not None:
             offset = 0
     ref = None
     for stamp in (run.get("created_at"), (_read_json(layout.launch_json) or {}).get("started_at")):
@@ -1170,50 +1113,21 @@ def _run_facts(layout: RunLayout, files: Sequence[Path], utc_offset_s: int | Non
 
 
 def _log_files(layout: RunLayout) -> list[Path]:
-    """Everything under logs/, plus *.log/*.err/*.out elsewhere in the run directory;
-    ordered so that, without times, per-cycle application logs of the earliest cycle come
-    first, then torch elastic's per-rank logs, Slurm outputs, the console, the launcher."""
-    found: set[Path] = set()
-    for directory, subdirs, names in os.walk(layout.root, followlinks=False):
-        here = Path(directory)
-        if here == layout.root:
-            subdirs[:] = [d for d in subdirs if d not in _SKIP_DIRS and not d.startswith(".")]
-        inside_logs = here == layout.logs or layout.logs in here.parents
-        for name in names:
-            path = here / name
-            if path.is_symlink() or not path.is_file():
-                continue
-            if inside_logs or name.endswith(_SCAN_EXTENSIONS):
-                found.add(path)
-
-    def order(path: Path) -> tuple:
-        rel = path.relative_to(layout.root).as_posix()
-        name = path.name
-        cycle = _CYCLE_FILE.search(name)
-        if cycle:
-            return (0, int(cycle.group(1)), rel)
-        attempt = _ATTEMPT_DIR.search(rel)
-        if attempt:
-            return (1, int(attempt.group(1)), rel)
-        if path == layout.console_log:
-            return (3, 0, rel)
-        if path == layout.launcher_log:
-            return (4, 0, rel)
-        return (2, 0, rel)
-
-    return sorted(found, key=order)
+    """The run directory's logs (dialect.discover: everything under logs/, plus the files
+    named like logs elsewhere); ordered so that, without times, per-cycle application logs of
+    the earliest cycle come first, then torch elastic's per-rank logs, Slurm outputs, the
+    console, the launcher."""
+    rank = {"cycle": 0, "attempt": 1, "other": 2, "console": 3, "launcher": 4}
+    found = discover(layout.root)
+    found.sort(key=lambda f: (rank[f.kind], f.cycle or 0, f.rel))
+    return [f.path for f in found]
 
 
 def diagnose(run_dir: Path, *, utc_offset_s: int | None = None) -> Triage:
     """Triage the failure of one run directory. `utc_offset_s` overrides run.json's
     local-minus-UTC offset used to compare local-time log stamps with UTC ones."""
     root = Path(run_dir)
-    if not root.exists():
-        raise DiagnoseInputError(f"run directory {root} does not exist: pass the runs/<run-id> directory")
-    if not root.is_dir():
-        raise DiagnoseInputError(f"run directory {root} is not a directory: pass the runs/<run-id> directory")
-    if not os.access(root, os.R_OK | os.X_OK):
-        raise DiagnoseInputError(f"run directory {root} is not readable: fix its permissions or copy it")
+    check_readable_dir(root)
     layout = RunLayout.of_dir(root)
     files = _log_files(layout)
     facts = _run_facts(layout, files, utc_offset_s)
@@ -1838,13 +1752,12 @@ def exit_status(triage: Triage) -> int:
 
 def run(args: argparse.Namespace) -> int:
     offset = getattr(args, "utc_offset", None)
-    if offset is not None and abs(offset) > MAX_UTC_OFFSET_S:
-        print(f"nvrx-qual diagnose: --utc-offset {offset} is no time zone: give local time minus UTC in seconds, "
-              "between -50400 and 50400", file=sys.stderr)
+    if offset is not None and (problem := utc_offset_problem(offset)) is not None:
+        print(f"nvrx-qual diagnose: --utc-offset {problem}", file=sys.stderr)
         return ExitStatus.REFUSED
     try:
         triage = diagnose(args.run_dir, utc_offset_s=offset)
-    except DiagnoseInputError as err:
+    except RunDirError as err:
         print(f"nvrx-qual diagnose: {err}", file=sys.stderr)
         return ExitStatus.REFUSED
     status = ExitStatus(exit_status(triage))
