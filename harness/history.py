@@ -32,8 +32,8 @@ from harness import safeio
 from harness.dialect import CYCLE_INFO_RE as _CYCLE_INFO_RE
 from harness.dialect import DATETIME_RE as _DATETIME_RE
 from harness.dialect import GLOG_RE as _GLOG_RE
-from harness.dialect import LOG_SUFFIXES, MAX_UTC_OFFSET_S, RunDirError, application_logs, check_readable_dir, \
-    parse_iso_utc, utc_offset_problem
+from harness.dialect import MAX_UTC_OFFSET_S, RunDirError, check_readable_dir, parse_iso_utc, utc_offset_problem
+from harness.dialect import application_logs  # noqa: F401 - re-exported (continuity reads it from here)
 from harness.dialect import STAMP_RE as _STAMP_RE
 from harness.dialect import classify_logs as _classify_logs
 from harness.dialect import epoch as _epoch

@@ -225,7 +225,7 @@ CYCLE_LINES = [
 def test_history_and_diagnose_read_the_same_rank_and_time_from_each_line(tmp_path: Path) -> None:
     """verify (history) and diagnose must order one run alike: the same line is the same
     rank at the same UTC time for both."""
-    from harness import diagnose as dg
+    from harness.triage import scan
 
     rel = "logs/train_cycle0.log"
     _touch(tmp_path / rel, "\n".join(CYCLE_LINES) + "\n")
@@ -236,7 +236,7 @@ def test_history_and_diagnose_read_the_same_rank_and_time_from_each_line(tmp_pat
             for e in timeline.events if e.src.path == rel}
     assert sorted(seen) == [1, 2, 3, 4, 5]
 
-    scanner = dg._Scanner(tmp_path, dg._Context(timedelta(seconds=3600), 2026, 11))
+    scanner = scan._Scanner(tmp_path, scan._Context(timedelta(seconds=3600), 2026, 11))
     epoch0 = datetime(1970, 1, 1)
     for lineno, raw in enumerate(CYCLE_LINES, start=1):
         line = scanner._peel(rel, lineno, raw, True, None)
