@@ -17,7 +17,6 @@ Sources (docs/contracts.md, "The run directory"):
 
 from __future__ import annotations
 
-import calendar
 import json
 import math
 import os
@@ -26,11 +25,19 @@ import stat
 import time
 import warnings
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from harness import events as ev
 from harness import safeio
+from harness.dialect import CYCLE_INFO_RE as _CYCLE_INFO_RE
+from harness.dialect import DATETIME_RE as _DATETIME_RE
+from harness.dialect import GLOG_RE as _GLOG_RE
+from harness.dialect import MAX_UTC_OFFSET_S, RunDirError, check_readable_dir, parse_iso_utc, utc_offset_problem
+from harness.dialect import application_logs  # noqa: F401 - re-exported (continuity reads it from here)
+from harness.dialect import STAMP_RE as _STAMP_RE
+from harness.dialect import classify_logs as _classify_logs
+from harness.dialect import epoch as _epoch
+from harness.dialect import strip_prefix as _strip_prefix
 from harness.events import Src, clip
 from harness.layout import MARKER_NAME, TRACKER_NAME, marker_index
 from harness.optimizer_record import read_dcp_metadata, read_optimizer_record
@@ -38,11 +45,9 @@ from harness.optimizer_record import read_dcp_metadata, read_optimizer_record
 CHUNK_SIZE = 8 << 20
 MAX_PENDING_LINE = 1 << 20  # a "line" longer than this (binary junk) is cut, to bound memory
 MAX_BAD_ITERATIONS = 64  # per start: skipped / NaN iteration lines kept as evidence
-MAX_UTC_OFFSET_S = 14 * 3600
 MAX_MARKER_RECORDS = 64  # one record per injection: more is junk  # time zones span UTC-12..UTC+14
 DCP_METADATA_LIMIT = 1 << 30  # a checkpoint's .metadata lists keys: far smaller than this
 MAX_ARGS_LINES = 4000  # an arguments table that never ends is closed after this many lines
-LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
 
 # Lines worth decoding contain one of these (iteration lines are handled separately).
 # Every keyword costs one bytes.find pass over the data, so a per-cycle application log is
@@ -70,17 +75,6 @@ LAUNCHER_KEYWORDS = (
 )
 ALL_KEYWORDS = APP_KEYWORDS + LAUNCHER_KEYWORDS
 ITER_KEY = b" iteration "
-
-# ---- prefixes
-_CONSOLE_RE = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?Z (?:out|err) ")
-_RANK_RE = re.compile(r" *(\d+|\?): ")
-_TEE_RE = re.compile(r"\[(?:default|rank)(\d+)\]:")
-
-# ---- stamps
-_STAMP_RE = re.compile(r"\[?(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
-_GLOG_RE = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+) ")
-# Megatron 0.19 prints microseconds (`2026-12-01 07:52:49.308941`), older versions whole seconds.
-_DATETIME_RE = re.compile(r"\] datetime: (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?")
 
 # ---- application lines (docs/megatron.md, "Log lines")
 _ITER_RE = re.compile(r"iteration +(\d+)/ *(\d+) \|")
@@ -127,77 +121,6 @@ _EXIT_RE = re.compile(r"Agent(?: exits with exit code =|'s exit code =) (-?\d+)"
 # phase the current start has already reached begins the next start (single logs only).
 PH_NONE, PH_ARGS, PH_FT, PH_LOAD, PH_BUILT, PH_ITER, PH_DONE = -1, 0, 1, 2, 3, 4, 5
 
-_CYCLE_FILE_RE = re.compile(r"_cycle(\d+)(\.[^.]*)?$")
-_CYCLE_INFO_RE = re.compile(r"cycle_info\.(.*)\.(\d+)\.(\d+)$")
-
-
-class RunDirError(Exception):
-    """The path is not a readable run directory; the message says why and what to do."""
-
-
-# ---------------------------------------------------------------- time helpers
-
-_DAY_CACHE: dict[tuple[int, int, int], int] = {}
-
-
-def _epoch(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None) -> float | None:
-    """Seconds since the epoch of a wall-clock stamp read as if it were UTC; None for a date
-    that does not exist (month 13, February 30, hour 25) or lies outside PLAUSIBLE_YEARS:
-    a damaged line is no time at all, never a traceback."""
-    key = (y, mo, d)
-    day = _DAY_CACHE.get(key)
-    if day is None:
-        if not (ev.PLAUSIBLE_YEARS[0] <= y <= ev.PLAUSIBLE_YEARS[1] and 1 <= mo <= 12
-                and 1 <= d <= calendar.monthrange(y, mo)[1]):
-            return None
-        day = _DAY_CACHE[key] = calendar.timegm((y, mo, d, 0, 0, 0))
-    if h > 23 or mi > 59 or s > 60:
-        return None
-    t = day + h * 3600 + mi * 60 + s
-    if frac:
-        frac = frac[:9]  # nanoseconds at most: a longer run of digits is junk, not precision
-        t += int(frac) / 10 ** len(frac)
-    return float(t)
-
-
-def parse_iso_utc(text: object) -> float | None:
-    """`2026-11-29T16:32:09.789Z` (or +00:00) -> UTC epoch seconds; None when not a stamp or
-    not a plausible one (see events.PLAUSIBLE_YEARS)."""
-    if not isinstance(text, str) or not text or len(text) > 64:
-        return None
-    value = text.strip()
-    if value.endswith("Z"):
-        value = value[:-1] + "+00:00"
-    try:
-        parsed = datetime.fromisoformat(value)
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=timezone.utc)
-        ts = parsed.timestamp()
-    except (ValueError, OverflowError):
-        return None
-    return ts if ev.plausible_time(ts) else None
-
-
-def _strip_prefix(text: str) -> tuple[int | None, str, float | None]:
-    """(rank, body, console capture time UTC) of one line: removes the harness console
-    stamp, NVRx's `<rank>: ` prefix and torch's `[default<r>]:` / `[rank<r>]:` prefixes."""
-    console = None
-    if text[:2] == "20":
-        m = _CONSOLE_RE.match(text)
-        if m:
-            console = _epoch(*map(int, m.groups()[:6]), m.group(7))
-            text = text[m.end():]
-    rank = None
-    m = _RANK_RE.match(text)
-    if m:
-        rank = int(m.group(1)) if m.group(1) != "?" else None
-        text = text[m.end():]
-    elif text[:1] == "[":
-        m = _TEE_RE.match(text)
-        if m:
-            rank = int(m.group(1))
-            text = text[m.end():]
-    return rank, text, console
 
 
 # ---------------------------------------------------------------- one log file
@@ -702,37 +625,6 @@ class _TrackedFile:
         self.offset = consumed
 
 
-def _classify_logs(run_dir: Path) -> list[tuple[Path, str, str, int | None]]:
-    """(path, rel, kind, cycle) of every log file of the run directory."""
-    found: list[tuple[Path, str, str, int | None]] = []
-    logs = run_dir / "logs"
-    for directory in (logs, run_dir):
-        if directory is logs and not safeio.is_real_dir(logs):  # a link named logs is not followed
-            continue
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if not entry.is_file(follow_symlinks=False):  # links, FIFOs, devices are never read
-                    continue
-            except OSError:
-                continue
-            name = entry.name
-            rel = f"logs/{name}" if directory is logs else name
-            m = _CYCLE_FILE_RE.search(name)
-            if directory is logs and name == "launcher.log":
-                found.append((Path(entry.path), rel, "launcher", None))
-            elif directory is logs and name == "console.log":
-                found.append((Path(entry.path), rel, "console", None))
-            elif m and name.endswith(LOG_SUFFIXES + (f"_cycle{m.group(1)}",)):
-                found.append((Path(entry.path), rel, "cycle", int(m.group(1))))
-            elif name.endswith(LOG_SUFFIXES):
-                found.append((Path(entry.path), rel, "other", None))
-    return found
-
-
 # ---------------------------------------------------------------- the reader
 
 
@@ -940,10 +832,10 @@ class HistoryReader:
 
     def _utc_offset(self, config: ev.RunConfig, files: list[_TrackedFile], notes: list[str]) -> tuple[int, str]:
         if config.utc_offset_s is not None:
-            if abs(config.utc_offset_s) <= MAX_UTC_OFFSET_S:
+            problem = utc_offset_problem(config.utc_offset_s)
+            if problem is None:
                 return config.utc_offset_s, "run.json utc_offset_s"
-            notes.append(f"run.json's utc_offset_s {config.utc_offset_s} is no time zone (more than 14 h from UTC); "
-                         "ignored")
+            notes.append(f"run.json's utc_offset_s {problem}; ignored")
         pairs = [p for f in files for p in f.parser.offset_pairs if abs(p[0] - p[1]) <= MAX_UTC_OFFSET_S + 3600]
         if not pairs:
             pairs = _console_head_pairs(self.run_dir / "logs" / "console.log")
@@ -1102,12 +994,7 @@ def dcp_optimizer_keys(directory: Path) -> tuple[int | None, int | None, str | N
 
 def check_run_dir(run_dir: Path) -> None:
     """Raise RunDirError unless this looks like a run directory we can read."""
-    if not run_dir.exists():
-        raise RunDirError(f"{run_dir} does not exist: give the path of a run directory (runs/<run-id>)")
-    if not run_dir.is_dir():
-        raise RunDirError(f"{run_dir} is not a directory: give the path of a run directory (runs/<run-id>)")
-    if not os.access(run_dir, os.R_OK | os.X_OK):
-        raise RunDirError(f"{run_dir} is not readable: check its permissions")
+    check_readable_dir(run_dir)
     has_logs = bool(_classify_logs(run_dir))
     has_marker = (run_dir / MARKER_NAME).exists()
     try:
@@ -1357,14 +1244,6 @@ def read_history(run_dir: str | os.PathLike, **kwargs) -> ev.Timeline:
 
 
 # ---------------------------------------------------------------- small public readers
-
-
-def application_logs(run_dir: str | os.PathLike) -> list[tuple[Path, str]]:
-    """(path, path relative to the run dir) of the application logs, in cycle order: the
-    per-cycle logs, else the other logs (a user's single log)."""
-    logs = _classify_logs(Path(run_dir))
-    cycles = sorted((c for c in logs if c[2] == "cycle"), key=lambda c: c[3])
-    return [(path, rel) for path, rel, _kind, _cycle in (cycles or [c for c in logs if c[2] == "other"])]
 
 
 def iteration_loss(text: str) -> tuple[int, str] | None:

@@ -31,12 +31,14 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Callable, TextIO
 
 import psutil
 
 from harness import atomic, ports, safeio
+from harness.dialect import LABEL_RE, console_prefix, label_prefix, tee_headers
+from harness.dialect import format_iso_utc as utc_iso
 from harness.layout import RunLayout
 from harness.plan import Plan
 
@@ -44,13 +46,7 @@ TAG = "NVRX_QUAL_LAUNCH"
 CLOCK_JUMP_S = 1.0  # wall minus monotonic changing by more than this between two stamps is a jump
 MAX_CLOCK_JUMPS = 100
 
-_HEADER = re.compile(r"\[default(\d+)\]:")  # torch elastic's tee prefix, [<role><local rank>]:
-_SRUN_LABEL = re.compile(r"^\d+: ")
 _ROUND = re.compile(r"has joined round (\d+) of the rendezvous")
-
-
-def utc_iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class ClockWatch:
@@ -120,9 +116,9 @@ class ConsoleSplitter:
 
     def feed(self, line: str) -> None:
         node, body = 0, line
-        if self._labelled and (label := _SRUN_LABEL.match(line)):
-            node, body = int(label.group(0)[:-2]), line[label.end():]
-        headers = list(_HEADER.finditer(body))
+        if self._labelled and (label := LABEL_RE.match(line)) and label.group(1).isdigit():
+            node, body = int(label.group(1)), line[label.end():]
+        headers = tee_headers(body)
         if not headers or headers[0].start() != 0:
             r = _ROUND.search(body)
             if r:
@@ -130,12 +126,12 @@ class ConsoleSplitter:
             self._launcher.write(body + "\n")
             return
         for i, header in enumerate(headers):
-            rank = node * self._gpus + int(header.group(1))
+            rank = node * self._gpus + int(header.group(2))
             text = body[header.end():headers[i + 1].start() if i + 1 < len(headers) else len(body)]
             if i + 1 < len(headers):  # cut off by another rank's write: its end comes later
                 self._pending[rank] = self._pending.get(rank, "") + text
             else:
-                self._cycle_log().write(f"{rank}: {self._pending.pop(rank, '')}{text}\n")
+                self._cycle_log().write(f"{label_prefix(rank)}{self._pending.pop(rank, '')}{text}\n")
 
     def _cycle_log(self) -> TextIO:
         log = self._cycle_logs.get(self._cycle)
@@ -151,7 +147,7 @@ class ConsoleSplitter:
     def close(self) -> None:
         for rank, text in sorted(self._pending.items()):  # fragments whose end never came
             if text:
-                self._cycle_log().write(f"{rank}: {text}\n")
+                self._cycle_log().write(f"{label_prefix(rank)}{text}\n")
         self._pending.clear()
         self._launcher.close()
         for log in self._cycle_logs.values():
@@ -184,7 +180,7 @@ class _Capture(threading.Thread):
             with self.lock:
                 if self.error is None:
                     try:
-                        self._console.write(f"{utc_iso(now)} out {line}\n")
+                        self._console.write(f"{console_prefix(now)}{line}\n")
                         if self._splitter:
                             self._splitter.feed(line)
                     except OSError as exc:

@@ -1,4 +1,4 @@
-"""Cross-rank failure triage (harness/diagnose.py) on realistic multi-rank logs.
+"""Cross-rank failure triage (harness/triage) on realistic multi-rank logs.
 
 The logs are built here in the shapes the real tools print: Megatron's arguments table and
 stamped lines, torch's `[rankN]: ` tracebacks and ProcessGroupNCCL watchdog lines (glog
@@ -24,6 +24,7 @@ from fixtures.processes import run_in_session
 
 from harness import diagnose as dg
 from harness.diagnose import Triage, diagnose, render_markdown
+from harness.triage import scan
 
 DATA = Path(__file__).parent / "data" / "samples"  # real NVRx launcher output (see its README.md)
 MEGATRON = "/workspace/Megatron-LM"
@@ -524,7 +525,7 @@ def test_an_error_repeated_forever_is_kept_once(tmp_path: Path) -> None:
     t = diagnose(tmp_path)
     assert (t.category, t.rank) == ("traceback", 4)
     assert t.evidence[0] == "logs/job.err:1: [rank4]: Traceback (most recent call last):"
-    scanner = dg._Scanner(tmp_path, dg._Context(timedelta(0), 2026, 11))  # white box: what is kept
+    scanner = scan._Scanner(tmp_path, scan._Context(timedelta(0), 2026, 11))  # white box: what is kept
     scanner.scan([path])
     assert len(scanner.tracebacks) == 1
 

@@ -1,0 +1,395 @@
+"""The log grammar of a run directory, defined once.
+
+Every reader of a run's logs (history for verify and watch, triage for diagnose) and the
+one writer of the harness's own console capture (launch.py) use these definitions:
+
+- line prefixes: the harness's console stamp `<ISO>Z out|err `, srun's / NVRx's `<N>: `
+  label, torch elastic's tee role prefix `[<role><local rank>]:` (`[default3]:`) and
+  torch's `[rank<global rank>]: `;
+- time stamps: ISO (`2026-11-29 16:00:03,123` / `T`-separated, optionally in brackets),
+  Megatron's `] datetime: ...`, glog's `I1129 16:00:03.123456` (no year: the reader gives
+  one); a date or time that does not exist or lies outside events.PLAUSIBLE_YEARS is no
+  time at all (None), never a traceback;
+- per-cycle file names (`*_cycle<N>.log`), torch elastic's attempt directories
+  (`attempt_<N>/<local rank>/`) and NVRx's cycle_info file names;
+- log discovery: which files of a run directory are logs, of which kind; links, FIFOs and
+  devices are never listed (reads go through harness.safeio, which refuses them too);
+- the UTC offset: one bound and one validation with one message;
+- RunDirError, the one error for a path that is not a readable run directory.
+
+Pure functions over strings and directory listings; nothing here prints or exits.
+"""
+
+from __future__ import annotations
+
+import calendar
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import NamedTuple
+
+from harness import events as ev
+from harness import safeio
+
+
+class RunDirError(Exception):
+    """The path is not a readable run directory; the message says why and what to do."""
+
+
+# ---------------------------------------------------------------- the UTC offset
+
+MAX_UTC_OFFSET_S = 14 * 3600  # time zones span UTC-12..UTC+14
+
+
+def utc_offset_problem(value: object) -> str | None:
+    """None when `value` (local time minus UTC, seconds) is an offset some time zone has;
+    else what is wrong with it, as the end of a sentence that names the value's source."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return f"{str(value)[:40]!r} is not a whole number of seconds"
+    if abs(value) > MAX_UTC_OFFSET_S:
+        return (f"{value} is no time zone (more than 14 h from UTC): give local time minus UTC in seconds, "
+                f"between -{MAX_UTC_OFFSET_S} and {MAX_UTC_OFFSET_S}")
+    return None
+
+
+# ---------------------------------------------------------------- time stamps
+
+_DAY_CACHE: dict[tuple[int, int, int], int] = {}
+
+
+def epoch(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None = None) -> float | None:
+    """Seconds since the epoch of a wall-clock stamp read as if it were UTC; None for a date
+    that does not exist (month 13, February 30, hour 25) or lies outside PLAUSIBLE_YEARS."""
+    key = (y, mo, d)
+    day = _DAY_CACHE.get(key)
+    if day is None:
+        if not (ev.PLAUSIBLE_YEARS[0] <= y <= ev.PLAUSIBLE_YEARS[1] and 1 <= mo <= 12
+                and 1 <= d <= calendar.monthrange(y, mo)[1]):
+            return None
+        day = _DAY_CACHE[key] = calendar.timegm((y, mo, d, 0, 0, 0))
+    if h > 23 or mi > 59 or s > 60:
+        return None
+    t = day + h * 3600 + mi * 60 + s
+    if frac:
+        frac = frac[:9]  # nanoseconds at most: a longer run of digits is junk, not precision
+        t += int(frac) / 10 ** len(frac)
+    return float(t)
+
+
+def parse_iso_utc(text: object) -> float | None:
+    """`2026-11-29T16:32:09.789Z` (or +00:00) -> UTC epoch seconds; None when not a stamp or
+    not a plausible one (see events.PLAUSIBLE_YEARS)."""
+    if not isinstance(text, str) or not text or len(text) > 64:
+        return None
+    value = text.strip()
+    if value.endswith("Z"):
+        value = value[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(value)
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=timezone.utc)
+        ts = parsed.timestamp()
+    except (ValueError, OverflowError):
+        return None
+    return ts if ev.plausible_time(ts) else None
+
+
+def format_iso_utc(ts: float) -> str:
+    """UTC epoch seconds -> `2026-11-29T16:32:09.789Z`, the harness's own stamps."""
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# A stamp at the start of a line, in the writer's local time: `2026-11-29 16:00:03,123`,
+# `[2026-11-29 16:00:03.123456]`, `2026-11-29T16:00:03`, `2026-11-29_16:00:03`.
+STAMP_RE = re.compile(r"\s*\[?(\d{4})-(\d\d)-(\d\d)[ _T](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?")
+# glog: `I1129 16:00:03.123456 ...` (severity, month, day; no year).
+GLOG_RE = re.compile(r"\s*\[?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d+)")
+# Megatron's `[after training is done] datetime: 2026-12-01 07:52:49[.308941]` (0.19 prints microseconds).
+DATETIME_RE = re.compile(r"\] datetime: (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?")
+
+
+class LocalStamp(NamedTuple):
+    ts: float | None  # local wall-clock time read as UTC; None when the date is impossible
+    year: int  # the stamp's year (what a later glog stamp of the same log inherits)
+
+
+def line_stamp(text: str) -> LocalStamp | None:
+    """The full-date stamp that starts `text` (leading blanks and one `[` allowed), or None."""
+    m = STAMP_RE.match(text)
+    if not m:
+        return None
+    y = int(m.group(1))
+    return LocalStamp(epoch(y, *map(int, m.groups()[1:6]), m.group(7)), y)
+
+
+def glog_stamp(text: str, year: int) -> float | None:
+    """The glog stamp that starts `text`, in `year` (glog prints none), or None."""
+    m = GLOG_RE.match(text)
+    if not m:
+        return None
+    g = m.groups()
+    return epoch(year, int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5])
+
+
+def glog_month(text: str) -> int | None:
+    """The month of the glog stamp that starts `text` (to choose its year), or None."""
+    m = GLOG_RE.match(text)
+    return int(m.group(1)) if m else None
+
+
+def glog_year(month: int, ref_year: int, ref_month: int) -> int:
+    """The year of a glog stamp of `month` in logs written around ref_year-ref_month: a
+    month more than half a year after the reference belongs to the year before."""
+    return ref_year - (1 if month > ref_month + 6 else 0)
+
+
+def megatron_datetime(text: str) -> LocalStamp | None:
+    """Megatron's `] datetime: ...` stamp anywhere in `text`, or None."""
+    m = DATETIME_RE.search(text)
+    if not m:
+        return None
+    y = int(m.group(1))
+    return LocalStamp(epoch(*map(int, m.groups()[:6]), m.group(7)), y)
+
+
+def maybe_stamped(text: str) -> bool:
+    """Cheap test for a stamp at the start of a line (ISO or glog), before any regex."""
+    head = text[:16].lstrip(" [")
+    if len(head) < 6:
+        return False
+    first = head[0]
+    if first.isdigit():
+        return head[4] == "-" and head[:4].isdigit()
+    return first in "IWEF" and head[1:5].isdigit()
+
+
+# ---------------------------------------------------------------- line prefixes
+
+CONSOLE_STREAMS = ("out", "err")
+# The harness's console capture: `<ISO>Z out ` (launch.py writes it with console_prefix).
+CONSOLE_RE = re.compile(
+    r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d) (out|err) ")
+LABEL_RE = re.compile(r" *(\d+|\?):(?: |$)")  # srun --label / NVRx's per-cycle `<rank>: `
+ROLE_RE = re.compile(r"\[(?!rank\d)([A-Za-z_]+?)(\d+)\]:")  # torch elastic's tee `[<role><local rank>]:`
+TORCH_RANK_RE = re.compile(r"\[rank(\d+)\]: ?")  # torch's `[rank<global rank>]: `
+
+
+TEE_ROLE = "default"  # the role ft_launcher / torchrun give their workers
+
+
+def tee_headers(text: str) -> list[re.Match]:
+    """Every `[default<local rank>]:` in `text`: torch elastic's tee glues a line that a
+    worker wrote in pieces to another rank's write, so headers occur mid-line too."""
+    return [m for m in ROLE_RE.finditer(text) if m.group(1) == TEE_ROLE]
+
+
+def label_prefix(rank: int) -> str:
+    """What NVRx >= 0.6 puts before each line of a per-cycle log (the global rank)."""
+    return f"{rank}: "
+
+
+def console_prefix(ts: float, stream: str = "out") -> str:
+    """What the harness puts before each line it captures in logs/console.log."""
+    if stream not in CONSOLE_STREAMS:
+        raise ValueError(f"console stream {stream!r}: one of {CONSOLE_STREAMS}")
+    return f"{format_iso_utc(ts)} {stream} "
+
+
+class Prefixes(NamedTuple):
+    body: str  # the line without the prefixes below
+    console: float | None  # the harness's capture time, UTC epoch seconds (None: no console stamp, or an impossible one)
+    stream: str | None  # "out" | "err" of the console stamp
+    label: int | None  # the `<N>: ` label: a global rank in a per-cycle log, else srun's node/task
+    label_unknown: bool  # the label was `?: ` (NVRx: rank not known)
+    role: str | None  # torch elastic's tee role (`default`)
+    local_rank: int | None  # the tee prefix's local rank
+    torch_rank: int | None  # torch's `[rank<N>]:` global rank
+
+
+def _console(m: re.Match) -> float | None:
+    t = epoch(*map(int, m.groups()[:6]), m.group(7))
+    zone = m.group(8)
+    if t is not None and zone != "Z":
+        sign = 1 if zone[0] == "+" else -1
+        digits = zone[1:].replace(":", "")
+        t -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    return t
+
+
+def peel(text: str) -> Prefixes:
+    """Removes, in this order, the console stamp, a tee role prefix, a `<N>: ` label (then a
+    role prefix if none came before it: `1: [default0]:` from srun --label) and torch's
+    `[rank<N>]: `; each is optional."""
+    console = stream = role = None
+    label = local = torch_rank = None
+    unknown = False
+    if text[10:11] == "T" and text[:2].isdigit():
+        m = CONSOLE_RE.match(text)
+        if m:
+            console, stream = _console(m), m.group(9)
+            text = text[m.end():]
+    if text[:1] == "[" and text[:5] != "[rank":
+        m = ROLE_RE.match(text)
+        if m:
+            role, local = m.group(1), int(m.group(2))
+            text = text[m.end():]
+    if text[:1].isdigit() or text[:1] in " ?":
+        m = LABEL_RE.match(text)
+        if m:
+            if m.group(1) == "?":
+                unknown = True
+            else:
+                label = int(m.group(1))
+            text = text[m.end():]
+            if role is None and text[:1] == "[" and text[:5] != "[rank":
+                m = ROLE_RE.match(text)
+                if m:
+                    role, local = m.group(1), int(m.group(2))
+                    text = text[m.end():]
+    if text[:5] == "[rank":
+        m = TORCH_RANK_RE.match(text)
+        if m:
+            torch_rank = int(m.group(1))
+            text = text[m.end():]
+    return Prefixes(text, console, stream, label, unknown, role, local, torch_rank)
+
+
+def strip_prefix(text: str) -> tuple[int | None, str, float | None]:
+    """(rank, body, console capture time UTC) of one line. The rank is torch's `[rank<N>]:`
+    where present (a global rank), else the `<N>: ` label, else the tee prefix's local rank
+    (a global rank on one node, the only place an older launcher's console is split)."""
+    p = peel(text)
+    rank = p.torch_rank
+    if rank is None:
+        rank = p.label if p.label is not None else p.local_rank
+    return rank, p.body, p.console
+
+
+# ---------------------------------------------------------------- file names
+
+LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
+CYCLE_FILE_RE = re.compile(r"_cycle(\d+)(\.[^.]*)?$")
+ATTEMPT_DIR_RE = re.compile(r"(?:^|/)attempt_(\d+)(?:/(\d+))?/")  # torch elastic: <log_dir>/attempt_<N>/<local rank>/
+CYCLE_INFO_RE = re.compile(r"cycle_info\.(.*)\.(\d+)\.(\d+)$")  # NVRx: cycle_info.<job>.<attempt>.<cycle>
+SKIP_DIRS = ("checkpoints", "cycle_infos")  # top-level folders of a run directory that hold no logs
+
+
+def cycle_of_name(name: str) -> int | None:
+    """N of a per-cycle log `<stem>_cycle<N>[.log|.out|.err|.txt]` (NVRx appends `_cycle<N>`
+    to the stem of --ft-per-cycle-applog-prefix); None for any other name."""
+    m = CYCLE_FILE_RE.search(name)
+    if m and (m.group(2) is None or name.endswith(LOG_SUFFIXES)):
+        return int(m.group(1))
+    return None
+
+
+def attempt_of_path(rel: str) -> tuple[int, int | None] | None:
+    """(attempt, local rank or None) of a file in torch elastic's attempt directories."""
+    m = ATTEMPT_DIR_RE.search(rel)
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)) if m.group(2) else None
+
+
+def cycle_info_name(name: str) -> tuple[str, int, int] | None:
+    """(job, attempt, cycle) of an NVRx cycle_info file name."""
+    m = CYCLE_INFO_RE.match(name)
+    return (m.group(1), int(m.group(2)), int(m.group(3))) if m else None
+
+
+# ---------------------------------------------------------------- discovery
+
+
+@dataclass(frozen=True)
+class LogFile:
+    path: Path
+    rel: str  # relative to the run directory, with "/"
+    kind: str  # "launcher" | "console" | "cycle" (per-cycle application log) | "attempt" (torch elastic) | "other"
+    cycle: int | None = None  # per-cycle logs: N; attempt files: the attempt
+    local_rank: int | None = None  # attempt files: the worker's local rank
+    flat: bool = True  # directly in logs/ or in the run directory itself (not in a subfolder)
+    suffixed: bool = True  # the name ends with one of LOG_SUFFIXES
+
+
+def _kind(rel: str, name: str, in_logs_top: bool) -> tuple[str, int | None, int | None]:
+    if in_logs_top and name == "launcher.log":
+        return "launcher", None, None
+    if in_logs_top and name == "console.log":
+        return "console", None, None
+    cycle = cycle_of_name(name)
+    if cycle is not None:
+        return "cycle", cycle, None
+    attempt = attempt_of_path(rel)
+    if attempt is not None:
+        return "attempt", attempt[0], attempt[1]
+    return "other", None, None
+
+
+def discover(run_dir: str | os.PathLike, *, nested: bool = True) -> list[LogFile]:
+    """Every log file of a run directory: each regular file under logs/ (any name; in
+    subfolders too when `nested`) and each file named *.log/*.out/*.err/*.txt or
+    *_cycle<N> in the run directory itself (and, when `nested`, in its other subfolders,
+    outside checkpoints/, cycle_infos/ and hidden ones). Files in logs/ come first, each
+    folder's entries sorted by name. Links (to files or folders), FIFOs and devices are never
+    listed nor entered."""
+    root = Path(run_dir)
+    found: list[LogFile] = []
+
+    def walk(directory: Path, rel_dir: str) -> None:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            return
+        inside_logs = rel_dir == "logs" or rel_dir.startswith("logs/")
+        subdirs = []
+        for entry in entries:
+            name = entry.name
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if rel_dir or (name not in SKIP_DIRS + ("logs",) and not name.startswith(".")):
+                        subdirs.append((Path(entry.path), rel))
+                    continue
+                if not entry.is_file(follow_symlinks=False):  # links, FIFOs, devices are never read
+                    continue
+            except OSError:
+                continue
+            suffixed = name.endswith(LOG_SUFFIXES)
+            kind, cycle, local = _kind(rel, name, rel_dir == "logs")
+            if inside_logs or suffixed or kind == "cycle":
+                found.append(LogFile(Path(entry.path), rel, kind, cycle, local, rel_dir in ("", "logs"), suffixed))
+        if nested:
+            for path, rel in subdirs:
+                walk(path, rel)
+
+    if safeio.is_real_dir(root / "logs"):  # a link named logs is not followed
+        walk(root / "logs", "logs")
+    walk(root, "")  # which skips logs/ (walked above, or a link)
+    return found
+
+
+def classify_logs(run_dir: str | os.PathLike) -> list[tuple[Path, str, str, int | None]]:
+    """(path, rel, kind, cycle) of the logs history reads: those directly in logs/ (a real
+    folder, not a link) or in the run directory, named like a log."""
+    return [(f.path, f.rel, f.kind, f.cycle) for f in discover(run_dir, nested=False)
+            if f.flat and (f.suffixed or f.kind == "cycle")]
+
+
+def application_logs(run_dir: str | os.PathLike) -> list[tuple[Path, str]]:
+    """(path, path relative to the run dir) of the application logs, in cycle order: the
+    per-cycle logs, else the other logs (a user's single log)."""
+    logs = classify_logs(Path(run_dir))
+    cycles = sorted((c for c in logs if c[2] == "cycle"), key=lambda c: c[3])
+    return [(path, rel) for path, rel, _kind, _cycle in (cycles or [c for c in logs if c[2] == "other"])]
+
+
+def check_readable_dir(run_dir: Path) -> None:
+    """Raise RunDirError unless `run_dir` is a directory this process can list and enter."""
+    if not run_dir.exists():
+        raise RunDirError(f"{run_dir} does not exist: give the path of a run directory (runs/<run-id>)")
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir} is not a directory: give the path of a run directory (runs/<run-id>)")
+    if not os.access(run_dir, os.R_OK | os.X_OK):
+        raise RunDirError(f"{run_dir} is not readable: check its permissions")

@@ -1,0 +1,859 @@
+"""Scan: log lines -> typed records (tracebacks, failure events, configuration values).
+
+Lines are peeled and stamped by harness.dialect, the one log grammar history reads too.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from harness import safeio
+from harness.dialect import (attempt_of_path, cycle_of_name, glog_month, glog_stamp, glog_year, line_stamp,
+                             maybe_stamped, peel)
+from harness.triage.model import OomMemory
+
+_MAX_LINE = 64 * 1024  # longer lines keep their head; the rest is skipped, never buffered
+_TEXT_CAP = 400  # characters of a log line kept in evidence
+_MAX_FRAMES = 256  # a runaway recursion keeps its outermost frames and its innermost ones
+_MAX_CHAIN = 16
+_MAX_KEPT = 20_000  # tracebacks / failure lines kept after per-file de-duplication
+_SCAN_EXTENSIONS = (".log", ".err", ".out")
+_EPOCH = datetime(1970, 1, 1)
+
+
+# ============================================================================ lines
+
+
+@dataclass(slots=True)
+class _Line:
+    file: str  # relative to the run directory
+    lineno: int
+    raw: str
+    text: str  # with the rank/launcher prefixes peeled off
+    time: datetime | None  # UTC, naive; the line's own stamp only (see _Scanner._time)
+    rank: int | None  # global rank
+    local_rank: int | None
+    key: tuple  # the writing process within this file
+    cycle: int | None
+    stamped: bool = False  # looks stamped; parsed lazily, only when a time is needed
+
+    def evidence(self) -> str:
+        text = self.raw.strip()
+        if len(text) > _TEXT_CAP:
+            text = text[:_TEXT_CAP] + "..."
+        return f"{self.file}:{self.lineno}: {text}"
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _naive_utc(ts: float | None, offset: timedelta = timedelta(0)) -> datetime | None:
+    """UTC epoch seconds (or a local stamp read as UTC, with its offset) -> naive UTC datetime."""
+    return None if ts is None else _EPOCH + timedelta(seconds=ts) - offset
+
+
+def _clean(chunk: bytes) -> str:
+    text = chunk.decode("utf-8", errors="replace").rstrip("\r\n")
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    if "\r" in text:  # progress bars: what the terminal finally showed
+        pieces = [p for p in text.split("\r") if p.strip()]
+        text = pieces[-1] if pieces else ""
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    return text
+
+
+def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) without ever holding more than one capped line in memory."""
+    with safeio.open_binary(path) as fh:  # never a link, FIFO or device
+        lineno = 0
+        while True:
+            chunk = fh.readline(_MAX_LINE)
+            if not chunk:
+                return
+            lineno += 1
+            if len(chunk) == _MAX_LINE and not chunk.endswith(b"\n"):
+                while True:  # skip the rest of an over-long line
+                    more = fh.readline(_MAX_LINE)
+                    if not more or more.endswith(b"\n"):
+                        break
+            yield lineno, _clean(chunk)
+
+
+def _looks_binary(path: Path) -> bool:
+    with safeio.open_binary(path) as fh:
+        head = fh.read(4096)
+    if not head:
+        return False
+    control = sum(1 for b in head if b < 9 or 13 < b < 32 and b != 27)
+    return control / len(head) > 0.3
+
+
+# ============================================================================ tracebacks
+
+
+@dataclass(frozen=True)
+class _Frame:
+    path: str
+    lineno: int
+    function: str
+    source: str
+    line: str  # the evidence of the `File` line
+
+
+_FRAME_RE = re.compile(r'(\s*)File "(.*)", line (\d+), in (.*)$')
+_EXC_RE = re.compile(r"([A-Za-z_][\w.]*)(?::(?: (.*))?)?$")
+_TB_START = "Traceback (most recent call last):"
+_CHAIN_MARKERS = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
+
+
+@dataclass
+class _Traceback:
+    start: _Line
+    base: int  # indentation of the `Traceback` line; the exception line sits at it
+    frames: list[_Frame] = field(default_factory=list)
+    exceptions: list[tuple[str, _Line]] = field(default_factory=list)
+    time: datetime | None = None
+    rank: int | None = None
+    local_rank: int | None = None
+    cycle: int | None = None
+    file_rank: int = 0
+    kind: str = "traceback"  # set by _classify
+    source: str = "log"  # log | elastic-summary | error-file
+
+    @property
+    def exception(self) -> str | None:
+        return self.exceptions[-1][0] if self.exceptions else None
+
+    def exception_texts(self) -> list[str]:
+        return [text for text, _ in self.exceptions]
+
+
+class _TracebackBuilder:
+    """Reassembles the Python tracebacks of one process from its lines (chained ones too)."""
+
+    def __init__(self, base: int | None = None) -> None:
+        self._forced_base = base
+        self.current: _Traceback | None = None
+        self._state = "idle"  # idle | frames | after_exception | chain
+        self._blank = 0
+
+    def feed(self, line: _Line, text: str | None = None) -> list[_Traceback]:
+        text = line.text if text is None else text
+        done: list[_Traceback] = []
+        stripped = text.strip()
+        if self._state == "idle":
+            if stripped.endswith(_TB_START):
+                self._start(line, text)
+            return done
+        if self._state in ("after_exception", "chain"):
+            if not stripped:
+                self._blank += 1
+                if self._blank > 3:
+                    done.append(self._finish())
+                return done
+            if stripped in _CHAIN_MARKERS:
+                self._state = "chain"
+                return done
+            if self._state == "chain" and stripped.endswith(_TB_START):
+                self._state = "frames"
+                return done
+            done.append(self._finish())
+            if stripped.endswith(_TB_START):
+                self._start(line, text)
+            return done
+        # frames
+        assert self.current is not None
+        if not stripped:
+            return done
+        if stripped.endswith(_TB_START):  # the previous one was cut off
+            done.append(self._finish())
+            self._start(line, text)
+            return done
+        frame = _FRAME_RE.match(text)
+        if frame:
+            frames = self.current.frames
+            frames.append(_Frame(frame.group(2), int(frame.group(3)), frame.group(4).strip(), "", line.evidence()))
+            if len(frames) > _MAX_FRAMES:
+                del frames[8]
+            return done
+        indent = len(text) - len(text.lstrip())
+        if indent > self.current.base:
+            last = self.current.frames[-1] if self.current.frames else None
+            if last is not None and not last.source and stripped.strip("^~ ") and not stripped.startswith("["):
+                self.current.frames[-1] = _Frame(last.path, last.lineno, last.function, stripped, last.line)
+            return done
+        exc = _EXC_RE.match(stripped)
+        if exc and not stripped.startswith("["):
+            if len(self.current.exceptions) >= _MAX_CHAIN:
+                del self.current.exceptions[1]
+            self.current.exceptions.append((stripped, line))
+            self._state = "after_exception"
+            self._blank = 0
+            return done
+        done.append(self._finish())  # junk where the exception line should be: cut off
+        return done
+
+    def close(self) -> list[_Traceback]:
+        return [self._finish()] if self._state != "idle" else []
+
+    def _start(self, line: _Line, text: str) -> None:
+        base = self._forced_base
+        if base is None:
+            base = len(text) - len(text.lstrip())
+        self.current = _Traceback(start=line, base=base)
+        self._state = "frames"
+        self._blank = 0
+
+    def _finish(self) -> _Traceback:
+        tb = self.current
+        assert tb is not None
+        self.current = None
+        self._state = "idle"
+        return tb
+
+
+# ============================================================================ classification
+
+_OOM_RE = re.compile(r"OutOfMemoryError|out of memory", re.IGNORECASE)  # torch's, CUDA's and NCCL's wording
+_COMM_RE = re.compile(
+    r"NCCL|nccl|DistBackendError|DistNetworkError|DistStoreError|ProcessGroupNCCL|collective operation timeout|"
+    r"Watchdog caught|Connection reset by peer|Connection closed by peer|Broken pipe|remote worker|"
+    r"Rendezvous\w*Error|RendezvousTimeout|store->get|Socket Timeout|gloo/transport|"
+    r"Timed out waiting \d+ms for (?:recv|send)|communicator was aborted"
+)
+_SHAPE_RE = re.compile(
+    r"not divisible by|must be divisible|divisible by|not a multiple of|must be a multiple of|size mismatch|"
+    r"shape mismatch|shapes? cannot be multiplied|size of tensor a|Expected size|is invalid for input of size|"
+    r"mat1 and mat2|Sizes of tensors must match|dimension mismatch|world.?size|num_attention_heads|"
+    r"num_query_groups|tensor_model_parallel_size|pipeline_model_parallel_size|context_parallel_size|"
+    r"data_parallel_size|micro_batch_size|global_batch_size",
+    re.IGNORECASE,
+)
+_SHAPE_ASSERT_RE = re.compile(r"\bassert\b.*(%|divisib|shape|size|world|heads|multiple)", re.IGNORECASE)
+_TEARDOWN_RE = re.compile(r"SignalException|KeyboardInterrupt|CancelledError|got signal: (?:15|2|1)\b")
+_NVML_RE = re.compile(r"nvml|libnvidia-ml", re.IGNORECASE)
+
+
+def _exc_type(exception: str) -> str:
+    match = _EXC_RE.match(exception)
+    return match.group(1) if match else ""
+
+
+def _classify(tb: _Traceback) -> str:
+    """oom | shape | import | traceback (root-cause kinds) or nccl | teardown (downstream)
+    or noise | launcher (never a root cause)."""
+    texts = tb.exception_texts()
+    joined = "\n".join(texts)
+    types = [_exc_type(t) for t in texts]
+    last_type = types[-1] if types else ""
+    if last_type.endswith("ChildFailedError"):
+        return "launcher"  # torch elastic's summary of its children; parsed on its own
+    functions = " ".join(f.function for f in tb.frames)
+    if tb.rank is None and tb.local_rank is None and (_NVML_RE.search(joined) or _NVML_RE.search(functions)):
+        return "noise"  # the launcher's optional GPU health check on a host without NVML
+    if _TEARDOWN_RE.search(joined):
+        return "teardown"
+    if _OOM_RE.search(joined):
+        return "oom"
+    sources = " ".join(f"{f.path} {f.function} {f.source}" for f in tb.frames[-3:])
+    if _COMM_RE.search(joined) or re.search(r"ProcessGroupNCCL|_nccl|nccl_", sources):
+        return "nccl"
+    if any(t.endswith(("ModuleNotFoundError", "ImportError")) for t in types):
+        return "import"
+    if _SHAPE_RE.search(joined):
+        return "shape"
+    if last_type.endswith("AssertionError") and tb.frames and _SHAPE_ASSERT_RE.search(tb.frames[-1].source):
+        return "shape"
+    return "traceback"
+
+
+def _headline_exception(tb: _Traceback) -> str | None:
+    """The exception line that decided the category (an OOM deep in a chain, say)."""
+    if tb.kind == "oom":
+        for text, _ in tb.exceptions:
+            if _OOM_RE.search(text):
+                return text
+    if tb.kind == "import":
+        for text, _ in tb.exceptions:
+            if _exc_type(text).endswith(("ModuleNotFoundError", "ImportError")):
+                return text
+    return tb.exception
+
+
+_PHASE_SOURCE = (
+    ("optimizer", re.compile(r"\boptimi[sz]er\w*\.step\(|\bopt\.step\(|\bscaler\.step\(|\boptimizer_step\(")),
+    ("backward", re.compile(r"\.backward\(|\bbackward_step\(|\bcustom_backward\(|run_backward\(")),
+    ("forward", re.compile(r"\bforward_step\(|\bforward_step_func\(|\bmodel\(|\bself\.module\(|\.forward\(")),
+)
+_BACKWARD_FUNCS = {"backward_step", "custom_backward", "backward", "_engine_run_backward", "run_backward"}
+_FORWARD_FUNCS = {"forward_step", "forward"}
+
+
+def _phase(frames: Sequence[_Frame]) -> str | None:
+    """Outermost first: the training loop's own call (`loss.backward()`, `optimizer.step()`,
+    `forward_step(...)`) names the phase, even when activation recomputation runs a
+    `forward` inside backward."""
+    for frame in frames:
+        for phase, pattern in _PHASE_SOURCE:
+            if pattern.search(frame.source):
+                return phase
+        if frame.function in _BACKWARD_FUNCS:
+            return "backward"
+        if frame.function == "step" and "optim" in frame.path or frame.function.startswith(
+            ("_multi_tensor_adam", "_single_tensor_adam", "_fused_adam")
+        ):
+            return "optimizer"
+        if frame.function in _FORWARD_FUNCS:
+            return "forward"
+    return None
+
+
+_SIZE = r"([\d.]+ [KMGTP]?i?B)"
+_OOM_NEW = (
+    ("tried_to_allocate", re.compile(r"Tried to allocate " + _SIZE)),
+    ("total_capacity", re.compile(r"total capacity of " + _SIZE)),
+    ("free", re.compile(r"of which " + _SIZE + " is free")),
+    ("process_in_use", re.compile(r"this process has " + _SIZE + " memory in use")),
+    ("allocated_by_pytorch", re.compile(_SIZE + " is allocated by PyTorch")),
+    ("reserved_unallocated", re.compile(_SIZE + " is reserved by PyTorch but unallocated")),
+)
+_OOM_OLD = (
+    ("total_capacity", re.compile(_SIZE + " total capacity")),
+    ("allocated_by_pytorch", re.compile(_SIZE + " already allocated")),
+    ("free", re.compile(_SIZE + " free")),
+    ("reserved_total", re.compile(_SIZE + " reserved in total by PyTorch")),
+)
+_OOM_GPU = re.compile(r"GPU (\d+)")
+
+
+def _oom_memory(message: str, peak: str | None) -> OomMemory:
+    values: dict[str, str] = {}
+    for name, pattern in _OOM_NEW + _OOM_OLD:
+        if name not in values:
+            match = pattern.search(message)
+            if match:
+                values[name] = match.group(1)
+    gpu = _OOM_GPU.search(message)
+    return OomMemory(gpu=int(gpu.group(1)) if gpu else None, peak=peak, **values)
+
+
+# ============================================================================ other failure lines
+
+
+@dataclass(frozen=True)
+class _Event:
+    """One failure line that is not a Python traceback: an NCCL error, a rank monitor
+    timeout, or a process exit reported by a launcher/scheduler."""
+
+    kind: str  # nccl | nccl-weak | hang | exit
+    what: str
+    line: _Line
+    time: datetime | None
+    rank: int | None
+    local_rank: int | None
+    cycle: int | None
+    file_rank: int
+    exitcode: int | None = None
+    secondary: bool = False  # torch elastic listed it under "Failures:", not as the root cause
+
+
+_NCCL_NAME = re.compile(r"nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error")
+_NCCL_STRONG = (
+    (re.compile(r"Watchdog caught collective operation timeout"), "NCCL watchdog: collective operation timeout"),
+    (re.compile(r"Process group watchdog thread terminated"), "NCCL watchdog terminated the process group"),
+    (re.compile(r"NCCL communicator was aborted"), "NCCL communicator aborted"),
+    (_NCCL_NAME, None),
+    (re.compile(r"NCCL error"), None),
+    (re.compile(r"c10::DistBackendError"), "process aborted on c10::DistBackendError"),
+    (re.compile(r"Some NCCL operations have failed or timed out"), "NCCL operations failed or timed out"),
+)
+_NCCL_ANY = re.compile(
+    r"Watchdog caught|watchdog thread terminated|communicator was aborted|nccl\w+Error|NCCL error|DistBackendError|"
+    r"Some NCCL operations|NCCL WARN"
+)
+_NCCL_RANK = re.compile(r"\bRank (\d+)\]")
+_HANG_RE = re.compile(
+    r"Section '([^']+)' has been open for ([\d.]+) seconds|Did not get (initial|subsequent) heartbeat|"
+    r"Was out of section for ([\d.]+) seconds"
+)
+_RANKMON_RANK = re.compile(r"RankMonServer\d+@[^:\]\s]*:(\d+)\]")
+_WORKLOAD_LOCAL = re.compile(r"\[workload:(\d+|\?)\((\d+)\)")
+_EXIT_RE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+_SRUN_EXIT = re.compile(
+    r"srun: error: (\S+): tasks? ([\d,\-\[\]]+): (Exited with exit code (\d+)|Killed|Terminated|Aborted|"
+    r"Segmentation fault|Bus error)"
+)
+_SLURM_OOM = re.compile(r"slurmstepd: error: Detected \d+ oom[-_]kill event")
+_SLURM_CANCEL = re.compile(r"slurmstepd: error: \*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+))?")
+_FAILURE_SIGNS = re.compile(
+    r"Worker group (?:FAILED|UNHEALTHY)|Some rank\(s\) exited with non-zero|ChildFailedError|"
+    r"Agent's exit code = [1-9]|exits with exit code = [1-9]"
+)
+_JOINED_ROUND = re.compile(r"has joined (?:round (\d+) of )?the rendezvous .* in a world of size (\d+)")
+_WORKER_START = re.compile(r"Cycle: (\d+) Event: worker_start_(?:started|completed)")
+_MEMORY_REPORT = re.compile(
+    r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\) \| allocated: ([\d.]+) \| max allocated: ([\d.]+)"
+    r"(?: \| reserved: ([\d.]+) \| max reserved: ([\d.]+))?"
+)
+_CONFIG_KEYS = (
+    "micro_batch_size", "global_batch_size", "seq_length", "tensor_model_parallel_size",
+    "pipeline_model_parallel_size", "context_parallel_size", "data_parallel_size", "world_size",
+    "num_attention_heads", "num_layers",
+)  # fmt: skip
+_ARG_ROW = re.compile(r"\s{1,4}(" + "|".join(_CONFIG_KEYS) + r") \.{3,} (\S+)\s*$")
+_WORLD_LINE = re.compile(
+    r"(world|data-parallel|context-parallel|tensor-model-parallel|pipeline-model-parallel) size: (\d+)"
+)
+_WORLD_LINE_KEYS = {
+    "world": "world_size", "data-parallel": "data_parallel_size", "context-parallel": "context_parallel_size",
+    "tensor-model-parallel": "tensor_model_parallel_size", "pipeline-model-parallel": "pipeline_model_parallel_size",
+}  # fmt: skip
+_SUMMARY_FIELD = re.compile(r"\s+(time|host|rank|exitcode|error_file|traceback)\s*: ?(.*)$")
+_SUMMARY_RANK = re.compile(r"(-?\d+) \(local_rank: (\d+)\)")
+_SUMMARY_EXIT = re.compile(r"(-?\d+)")
+_SEPARATOR = re.compile(r"\s*(=|-){10,}\s*$")
+_SUMMARY_ENTRY = re.compile(r"\s*\[(\d+)\]:\s*$")
+_TEARDOWN_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+
+
+def _signal_name(exitcode: int | None) -> str | None:
+    if exitcode is None or exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+def _exit_what(exitcode: int) -> str:
+    name = _signal_name(exitcode)
+    return f"killed by {name} (exit code {exitcode})" if name else f"exited with code {exitcode}"
+
+
+# ============================================================================ the scan
+
+
+@dataclass
+class _Stream:
+    """Per writing process within one file."""
+
+    builder: _TracebackBuilder = field(default_factory=_TracebackBuilder)
+    last_stamped: _Line | None = None
+    waiting: list[_Traceback] = field(default_factory=list)  # tracebacks still without a time
+
+
+@dataclass
+class _SummaryEntry:
+    section: str
+    first: _Line
+    fields: dict[str, str] = field(default_factory=dict)
+    builder: _TracebackBuilder | None = None
+    tracebacks: list[_Traceback] = field(default_factory=list)
+
+
+class _SummaryParser:
+    """torch elastic's ChildFailedError block (`Failures:` / `Root Cause (first observed
+    failure):`, then `[i]:` entries of `time/host/rank/exitcode/error_file/traceback`
+    fields, the traceback indented by two more spaces when the worker wrote an error file)."""
+
+    def __init__(self, emit: Callable[[_SummaryEntry], None]) -> None:
+        self._emit = emit
+        self._section: str | None = None  # None: not inside a block
+        self._entry: _SummaryEntry | None = None
+
+    def feed(self, line: _Line) -> bool:
+        """True when the line belongs to a block (and is consumed)."""
+        text = line.text
+        stripped = text.strip()
+        if stripped == "Failures:" or stripped.startswith("Root Cause (first observed failure)"):
+            self._flush()
+            self._section = "root" if stripped.startswith("Root Cause") else "others"
+            return True
+        if self._section is None:
+            return False
+        if _SEPARATOR.match(text):
+            self._flush()
+            if stripped.startswith("="):
+                self._section = None
+            return True
+        if _SUMMARY_ENTRY.match(text):
+            self._flush()
+            self._entry = _SummaryEntry(self._section, line)
+            return True
+        entry = self._entry
+        if entry is None:
+            if "<NO_OTHER_FAILURES>" in text:
+                return True
+            self._section = None
+            return False
+        if entry.builder is not None:
+            entry.tracebacks.extend(entry.builder.feed(line))
+            return True
+        match = _SUMMARY_FIELD.match(text)
+        if not match:
+            self._flush()
+            self._section = None
+            return False
+        name, value = match.group(1), match.group(2).strip()
+        entry.fields[name] = value
+        if name == "traceback" and value.startswith(_TB_START):
+            entry.builder = _TracebackBuilder(base=len(text) - len(text.lstrip()))
+            entry.builder.feed(line, _TB_START)
+        return True
+
+    def close(self) -> None:
+        self._flush()
+        self._section = None
+
+    def _flush(self) -> None:
+        entry, self._entry = self._entry, None
+        if entry is None:
+            return
+        if entry.builder is not None:
+            entry.tracebacks.extend(entry.builder.close())
+            entry.builder = None
+        self._emit(entry)
+
+
+@dataclass
+class _Context:
+    utc_offset: timedelta
+    ref_year: int
+    ref_month: int
+
+
+class _Scanner:
+    def __init__(self, root: Path, ctx: _Context) -> None:
+        self.root = root
+        self.ctx = ctx
+        self.tracebacks: list[_Traceback] = []
+        self.events: list[_Event] = []
+        self.failure_signs: list[_Line] = []
+        self._seen: set[tuple] = set()  # the same failure repeated in one file is kept once
+        self.dropped = 0
+        self.configs: dict[str, dict[str, tuple[int, int]]] = {}  # file -> key -> (value, lineno)
+        self.config_order: list[str] = []
+        self.memory: dict[int, str] = {}  # rank -> Megatron's last memory report
+        self.world_of_nodes: int | None = None
+        self.scanned: list[str] = []
+        self.unreadable: list[str] = []
+
+    # --------------------------------------------------------------- files
+    def scan(self, files: Sequence[Path]) -> None:
+        for file_rank, path in enumerate(files):
+            rel = path.relative_to(self.root).as_posix()
+            try:
+                if path.name == "error.json":
+                    self._scan_error_file(path, rel, file_rank)
+                elif not path.name.endswith(_SCAN_EXTENSIONS + (".txt",)) and _looks_binary(path):
+                    continue  # tensorboard events and the like; a text log with junk is still read
+                else:
+                    self._scan_file(path, rel, file_rank)
+                self.scanned.append(rel)
+            except OSError as err:
+                self.unreadable.append(f"{rel}: {err.strerror or err}")
+
+    def _file_identity(self, rel: str) -> tuple[int | None, int | None, bool]:
+        """(cycle, local rank, per-cycle app log) that the file's path says."""
+        cycle = cycle_of_name(rel.rsplit("/", 1)[-1])
+        if cycle is not None:
+            return cycle, None, True
+        attempt = attempt_of_path(rel)
+        if attempt is not None:
+            return attempt[0], attempt[1], False
+        return None, None, False
+
+    def _scan_file(self, path: Path, rel: str, file_rank: int) -> None:
+        file_cycle, file_local, per_cycle = self._file_identity(rel)
+        streams: dict[tuple, _Stream] = {}
+        cycle_state = file_cycle
+        summary = _SummaryParser(lambda entry: self._finish_summary(entry, file_rank))
+        for lineno, raw in _iter_lines(path):
+            line = self._peel(rel, lineno, raw, per_cycle, file_local)
+            # launcher lines move the cycle of everything after them
+            if file_cycle is None and ("joined" in line.text or "Event: worker_start" in line.text):
+                joined = _JOINED_ROUND.search(line.text)
+                if joined:
+                    if joined.group(1) is not None:
+                        cycle_state = int(joined.group(1))
+                    self.world_of_nodes = int(joined.group(2))
+                started = _WORKER_START.search(line.text)
+                if started:
+                    cycle_state = int(started.group(1))
+            line.cycle = cycle_state
+            stream = streams.setdefault(line.key, _Stream())
+            if line.time is not None or line.stamped:
+                stream.last_stamped = line
+                if stream.waiting and self._time(line) is not None:
+                    for tb in stream.waiting:  # an upper bound beats no time at all
+                        tb.time = line.time
+                    stream.waiting.clear()
+
+            if summary.feed(line):
+                continue
+            for tb in stream.builder.feed(line):
+                self._keep_traceback(tb, stream, file_rank)
+            if stream.builder.current is not None and stream.builder.current.start is line:
+                stream.builder.current.time = self._stream_time(stream)
+            self._line_events(line, stream, file_rank)
+        for stream in streams.values():
+            for tb in stream.builder.close():
+                self._keep_traceback(tb, stream, file_rank)
+        summary.close()
+
+    def _peel(self, rel: str, lineno: int, raw: str, per_cycle: bool, file_local: int | None) -> _Line:
+        p = peel(raw)
+        time = _naive_utc(p.console)
+        node: int | None = None
+        rank: int | None = None
+        local = file_local
+        key: tuple = ()
+        if p.local_rank is not None:
+            local = p.local_rank
+            key = ("local", local)
+        if p.label is not None:
+            if per_cycle:
+                rank = p.label
+                key = ("rank", rank)
+            else:  # srun --label or NVRx's infra-rank file prefix: a node, not a worker
+                node = p.label
+        if p.torch_rank is not None:
+            rank = p.torch_rank
+            if not key:
+                key = ("rank", rank)
+        text = p.body
+        stamped = time is None and maybe_stamped(text)
+        return _Line(rel, lineno, raw, text, time, rank, local, (node, *key), None, stamped)
+
+    def _time(self, line: _Line | None) -> datetime | None:
+        if line is None:
+            return None
+        if line.stamped:
+            line.stamped = False
+            line.time = self._own_time(line.text)
+        return line.time
+
+    def _stream_time(self, stream: _Stream) -> datetime | None:
+        return self._time(stream.last_stamped)
+
+    # --------------------------------------------------------------- time
+    def _own_time(self, text: str) -> datetime | None:
+        """A stamp the writer put at the start of its line, converted to UTC."""
+        head = text[:48]
+        if not head:
+            return None
+        stamp = line_stamp(head)
+        if stamp is not None:
+            return _naive_utc(stamp.ts, self.ctx.utc_offset)
+        month = glog_month(head)
+        if month is not None:
+            year = glog_year(month, self.ctx.ref_year, self.ctx.ref_month)
+            return _naive_utc(glog_stamp(head, year), self.ctx.utc_offset)
+        return None
+
+    # --------------------------------------------------------------- tracebacks
+    def _keep_traceback(self, tb: _Traceback, stream: _Stream | None, file_rank: int) -> None:
+        start = tb.start
+        tb.rank = start.rank if tb.rank is None else tb.rank
+        tb.local_rank = start.local_rank if tb.local_rank is None else tb.local_rank
+        tb.cycle = start.cycle if tb.cycle is None else tb.cycle
+        tb.file_rank = file_rank
+        tb.kind = _classify(tb)
+        if tb.kind in ("noise", "launcher"):
+            return
+        if not self._first(("tb", start.file, tb.rank, tb.local_rank, tb.cycle, (tb.exception or "")[:300])):
+            return
+        if tb.time is None and stream is not None:
+            tb.time = self._stream_time(stream)
+            if tb.time is None:
+                stream.waiting.append(tb)
+        self.tracebacks.append(tb)
+
+    def _finish_summary(self, entry: _SummaryEntry, file_rank: int) -> None:
+        fields = entry.fields
+        rank_match = _SUMMARY_RANK.match(fields.get("rank", ""))
+        rank = int(rank_match.group(1)) if rank_match else None
+        local = int(rank_match.group(2)) if rank_match else None
+        exit_match = _SUMMARY_EXIT.match(fields.get("exitcode", ""))
+        exitcode = int(exit_match.group(1)) if exit_match else None
+        when = self._own_time(fields["time"]) if fields.get("time") else None
+        line = entry.first
+        for tb in entry.tracebacks:
+            tb.rank, tb.local_rank, tb.time, tb.source = rank, local, when, "elastic-summary"
+            tb.cycle = line.cycle
+            self._keep_traceback(tb, None, file_rank)
+        if exitcode is not None and exitcode != 0:
+            what = _exit_what(exitcode)
+            if entry.section == "root":
+                what += " (torch elastic: root cause, first observed failure)"
+            secondary = entry.section != "root"
+            self._add_event(
+                _Event("exit", what, line, when, rank, local, line.cycle, file_rank, exitcode, secondary)
+            )
+            self._failure_sign(line)
+
+    def _scan_error_file(self, path: Path, rel: str, file_rank: int) -> None:
+        """torch elastic's per-worker error.json (written by @record): the worker's traceback."""
+        try:
+            data = safeio.read_json(path, limit=16 * 1024 * 1024)
+        except (OSError, ValueError, RecursionError):
+            return
+        message = data.get("message") if isinstance(data, dict) else None
+        if not isinstance(message, dict):
+            return
+        extra = message.get("extraInfo") or {}
+        callstack = extra.get("py_callstack")
+        if not isinstance(callstack, str):
+            return
+        when = None
+        try:
+            when = datetime.fromtimestamp(int(extra.get("timestamp")), timezone.utc).replace(tzinfo=None)
+        except (TypeError, ValueError, OverflowError, OSError):
+            pass
+        cycle, local, _ = self._file_identity(rel)
+        builder = _TracebackBuilder()
+        found: list[_Traceback] = []
+        for lineno, text in enumerate(callstack.splitlines(), start=1):
+            line = _Line(rel, lineno, text, text, None, None, local, (), cycle)
+            found.extend(builder.feed(line))
+        found.extend(builder.close())
+        for tb in found:
+            tb.time, tb.source, tb.local_rank = when, "error-file", local
+            self._keep_traceback(tb, None, file_rank)
+
+    def _first(self, key: tuple) -> bool:
+        """Whether this failure is new (bounded memory on logs that repeat one error forever)."""
+        if key in self._seen:
+            return False
+        if len(self._seen) >= _MAX_KEPT:
+            self.dropped += 1
+            return False
+        self._seen.add(key)
+        return True
+
+    def _add_event(self, ev: _Event) -> None:
+        anonymous = ev.what[:120] if ev.rank is None and ev.local_rank is None else None
+        if self._first(("ev", ev.line.file, ev.kind, ev.rank, ev.local_rank, ev.cycle, ev.exitcode, anonymous)):
+            self.events.append(ev)
+
+    def _failure_sign(self, line: _Line) -> None:
+        if len(self.failure_signs) < _MAX_KEPT:
+            self.failure_signs.append(line)
+
+    # --------------------------------------------------------------- non-traceback lines
+    def _line_events(self, line: _Line, stream: _Stream, file_rank: int) -> None:
+        text = line.text
+        if ("NCCL" in text or "nccl" in text or "DistBackendError" in text) and _NCCL_ANY.search(text):
+            self._nccl_event(line, self._stream_time(stream), file_rank)
+        if "open for" in text or "heartbeat" in text or "out of section" in text:
+            hang = _HANG_RE.search(text)
+            if hang:
+                when = self._stream_time(stream)
+                rank, local = line.rank, line.local_rank
+                monitor = _RANKMON_RANK.search(text)
+                if monitor:
+                    rank = int(monitor.group(1))
+                workload = _WORKLOAD_LOCAL.search(text)
+                if workload:
+                    local = int(workload.group(2))
+                    rank = int(workload.group(1)) if workload.group(1).isdigit() else rank
+                what = "rank monitor timeout: " + text[hang.start():].strip()
+                self._add_event(_Event("hang", what, line, when, rank, local, line.cycle, file_rank))
+        if "exitcode" in text or "srun:" in text or "slurmstepd:" in text:
+            self._exit_event(line, self._stream_time(stream), file_rank)
+        if ("FAILED" in text or "UNHEALTHY" in text or "non-zero" in text or "ChildFailedError" in text
+                or "exit code =" in text) and _FAILURE_SIGNS.search(text):
+            self._failure_sign(line)
+        if " ..." in text:
+            row = _ARG_ROW.match(text)
+            if row:
+                self._config_value(line, row.group(1), row.group(2))
+        if "size: " in text and "using world size" in text:
+            for name, value in _WORLD_LINE.findall(text):
+                self._config_value(line, _WORLD_LINE_KEYS[name], value)
+        if "memory (MB)" in text:
+            report = _MEMORY_REPORT.search(text)
+            if report:
+                rank, iters, _alloc, max_alloc, _res, max_res = report.groups()
+                peak = f"max allocated {max_alloc} MB"
+                if max_res:
+                    peak += f", max reserved {max_res} MB"
+                where = f"{line.file}:{line.lineno}"
+                self.memory[int(rank)] = f"{peak} (Megatron's report after {iters} iterations, {where})"
+
+    def _nccl_event(self, line: _Line, when: datetime | None, file_rank: int) -> None:
+        text = line.text
+        what = None
+        for pattern, label in _NCCL_STRONG:
+            match = pattern.search(text)
+            if match:
+                if label is None:
+                    label = match.group(0) if pattern is _NCCL_NAME else "NCCL error: " + _tail(text, match.start())
+                what = label
+                break
+        kind = "nccl"
+        if what is None:
+            if "NCCL WARN" not in text:
+                return
+            kind, what = "nccl-weak", "NCCL WARN " + _tail(text, text.index("NCCL WARN") + 10)
+        rank = line.rank
+        if rank is None:
+            named = _NCCL_RANK.search(text)
+            rank = int(named.group(1)) if named else None
+        self._add_event(_Event(kind, what, line, when, rank, line.local_rank, line.cycle, file_rank))
+
+    def _exit_event(self, line: _Line, when: datetime | None, file_rank: int) -> None:
+        text = line.text
+        failed = _EXIT_RE.search(text)
+        if failed:
+            code, local = int(failed.group(1)), int(failed.group(2))
+            self._add_event(
+                _Event("exit", _exit_what(code), line, when, None, local, line.cycle, file_rank, code)
+            )
+            self._failure_sign(line)
+            return
+        srun = _SRUN_EXIT.search(text)
+        if srun:
+            host, tasks, status, code = srun.groups()
+            exitcode = int(code) if code else None
+            what = f"srun: task {tasks} on {host}: {status}"
+            self._add_event(_Event("exit", what, line, when, None, None, line.cycle, file_rank, exitcode))
+            self._failure_sign(line)
+            return
+        if _SLURM_OOM.search(text):
+            what = "host out of memory: slurmstepd reported an oom_kill event (the kernel OOM killer, not CUDA)"
+            self._add_event(_Event("exit", what, line, when, None, None, line.cycle, file_rank, -9))
+            self._failure_sign(line)
+            return
+        cancel = _SLURM_CANCEL.search(text)
+        if cancel:
+            why = (cancel.group(1) or "").strip()
+            what = "Slurm cancelled the step" + (f" due to {why.lower()}" if why else "")
+            self._add_event(_Event("exit", what, line, when, None, None, line.cycle, file_rank, -15))
+            self._failure_sign(line)
+
+    def _config_value(self, line: _Line, key: str, value: str) -> None:
+        try:
+            number = int(value)
+        except ValueError:
+            return
+        per_file = self.configs.get(line.file)
+        if per_file is None:
+            per_file = self.configs[line.file] = {}
+            self.config_order.append(line.file)
+        per_file.setdefault(key, (number, line.lineno))
+
+
+def _tail(text: str, start: int, limit: int = 200) -> str:
+    out = text[start:].strip()
+    return out if len(out) <= limit else out[:limit] + "..."
