@@ -25,6 +25,7 @@ import re
 import stat
 import time
 import warnings
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -84,6 +85,7 @@ _DATETIME_RE = re.compile(r"\] datetime: (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d
 
 # ---- application lines (docs/megatron.md, "Log lines")
 _ITER_RE = re.compile(r"iteration +(\d+)/ *(\d+) \|")
+_ITER_RE_B = re.compile(rb"iteration +\d+/ *\d+ \|")
 _CONSUMED_RE = re.compile(r"consumed samples: +(\d+)")
 _LOSS_RE = re.compile(r"lm loss: ([-+0-9.eEnaifNA]+)")
 _SKIPPED_RE = re.compile(r"number of skipped iterations: +(\d+)")
@@ -96,6 +98,13 @@ _COUNTERS_ZERO = b"number of skipped iterations:   0 | number of nan iterations:
 _SAVE_START_RE = re.compile(r"saving checkpoint at iteration +(\d+) to (.+?) in \S+ format")
 _SAVE_SCHED_RE = re.compile(r"scheduled an async checkpoint save at iteration +(\d+) to (\S+)")
 _SAVE_DONE_RE = re.compile(r"successfully saved checkpoint (?:from|at) iteration +(\d+) to (.+?)(?: \[|$)")
+_SAVE_PARSE = {ev.SaveCommitted: _SAVE_DONE_RE, ev.SaveScheduled: _SAVE_SCHED_RE, ev.SaveStarted: _SAVE_START_RE}
+# A cheap screen on the raw line, in the order the full parse tries them.
+_SAVE_SCREEN = (
+    (ev.SaveCommitted, re.compile(rb"successfully saved checkpoint (?:from|at) iteration +\d+ to ")),
+    (ev.SaveScheduled, re.compile(rb"scheduled an async checkpoint save at iteration +\d+ to \S")),
+    (ev.SaveStarted, re.compile(rb"saving checkpoint at iteration +\d+ to .+? in \S+ format")),
+)
 _LOAD_START_RE = re.compile(r"loading distributed checkpoint from (.+?) at iteration (\d+)")
 _LOAD_DONE_RE = re.compile(r"successfully loaded checkpoint from (.+?)(?: \[[^\]]*\])? at iteration (\d+)")
 _OPT_RE = re.compile(r"Loading distributed optimizer sharded state of type (\S+)")
@@ -216,15 +225,71 @@ class _ArgsBuilder:
         return ev.ArgumentsPrinted(src=self.src, rank=self.rank, args=tuple(self.lines))
 
 
+# Save lines repeat with every checkpoint (a pair every 5 iterations at the walkthrough's
+# interval): a start keeps, per kind, its first SAVES_HEAD, its last SAVES_TAIL and an evenly
+# thinned selection of at most SAVES_SAMPLE (the picture's diamonds), plus the count. Only
+# the kept lines are ever decoded, so memory and time do not grow with the checkpoints.
+SAVES_HEAD = 8
+SAVES_TAIL = 32
+SAVES_SAMPLE = 64
+_SAVE_KINDS = (ev.SaveCommitted, ev.SaveScheduled, ev.SaveStarted)
+
+
+class _SaveLines:
+    """The bounded record of one kind of save line of one start (see SAVES_HEAD)."""
+
+    __slots__ = ("count", "head", "tail", "sample", "stride")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.head: list[list] = []  # [raw line, line number, event or None]: parsed when first needed
+        self.tail: deque[list] = deque(maxlen=SAVES_TAIL)
+        self.sample: list[list] = []
+        self.stride = 1
+
+    def add(self, entry: list) -> None:
+        self.count += 1
+        if len(self.head) < SAVES_HEAD:
+            self.head.append(entry)
+            return
+        self.tail.append(entry)
+        if self.count % self.stride == 0:
+            self.sample.append(entry)
+            if len(self.sample) > SAVES_SAMPLE:
+                self.sample = self.sample[::2]
+                self.stride *= 2
+
+    def kept(self) -> list[list]:
+        seen: dict[int, list] = {}
+        for entry in (*self.head, *self.sample, *self.tail):
+            seen.setdefault(entry[1], entry)
+        return [seen[k] for k in sorted(seen)]
+
+
 class _StartBuilder:
-    __slots__ = ("phase", "events", "first", "last", "bad")
+    __slots__ = ("phase", "events", "first", "_last", "_last_raw", "bad", "saves")
 
     def __init__(self) -> None:
         self.phase = PH_NONE
         self.events: list[object] = []  # AppEvent, or an _ArgsBuilder while its table is open
         self.first: ev.Iteration | None = None
-        self.last: ev.Iteration | None = None
+        self._last: ev.Iteration | None = None
+        self._last_raw: tuple[bytes, int] | None = None  # the last iteration line, parsed when asked for
         self.bad: dict[int, ev.Iteration] = {}
+        self.saves: dict[type, _SaveLines] = {}
+
+    def last(self, parser: "LogParser") -> ev.Iteration | None:
+        if self._last_raw is not None:
+            raw, lineno = self._last_raw
+            self._last_raw = None
+            self._last = parser._iteration(raw, lineno) or self._last
+        return self._last
+
+    def set_last(self, it: ev.Iteration | None = None, raw: tuple[bytes, int] | None = None) -> None:
+        if raw is not None:
+            self._last_raw = raw
+        else:
+            self._last, self._last_raw = it, None
 
 
 class LogParser:
@@ -263,7 +328,9 @@ class LogParser:
             if le < 0:
                 le = n
             line += 1
-            self._line(data[ls:le], line)
+            raw = data[ls:le]
+            if not self._save_line(raw, line):
+                self._line(raw, line)
             pos = le + 1
             if self._args is not None:
                 pos, line = self._args_block(data, pos, n, line)
@@ -346,7 +413,8 @@ class LogParser:
                 it = self._iteration(data[ls:le], lineno(ls))
                 if it is not None:
                     start = self._start(phase=PH_ITER)
-                    start.first = start.last = it
+                    start.first = it
+                    start.set_last(it)
                     first_at = ls
                     break
                 i = data.find(ITER_KEY, le, b)
@@ -354,14 +422,17 @@ class LogParser:
                 return  # " iteration " only in other lines: no start is implied
         assert start is not None
         start.phase = max(start.phase, PH_ITER)
+        # The region's last iteration line is kept raw and parsed only when asked for: a region
+        # ends at every keyword line (a save every 5 iterations), so parsing each would make
+        # the time depend on how often the run saves.
         j = data.rfind(ITER_KEY, a, b)
         while j >= a:
             ls = max(data.rfind(b"\n", a, j) + 1, a)
             if ls <= first_at:
                 break
-            it = self._iteration(data[ls:_line_end(data, j, b)], lineno(ls))
-            if it is not None:
-                start.last = it
+            raw = data[ls:_line_end(data, j, b)]
+            if _ITER_RE_B.search(raw):
+                start.set_last(raw=(bytes(raw), lineno(ls)))
                 break
             j = data.rfind(ITER_KEY, a, ls)
         if len(start.bad) >= MAX_BAD_ITERATIONS or data.count(_COUNTER_FIELD, a, b) == data.count(_COUNTERS_ZERO, a, b):
@@ -412,6 +483,37 @@ class LogParser:
             return _epoch(self.year, int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5])
         return None
 
+    # ---- save lines (as many as checkpoints): kept raw, bounded, decoded when needed
+
+    def _save_line(self, raw: bytes, lineno: int) -> bool:
+        """Keep a save line without decoding it; False for any other line (or one whose
+        harness console stamp is still wanted for the UTC offset: the full path takes it)."""
+        if b"nemesis" in raw or (raw[:2] == b"20" and len(self.offset_pairs) < 16):
+            return False
+        for kind, rx in _SAVE_SCREEN:
+            if rx.search(raw):
+                self._save(kind, [bytes(raw), lineno, None])
+                return True
+        return False
+
+    def _save(self, kind: type, entry: list) -> None:
+        start = self._start(phase=PH_ITER)
+        record = start.saves.get(kind)
+        if record is None:
+            record = start.saves[kind] = _SaveLines()
+        record.add(entry)
+
+    def _saved_event(self, kind: type, entry: list) -> ev.AppEvent | None:
+        if entry[2] is None and entry[0] is not None:
+            text = entry[0].decode("utf-8", "replace").rstrip("\r\n")
+            rank, b, _ = _strip_prefix(text)
+            m = _SAVE_PARSE[kind].search(b)
+            if m is not None:
+                entry[2] = kind(src=Src(self.rel, entry[1], clip(text)), ts=self._stamp(b), rank=rank,
+                                iteration=int(m.group(1)), path=m.group(2))
+            entry[0] = None  # parsed (or not a save after all): the raw line is no longer needed
+        return entry[2]
+
     # ---- one keyword line
 
     def _line(self, raw: bytes, lineno: int) -> None:
@@ -437,11 +539,14 @@ class LogParser:
                 return True
         if "checkpoint" in b:
             if m := _SAVE_DONE_RE.search(b):
-                self._app(ev.SaveCommitted(src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2)), phase=PH_ITER)
+                self._save(ev.SaveCommitted, [None, src.line, ev.SaveCommitted(
+                    src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2))])
             elif m := _SAVE_SCHED_RE.search(b):
-                self._app(ev.SaveScheduled(src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2)), phase=PH_ITER)
+                self._save(ev.SaveScheduled, [None, src.line, ev.SaveScheduled(
+                    src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2))])
             elif m := _SAVE_START_RE.search(b):
-                self._app(ev.SaveStarted(src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2)), phase=PH_ITER)
+                self._save(ev.SaveStarted, [None, src.line, ev.SaveStarted(
+                    src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2))])
             elif m := _LOAD_START_RE.search(b):
                 self._app(ev.LoadStarted(src=src, rank=rank, iteration=int(m.group(2)), path=m.group(1)), opener=PH_LOAD)
             elif m := _LOAD_DONE_RE.search(b):
@@ -586,11 +691,19 @@ class LogParser:
 
     # ---- results
 
-    def snapshot_starts(self) -> list[tuple[list[ev.AppEvent], ev.Iteration | None, ev.Iteration | None, list[ev.Iteration]]]:
+    def snapshot_starts(self) -> list[tuple[list[ev.AppEvent], ev.Iteration | None, ev.Iteration | None,
+                                            list[ev.Iteration], int]]:
+        """Per start: its events (the kept save lines among them), first and last iteration,
+        the iterations with skipped or NaN steps, and the number of committed saves."""
         out = []
         for s in self.starts:
             events = [e.build() if isinstance(e, _ArgsBuilder) else e for e in s.events]
-            out.append((events, s.first, s.last, [s.bad[k] for k in sorted(s.bad)]))
+            for kind, record in s.saves.items():
+                events.extend(e for entry in record.kept() if (e := self._saved_event(kind, entry)) is not None)
+            events.sort(key=lambda e: e.src.line)
+            committed = s.saves.get(ev.SaveCommitted)
+            out.append((events, s.first, s.last(self), [s.bad[k] for k in sorted(s.bad)],
+                        committed.count if committed else 0))
         return out
 
 
@@ -833,14 +946,15 @@ class HistoryReader:
         stream: list[tuple[str, list[ev.Event]]] = []
         for f in app_files:
             file_events: list[ev.Event] = []
-            for ordinal, (events, first, last, bad) in enumerate(f.parser.snapshot_starts()):
+            for ordinal, (events, first, last, bad, saves) in enumerate(f.parser.snapshot_starts()):
                 merged = list(events)
                 for it in _unique([first, last, *bad]):
                     merged.append(it)
                 merged.sort(key=lambda e: e.src.line)
                 cycle = f.cycle if f.kind == "cycle" else ordinal
                 starts.append(ev.AppStart(index=len(starts), cycle=cycle, source=f.rel, events=tuple(merged),
-                                          first_iteration=first, last_iteration=last, bad_iterations=tuple(bad)))
+                                          first_iteration=first, last_iteration=last, bad_iterations=tuple(bad),
+                                          saves_committed=saves))
                 file_events.extend(merged)
             stream.append((f.rel, file_events))
         return starts, stream
