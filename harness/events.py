@@ -556,9 +556,18 @@ class AppStart:
 
 
 @dataclass(frozen=True)
+class LossLine:
+    """The `lm loss` one iteration line printed, as printed (comparing the printed value is
+    comparing what the run reported), and where (loss_continuity's evidence)."""
+
+    loss: str
+    src: Src
+
+
+@dataclass(frozen=True)
 class ProgressPoint:
     """One sampled iteration line of a start: the iteration and its UTC time (the timeline
-    picture's curve; history.sample_progress)."""
+    picture's curve; history.RunRead.progress)."""
 
     iteration: int
     t: float

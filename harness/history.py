@@ -29,6 +29,7 @@ from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Mapping
 
 from harness import events as ev
 from harness import safeio
@@ -295,8 +296,12 @@ class _StartBuilder:
 class LogParser:
     """Incremental parser of one log file; `feed` takes whole lines (bytes)."""
 
-    def __init__(self, rel: str, *, split_starts: bool, keywords: tuple[bytes, ...] = ALL_KEYWORDS) -> None:
+    def __init__(self, rel: str, *, split_starts: bool, keywords: tuple[bytes, ...] = ALL_KEYWORDS,
+                 losses: bool = False) -> None:
         self.rel = rel
+        # iteration -> the last lm loss printed for it (loss_continuity), only when asked for:
+        # it is the one record that grows with the iterations
+        self.losses: dict[int, ev.LossLine] | None = {} if losses else None
         self.split_starts = split_starts
         self.keywords = keywords
         self.lineno = 0
@@ -398,6 +403,8 @@ class LogParser:
         i = data.find(ITER_KEY, a, b)
         if i < 0:
             return
+        if self.losses is not None:
+            self._losses(data, a, b, line_at_a)
 
         def lineno(ls: int) -> int:  # count from the nearer end of the region
             if ls - a < b - ls:
@@ -446,6 +453,21 @@ class LogParser:
                 it = self._iteration(data[ls:_line_end(data, m.start(), b)], at)
                 if it is not None and ((it.skipped or 0) > 0 or (it.nan or 0) > 0):
                     start.bad[at] = it
+
+    def _losses(self, data: bytes, a: int, b: int, line_at_a: int) -> None:
+        """Every `lm loss` of the iteration lines of data[a:b]; a later line of an iteration wins."""
+        counted, newlines = a, 0
+        i = data.find(b"lm loss", a, b)
+        while i >= 0:
+            ls = max(data.rfind(b"\n", a, i) + 1, a)
+            le = _line_end(data, i, b)
+            newlines += data.count(b"\n", counted, ls)
+            counted = ls
+            text = bytes(data[ls:le]).decode("utf-8", "replace").rstrip("\r\n")
+            found = iteration_loss(text)
+            if found is not None:
+                self.losses[found[0]] = ev.LossLine(found[1], Src(self.rel, line_at_a + newlines + 1, clip(text)))
+            i = data.find(b"lm loss", le, b)
 
     def _iteration(self, raw: bytes, lineno: int) -> ev.Iteration | None:
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
@@ -744,7 +766,8 @@ def _float_of(m: re.Match | None) -> float | None:
 
 
 class _TrackedFile:
-    def __init__(self, path: Path, rel: str, kind: str, cycle: int | None) -> None:
+    def __init__(self, path: Path, rel: str, kind: str, cycle: int | None, losses: bool = False) -> None:
+        self.losses = losses
         self.path = path
         self.rel = rel
         self.kind = kind
@@ -758,7 +781,7 @@ class _TrackedFile:
     def _new_parser(self) -> LogParser:
         # a per-cycle log holds worker output only: the launcher keywords would be wasted passes
         keywords = APP_KEYWORDS if self.kind == "cycle" else ALL_KEYWORDS
-        return LogParser(self.rel, split_starts=self.kind != "cycle", keywords=keywords)
+        return LogParser(self.rel, split_starts=self.kind != "cycle", keywords=keywords, losses=self.losses)
 
     def read(self, chunk_size: int, final: bool) -> None:
         """Parse what was appended since the last read; incomplete last lines wait unless final.
@@ -863,10 +886,12 @@ class HistoryReader:
     torch, several seconds to import): a watcher of a live run wants it off."""
 
     def __init__(self, run_dir: str | os.PathLike, *, inspect_checkpoints: bool = True,
-                 chunk_size: int = CHUNK_SIZE) -> None:
+                 chunk_size: int = CHUNK_SIZE, losses: bool = False) -> None:
         self.run_dir = Path(run_dir)
         self.inspect_checkpoints = inspect_checkpoints
         self.chunk_size = chunk_size
+        self.losses = losses  # keep every iteration's lm loss (loss_continuity against a baseline)
+        self._app_files: list[_TrackedFile] = []
         self._files: dict[str, _TrackedFile] = {}
         self._dcp_cache: dict[tuple[str, int, int], tuple[int | None, int | None, str | None, str | None]] = {}
         self._record_cache: dict[tuple[str, int, int], ev.OptimizerRecord] = {}
@@ -887,7 +912,7 @@ class HistoryReader:
         cycle_infos = self._cycle_infos(notes)
 
         files = self._discover()
-        app_files = self._pick_role(files, "app", final)
+        app_files = self._app_files = self._pick_role(files, "app", final)
         launcher_files = self._pick_role(files, "launcher", final)
 
         starts, app_stream = self._starts(app_files)
@@ -916,6 +941,22 @@ class HistoryReader:
             offset_how=offset_how, launcher_dialect=dialect, sources=sources, notes=tuple(notes),
         )
 
+    def read(self, *, final: bool = True, progress: bool = True, inspect_checkpoints: bool | None = None) -> RunRead:
+        """Everything downstream needs, from this reader's one pass: the Timeline (polled once
+        more, `final` as for poll), the progress curve of each start for timeline.png (unless
+        progress=False: a caller that draws nothing), and the losses when the reader keeps
+        them. `inspect_checkpoints` turns checkpoint inspection on for this read (a watcher's
+        reader, which had it off while the run was live)."""
+        if inspect_checkpoints is not None:
+            self.inspect_checkpoints = inspect_checkpoints
+        timeline = self.poll(final=final)
+        losses = None
+        if self.losses:
+            losses = {}
+            for f in self._app_files:  # in cycle order: a replacement's line of an iteration wins
+                losses.update(f.parser.losses or {})
+        return RunRead(timeline=timeline, progress=sample_progress(timeline) if progress else None, losses=losses)
+
     # ---- logs
 
     def _discover(self) -> list[_TrackedFile]:
@@ -923,7 +964,7 @@ class HistoryReader:
         for path, rel, kind, cycle in _classify_logs(self.run_dir):
             tracked = self._files.get(rel)
             if tracked is None:
-                tracked = self._files[rel] = _TrackedFile(path, rel, kind, cycle)
+                tracked = self._files[rel] = _TrackedFile(path, rel, kind, cycle, self.losses)
             out.append(tracked)
         return out
 
@@ -1468,6 +1509,29 @@ def _str(value: object) -> str | None:
 def read_history(run_dir: str | os.PathLike, **kwargs) -> ev.Timeline:
     """The whole history of a finished run (incomplete last lines included)."""
     return HistoryReader(run_dir, **kwargs).poll(final=True)
+
+
+@dataclass(frozen=True)
+class RunRead:
+    """One read of a run directory: all that verify, the runner and the picture take from it.
+
+    Its memory is bounded by a constant plus the number of cycles (the Timeline keeps
+    summaries of iterations and saves), except `losses`, one entry per iteration, which is
+    only kept when asked for (a comparison against a baseline)."""
+
+    timeline: ev.Timeline
+    progress: tuple[tuple[ev.ProgressPoint, ...], ...] | None = None  # per start (timeline.png); None: not sampled
+    losses: Mapping[int, ev.LossLine] | None = None  # iteration -> last lm loss printed; None: not kept
+
+    @property
+    def run_dir(self) -> Path:
+        return self.timeline.run_dir
+
+
+def read_run(run_dir: str | os.PathLike, *, inspect_checkpoints: bool = True, losses: bool = False,
+             progress: bool = True) -> RunRead:
+    """The one read of a finished run (incomplete last lines included): see RunRead."""
+    return HistoryReader(run_dir, inspect_checkpoints=inspect_checkpoints, losses=losses).read(progress=progress)
 
 
 # ---------------------------------------------------------------- small public readers

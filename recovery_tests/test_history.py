@@ -434,3 +434,41 @@ def test_a_run_with_dense_checkpoints_reads_every_save_count_and_the_last(tmp_pa
     assert len(tl.of(ev.SaveCommitted)) <= 2 * 104
     assert max(e.iteration for e in tl.starts[0].of(ev.SaveCommitted)) == 2000
     assert min(e.iteration for e in tl.starts[1].of(ev.SaveCommitted)) == 2005
+
+
+def test_one_read_holds_the_timeline_the_curve_and_the_losses_only_when_asked(tmp_path: Path):
+    from harness.history import read_run
+
+    run = rundirs.build(tmp_path / "run", Scenario(checkpoints=False)).run_dir
+    plain = read_run(run)
+    assert plain.losses is None and plain.progress is not None and len(plain.progress) == len(plain.timeline.starts)
+    assert read_run(run, progress=False).progress is None
+    kept = read_run(run, losses=True, progress=False).losses
+    t = plain.timeline.run.train_iters
+    assert sorted(kept) == list(range(1, t + 1))
+    replacement = plain.timeline.starts[-1]
+    first = replacement.first_iteration
+    assert kept[first.iteration].src == first.src  # the replacement's line of an iteration wins
+
+
+def test_losses_of_a_live_read_equal_those_of_one_read(tmp_path: Path):
+    """The watcher's reader, polled while the logs grow, then read once more at the end, keeps
+    the same losses as one read of the finished run."""
+    from harness.history import read_run
+
+    built = rundirs.build(tmp_path / "done", Scenario(checkpoints=False)).run_dir
+    live = tmp_path / "live"
+    shutil.copytree(built, live, ignore=shutil.ignore_patterns("*.log"))
+    (live / "logs").mkdir(exist_ok=True)
+    reader = HistoryReader(live, inspect_checkpoints=False, losses=True)
+    for log in sorted((built / "logs").iterdir()):
+        data = log.read_bytes()
+        with open(live / "logs" / log.name, "wb") as f:
+            for at in range(0, len(data), 997):  # cut mid-line
+                f.write(data[at:at + 997])
+                f.flush()
+                try:
+                    reader.poll()
+                except RunDirError:  # nothing readable yet
+                    pass
+    assert reader.read().losses == read_run(built, losses=True).losses

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import picture, verify
+from harness import history, picture, verify
 from harness.events import ProgressPoint
 from harness.history import PROGRESS_SAMPLES, read_history, sample_progress
 from recovery_tests import rundirs
@@ -218,7 +218,7 @@ def test_read_only_verify_does_not_sample_the_curve(tmp_path: Path, monkeypatch)
     """--no-write and `nvrx-qual report` draw nothing, so they skip the sampling."""
     run = rundirs.build(tmp_path / "run", Scenario()).run_dir
     sampled = []
-    monkeypatch.setattr(verify, "sample_progress", lambda tl: sampled.append(tl) or ())
+    monkeypatch.setattr(history, "sample_progress", lambda tl: sampled.append(tl) or ())
     assert verify.main([str(run), "--no-write", "--quiet"]) == 0
     assert verify.verify_run(run, picture=False).picture is None
     assert sampled == []
