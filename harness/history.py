@@ -102,9 +102,9 @@ _SAVE_DONE_RE = re.compile(r"successfully saved checkpoint (?:from|at) iteration
 _SAVE_PARSE = {ev.SaveCommitted: _SAVE_DONE_RE, ev.SaveScheduled: _SAVE_SCHED_RE, ev.SaveStarted: _SAVE_START_RE}
 # A cheap screen on the raw line, in the order the full parse tries them.
 _SAVE_SCREEN = (
-    (ev.SaveCommitted, re.compile(rb"successfully saved checkpoint (?:from|at) iteration +\d+ to ")),
-    (ev.SaveScheduled, re.compile(rb"scheduled an async checkpoint save at iteration +\d+ to \S")),
-    (ev.SaveStarted, re.compile(rb"saving checkpoint at iteration +\d+ to .+? in \S+ format")),
+    (ev.SaveCommitted, b"saved checkpoint", re.compile(rb"successfully saved checkpoint (?:from|at) iteration +\d+ to ")),
+    (ev.SaveScheduled, b"async checkpoint", re.compile(rb"scheduled an async checkpoint save at iteration +\d+ to \S")),
+    (ev.SaveStarted, b"saving checkpoint", re.compile(rb"saving checkpoint at iteration +\d+ to .+? in \S+ format")),
 )
 _LOAD_START_RE = re.compile(r"loading distributed checkpoint from (.+?) at iteration (\d+)")
 _LOAD_DONE_RE = re.compile(r"successfully loaded checkpoint from (.+?)(?: \[[^\]]*\])? at iteration (\d+)")
@@ -317,32 +317,42 @@ class LogParser:
     # ---- driving
 
     def feed(self, data: bytes | bytearray, end: int | None = None) -> None:
-        """Parse data[:end], which ends at a line boundary (or is a file's last, cut line)."""
+        """Parse data[:end], which ends at a line boundary (or is a file's last, cut line).
+
+        Iteration lines are folded region by region (_iterations); a save line inside a start
+        that already trains does not end the region, so a run that saves every few iterations
+        costs what one that never saves does."""
         n = len(data) if end is None else end
         pos = 0
         line = self.lineno  # lines wholly before `pos`
         if self._args is not None:
             pos, line = self._args_block(data, pos, n, line)
+        region, region_line = pos, line  # the iteration lines not yet folded start here
         for ls in _candidate_starts(data, n, self.keywords):
             if ls < pos:
                 continue
-            between = data.count(b"\n", pos, ls)
-            self._iterations(data, pos, ls, line, between)
-            line += between
+            line += data.count(b"\n", pos, ls)
             le = data.find(b"\n", ls, n)
             if le < 0:
                 le = n
-            line += 1
             raw = data[ls:le]
+            training = self.starts and self.starts[-1].first is not None
+            if training and self._save_line(raw, line + 1):
+                line += 1
+                pos = le + 1
+                continue
+            self._iterations(data, region, ls, region_line, line - region_line)
+            line += 1
             if not self._save_line(raw, line):
                 self._line(raw, line)
             pos = le + 1
             if self._args is not None:
                 pos, line = self._args_block(data, pos, n, line)
+            region, region_line = pos, line
         if pos < n:
-            between = data.count(b"\n", pos, n)
-            self._iterations(data, pos, n, line, between)
-            line += between
+            line += data.count(b"\n", pos, n)
+        if region < n:
+            self._iterations(data, region, n, region_line, line - region_line)
             if data[n - 1:n] != b"\n":
                 line += 1
         self.lineno = line
@@ -512,14 +522,14 @@ class LogParser:
         harness console stamp is still wanted for the UTC offset: the full path takes it)."""
         if b"nemesis" in raw or (raw[:2] == b"20" and len(self.offset_pairs) < 16):
             return False
-        for kind, rx in _SAVE_SCREEN:
-            if rx.search(raw):
+        for kind, needle, rx in _SAVE_SCREEN:
+            if needle in raw and rx.search(raw):
                 self._save(kind, [bytes(raw), lineno, None])
                 return True
         return False
 
     def _save(self, kind: type, entry: list) -> None:
-        start = self._start(phase=PH_ITER)
+        start = self.starts[-1] if self.starts and self.starts[-1].phase >= PH_ITER else self._start(phase=PH_ITER)
         record = start.saves.get(kind)
         if record is None:
             record = start.saves[kind] = _SaveLines()
