@@ -398,7 +398,7 @@ def test_save_lines_are_kept_bounded_whatever_the_number_of_checkpoints():
     selection of its save lines (not one event per save) and counts them all."""
     from harness.history import SAVES_HEAD, SAVES_SAMPLE, SAVES_TAIL
 
-    ((events, first, last, _, committed),) = [_feed_whole(_dense_log(2000))]
+    ((events, _first, last, _, committed),) = [_feed_whole(_dense_log(2000))]
     saves = [e for e in events if isinstance(e, ev.SaveCommitted)]
     assert committed == 2000
     assert len(saves) <= SAVES_HEAD + SAVES_TAIL + SAVES_SAMPLE
