@@ -268,7 +268,7 @@ class _SaveLines:
 
 
 class _StartBuilder:
-    __slots__ = ("phase", "events", "first", "_last", "_last_raw", "bad", "saves")
+    __slots__ = ("phase", "events", "first", "_last", "_last_raw", "bad", "saves", "points", "next_at", "stride")
 
     def __init__(self) -> None:
         self.phase = PH_NONE
@@ -278,6 +278,11 @@ class _StartBuilder:
         self._last_raw: tuple[bytes, int] | None = None  # the last iteration line, parsed when asked for
         self.bad: dict[int, ev.Iteration] = {}
         self.saves: dict[type, _SaveLines] = {}
+        # the progress curve, sampled in the pass: (iteration, local stamp, file offset) of
+        # iteration lines at least `stride` bytes apart, thinned to at most PROGRESS_SAMPLES
+        self.points: list[tuple[int, float | None, int]] = []
+        self.next_at = 0  # the file offset from which the next sample is taken
+        self.stride = 0  # 0: every iteration line, until the first thinning
 
     def last(self, parser: "LogParser") -> ev.Iteration | None:
         if self._last_raw is not None:
@@ -305,6 +310,7 @@ class LogParser:
         self.split_starts = split_starts
         self.keywords = keywords
         self.lineno = 0
+        self.fed = 0  # bytes fed so far: the file offset of the next feed's first byte
         self.starts: list[_StartBuilder] = []
         self.launcher: list[ev.LauncherEvent] = []
         self.year: int | None = None
@@ -356,6 +362,7 @@ class LogParser:
             if data[n - 1:n] != b"\n":
                 line += 1
         self.lineno = line
+        self.fed += n
 
     def _args_block(self, data: bytes, pos: int, n: int, line: int) -> tuple[int, int]:
         """Inside an open arguments table every line matters (the table lines carry no keyword)."""
@@ -439,6 +446,8 @@ class LogParser:
                 return  # " iteration " only in other lines: no start is implied
         assert start is not None
         start.phase = max(start.phase, PH_ITER)
+        if start.next_at - self.fed < b:
+            self._sample(start, data, a, b)
         # The region's last iteration line is kept raw and parsed only when asked for: a region
         # ends at every keyword line (a save every 5 iterations), so parsing each would make
         # the time depend on how often the run saves.
@@ -463,6 +472,31 @@ class LogParser:
                 it = self._iteration(data[ls:_line_end(data, m.start(), b)], at)
                 if it is not None and ((it.skipped or 0) > 0 or (it.nan or 0) > 0):
                     start.bad[at] = it
+
+    def _sample(self, start: _StartBuilder, data: bytes, a: int, b: int) -> None:
+        """The progress curve's points in data[a:b]: the first iteration line at or after each
+        sampling offset. Evenly spaced in bytes, at most PROGRESS_SAMPLES per start whatever the
+        run's length: when full, every other point goes and the spacing doubles."""
+        base = self.fed
+        at = max(a, start.next_at - base)
+        while at < b:
+            i = data.find(ITER_KEY, at, b)
+            if i < 0:
+                return
+            ls = max(data.rfind(b"\n", a, i) + 1, a)
+            le = _line_end(data, i, b)
+            it = self._iteration(data[ls:le], 0)
+            at = le + 1
+            if it is None:
+                continue
+            start.points.append((it.iteration, it.ts, base + ls))
+            if len(start.points) > PROGRESS_SAMPLES:
+                kept = start.points[::2]
+                start.stride = start.stride * 2 if start.stride else max(
+                    1, (kept[-1][2] - kept[0][2]) // max(len(kept) - 1, 1))
+                start.points = kept
+            start.next_at = base + at + start.stride
+            at = start.next_at - base
 
     def _losses(self, data: bytes, a: int, b: int, line_at_a: int) -> None:
         """Every `lm loss` of the iteration lines of data[a:b]; a later line of an iteration wins."""
@@ -902,6 +936,7 @@ class HistoryReader:
         self.chunk_size = chunk_size
         self.losses = losses  # keep every iteration's lm loss (loss_continuity against a baseline)
         self._app_files: list[_TrackedFile] = []
+        self._points: list[list[tuple[int, float | None, int]]] = []  # per start of the last poll
         self._files: dict[str, _TrackedFile] = {}
         self._dcp_cache: dict[tuple[str, int, int], tuple[int | None, int | None, str | None, str | None]] = {}
         self._record_cache: dict[tuple[str, int, int], ev.OptimizerRecord] = {}
@@ -965,7 +1000,20 @@ class HistoryReader:
             losses = {}
             for f in self._app_files:  # in cycle order: a replacement's line of an iteration wins
                 losses.update(f.parser.losses or {})
-        return RunRead(timeline=timeline, progress=sample_progress(timeline) if progress else None, losses=losses)
+        return RunRead(timeline=timeline, progress=self._progress(timeline) if progress else None, losses=losses)
+
+    def _progress(self, timeline: ev.Timeline) -> tuple[tuple[ev.ProgressPoint, ...], ...]:
+        """Iteration against UTC time for each start: the points sampled in the pass, and the
+        start's exact first and last iteration."""
+        out = []
+        for start, sampled in zip(timeline.starts, self._points):
+            points = {ev.ProgressPoint(it, ts - timeline.utc_offset_s) for it, ts, _ in sampled if ts is not None}
+            for it in (start.first_iteration, start.last_iteration):
+                t = timeline.utc(it)
+                if it is not None and t is not None:
+                    points.add(ev.ProgressPoint(it.iteration, t))
+            out.append(tuple(sorted(points, key=lambda q: (q.t, q.iteration))))
+        return tuple(out)
 
     # ---- logs
 
@@ -993,11 +1041,13 @@ class HistoryReader:
         return []
 
     def _starts(self, app_files: list[_TrackedFile]) -> tuple[list[ev.AppStart], list[tuple[str, list[ev.Event]]]]:
+        self._points = []
         starts: list[ev.AppStart] = []
         stream: list[tuple[str, list[ev.Event]]] = []
         for f in app_files:
             file_events: list[ev.Event] = []
             for ordinal, (events, first, last, bad, saves) in enumerate(f.parser.snapshot_starts()):
+                self._points.append(f.parser.starts[ordinal].points)
                 merged = list(events)
                 for it in _unique([first, last, *bad]):
                     merged.append(it)
@@ -1562,90 +1612,6 @@ def iteration_loss(text: str) -> tuple[int, str] | None:
     return (int(it.group(1)), loss.group(1)) if it and loss else None
 
 
-# ---------------------------------------------------------------- the progress curve, sampled
+# ---------------------------------------------------------------- the progress curve
 
-PROGRESS_SAMPLES = 1200  # per log file: a smooth curve at any run length, bounded work
-_SAMPLE_WINDOW = 4 << 10  # bytes read at each sample offset (~10 log lines); widened 16x once when it holds no iteration line
-
-
-def sample_progress(timeline: ev.Timeline, samples: int = PROGRESS_SAMPLES) -> tuple[tuple[ev.ProgressPoint, ...], ...]:
-    """Iteration against UTC time for each start of the Timeline (same order), for the
-    timeline picture. Each application log is read at `samples` evenly spaced offsets only
-    (the first iteration line after each), so a 100,000-iteration run costs what a
-    100-iteration one does; every start's exact first and last iteration are included. A
-    sampled line belongs to the start of its file whose first..last time span holds it."""
-    points: list[list[ev.ProgressPoint]] = [[] for _ in timeline.starts]
-    by_source: dict[str, list[ev.AppStart]] = {}
-    for start in timeline.starts:
-        by_source.setdefault(start.source, []).append(start)
-    for source, starts in by_source.items():
-        spans = [(s, timeline.utc(s.first_iteration), timeline.utc(s.last_iteration)) for s in starts]
-        for it in _sample_iterations(timeline.run_dir / source, source, samples):
-            t = timeline.utc(it)
-            if t is None:
-                continue
-            for s, lo, hi in spans:
-                if lo is not None and hi is not None and lo <= t <= hi:
-                    points[s.index].append(ev.ProgressPoint(it.iteration, t))
-                    break
-    for start in timeline.starts:
-        for it in (start.first_iteration, start.last_iteration):
-            t = timeline.utc(it)
-            if it is not None and t is not None:
-                points[start.index].append(ev.ProgressPoint(it.iteration, t))
-    return tuple(tuple(sorted(set(p), key=lambda q: (q.t, q.iteration))) for p in points)
-
-
-def _sample_iterations(path: Path, rel: str, samples: int) -> list[ev.Iteration]:
-    try:
-        f = safeio.open_binary(path)
-        size = os.fstat(f.fileno()).st_size
-    except OSError:
-        return []
-    parser = LogParser(rel, split_starts=False)
-    step = max(size // max(samples, 1), 1)
-    found: list[ev.Iteration] = []
-    last_end: int | None = None  # where the previous sample's line ended (its line break)
-    try:
-        with f:
-            for offset in range(0, size, step):
-                # Dense sampling (short file): go on from the previous line, or a line that
-                # straddles this offset would be skipped. Sparse: the first line after it.
-                at = last_end if last_end is not None and offset < last_end + step else offset
-                hit = None
-                for window in (_SAMPLE_WINDOW, _SAMPLE_WINDOW * 16):
-                    hit = _first_iteration_at(f, at, window, parser)
-                    if hit is not None or at + window >= size:
-                        break
-                if hit is None:
-                    if at + _SAMPLE_WINDOW * 16 >= size:
-                        break  # no iteration line left before the end of the file
-                    continue
-                found.append(hit[0])
-                last_end = hit[1]
-    except OSError:
-        pass  # a curve from what could be read; the criteria never depend on it
-    return found
-
-
-def _first_iteration_at(f, offset: int, window: int, parser: LogParser) -> tuple[ev.Iteration, int] | None:
-    """The first whole iteration line starting at or after `offset` within `window` bytes,
-    and the file offset of its line break."""
-    f.seek(offset)
-    data = f.read(window)
-    # a line cut by the offset is not whole: begin after the first line break (unless at 0)
-    pos = 0 if offset == 0 else data.find(b"\n") + 1
-    if offset and not pos:
-        return None
-    while True:
-        i = data.find(ITER_KEY, pos)
-        if i < 0:
-            return None
-        ls = data.rfind(b"\n", 0, i) + 1
-        le = data.find(b"\n", i)
-        if le < 0:
-            return None  # the line goes on past the window
-        it = parser._iteration(data[ls:le], 0)
-        if it is not None:
-            return it, offset + le
-        pos = le + 1
+PROGRESS_SAMPLES = 1200  # per start: a smooth curve at any run length, bounded memory (LogParser._sample)
