@@ -7,7 +7,7 @@ Builds two realistic run directories with the test suite's builder (recovery_tes
 100,000 iterations (checkpoint every 1,000; ~17 MB of log per cycle). For each it prints the
 median over --repeat of:
 
-- sampling the progress curve (history.sample_progress) and the points it kept;
+- reading the run with its progress curve (history.read_run, sampled in the pass) and the points it kept;
 - building the picture's data (harness.picture.build, via verify without writing);
 - drawing the PNG (harness.picture.draw: matplotlib Agg), its pixel size and bytes.
 
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness import picture, verify  # noqa: E402
-from harness.history import read_history, sample_progress  # noqa: E402
+from harness.history import read_run  # noqa: E402
 from recovery_tests import rundirs  # noqa: E402
 
 RUNS = {
@@ -55,13 +55,13 @@ def main() -> int:
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="nvrx-qual-bench-picture-"))
     try:
-        print(f"{'run':<20} {'log MB':>7} {'sample ms':>10} {'points':>7} {'verify ms':>10} {'draw ms':>8} "
+        print(f"{'run':<20} {'log MB':>7} {'read ms':>10} {'points':>7} {'verify ms':>10} {'draw ms':>8} "
               f"{'png':>10} {'KiB':>6}")
         for name, scenario in RUNS.items():
             run = rundirs.build(root / name.split()[0].replace(",", ""), scenario).run_dir
             log_mb = sum(p.stat().st_size for p in (run / "logs").iterdir()) / 1e6
-            timeline = read_history(run)
-            sample_s, curves = _timed(lambda: sample_progress(timeline), args.repeat)
+            sample_s, read = _timed(lambda: read_run(run), args.repeat)
+            curves = read.progress
             verify_s, verdict = _timed(lambda: verify.verify_run(run), args.repeat)
             png = run / picture.FILE_NAME
             draw_s, _ = _timed(lambda: picture.draw(verdict.picture, png), args.repeat)

@@ -14,9 +14,10 @@ Nothing here reads files.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from harness import events as ev
 from harness.events import AppStart, Src, Timeline, iso_utc
@@ -1025,6 +1026,104 @@ CHECKERS: tuple[tuple[str, Callable[[Timeline, Analysis], CriterionResult]], ...
 )
 
 
+# ---------------------------------------------------------------- loss continuity (with a baseline)
+
+LOSS_CONTINUITY = "loss_continuity"
+
+
+@dataclass(frozen=True)
+class LossComparison:
+    """The lm loss of every iteration of this run and of an uninterrupted baseline run of the
+    same configuration (harness.history.RunRead.losses of each)."""
+
+    run: Mapping[int, ev.LossLine]
+    baseline: Mapping[int, ev.LossLine]
+    baseline_dir: str  # as given; its last part prefixes the baseline's evidence lines
+
+
+def check_loss_continuity(tl: Timeline, a: Analysis, losses: LossComparison | None) -> CriterionResult:
+    """Loss continuity, the check after the five when a baseline is given: the losses after
+    the restored checkpoint equal the baseline's (see compare_losses)."""
+    loaded = a.replacement.first(ev.CheckpointLoaded) if a.replacement is not None else None
+    return compare_losses(losses, a.fault, loaded.iteration if loaded is not None else None, tl.run.train_iters)
+
+
+def compare_losses(losses: LossComparison | None, fault: str, restored: int | None,
+                   train_iters: int | None) -> CriterionResult:
+    """Under deterministic settings (the CPU workloads are bitwise deterministic) a run that
+    recovered from checkpoint K must print, for every iteration after K, exactly the `lm loss`
+    of an uninterrupted run of the same configuration (docs/megatron.md, "Optimizer state
+    really reloaded", evidence 3). A restored model with a fresh optimizer matches at K+1 at
+    best and drifts from K+2 on, so this catches what the log lines alone might not.
+
+    Megatron (0.19 `training_log`) prints the first iteration of every start without resetting
+    its loss accumulators, so with --log-interval 1 the next line reports the mean of the
+    start's first two iterations. After a restore of K that is iteration K+2: its printed loss
+    is then the mean of this run's K+1 and the baseline's K+2 (to the printed precision), and
+    is accepted as continuous. The uninterrupted baseline averages only its iterations 1 and 2."""
+    cid = LOSS_CONTINUITY
+    if fault == "none":
+        return CriterionResult(cid, NOT_APPLICABLE, "Fault none: there is no restore to compare.")
+    if losses is None:
+        return CriterionResult(cid, NOT_APPLICABLE,
+                               "No baseline run given (verify --baseline RUN_DIR of an uninterrupted run).")
+    if restored is None:
+        return CriterionResult(cid, NOT_APPLICABLE,
+                               "No checkpoint was restored (see optimizer_reload), so there is nothing to compare.")
+    ours, theirs, baseline_dir = losses.run, losses.baseline, losses.baseline_dir
+    base = PurePath(baseline_dir).name
+    last = train_iters or max(ours, default=restored)
+    wanted = range(restored + 1, last + 1)
+    missing = [i for i in wanted if i not in ours or i not in theirs]
+    if missing or not wanted:
+        side = "this run" if any(i not in ours for i in missing) else f"the baseline {baseline_dir}"
+        return CriterionResult(cid, FAIL if missing else UNKNOWN,
+                               f"Iterations {restored + 1}..{last} must be logged by both runs; {side} lacks "
+                               f"iteration {missing[0] if missing else '?'} (log every iteration: --log-interval 1).")
+    averaged = None
+    for i in wanted:
+        if ours[i].loss != theirs[i].loss and i == restored + 2 and _mean_of(ours[i].loss, ours[i - 1].loss, theirs[i].loss):
+            averaged = i  # Megatron's second line of a start: the mean of the start's first two iterations
+            continue
+        if ours[i].loss != theirs[i].loss:
+            mean = ""
+            if i == restored + 2 and _finite(ours[i - 1].loss, theirs[i].loss):
+                mean = (f" (or {(float(ours[i - 1].loss) + float(theirs[i].loss)) / 2:.6E}, the mean of this run's "
+                        f"{i - 1} and the baseline's {i}, as Megatron prints the second iteration of a start)")
+            return CriterionResult(
+                cid, FAIL,
+                f"lm loss at iteration {i} is {ours[i].loss} after the restore of checkpoint {restored} but "
+                f"{theirs[i].loss} in the uninterrupted baseline{mean}: the restored training state differs "
+                "(optimizer state, data position or RNG).",
+                (str(ours[i].src), f"{base}/{theirs[i].src}"))
+    first, end = wanted[0], wanted[-1]
+    note = (f" (iteration {averaged}'s line is Megatron's mean of the restart's first two iterations, and equals the "
+            f"mean of this run's {averaged - 1} and the baseline's {averaged})") if averaged is not None else ""
+    return CriterionResult(
+        cid, PASS,
+        f"lm loss of iterations {first}..{end} after the restore of checkpoint {restored} equals the uninterrupted "
+        f"baseline's, all {len(wanted)} of them{note}.",
+        (str(ours[first].src), f"{base}/{theirs[first].src}", str(ours[end].src)))
+
+
+def _mean_of(printed: str, first: str, second: str) -> bool:
+    """printed == (first + second) / 2 to the precision Megatron prints (%E: 7 significant digits)."""
+    try:
+        values = [float(printed), float(first), float(second)]
+    except ValueError:
+        return False
+    if not all(math.isfinite(v) for v in values):
+        return False
+    return math.isclose(values[0], (values[1] + values[2]) / 2, rel_tol=2e-6)
+
+
+def _finite(*printed: str) -> bool:
+    try:
+        return all(math.isfinite(float(p)) for p in printed)
+    except ValueError:
+        return False
+
+
 def check_safe(cid: str, checker: Callable[[Timeline, Analysis], CriterionResult], tl: Timeline, a: Analysis) -> CriterionResult:
     """Jepsen's check-safe: a checker that crashes yields `unknown` with the error, not a crash."""
     try:
@@ -1033,12 +1132,14 @@ def check_safe(cid: str, checker: Callable[[Timeline, Analysis], CriterionResult
         return CriterionResult(cid, UNKNOWN, f"The checker failed: {type(exc).__name__}: {exc}", ())
 
 
-def evaluate(tl: Timeline, a: Analysis) -> tuple[CriterionResult, ...]:
+def evaluate(tl: Timeline, a: Analysis, losses: LossComparison | None = None) -> tuple[CriterionResult, ...]:
     """The five fixed criteria and optimizer_state, then loop_stopped for a plan that makes a
-    restart loop."""
+    restart loop, then loss_continuity when the losses of a baseline run are given."""
     results = tuple(check_safe(cid, fn, tl, a) for cid, fn in CHECKERS)
     if a.is_fault_run and a.poisoned:
         results = (*results, check_safe(LOOP_STOPPED, check_loop_stopped, tl, a))
+    if losses is not None:
+        results = (*results, check_safe(LOSS_CONTINUITY, lambda t, an: check_loss_continuity(t, an, losses), tl, a))
     return results
 
 

@@ -513,8 +513,10 @@ class AppStart:
     """One start of the training application (a worker-group start): the events of one
     per-cycle log, or of one section of a single log cut at its starts.
 
-    Iteration lines are summarised (first, last, and any with skipped or NaN steps) so
-    that memory stays bounded whatever the length of the run."""
+    Iteration lines are summarised (first, last, and any with skipped or NaN steps) and
+    save lines bounded (each kind's first few, last few and an even selection between:
+    harness.history.SAVES_HEAD), so that memory stays bounded whatever the length of the
+    run and the number of its checkpoints; `saves_committed` counts them all."""
 
     index: int
     cycle: int | None
@@ -523,6 +525,7 @@ class AppStart:
     first_iteration: Iteration | None = None
     last_iteration: Iteration | None = None
     bad_iterations: tuple[Iteration, ...] = ()
+    saves_committed: int = 0  # every 'successfully saved checkpoint' line of this start
 
     def of(self, kind: type[E]) -> list[E]:
         return [e for e in self.events if isinstance(e, kind)]
@@ -553,9 +556,18 @@ class AppStart:
 
 
 @dataclass(frozen=True)
+class LossLine:
+    """The `lm loss` one iteration line printed, as printed (comparing the printed value is
+    comparing what the run reported), and where (loss_continuity's evidence)."""
+
+    loss: str
+    src: Src
+
+
+@dataclass(frozen=True)
 class ProgressPoint:
     """One sampled iteration line of a start: the iteration and its UTC time (the timeline
-    picture's curve; history.sample_progress)."""
+    picture's curve; history.RunRead.progress)."""
 
     iteration: int
     t: float

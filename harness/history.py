@@ -24,8 +24,10 @@ import re
 import stat
 import time
 import warnings
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from harness import events as ev
 from harness import safeio
@@ -78,6 +80,7 @@ ITER_KEY = b" iteration "
 
 # ---- application lines (docs/megatron.md, "Log lines")
 _ITER_RE = re.compile(r"iteration +(\d+)/ *(\d+) \|")
+_ITER_RE_B = re.compile(rb"iteration +\d+/ *\d+ \|")
 _CONSUMED_RE = re.compile(r"consumed samples: +(\d+)")
 _LOSS_RE = re.compile(r"lm loss: ([-+0-9.eEnaifNA]+)")
 _SKIPPED_RE = re.compile(r"number of skipped iterations: +(\d+)")
@@ -90,6 +93,13 @@ _COUNTERS_ZERO = b"number of skipped iterations:   0 | number of nan iterations:
 _SAVE_START_RE = re.compile(r"saving checkpoint at iteration +(\d+) to (.+?) in \S+ format")
 _SAVE_SCHED_RE = re.compile(r"scheduled an async checkpoint save at iteration +(\d+) to (\S+)")
 _SAVE_DONE_RE = re.compile(r"successfully saved checkpoint (?:from|at) iteration +(\d+) to (.+?)(?: \[|$)")
+_SAVE_PARSE = {ev.SaveCommitted: _SAVE_DONE_RE, ev.SaveScheduled: _SAVE_SCHED_RE, ev.SaveStarted: _SAVE_START_RE}
+# A cheap screen on the raw line, in the order the full parse tries them.
+_SAVE_SCREEN = (
+    (ev.SaveCommitted, b"saved checkpoint", re.compile(rb"successfully saved checkpoint (?:from|at) iteration +\d+ to ")),
+    (ev.SaveScheduled, b"async checkpoint", re.compile(rb"scheduled an async checkpoint save at iteration +\d+ to \S")),
+    (ev.SaveStarted, b"saving checkpoint", re.compile(rb"saving checkpoint at iteration +\d+ to .+? in \S+ format")),
+)
 _LOAD_START_RE = re.compile(r"loading distributed checkpoint from (.+?) at iteration (\d+)")
 _LOAD_DONE_RE = re.compile(r"successfully loaded checkpoint from (.+?)(?: \[[^\]]*\])? at iteration (\d+)")
 _OPT_RE = re.compile(r"Loading distributed optimizer sharded state of type (\S+)")
@@ -139,25 +149,91 @@ class _ArgsBuilder:
         return ev.ArgumentsPrinted(src=self.src, rank=self.rank, args=tuple(self.lines))
 
 
+# Save lines repeat with every checkpoint (a pair every 5 iterations at the walkthrough's
+# interval): a start keeps, per kind, its first SAVES_HEAD, its last SAVES_TAIL and an evenly
+# thinned selection of at most SAVES_SAMPLE (the picture's diamonds), plus the count. Only
+# the kept lines are ever decoded, so memory and time do not grow with the checkpoints.
+SAVES_HEAD = 8
+SAVES_TAIL = 32
+SAVES_SAMPLE = 64
+_SAVE_KINDS = (ev.SaveCommitted, ev.SaveScheduled, ev.SaveStarted)
+
+
+class _SaveLines:
+    """The bounded record of one kind of save line of one start (see SAVES_HEAD)."""
+
+    __slots__ = ("count", "head", "tail", "sample", "stride")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.head: list[list] = []  # [raw line, line number, event or None]: parsed when first needed
+        self.tail: deque[list] = deque(maxlen=SAVES_TAIL)
+        self.sample: list[list] = []
+        self.stride = 1
+
+    def add(self, entry: list) -> None:
+        self.count += 1
+        if len(self.head) < SAVES_HEAD:
+            self.head.append(entry)
+            return
+        self.tail.append(entry)
+        if self.count % self.stride == 0:
+            self.sample.append(entry)
+            if len(self.sample) > SAVES_SAMPLE:
+                self.sample = self.sample[::2]
+                self.stride *= 2
+
+    def kept(self) -> list[list]:
+        seen: dict[int, list] = {}
+        for entry in (*self.head, *self.sample, *self.tail):
+            seen.setdefault(entry[1], entry)
+        return [seen[k] for k in sorted(seen)]
+
+
 class _StartBuilder:
-    __slots__ = ("phase", "events", "first", "last", "bad")
+    __slots__ = ("phase", "events", "first", "_last", "_last_raw", "bad", "saves", "points", "next_at", "stride")
 
     def __init__(self) -> None:
         self.phase = PH_NONE
         self.events: list[object] = []  # AppEvent, or an _ArgsBuilder while its table is open
         self.first: ev.Iteration | None = None
-        self.last: ev.Iteration | None = None
+        self._last: ev.Iteration | None = None
+        self._last_raw: tuple[bytes, int] | None = None  # the last iteration line, parsed when asked for
         self.bad: dict[int, ev.Iteration] = {}
+        self.saves: dict[type, _SaveLines] = {}
+        # the progress curve, sampled in the pass: (iteration, local stamp, file offset) of
+        # iteration lines at least `stride` bytes apart, thinned to at most PROGRESS_SAMPLES
+        self.points: list[tuple[int, float | None, int]] = []
+        self.next_at = 0  # the file offset from which the next sample is taken
+        self.stride = 0  # 0: every iteration line, until the first thinning
+
+    def last(self, parser: "LogParser") -> ev.Iteration | None:
+        if self._last_raw is not None:
+            raw, lineno = self._last_raw
+            self._last_raw = None
+            self._last = parser._iteration(raw, lineno) or self._last
+        return self._last
+
+    def set_last(self, it: ev.Iteration | None = None, raw: tuple[bytes, int] | None = None) -> None:
+        if raw is not None:
+            self._last_raw = raw
+        else:
+            self._last, self._last_raw = it, None
 
 
 class LogParser:
     """Incremental parser of one log file; `feed` takes whole lines (bytes)."""
 
-    def __init__(self, rel: str, *, split_starts: bool, keywords: tuple[bytes, ...] = ALL_KEYWORDS) -> None:
+    def __init__(self, rel: str, *, split_starts: bool, keywords: tuple[bytes, ...] = ALL_KEYWORDS,
+                 losses: bool = False) -> None:
         self.rel = rel
+        # iteration -> the last lm loss printed for it (loss_continuity), only when asked for:
+        # it is the one record that grows with the iterations
+        self.losses: dict[int, ev.LossLine] | None = {} if losses else None
         self.split_starts = split_starts
         self.keywords = keywords
         self.lineno = 0
+        self.fed = 0  # bytes fed so far: the file offset of the next feed's first byte
         self.starts: list[_StartBuilder] = []
         self.launcher: list[ev.LauncherEvent] = []
         self.year: int | None = None
@@ -170,33 +246,46 @@ class LogParser:
     # ---- driving
 
     def feed(self, data: bytes | bytearray, end: int | None = None) -> None:
-        """Parse data[:end], which ends at a line boundary (or is a file's last, cut line)."""
+        """Parse data[:end], which ends at a line boundary (or is a file's last, cut line).
+
+        Iteration lines are folded region by region (_iterations); a save line inside a start
+        that already trains does not end the region, so a run that saves every few iterations
+        costs what one that never saves does."""
         n = len(data) if end is None else end
         pos = 0
         line = self.lineno  # lines wholly before `pos`
         if self._args is not None:
             pos, line = self._args_block(data, pos, n, line)
+        region, region_line = pos, line  # the iteration lines not yet folded start here
         for ls in _candidate_starts(data, n, self.keywords):
             if ls < pos:
                 continue
-            between = data.count(b"\n", pos, ls)
-            self._iterations(data, pos, ls, line, between)
-            line += between
+            line += data.count(b"\n", pos, ls)
             le = data.find(b"\n", ls, n)
             if le < 0:
                 le = n
+            raw = data[ls:le]
+            training = self.starts and self.starts[-1].first is not None
+            if training and self._save_line(raw, line + 1):
+                line += 1
+                pos = le + 1
+                continue
+            self._iterations(data, region, ls, region_line, line - region_line)
             line += 1
-            self._line(data[ls:le], line)
+            if not self._save_line(raw, line):
+                self._line(raw, line)
             pos = le + 1
             if self._args is not None:
                 pos, line = self._args_block(data, pos, n, line)
+            region, region_line = pos, line
         if pos < n:
-            between = data.count(b"\n", pos, n)
-            self._iterations(data, pos, n, line, between)
-            line += between
+            line += data.count(b"\n", pos, n)
+        if region < n:
+            self._iterations(data, region, n, region_line, line - region_line)
             if data[n - 1:n] != b"\n":
                 line += 1
         self.lineno = line
+        self.fed += n
 
     def _args_block(self, data: bytes, pos: int, n: int, line: int) -> tuple[int, int]:
         """Inside an open arguments table every line matters (the table lines carry no keyword)."""
@@ -254,6 +343,8 @@ class LogParser:
         i = data.find(ITER_KEY, a, b)
         if i < 0:
             return
+        if self.losses is not None:
+            self._losses(data, a, b, line_at_a)
 
         def lineno(ls: int) -> int:  # count from the nearer end of the region
             if ls - a < b - ls:
@@ -269,7 +360,8 @@ class LogParser:
                 it = self._iteration(data[ls:le], lineno(ls))
                 if it is not None:
                     start = self._start(phase=PH_ITER)
-                    start.first = start.last = it
+                    start.first = it
+                    start.set_last(it)
                     first_at = ls
                     break
                 i = data.find(ITER_KEY, le, b)
@@ -277,14 +369,19 @@ class LogParser:
                 return  # " iteration " only in other lines: no start is implied
         assert start is not None
         start.phase = max(start.phase, PH_ITER)
+        if start.next_at - self.fed < b:
+            self._sample(start, data, a, b)
+        # The region's last iteration line is kept raw and parsed only when asked for: a region
+        # ends at every keyword line (a save every 5 iterations), so parsing each would make
+        # the time depend on how often the run saves.
         j = data.rfind(ITER_KEY, a, b)
         while j >= a:
             ls = max(data.rfind(b"\n", a, j) + 1, a)
             if ls <= first_at:
                 break
-            it = self._iteration(data[ls:_line_end(data, j, b)], lineno(ls))
-            if it is not None:
-                start.last = it
+            raw = data[ls:_line_end(data, j, b)]
+            if _ITER_RE_B.search(raw):
+                start.set_last(raw=(bytes(raw), lineno(ls)))
                 break
             j = data.rfind(ITER_KEY, a, ls)
         if len(start.bad) >= MAX_BAD_ITERATIONS or data.count(_COUNTER_FIELD, a, b) == data.count(_COUNTERS_ZERO, a, b):
@@ -298,6 +395,46 @@ class LogParser:
                 it = self._iteration(data[ls:_line_end(data, m.start(), b)], at)
                 if it is not None and ((it.skipped or 0) > 0 or (it.nan or 0) > 0):
                     start.bad[at] = it
+
+    def _sample(self, start: _StartBuilder, data: bytes, a: int, b: int) -> None:
+        """The progress curve's points in data[a:b]: the first iteration line at or after each
+        sampling offset. Evenly spaced in bytes, at most PROGRESS_SAMPLES per start whatever the
+        run's length: when full, every other point goes and the spacing doubles."""
+        base = self.fed
+        at = max(a, start.next_at - base)
+        while at < b:
+            i = data.find(ITER_KEY, at, b)
+            if i < 0:
+                return
+            ls = max(data.rfind(b"\n", a, i) + 1, a)
+            le = _line_end(data, i, b)
+            it = self._iteration(data[ls:le], 0)
+            at = le + 1
+            if it is None:
+                continue
+            start.points.append((it.iteration, it.ts, base + ls))
+            if len(start.points) > PROGRESS_SAMPLES:
+                kept = start.points[::2]
+                start.stride = start.stride * 2 if start.stride else max(
+                    1, (kept[-1][2] - kept[0][2]) // max(len(kept) - 1, 1))
+                start.points = kept
+            start.next_at = base + at + start.stride
+            at = start.next_at - base
+
+    def _losses(self, data: bytes, a: int, b: int, line_at_a: int) -> None:
+        """Every `lm loss` of the iteration lines of data[a:b]; a later line of an iteration wins."""
+        counted, newlines = a, 0
+        i = data.find(b"lm loss", a, b)
+        while i >= 0:
+            ls = max(data.rfind(b"\n", a, i) + 1, a)
+            le = _line_end(data, i, b)
+            newlines += data.count(b"\n", counted, ls)
+            counted = ls
+            text = bytes(data[ls:le]).decode("utf-8", "replace").rstrip("\r\n")
+            found = iteration_loss(text)
+            if found is not None:
+                self.losses[found[0]] = ev.LossLine(found[1], Src(self.rel, line_at_a + newlines + 1, clip(text)))
+            i = data.find(b"lm loss", le, b)
 
     def _iteration(self, raw: bytes, lineno: int) -> ev.Iteration | None:
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
@@ -335,6 +472,37 @@ class LogParser:
             return _epoch(self.year, int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5])
         return None
 
+    # ---- save lines (as many as checkpoints): kept raw, bounded, decoded when needed
+
+    def _save_line(self, raw: bytes, lineno: int) -> bool:
+        """Keep a save line without decoding it; False for any other line (or one whose
+        harness console stamp is still wanted for the UTC offset: the full path takes it)."""
+        if b"nemesis" in raw or (raw[:2] == b"20" and len(self.offset_pairs) < 16):
+            return False
+        for kind, needle, rx in _SAVE_SCREEN:
+            if needle in raw and rx.search(raw):
+                self._save(kind, [bytes(raw), lineno, None])
+                return True
+        return False
+
+    def _save(self, kind: type, entry: list) -> None:
+        start = self.starts[-1] if self.starts and self.starts[-1].phase >= PH_ITER else self._start(phase=PH_ITER)
+        record = start.saves.get(kind)
+        if record is None:
+            record = start.saves[kind] = _SaveLines()
+        record.add(entry)
+
+    def _saved_event(self, kind: type, entry: list) -> ev.AppEvent | None:
+        if entry[2] is None and entry[0] is not None:
+            text = entry[0].decode("utf-8", "replace").rstrip("\r\n")
+            rank, b, _ = _strip_prefix(text)
+            m = _SAVE_PARSE[kind].search(b)
+            if m is not None:
+                entry[2] = kind(src=Src(self.rel, entry[1], clip(text)), ts=self._stamp(b), rank=rank,
+                                iteration=int(m.group(1)), path=m.group(2))
+            entry[0] = None  # parsed (or not a save after all): the raw line is no longer needed
+        return entry[2]
+
     # ---- one keyword line
 
     def _line(self, raw: bytes, lineno: int) -> None:
@@ -360,11 +528,14 @@ class LogParser:
                 return True
         if "checkpoint" in b:
             if m := _SAVE_DONE_RE.search(b):
-                self._app(ev.SaveCommitted(src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2)), phase=PH_ITER)
+                self._save(ev.SaveCommitted, [None, src.line, ev.SaveCommitted(
+                    src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2))])
             elif m := _SAVE_SCHED_RE.search(b):
-                self._app(ev.SaveScheduled(src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2)), phase=PH_ITER)
+                self._save(ev.SaveScheduled, [None, src.line, ev.SaveScheduled(
+                    src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2))])
             elif m := _SAVE_START_RE.search(b):
-                self._app(ev.SaveStarted(src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2)), phase=PH_ITER)
+                self._save(ev.SaveStarted, [None, src.line, ev.SaveStarted(
+                    src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2))])
             elif m := _LOAD_START_RE.search(b):
                 self._app(ev.LoadStarted(src=src, rank=rank, iteration=int(m.group(2)), path=m.group(1)), opener=PH_LOAD)
             elif m := _LOAD_DONE_RE.search(b):
@@ -509,11 +680,19 @@ class LogParser:
 
     # ---- results
 
-    def snapshot_starts(self) -> list[tuple[list[ev.AppEvent], ev.Iteration | None, ev.Iteration | None, list[ev.Iteration]]]:
+    def snapshot_starts(self) -> list[tuple[list[ev.AppEvent], ev.Iteration | None, ev.Iteration | None,
+                                            list[ev.Iteration], int]]:
+        """Per start: its events (the kept save lines among them), first and last iteration,
+        the iterations with skipped or NaN steps, and the number of committed saves."""
         out = []
         for s in self.starts:
             events = [e.build() if isinstance(e, _ArgsBuilder) else e for e in s.events]
-            out.append((events, s.first, s.last, [s.bad[k] for k in sorted(s.bad)]))
+            for kind, record in s.saves.items():
+                events.extend(e for entry in record.kept() if (e := self._saved_event(kind, entry)) is not None)
+            events.sort(key=lambda e: e.src.line)
+            committed = s.saves.get(ev.SaveCommitted)
+            out.append((events, s.first, s.last(self), [s.bad[k] for k in sorted(s.bad)],
+                        committed.count if committed else 0))
         return out
 
 
@@ -554,7 +733,8 @@ def _float_of(m: re.Match | None) -> float | None:
 
 
 class _TrackedFile:
-    def __init__(self, path: Path, rel: str, kind: str, cycle: int | None) -> None:
+    def __init__(self, path: Path, rel: str, kind: str, cycle: int | None, losses: bool = False) -> None:
+        self.losses = losses
         self.path = path
         self.rel = rel
         self.kind = kind
@@ -568,7 +748,7 @@ class _TrackedFile:
     def _new_parser(self) -> LogParser:
         # a per-cycle log holds worker output only: the launcher keywords would be wasted passes
         keywords = APP_KEYWORDS if self.kind == "cycle" else ALL_KEYWORDS
-        return LogParser(self.rel, split_starts=self.kind != "cycle", keywords=keywords)
+        return LogParser(self.rel, split_starts=self.kind != "cycle", keywords=keywords, losses=self.losses)
 
     def read(self, chunk_size: int, final: bool) -> None:
         """Parse what was appended since the last read; incomplete last lines wait unless final.
@@ -642,10 +822,13 @@ class HistoryReader:
     torch, several seconds to import): a watcher of a live run wants it off."""
 
     def __init__(self, run_dir: str | os.PathLike, *, inspect_checkpoints: bool = True,
-                 chunk_size: int = CHUNK_SIZE) -> None:
+                 chunk_size: int = CHUNK_SIZE, losses: bool = False) -> None:
         self.run_dir = Path(run_dir)
         self.inspect_checkpoints = inspect_checkpoints
         self.chunk_size = chunk_size
+        self.losses = losses  # keep every iteration's lm loss (loss_continuity against a baseline)
+        self._app_files: list[_TrackedFile] = []
+        self._points: list[list[tuple[int, float | None, int]]] = []  # per start of the last poll
         self._files: dict[str, _TrackedFile] = {}
         self._dcp_cache: dict[tuple[str, int, int], tuple[int | None, int | None, str | None, str | None]] = {}
         self._record_cache: dict[tuple[str, int, int], ev.OptimizerRecord] = {}
@@ -666,7 +849,7 @@ class HistoryReader:
         cycle_infos = self._cycle_infos(notes)
 
         files = self._discover()
-        app_files = self._pick_role(files, "app", final)
+        app_files = self._app_files = self._pick_role(files, "app", final)
         launcher_files = self._pick_role(files, "launcher", final)
 
         starts, app_stream = self._starts(app_files)
@@ -695,6 +878,35 @@ class HistoryReader:
             offset_how=offset_how, launcher_dialect=dialect, sources=sources, notes=tuple(notes),
         )
 
+    def read(self, *, final: bool = True, progress: bool = True, inspect_checkpoints: bool | None = None) -> RunRead:
+        """Everything downstream needs, from this reader's one pass: the Timeline (polled once
+        more, `final` as for poll), the progress curve of each start for timeline.png (unless
+        progress=False: a caller that draws nothing), and the losses when the reader keeps
+        them. `inspect_checkpoints` turns checkpoint inspection on for this read (a watcher's
+        reader, which had it off while the run was live)."""
+        if inspect_checkpoints is not None:
+            self.inspect_checkpoints = inspect_checkpoints
+        timeline = self.poll(final=final)
+        losses = None
+        if self.losses:
+            losses = {}
+            for f in self._app_files:  # in cycle order: a replacement's line of an iteration wins
+                losses.update(f.parser.losses or {})
+        return RunRead(timeline=timeline, progress=self._progress(timeline) if progress else None, losses=losses)
+
+    def _progress(self, timeline: ev.Timeline) -> tuple[tuple[ev.ProgressPoint, ...], ...]:
+        """Iteration against UTC time for each start: the points sampled in the pass, and the
+        start's exact first and last iteration."""
+        out = []
+        for start, sampled in zip(timeline.starts, self._points):
+            points = {ev.ProgressPoint(it, ts - timeline.utc_offset_s) for it, ts, _ in sampled if ts is not None}
+            for it in (start.first_iteration, start.last_iteration):
+                t = timeline.utc(it)
+                if it is not None and t is not None:
+                    points.add(ev.ProgressPoint(it.iteration, t))
+            out.append(tuple(sorted(points, key=lambda q: (q.t, q.iteration))))
+        return tuple(out)
+
     # ---- logs
 
     def _discover(self) -> list[_TrackedFile]:
@@ -702,7 +914,7 @@ class HistoryReader:
         for path, rel, kind, cycle in _classify_logs(self.run_dir):
             tracked = self._files.get(rel)
             if tracked is None:
-                tracked = self._files[rel] = _TrackedFile(path, rel, kind, cycle)
+                tracked = self._files[rel] = _TrackedFile(path, rel, kind, cycle, self.losses)
             out.append(tracked)
         return out
 
@@ -721,18 +933,21 @@ class HistoryReader:
         return []
 
     def _starts(self, app_files: list[_TrackedFile]) -> tuple[list[ev.AppStart], list[tuple[str, list[ev.Event]]]]:
+        self._points = []
         starts: list[ev.AppStart] = []
         stream: list[tuple[str, list[ev.Event]]] = []
         for f in app_files:
             file_events: list[ev.Event] = []
-            for ordinal, (events, first, last, bad) in enumerate(f.parser.snapshot_starts()):
+            for ordinal, (events, first, last, bad, saves) in enumerate(f.parser.snapshot_starts()):
+                self._points.append(f.parser.starts[ordinal].points)
                 merged = list(events)
                 for it in _unique([first, last, *bad]):
                     merged.append(it)
                 merged.sort(key=lambda e: e.src.line)
                 cycle = f.cycle if f.kind == "cycle" else ordinal
                 starts.append(ev.AppStart(index=len(starts), cycle=cycle, source=f.rel, events=tuple(merged),
-                                          first_iteration=first, last_iteration=last, bad_iterations=tuple(bad)))
+                                          first_iteration=first, last_iteration=last, bad_iterations=tuple(bad),
+                                          saves_committed=saves))
                 file_events.extend(merged)
             stream.append((f.rel, file_events))
         return starts, stream
@@ -1243,6 +1458,29 @@ def read_history(run_dir: str | os.PathLike, **kwargs) -> ev.Timeline:
     return HistoryReader(run_dir, **kwargs).poll(final=True)
 
 
+@dataclass(frozen=True)
+class RunRead:
+    """One read of a run directory: all that verify, the runner and the picture take from it.
+
+    Its memory is bounded by a constant plus the number of cycles (the Timeline keeps
+    summaries of iterations and saves), except `losses`, one entry per iteration, which is
+    only kept when asked for (a comparison against a baseline)."""
+
+    timeline: ev.Timeline
+    progress: tuple[tuple[ev.ProgressPoint, ...], ...] | None = None  # per start (timeline.png); None: not sampled
+    losses: Mapping[int, ev.LossLine] | None = None  # iteration -> last lm loss printed; None: not kept
+
+    @property
+    def run_dir(self) -> Path:
+        return self.timeline.run_dir
+
+
+def read_run(run_dir: str | os.PathLike, *, inspect_checkpoints: bool = True, losses: bool = False,
+             progress: bool = True) -> RunRead:
+    """The one read of a finished run (incomplete last lines included): see RunRead."""
+    return HistoryReader(run_dir, inspect_checkpoints=inspect_checkpoints, losses=losses).read(progress=progress)
+
+
 # ---------------------------------------------------------------- small public readers
 
 
@@ -1253,90 +1491,6 @@ def iteration_loss(text: str) -> tuple[int, str] | None:
     return (int(it.group(1)), loss.group(1)) if it and loss else None
 
 
-# ---------------------------------------------------------------- the progress curve, sampled
+# ---------------------------------------------------------------- the progress curve
 
-PROGRESS_SAMPLES = 1200  # per log file: a smooth curve at any run length, bounded work
-_SAMPLE_WINDOW = 4 << 10  # bytes read at each sample offset (~10 log lines); widened 16x once when it holds no iteration line
-
-
-def sample_progress(timeline: ev.Timeline, samples: int = PROGRESS_SAMPLES) -> tuple[tuple[ev.ProgressPoint, ...], ...]:
-    """Iteration against UTC time for each start of the Timeline (same order), for the
-    timeline picture. Each application log is read at `samples` evenly spaced offsets only
-    (the first iteration line after each), so a 100,000-iteration run costs what a
-    100-iteration one does; every start's exact first and last iteration are included. A
-    sampled line belongs to the start of its file whose first..last time span holds it."""
-    points: list[list[ev.ProgressPoint]] = [[] for _ in timeline.starts]
-    by_source: dict[str, list[ev.AppStart]] = {}
-    for start in timeline.starts:
-        by_source.setdefault(start.source, []).append(start)
-    for source, starts in by_source.items():
-        spans = [(s, timeline.utc(s.first_iteration), timeline.utc(s.last_iteration)) for s in starts]
-        for it in _sample_iterations(timeline.run_dir / source, source, samples):
-            t = timeline.utc(it)
-            if t is None:
-                continue
-            for s, lo, hi in spans:
-                if lo is not None and hi is not None and lo <= t <= hi:
-                    points[s.index].append(ev.ProgressPoint(it.iteration, t))
-                    break
-    for start in timeline.starts:
-        for it in (start.first_iteration, start.last_iteration):
-            t = timeline.utc(it)
-            if it is not None and t is not None:
-                points[start.index].append(ev.ProgressPoint(it.iteration, t))
-    return tuple(tuple(sorted(set(p), key=lambda q: (q.t, q.iteration))) for p in points)
-
-
-def _sample_iterations(path: Path, rel: str, samples: int) -> list[ev.Iteration]:
-    try:
-        f = safeio.open_binary(path)
-        size = os.fstat(f.fileno()).st_size
-    except OSError:
-        return []
-    parser = LogParser(rel, split_starts=False)
-    step = max(size // max(samples, 1), 1)
-    found: list[ev.Iteration] = []
-    last_end: int | None = None  # where the previous sample's line ended (its line break)
-    try:
-        with f:
-            for offset in range(0, size, step):
-                # Dense sampling (short file): go on from the previous line, or a line that
-                # straddles this offset would be skipped. Sparse: the first line after it.
-                at = last_end if last_end is not None and offset < last_end + step else offset
-                hit = None
-                for window in (_SAMPLE_WINDOW, _SAMPLE_WINDOW * 16):
-                    hit = _first_iteration_at(f, at, window, parser)
-                    if hit is not None or at + window >= size:
-                        break
-                if hit is None:
-                    if at + _SAMPLE_WINDOW * 16 >= size:
-                        break  # no iteration line left before the end of the file
-                    continue
-                found.append(hit[0])
-                last_end = hit[1]
-    except OSError:
-        pass  # a curve from what could be read; the criteria never depend on it
-    return found
-
-
-def _first_iteration_at(f, offset: int, window: int, parser: LogParser) -> tuple[ev.Iteration, int] | None:
-    """The first whole iteration line starting at or after `offset` within `window` bytes,
-    and the file offset of its line break."""
-    f.seek(offset)
-    data = f.read(window)
-    # a line cut by the offset is not whole: begin after the first line break (unless at 0)
-    pos = 0 if offset == 0 else data.find(b"\n") + 1
-    if offset and not pos:
-        return None
-    while True:
-        i = data.find(ITER_KEY, pos)
-        if i < 0:
-            return None
-        ls = data.rfind(b"\n", 0, i) + 1
-        le = data.find(b"\n", i)
-        if le < 0:
-            return None  # the line goes on past the window
-        it = parser._iteration(data[ls:le], 0)
-        if it is not None:
-            return it, offset + le
-        pos = le + 1
+PROGRESS_SAMPLES = 1200  # per start: a smooth curve at any run length, bounded memory (LogParser._sample)

@@ -194,7 +194,7 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
              f"did not hold: {', '.join(failed)}" if failed else None]
     return TimelinePicture(
         title=title, subtitle=" · ".join(p for p in parts if p), curves=tuple(curves), checkpoints=tuple(shown),
-        checkpoints_committed=len(marks), cycle_marks=tuple(sorted(cycle_marks, key=lambda m: m.t)),
+        checkpoints_committed=sum(s.saves_committed for s in timeline.starts), cycle_marks=tuple(sorted(cycle_marks, key=lambda m: m.t)),
         moments=moments, segments=segments, recovery_s=metrics.failure_to_first_step_s, faults=faults,
         qualified=qualified, did_not_hold=tuple(failed),
     )

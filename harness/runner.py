@@ -16,7 +16,8 @@ from harness.plan import Plan
 from harness.prepare import prepare, release
 from harness.report import Verdict, write_outputs
 from harness.spec import RunSpec, SpecError
-from harness.verify import triage, verify_run
+from harness.history import HistoryReader
+from harness.verify import read_baseline, triage, verify_read
 from harness.watch import Watcher
 
 
@@ -129,13 +130,17 @@ def _execute_checked(plan: Plan, *, deadline_s: float | None, fail_fast: bool, o
                      base_env: dict[str, str] | None, baseline: Path | None) -> Outcome:
     prepare(plan, dry_run=False)  # claims the run directory: one run ID, one run
     try:
-        watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast)
+        # One reader for the whole run: the watcher polls it while the run is live, then the
+        # verdict takes its last read (only what was appended since, and the checkpoints).
+        reader = HistoryReader(plan.layout.root, inspect_checkpoints=False, losses=baseline is not None)
+        watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast, reader=reader)
         spec = plan.spec
         watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s); the next line comes when "
                     "the launcher records the workers' start")
         result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
                                watch=watcher, base_env=base_env, on_stop=_step_canceller(plan, base_env))
-        verdict = verify_run(plan.layout.root, baseline=baseline)
+        base = read_baseline(baseline) if baseline is not None else None
+        verdict = verify_read(reader.read(final=True, inspect_checkpoints=True), baseline=base)
         found, sections = triage(verdict)
         written = write_outputs(verdict, plan.layout.root, extra_sections=sections)
     finally:

@@ -8,9 +8,10 @@ Exit status (harness.exitcodes): 0 qualified, 1 a criterion failed (or could not
 2 the path is not a readable run directory or an output is refused (the message says why),
 3 an internal error of the suite.
 
-Library use: `verify_run(run_dir, fault=None, write=False)` -> Verdict (pytest fixtures,
-`nvrx-qual run`); `verify_timeline(timeline, fault)` for a Timeline already in hand (a
-watcher polling a live run with harness.history.HistoryReader).
+Library use: `verify_run(run_dir, fault=None, write=False)` -> Verdict (pytest fixtures);
+`verify_read(read, fault, baseline)` for a harness.history.RunRead already in hand (`nvrx-qual
+run` reads its run once, with the watcher's reader); `verify_timeline(timeline, fault)` for a
+bare Timeline.
 """
 
 from __future__ import annotations
@@ -23,30 +24,40 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from harness import continuity, criteria, diagnose, metrics, picture
+from harness import criteria, diagnose, metrics, picture
 from harness import events as ev
 from harness.events import Timeline
 from harness import safeio
-from harness.history import RunDirError, check_run_dir, read_history, sample_progress
+from harness.history import RunDirError, RunRead, check_run_dir, read_run
 from harness.layout import MARKER_NAME
 from harness.exitcodes import ExitStatus, guarded
 from harness.report import Verdict, write_outputs
 
 EXIT_QUALIFIED, EXIT_FAILED, EXIT_UNREADABLE = ExitStatus.QUALIFIED, ExitStatus.NOT_QUALIFIED, ExitStatus.REFUSED
 
-__all__ = ["RunDirError", "Verdict", "add_arguments", "main", "run", "verify_run", "verify_timeline"]
+__all__ = ["RunDirError", "Verdict", "add_arguments", "main", "read_baseline", "run", "verify_read", "verify_run",
+           "verify_timeline"]
 
 
-def verify_timeline(timeline: Timeline, fault: str | None = None, baseline: str | os.PathLike | None = None,
+def verify_timeline(timeline: Timeline, fault: str | None = None,
                     progress: Sequence[Sequence[ev.ProgressPoint]] | None = None) -> Verdict:
-    """The verdict of a Timeline (writes nothing). With a baseline run directory (an
-    uninterrupted run of the same configuration) loss continuity is checked too. With the
-    sampled progress of its starts (history.sample_progress) the verdict carries what
-    timeline.png shows."""
+    """The verdict of a bare Timeline (writes nothing); see verify_read."""
+    return verify_read(RunRead(timeline, tuple(tuple(p) for p in progress) if progress is not None else None), fault)
+
+
+def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | None = None) -> Verdict:
+    """The verdict of one read of a run (writes nothing, reads nothing). With the read of a
+    baseline run (an uninterrupted run of the same configuration, read with its losses:
+    read_baseline) loss continuity is checked too. With the sampled progress of its starts the
+    verdict carries what timeline.png shows."""
+    timeline, progress = read.timeline, read.progress
     analysis = criteria.analyze(timeline, fault)
-    results = criteria.evaluate(timeline, analysis)
+    losses = None
     if baseline is not None:
-        results = (*results, _loss_continuity(timeline, analysis, Path(baseline)))
+        losses = criteria.LossComparison(read.losses or {}, baseline.losses or {}, str(baseline.run_dir))
+        if read.losses is None:
+            raise ValueError("loss continuity needs this run's losses: read it with losses=True")
+    results = criteria.evaluate(timeline, analysis, losses)
     times = metrics.compute(timeline, analysis)
     notes = [*timeline.notes, *analysis.notes]
     if timeline.starts and any(s.source == timeline.starts[0].source for s in timeline.starts[1:]):
@@ -77,17 +88,6 @@ def _deadlines(run: ev.RunConfig) -> dict:
     return {"profile": run.deadline_profile, **dict(run.deadlines)}
 
 
-def _loss_continuity(timeline: Timeline, analysis: criteria.Analysis, baseline: Path) -> criteria.CriterionResult:
-    replacement = analysis.replacement
-    loaded = replacement.first(ev.CheckpointLoaded) if replacement is not None else None
-    restored = loaded.iteration if loaded is not None else None
-
-    def check(_tl: Timeline, a: criteria.Analysis) -> criteria.CriterionResult:
-        return continuity.check_loss_continuity(timeline.run_dir, baseline, a.fault, restored, timeline.run.train_iters)
-
-    return criteria.check_safe(continuity.CRITERION_ID, check, timeline, analysis)
-
-
 def check_baseline(baseline: Path) -> None:
     """Raise RunDirError unless `baseline` is a readable run directory of an uninterrupted
     run: a baseline that itself had a fault would make loss continuity compare two
@@ -113,6 +113,12 @@ def check_baseline(baseline: Path) -> None:
                           "an uninterrupted run of the same configuration (--fault none)")
 
 
+def read_baseline(baseline: str | os.PathLike) -> RunRead:
+    """Check (check_baseline) and read a baseline run directory, with its losses."""
+    check_baseline(Path(baseline))
+    return read_run(baseline, inspect_checkpoints=False, losses=True, progress=False)
+
+
 def triage(verdict: Verdict) -> tuple["diagnose.Triage | None", tuple[str, ...]]:
     """A run that did not qualify gets the cross-rank failure triage as a report section."""
     if verdict.qualified and not any(c.id == criteria.LOOP_STOPPED for c in verdict.criteria):
@@ -131,10 +137,9 @@ def verify_run(run_dir: str | os.PathLike, fault: str | None = None, *, write: b
     picture=False skips sampling the progress curve (a caller that will not draw it)."""
     if fault is not None and fault not in criteria.FAULTS:
         raise ValueError(f"fault {fault!r} is not one of {', '.join(criteria.FAULTS)}: pass one of them")
-    if baseline is not None:
-        check_baseline(Path(baseline))
-    timeline = read_history(run_dir, inspect_checkpoints=inspect_checkpoints)
-    verdict = verify_timeline(timeline, fault, baseline, sample_progress(timeline) if picture else None)
+    base = read_baseline(baseline) if baseline is not None else None
+    read = read_run(run_dir, inspect_checkpoints=inspect_checkpoints, losses=base is not None, progress=picture)
+    verdict = verify_read(read, fault, base)
     if write or json_path is not None:
         write_outputs(verdict, run_dir if write else None, json_path, extra_sections)
     return verdict

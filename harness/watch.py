@@ -177,9 +177,11 @@ class Watcher:
     """Called by harness.launch every tick: prints progress, returns a reason to stop or None."""
 
     def __init__(self, spec: RunSpec, run_dir: Path, *, out: TextIO | None = sys.stdout,
-                 fail_fast: bool = True, clock: Callable[[], float] = time.monotonic):
+                 fail_fast: bool = True, clock: Callable[[], float] = time.monotonic,
+                 reader: HistoryReader | None = None):
         self._spec = spec
-        self._reader = HistoryReader(run_dir, inspect_checkpoints=False)  # no torch import in the watcher
+        # no torch import in the watcher; the runner passes its reader to read the run once
+        self.reader = reader if reader is not None else HistoryReader(run_dir, inspect_checkpoints=False)
         self._out = out
         self._fail_fast = fail_fast
         self._clock = clock
@@ -195,7 +197,7 @@ class Watcher:
 
     def __call__(self) -> str | None:
         try:
-            tl = self._reader.poll()
+            tl = self.reader.poll()
         except RunDirError:  # nothing written yet: no log, no checkpoint, no marker
             return None
         a = analyze(tl, self._spec.fault)

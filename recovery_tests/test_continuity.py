@@ -1,5 +1,6 @@
 """loss_continuity from run directories written here: the losses after the restore must
-equal the uninterrupted baseline's, printed value for printed value."""
+equal the uninterrupted baseline's, printed value for printed value. The losses come from
+the one read of each run (history.read_run(losses=True)); the checker reads no file."""
 
 from __future__ import annotations
 
@@ -7,8 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from harness.continuity import CRITERION_ID, check_loss_continuity, iteration_losses
-from harness.criteria import FAIL, NOT_APPLICABLE, PASS
+from harness.criteria import FAIL, LOSS_CONTINUITY as CRITERION_ID, NOT_APPLICABLE, PASS, LossComparison, compare_losses
+from harness.history import read_run
+
+
+def iteration_losses(run: Path):
+    return read_run(run, inspect_checkpoints=False, losses=True, progress=False).losses
+
+
+def check_loss_continuity(run: Path, baseline: Path | None, fault: str, restored: int | None, train_iters: int | None):
+    """The pure checker on the losses of the two reads."""
+    losses = None
+    if baseline is not None:
+        read = restored is not None and fault != "none"  # else the checker needs no loss at all
+        losses = LossComparison(iteration_losses(run) if read else {}, iteration_losses(baseline) if read else {},
+                                str(baseline))
+    return compare_losses(losses, fault, restored, train_iters)
 
 ITER = (" [2026-11-29 18:45:14.453065] iteration {it:8d}/{total:8d} | consumed samples: {cs:12d} | "
         "elapsed time per iteration (ms): 101.0 | learning rate: 1.000000E-03 | global batch size:     2 | "
@@ -115,3 +130,23 @@ def test_the_averaged_line_still_catches_a_drift_from_the_second_step(tmp_path, 
     expected_mean = (float(loss(6)) + float(loss(7))) / 2
     assert f"lm loss at iteration 7 is {drifted(7)} after the restore of checkpoint 5 but {loss(7)} in the " \
            f"uninterrupted baseline (or {expected_mean:.6E}, the mean of this run's 6 and the baseline's 7" in result.detail
+
+
+def test_verify_checks_continuity_against_a_baseline_from_the_one_read(tmp_path: Path):
+    """verify --baseline: the losses of both runs come from their one read and the pure
+    checker judges them; a drifted loss after the restore fails the run."""
+    from harness.verify import verify_run
+    from recovery_tests import rundirs
+    from recovery_tests.rundirs import Scenario
+
+    base = rundirs.build(tmp_path / "base", Scenario(fault="none")).run_dir
+    good = rundirs.build(tmp_path / "good", Scenario()).run_dir
+    result = verify_run(good, baseline=base).criterion(CRITERION_ID)
+    assert result.status == PASS, result.detail
+    assert result.evidence[1].startswith("base/logs/")
+    log = next((good / "logs").glob("*_cycle1.log"))
+    text = log.read_text()
+    last = [line for line in text.splitlines() if "lm loss:" in line][-1]
+    log.write_text(text.replace(last, last.replace("lm loss: ", "lm loss: 1")))
+    drifted = verify_run(good, baseline=base)
+    assert drifted.criterion(CRITERION_ID).status == FAIL and not drifted.qualified

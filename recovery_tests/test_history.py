@@ -156,7 +156,7 @@ MEGATRON_START = """\
 
 def test_megatron_start_parsed_into_typed_events():
     parser = _parse(MEGATRON_START, split_starts=False)
-    ((events, first, last, bad),) = parser.snapshot_starts()
+    ((events, first, last, bad, saves),) = parser.snapshot_starts()
     names = [type(e).__name__ for e in events]
     assert names == ["ArgumentsPrinted", "WorkersInitialized", "LoadStarted", "OptimizerLoaded", "SchedulerValueLoaded",
                      "CheckpointLoaded", "ModelBuilt", "SaveStarted", "SaveScheduled", "SaveCommitted", "SaveCommitted",
@@ -173,6 +173,7 @@ def test_megatron_start_parsed_into_typed_events():
     assert events[6].ts == pytest.approx(1795973528.0)  # whole seconds of the model-built datetime
     assert (last.iteration, last.src.line) == (20, 20)
     assert [(b.iteration, b.skipped) for b in bad] == [(16, 2)]
+    assert saves == 2  # committed saves counted
 
 
 def test_single_log_is_cut_into_starts():
@@ -197,7 +198,7 @@ def test_prefix_variants_rank_padding_tee_and_console():
         "2026-11-29T16:32:09.789Z out [default0]: loading distributed checkpoint from /c at iteration 3\n"
     )
     parser = _parse(lines, split_starts=False)
-    ((events, first, last, _),) = parser.snapshot_starts()
+    ((events, first, last, _, _),) = parser.snapshot_starts()
     assert (first.rank, first.iteration, last.rank, last.iteration) == (3, 11, 1, 12)
     assert [(type(e).__name__, e.rank) for e in events] == [("LoadStarted", 0)]
     assert parser.offset_pairs == []  # the load line carries no local stamp to pair with
@@ -376,3 +377,98 @@ def test_an_unreadable_log_is_a_note_not_a_crash(tmp_path, monkeypatch):
     tl = read_history(built.run_dir)
     assert "logs/train_cycle_cycle1.log could not be read completely (Permission denied)" in " ".join(tl.notes)
     assert [s.cycle for s in tl.starts] == [0]  # cycle 0 is still there; cycle 1 is missing, not invented
+
+
+# ---------------------------------------------------------------- bounded with the checkpoints
+
+
+def _dense_log(saves: int, every: int = 5) -> str:
+    lines = []
+    for it in range(1, saves * every + 1):
+        lines.append(f"1:  [2026-11-29 17:32:09.310000] iteration {it:8d}/{saves * every:8d} | consumed samples: {it} | "
+                     "lm loss: 9.400000E+00 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+        if it % every == 0:
+            lines.append(f"0:  [2026-11-29 17:32:09.410000] saving checkpoint at iteration {it:7d} to /ckpt in torch_dist format")
+            lines.append(f"0:   successfully saved checkpoint from iteration {it:7d} to /ckpt [ t 1/1, gtp_remat 1/1, p 1/1 ]")
+    return "\n".join(lines) + "\n"
+
+
+def test_save_lines_are_kept_bounded_whatever_the_number_of_checkpoints():
+    """A checkpoint every 5 iterations: the start keeps the first, the last and an even
+    selection of its save lines (not one event per save) and counts them all."""
+    from harness.history import SAVES_HEAD, SAVES_SAMPLE, SAVES_TAIL
+
+    ((events, _first, last, _, committed),) = [_feed_whole(_dense_log(2000))]
+    saves = [e for e in events if isinstance(e, ev.SaveCommitted)]
+    assert committed == 2000
+    assert len(saves) <= SAVES_HEAD + SAVES_TAIL + SAVES_SAMPLE
+    its = [s.iteration for s in saves]
+    assert its == sorted(its) and its[:SAVES_HEAD] == [5 * i for i in range(1, SAVES_HEAD + 1)]
+    assert its[-SAVES_TAIL:] == [5 * i for i in range(2000 - SAVES_TAIL + 1, 2001)]
+    middle = its[SAVES_HEAD:-SAVES_TAIL]
+    assert len(middle) >= SAVES_SAMPLE // 2  # an even selection for the picture, not just the ends
+    assert saves[-1].src.line == 14_000 and saves[-1].src.text.startswith("0:   successfully saved checkpoint")
+    assert len([e for e in events if isinstance(e, ev.SaveStarted)]) <= SAVES_HEAD + SAVES_TAIL + SAVES_SAMPLE
+    assert (last.iteration, last.src.line) == (10_000, 14_000 - 2)
+
+
+def _feed_whole(text: str):
+    parser = LogParser("x.log", split_starts=False)
+    data = text.encode()
+    pos = 0
+    while pos < len(data):  # pieces of about 64 KiB, cut at line ends
+        cut = data.rfind(b"\n", pos, pos + (1 << 16)) + 1 or len(data)
+        parser.feed(data[pos:cut])
+        pos = cut
+    (start,) = parser.snapshot_starts()
+    return start
+
+
+def test_a_run_with_dense_checkpoints_reads_every_save_count_and_the_last(tmp_path: Path):
+    """The Timeline of a run that saves every 5 iterations holds a bounded number of save
+    events; the criteria still see the last checkpoint and the committed count."""
+    run = rundirs.build(tmp_path / "run", Scenario(train_iters=4000, save_interval=5, fault_at=2000,
+                                                   checkpoints=False)).run_dir
+    tl = read_history(run)
+    assert [s.saves_committed for s in tl.starts] == [400, 400]
+    assert len(tl.of(ev.SaveCommitted)) <= 2 * 104
+    assert max(e.iteration for e in tl.starts[0].of(ev.SaveCommitted)) == 2000
+    assert min(e.iteration for e in tl.starts[1].of(ev.SaveCommitted)) == 2005
+
+
+def test_one_read_holds_the_timeline_the_curve_and_the_losses_only_when_asked(tmp_path: Path):
+    from harness.history import read_run
+
+    run = rundirs.build(tmp_path / "run", Scenario(checkpoints=False)).run_dir
+    plain = read_run(run)
+    assert plain.losses is None and plain.progress is not None and len(plain.progress) == len(plain.timeline.starts)
+    assert read_run(run, progress=False).progress is None
+    kept = read_run(run, losses=True, progress=False).losses
+    t = plain.timeline.run.train_iters
+    assert sorted(kept) == list(range(1, t + 1))
+    replacement = plain.timeline.starts[-1]
+    first = replacement.first_iteration
+    assert kept[first.iteration].src == first.src  # the replacement's line of an iteration wins
+
+
+def test_losses_of_a_live_read_equal_those_of_one_read(tmp_path: Path):
+    """The watcher's reader, polled while the logs grow, then read once more at the end, keeps
+    the same losses as one read of the finished run."""
+    from harness.history import read_run
+
+    built = rundirs.build(tmp_path / "done", Scenario(checkpoints=False)).run_dir
+    live = tmp_path / "live"
+    shutil.copytree(built, live, ignore=shutil.ignore_patterns("*.log"))
+    (live / "logs").mkdir(exist_ok=True)
+    reader = HistoryReader(live, inspect_checkpoints=False, losses=True)
+    for log in sorted((built / "logs").iterdir()):
+        data = log.read_bytes()
+        with open(live / "logs" / log.name, "wb") as f:
+            for at in range(0, len(data), 997):  # cut mid-line
+                f.write(data[at:at + 997])
+                f.flush()
+                try:
+                    reader.poll()
+                except RunDirError:  # nothing readable yet
+                    pass
+    assert reader.read().losses == read_run(built, losses=True).losses

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import picture, verify
+from harness import history, picture, verify
 from harness.events import ProgressPoint
-from harness.history import PROGRESS_SAMPLES, read_history, sample_progress
+from harness.history import PROGRESS_SAMPLES, read_run
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 
@@ -79,7 +79,7 @@ def test_single_user_log_splits_the_curve_at_its_starts(tmp_path: Path):
     """A user's sbatch run: one un-prefixed log holding both starts; each sampled line goes
     to the start whose time span holds it."""
     run = rundirs.build(tmp_path / "single", Scenario(nvrx="0.4.1", per_cycle_logs=False)).run_dir
-    curves = sample_progress(read_history(run))
+    curves = read_run(run).progress
     assert [q.iteration for q in curves[0]] == list(range(1, 12))
     assert [q.iteration for q in curves[1]] == list(range(11, 31))
 
@@ -108,8 +108,8 @@ def long_run(tmp_path_factory) -> rundirs.Built:
 
 
 def test_long_run_curve_is_sampled_and_bounded(long_run):
-    timeline = read_history(long_run.run_dir)
-    curves = sample_progress(timeline)
+    read = read_run(long_run.run_dir)
+    timeline, curves = read.timeline, read.progress
     assert len(curves) == 2
     for start, curve in zip(timeline.starts, curves):
         its = [q.iteration for q in curve]
@@ -218,7 +218,8 @@ def test_read_only_verify_does_not_sample_the_curve(tmp_path: Path, monkeypatch)
     """--no-write and `nvrx-qual report` draw nothing, so they skip the sampling."""
     run = rundirs.build(tmp_path / "run", Scenario()).run_dir
     sampled = []
-    monkeypatch.setattr(verify, "sample_progress", lambda tl: sampled.append(tl) or ())
+    real = history.HistoryReader._progress
+    monkeypatch.setattr(history.HistoryReader, "_progress", lambda self, tl: sampled.append(tl) or real(self, tl))
     assert verify.main([str(run), "--no-write", "--quiet"]) == 0
     assert verify.verify_run(run, picture=False).picture is None
     assert sampled == []

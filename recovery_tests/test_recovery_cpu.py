@@ -9,7 +9,7 @@ import pytest
 
 from fixtures.runs import Scenario, explain
 from harness.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
-from harness.continuity import CRITERION_ID as LOSS_CONTINUITY
+from harness.criteria import LOSS_CONTINUITY
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ import pytest
 
 from fixtures.runs import Scenario, explain
 from harness import discovery
-from harness.continuity import CRITERION_ID as LOSS_CONTINUITY
+from harness.criteria import LOSS_CONTINUITY
 from harness.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
 from harness.nvrx import NvrxTarget, installed_version
 from harness.spec import MEGATRON_CPU_INSTALL, default_megatron_cpu_dir

@@ -89,3 +89,40 @@ def test_run_says_launching_before_the_launcher_starts(tmp_path, monkeypatch, ca
     lines = out.splitlines()
     assert lines[0].startswith("nvrx-qual: run pre-1: reference workload, kill on rank 1")
     assert "launching ft_launcher: 2 ranks on 1 node(s)" in lines[-1]
+
+
+def test_the_verdict_reuses_the_watchers_reader(tmp_path, monkeypatch):
+    """After the watch ended, the verdict takes the watcher's reader's last read: every log
+    byte of the run is read once, not once by the watcher and again by verify."""
+    import shutil
+
+    from harness import history, launch
+    from recovery_tests import rundirs
+    from recovery_tests.rundirs import Scenario
+
+    built = rundirs.build(tmp_path / "made", Scenario(checkpoints=False))
+    read_bytes: list[int] = []
+    real_read = history._TrackedFile.read
+
+    def counting_read(self, chunk_size, final):
+        before = self.offset
+        real_read(self, chunk_size, final)
+        read_bytes.append(self.offset - before if self.offset >= before else self.offset)
+
+    monkeypatch.setattr(history._TrackedFile, "read", counting_read)
+
+    def fake_launch(plan, *, watch, **kwargs):
+        shutil.copytree(built.run_dir / "logs", plan.layout.root / "logs", dirs_exist_ok=True)
+        for name in ("fault_injected.json", "launch.json"):
+            if (built.run_dir / name).exists():
+                shutil.copy(built.run_dir / name, plan.layout.root / name)
+        watch()
+        watch()
+        return launch.LaunchResult(0, "2026-11-29T16:31:59.900Z", "2026-11-29T16:32:30.000Z", None, "0.7.0", 0)
+
+    monkeypatch.setattr(launch, "launch", fake_launch)
+    outcome = runner.execute(make_plan(tmp_path), out=None)
+    logs = sum(p.stat().st_size for p in (built.run_dir / "logs").iterdir())
+    assert outcome.verdict.run_dir == str(outcome.run_dir)
+    assert outcome.verdict.criterion("replacement_cycle").status == "pass"
+    assert sum(read_bytes) == logs  # read once; a second full read would double it
