@@ -35,7 +35,6 @@ from harness.dialect import CYCLE_INFO_RE as _CYCLE_INFO_RE
 from harness.dialect import DATETIME_RE as _DATETIME_RE
 from harness.dialect import GLOG_RE as _GLOG_RE
 from harness.dialect import MAX_UTC_OFFSET_S, RunDirError, check_readable_dir, parse_iso_utc, utc_offset_problem
-from harness.dialect import application_logs  # noqa: F401 - re-exported (continuity reads it from here)
 from harness.dialect import STAMP_RE as _STAMP_RE
 from harness.dialect import classify_logs as _classify_logs
 from harness.dialect import epoch as _epoch
@@ -1195,7 +1194,6 @@ def dcp_optimizer_keys(directory: Path) -> tuple[int | None, int | None, str | N
         return None, None, None, f"PyTorch is not importable here ({type(exc).__name__}); optimizer keys not listed"
     # Not torch's FileSystemReader.read_metadata: that is a plain pickle.load (code from a received run dir).
     try:
-        # not FileSystemReader.read_metadata: that unpickles whatever a stranger's .metadata names
         metadata = read_dcp_metadata(directory)
         keys = [str(k) for k in metadata.state_dict_metadata]
     except Exception as exc:  # noqa: BLE001 - any damage in a received file makes the keys unknown, with the reason
