@@ -476,8 +476,8 @@ class LogParser:
     def _save_line(self, raw: bytes, lineno: int) -> bool:
         """Keep a save line without decoding it; False for any other line (or one whose
         harness console stamp is still wanted for the UTC offset: the full path takes it)."""
-        if b"nemesis" in raw or (raw[:2] == b"20" and len(self.offset_pairs) < 16):
-            return False
+        if b"nemesis" in raw or (raw[:2] == b"20" and len(self.offset_pairs) < 16) or self.year is None:
+            return False  # (until a full stamp gave the year, glog stamps (no year) need every stamped line read)
         for kind, needle, rx in _SAVE_SCREEN:
             if needle in raw and rx.search(raw):
                 self._save(kind, [bytes(raw), lineno, None])
