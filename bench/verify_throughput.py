@@ -8,7 +8,7 @@ per-cycle logs (NVRx rank prefixes, Megatron iteration lines from the last rank,
 --size-mib MiB, plus launcher.log, cycle_infos/, run.json and the marker. It then times, in
 child processes (so the peak RSS is theirs alone, read with os.wait4):
 
-- `python -m harness.verify RUN --no-write --quiet` (the whole verify: history, criteria, metrics);
+- `python -m harness verify RUN --no-write --quiet` (the whole verify: history, criteria, metrics);
 - `grep -c iteration` over the same log files, the floor any line scanner is compared to.
 
 It prints MB/s (10^6 bytes/s of log read), the peak RSS and the ratio to grep, the median of
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         size = generate(run, args.size_mib, args.ranks)
         logs = sorted(str(p) for p in (run / "logs").iterdir())
         print(f"generated {size / 2**20:.0f} MiB of logs ({args.ranks} ranks, 2 cycles) in {time.perf_counter() - t:.1f} s: {run}")
-        verify = [sys.executable, "-m", "harness.verify", str(run), "--no-write", "--quiet"]
+        verify = [sys.executable, "-m", "harness", "verify", str(run), "--no-write", "--quiet"]
         grep = ["grep", "-c", "iteration", *logs]
         rows = {"verify": [], "grep": []}
         status = None

@@ -26,13 +26,11 @@ without one takes its process's nearest stamp), then the earliest cycle, then fi
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 import re
 import signal
-import sys
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from functools import cmp_to_key
@@ -40,7 +38,6 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
 from harness import safeio
-from harness.exitcodes import ExitStatus, guarded
 from harness.history import MAX_UTC_OFFSET_S
 from harness.layout import MARKER_NAME, RunLayout, marker_name
 
@@ -1811,61 +1808,3 @@ def render_markdown(triage: Triage) -> str:
     unreadable = f"; unreadable: {', '.join(triage.unreadable)}" if triage.unreadable else ""
     out.append(f"Scanned {len(triage.files_scanned)} file(s){unreadable}.")
     return "\n".join(out) + "\n"
-
-
-# ============================================================================ CLI
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="the run directory (runs/<run-id>/)")
-    parser.add_argument("--json", action="store_true", help="print the triage as JSON instead of Markdown")
-    parser.add_argument(
-        "--utc-offset",
-        type=int,
-        default=None,
-        metavar="SECONDS",
-        help="local time minus UTC of the hosts that wrote the logs (default: run.json's utc_offset_s, else 0)",
-    )
-    parser.epilog = ("Exit status: 0 nothing failed but the fault the harness injected (a run that recovered), "
-                     "1 a root cause was found, 2 RUN_DIR is not a readable directory.")
-
-
-def exit_status(triage: Triage) -> int:
-    """0 when nothing failed, or only the fault the harness injected itself (a recovered run
-    has exactly that failure); 1 when something else broke."""
-    return 1 if triage.failed and not triage.injected else 0
-
-
-def run(args: argparse.Namespace) -> int:
-    offset = getattr(args, "utc_offset", None)
-    if offset is not None and abs(offset) > MAX_UTC_OFFSET_S:
-        print(f"nvrx-qual diagnose: --utc-offset {offset} is no time zone: give local time minus UTC in seconds, "
-              "between -50400 and 50400", file=sys.stderr)
-        return ExitStatus.REFUSED
-    try:
-        triage = diagnose(args.run_dir, utc_offset_s=offset)
-    except DiagnoseInputError as err:
-        print(f"nvrx-qual diagnose: {err}", file=sys.stderr)
-        return ExitStatus.REFUSED
-    status = ExitStatus(exit_status(triage))
-    text = json.dumps(triage.to_json(), indent=2, default=str) + "\n" if args.json else render_markdown(triage)
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:  # `| head` stopped reading: not an error of the triage
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush stays quiet
-    return status
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m harness.diagnose", description="Find the root cause of a failed run across ranks."
-    )
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    return guarded(lambda: run(args), "nvrx-qual diagnose", debug=False)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -193,7 +193,7 @@ def write_picture(verdict: Verdict, root: Path) -> tuple[Path | None, str | None
 def write_outputs(verdict: Verdict, run_dir: str | os.PathLike | None, json_path: str | os.PathLike | None = None,
                   extra_sections: Sequence[str] = ()) -> Written:
     """Write timeline.png, verdict.json and report.md into run_dir (when given; each replaced
-    atomically, never through a link) and the JSON to json_path ('-' is stdout), a new file:
+    atomically, never through a link) and the JSON to json_path, a new file:
     an existing one (the run's own fault_injected.json, say) is never overwritten
     (FileExistsError, before anything is written). Raises OSError when a file cannot be
     written; a picture that cannot be drawn (no matplotlib) is reported in report.md and in
@@ -201,7 +201,7 @@ def write_outputs(verdict: Verdict, run_dir: str | os.PathLike | None, json_path
     written: list[Path] = []
     problem = None
     text = verdict_json(verdict)
-    if json_path is not None and str(json_path) != "-" and os.path.lexists(json_path):
+    if json_path is not None and os.path.lexists(json_path):
         raise FileExistsError(17, "refused: it already exists; --json writes a new file only", str(json_path))
     if run_dir is not None:
         root = Path(run_dir)
@@ -212,9 +212,6 @@ def write_outputs(verdict: Verdict, run_dir: str | os.PathLike | None, json_path
                                                         problem))
         written += [root / "verdict.json", root / "report.md"]
     if json_path is not None:
-        if str(json_path) == "-":
-            print(text, end="")
-        else:
-            safeio.create_new(json_path, text)
-            written.append(Path(json_path))
+        safeio.create_new(json_path, text)
+        written.append(Path(json_path))
     return Written(tuple(written), problem)

@@ -1,0 +1,59 @@
+"""`nvrx-qual diagnose RUN_DIR [--json] [--utc-offset SECONDS]`: the cross-rank root cause.
+
+Exit status: 0 nothing failed but the fault the harness injected (a run that recovered), 1 a
+root cause was found, 2 RUN_DIR is not a readable directory or --utc-offset is no time zone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from harness import diagnose as diagnosis
+from harness.diagnose import MAX_UTC_OFFSET_S, DiagnoseInputError, Triage, render_markdown
+from harness.exitcodes import ExitStatus
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="the run directory (runs/<run-id>/)")
+    parser.add_argument("--json", action="store_true", help="print the triage as JSON instead of Markdown")
+    parser.add_argument(
+        "--utc-offset",
+        type=int,
+        default=None,
+        metavar="SECONDS",
+        help="local time minus UTC of the hosts that wrote the logs (default: run.json's utc_offset_s, else 0)",
+    )
+    parser.epilog = ("Exit status: 0 nothing failed but the fault the harness injected (a run that recovered), "
+                     "1 a root cause was found, 2 RUN_DIR is not a readable directory.")
+
+
+def exit_status(triage: Triage) -> ExitStatus:
+    """0 when nothing failed, or only the fault the harness injected itself (a recovered run
+    has exactly that failure); 1 when something else broke."""
+    return ExitStatus.of_verdict(not (triage.failed and not triage.injected))
+
+
+def run(args: argparse.Namespace) -> int:
+    offset = getattr(args, "utc_offset", None)
+    if offset is not None and abs(offset) > MAX_UTC_OFFSET_S:
+        print(f"nvrx-qual diagnose: --utc-offset {offset} is no time zone: give local time minus UTC in seconds, "
+              "between -50400 and 50400", file=sys.stderr)
+        return ExitStatus.REFUSED
+    try:
+        triage = diagnosis.diagnose(args.run_dir, utc_offset_s=offset)
+    except DiagnoseInputError as err:
+        print(f"nvrx-qual diagnose: {err}", file=sys.stderr)
+        return ExitStatus.REFUSED
+    status = exit_status(triage)
+    text = json.dumps(triage.to_json(), indent=2, default=str) + "\n" if args.json else render_markdown(triage)
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head` stopped reading: not an error of the triage
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush stays quiet
+    return status
