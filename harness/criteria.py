@@ -21,11 +21,12 @@ from typing import Callable, Sequence
 from harness import events as ev
 from harness.events import AppStart, Src, Timeline, iso_utc
 from harness.layout import MARKER_NAME
-from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS
+from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
+from harness.verdict import CriterionResult, Status, qualified
 
-PASS, FAIL, NOT_APPLICABLE, UNKNOWN = "pass", "fail", "not_applicable", "unknown"
-STATUSES = (PASS, FAIL, NOT_APPLICABLE, UNKNOWN)
-FAULTS = ("none", *FAULT_KINDS)
+# The vocabulary is harness.verdict's; these names stay for the checkers and their tests.
+PASS, FAIL, NOT_APPLICABLE, UNKNOWN = Status.PASS, Status.FAIL, Status.NOT_APPLICABLE, Status.UNKNOWN
+STATUSES = tuple(Status)
 CRITERIA_IDS = ("pre_fault_checkpoint", "replacement_cycle", "optimizer_reload", "later_checkpoint", "clean_finish")
 # Appended after the five (docs/contracts.md: further checks append their ids): the restored
 # optimizer's own record on disk, read offline, beyond the log lines optimizer_reload reads.
@@ -41,17 +42,6 @@ _SIGNAL_KIND: dict[str, str] = {}
 for _kind in FAULT_KINDS.values():
     _SIGNAL_KIND.setdefault(_kind.signal, _kind.name)
 MAX_EVIDENCE = 12
-
-
-@dataclass(frozen=True)
-class CriterionResult:
-    id: str
-    status: str
-    detail: str
-    evidence: tuple[str, ...] = ()
-
-    def to_json(self) -> dict:
-        return {"id": self.id, "status": self.status, "detail": self.detail, "evidence": list(self.evidence)}
 
 
 def _result(cid: str, status: str, detail: str, evidence: Sequence[object] = ()) -> CriterionResult:
@@ -1040,10 +1030,6 @@ def evaluate(tl: Timeline, a: Analysis) -> tuple[CriterionResult, ...]:
     if a.is_fault_run and a.poisoned:
         results = (*results, check_safe(LOOP_STOPPED, check_loop_stopped, tl, a))
     return results
-
-
-def qualified(results: Sequence[CriterionResult]) -> bool:
-    return bool(results) and all(r.status in (PASS, NOT_APPLICABLE) for r in results)
 
 
 BASELINE_NOTE = "fault none: an uninterrupted baseline run; no recovery was exercised"

@@ -25,7 +25,8 @@ from harness.events import Timeline
 from harness import safeio
 from harness.history import RunDirError, check_run_dir, read_history, sample_progress
 from harness.layout import MARKER_NAME
-from harness.report import Verdict, write_outputs
+from harness.report import write_outputs
+from harness.verdict import Deadlines, Launcher, Verdict
 
 __all__ = ["RunDirError", "Verdict", "check_baseline", "stored_verdict", "triage", "verify_run", "verify_timeline"]
 
@@ -46,13 +47,13 @@ def verify_timeline(timeline: Timeline, fault: str | None = None, baseline: str 
         notes.append(f"one application log ({timeline.starts[0].source}) holds several starts: cycles were "
                      "numbered by its starts (argument tables, FT: initialized, checkpoint loads)")
     launch = timeline.launch
-    launcher = {
-        "log_format": timeline.launcher_dialect,
-        "nvrx_version": timeline.run.nvrx_version or (launch.nvrx_version if launch else None),
-        "exit_code": launch.exit_code if launch else None,
-        "utc_offset_s": timeline.utc_offset_s,
-        "utc_offset_source": timeline.offset_how,
-    }
+    launcher = Launcher(
+        log_format=timeline.launcher_dialect,
+        nvrx_version=timeline.run.nvrx_version or (launch.nvrx_version if launch else None),
+        exit_code=launch.exit_code if launch else None,
+        utc_offset_s=timeline.utc_offset_s,
+        utc_offset_source=timeline.offset_how,
+    )
     qualified = criteria.qualified(results)
     shown = picture.build(timeline, analysis, times, results, progress, qualified) if progress is not None else None
     return Verdict(
@@ -63,11 +64,9 @@ def verify_timeline(timeline: Timeline, fault: str | None = None, baseline: str 
     )
 
 
-def _deadlines(run: ev.RunConfig) -> dict:
-    """{"profile": ..., "setup": s, ...} from run.json; empty when it declares none."""
-    if run.deadline_profile is None and not run.deadlines:
-        return {}
-    return {"profile": run.deadline_profile, **dict(run.deadlines)}
+def _deadlines(run: ev.RunConfig) -> Deadlines:
+    """The profile and seconds per section run.json declares; empty when it declares none."""
+    return Deadlines(run.deadline_profile, tuple(dict(run.deadlines).items()))
 
 
 def _loss_continuity(timeline: Timeline, analysis: criteria.Analysis, baseline: Path) -> criteria.CriterionResult:

@@ -3,7 +3,8 @@
 - the command layer `harness.cli` is imported by nobody outside it (no library -> CLI and
   no fixtures -> CLI arrow);
 - the module import graph of harness/ and fixtures/ has no cycle (every import counts, also
-  one inside a function: a lazy import hides a circle, it does not remove it);
+  one inside a function: a lazy import hides a circle, it does not remove it; only imports
+  under `if TYPE_CHECKING:`, which never run, are left out);
 - the library never prints, exits or parses a command line: `print(` (unless to a stream
   the caller injected, `file=out`), `sys.exit(`,
   `exit(`, `quit(`, `raise SystemExit`, `os._exit(` and `import argparse` appear only in
@@ -53,11 +54,30 @@ def _target(name: str, known: dict[str, Path]) -> str | None:
     return None
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node that can run: all of them but the body of `if TYPE_CHECKING:` (imports
+    for annotations only, which Python never executes)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                todo.extend(child.orelse)
+            else:
+                todo.append(child)
+
+
 def imports(module: str, tree: ast.AST, known: dict[str, Path]) -> set[str]:
     """Every module of ours that `module` imports, anywhere in its body."""
     out: set[str] = set()
     package = module if known[module].name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(tree):
+    for node in _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -213,3 +233,5 @@ def test_the_cycle_finder_finds_a_lazy_import_circle(tmp_path):
     (pkg / "repeat.py").write_text("from harness import cli\n")
     assert cycles(graph(tmp_path)) == [["harness.cli", "harness.repeat"]]
     assert cli_importers(tmp_path) == ["harness.repeat -> harness.cli"]
+    (pkg / "repeat.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from harness import cli\n")
+    assert cycles(graph(tmp_path)) == []
