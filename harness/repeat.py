@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence, TextIO
 
-from harness import runner, stats, summary
+from harness import runner, stats
 from harness import plan as planmod
 from harness import spec as specmod
 from harness.layout import RUN_ID_PATTERN, RunLayout, is_valid_run_id
@@ -93,16 +93,16 @@ def prepare(flags: Mapping[str, object], extra: tuple[str, ...], env: Mapping[st
     plan = plan_run(flags, extra, env, run_ids[0])  # everything else the N runs share
     if not plan.spec.dry_run:
         runner.preflight(plan, env)
-    label = summary.scenario_label(plan.spec.workload, summary.fault_label(plan.spec.fault, plan.spec.fault_at),
+    label = stats.scenario_label(plan.spec.workload, stats.fault_label(plan.spec.fault, plan.spec.fault_at),
                                    plan.nvrx.version)
     return RepeatPlan(base, run_ids, base_spec.work_dir, label, plan.spec.dry_run)
 
 
 def record_of(outcome: runner.Outcome) -> stats.RunRecord:
-    record = stats.RunRecord.from_verdict_json(outcome.verdict.to_json(), run_dir=outcome.run_dir,
-                                               workload=outcome.plan.spec.workload,
-                                               stopped_early=outcome.launch.stopped_early)
-    return dataclasses.replace(record, fault=summary.fault_label(record.fault, outcome.plan.spec.fault_at))
+    record = stats.RunRecord.from_verdict(outcome.verdict, run_dir=outcome.run_dir,
+                                          workload=outcome.plan.spec.workload,
+                                          stopped_early=outcome.launch.stopped_early)
+    return dataclasses.replace(record, fault=stats.fault_label(record.fault, outcome.plan.spec.fault_at))
 
 
 def write_summary(rp: RepeatPlan, records: Sequence[stats.RunRecord], ended_early: str | None = None
@@ -111,5 +111,5 @@ def write_summary(rp: RepeatPlan, records: Sequence[stats.RunRecord], ended_earl
     result = stats.summarize(rp.label, records)
     notes = [f"Stopped early: {ended_early}; the statistics cover the runs that finished."] if ended_early else []
     paths = stats.write_summary([result], rp.summary_dir, f"{len(rp.run_ids)} repeats of {rp.base}",
-                                links=summary.timeline_links(records, rp.summary_dir), notes=notes)
+                                links=stats.timeline_links(records, rp.summary_dir), notes=notes)
     return result, tuple(paths)

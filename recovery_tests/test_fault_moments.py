@@ -215,7 +215,7 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 def test_scenarios_are_grouped_by_kind_and_moment() -> None:
-    from harness.summary import fault_label
+    from harness.stats import fault_label
 
     assert fault_label("kill", "after-commit") == "kill" and fault_label("kill", None) == "kill"
     assert fault_label("kill", "in-save") == "kill at in-save"

@@ -1,5 +1,5 @@
 """`nvrx-qual report RUN_DIR... [--output FILE.md] [--json PATH]`: one Markdown summary over
-several runs (the runs are read by harness.summary.load_run).
+several runs (each read by harness.stats.load_run).
 
 Exit status: 0 every run qualified, 1 some run did not, 2 a path is not a readable run
 directory or an output file is refused (the message names it and the fix).
@@ -18,7 +18,7 @@ from harness import safeio, stats
 from harness.exitcodes import ExitStatus
 from harness.history import RunDirError
 from harness.stats import RepeatStats, RunRecord
-from harness.summary import TITLE, group_runs, load_run, refuse_existing, timeline_links
+from harness.stats import TITLE, group_runs, load_run, refuse_existing, timeline_links
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = ("One Markdown summary over several run directories: a row per run (verdict, what did not "

@@ -1,5 +1,5 @@
 """What the commands show on a terminal, as text: the line before a launch, one run's result,
-one verification, a repeat's table. Pure functions from the library's values to lines; the
+one verification, a repeat's table, a scenario's lines in the pytest summary. Pure functions from the library's values to lines; the
 command layer (harness.cli) decides where they go."""
 
 from __future__ import annotations
@@ -100,3 +100,19 @@ def repeat_table(result: stats.RepeatStats, planned: int) -> list[str]:
         lines.append("  failing runs:")
         lines += [f"    {f.run_id}: {f.criterion} {f.status}: {f.detail}" for f in result.failures]
     return lines
+
+
+def scenario_lines(group: stats.RepeatStats, width: int = 160) -> list[str]:
+    """A few terminal lines: runs qualified, the headline latency, each failing run and criterion."""
+    m = group.metric(stats.HEADLINE)
+    latency = (f"failure → first step p50 {_seconds(m.p50)} s, p95 {_seconds(m.p95)} s, max {_seconds(m.max)} s"
+               if m.n else "failure → first step not measured")
+    lines = [f"{group.label}: {group.qualified_sentence().rstrip('.')}; {latency}"]
+    for f in group.failures:
+        line = f"  {f.run_id}: {f.criterion} {f.status}: {f.detail}"
+        lines.append(line if len(line) <= width else line[: width - 1] + "…")
+    return lines
+
+
+def _seconds(value: float | None) -> str:
+    return stats.format_value(stats.HEADLINE, value)
