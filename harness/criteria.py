@@ -805,7 +805,7 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
                                              "could not finish cleanly.")
     problems: list[str] = []
     evidence: list[object] = []
-    final = False  # a problem no later line can undo
+    final: list[str] = []  # the problems no later line can undo (named first)
     launcher = list(tl.launcher_events())
     success = [e for e in launcher if isinstance(e, ev.LauncherSucceeded) or (isinstance(e, ev.LauncherExit) and e.code == 0)]
     failed = [e for e in launcher if isinstance(e, ev.LauncherFailed) or (isinstance(e, ev.LauncherExit) and e.code != 0)]
@@ -820,7 +820,7 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
     if failed:
         problems.append("the launcher reported a failure")
         evidence.extend(failed[:2])
-        final = True
+        final.append(problems[-1])
     if not success and not (launch is not None and launch.exit_code == 0):
         problems.append("no launcher success was recorded ('Agent .run() is OK', exit code 0 or launch.json)")
     elif not failed:
@@ -837,7 +837,7 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
         problems.append(f"the fault was injected {a.injection_count} times" +
                         (f" (the {a.fault_at} plan holds {a.planned_faults})" if a.planned_faults > 1 else ""))
         evidence.extend(a.injection_evidence[:4])
-        final = True
+        final.append(problems[-1])
     allowed = min(a.injection_count, a.planned_faults) if a.is_fault_run else 0
     if len(a.failures) > allowed:
         cycles = ", ".join(str(c) for c in a.failures)
@@ -848,7 +848,8 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
         for c in extra[:3]:
             evidence.append(a.failures[c][0])
         # every planned fault is in (or there is none): no later injection can account for it
-        final = final or not a.is_fault_run or len(a.injections) >= a.planned_faults
+        if not a.is_fault_run or len(a.injections) >= a.planned_faults:
+            final.append(problems[-1])
     if not a.is_fault_run:
         restarts = sorted({c for c in a.workers_started if c > 0} | {s.cycle for s in tl.starts if s.cycle})
         if restarts:
@@ -857,7 +858,7 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
     if stops:
         problems.append("NVRx stopped the job for lack of progress across restarts")
         evidence.append(stops[0])
-        final = True
+        final.append(problems[-1])
     last = max(tl.starts, key=lambda s: (s.cycle if s.cycle is not None else -1, s.index), default=None)
     done = last.first(ev.TrainingDone) if last is not None else None
     if done is None:
@@ -866,7 +867,9 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
     else:
         evidence.append(done)
     if problems:
-        return _result(cid, FAIL, "The run did not finish cleanly: " + "; ".join(problems) + ".", evidence, final=final)
+        problems = final + [p for p in problems if p not in final]  # what decided it first (the watcher's stop reason)
+        return _result(cid, FAIL, "The run did not finish cleanly: " + "; ".join(problems) + ".", evidence,
+                       final=bool(final))
     if a.is_fault_run and a.injection is not None and a.planned_faults > 1:
         shape = f"with exactly {a.planned_faults} injections ({a.fault_at}) and as many failed cycles"
     elif a.is_fault_run and a.injection is not None:

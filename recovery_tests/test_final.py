@@ -69,3 +69,19 @@ def test_the_watcher_stops_on_what_the_criteria_mark_final_and_nothing_else(tmp_
     assert watch.certain_failure(tl, a) == "x cannot pass: it is over"
     fake.pop()
     assert watch.certain_failure(tl, a) is None
+
+
+def test_the_stop_reason_names_what_decided_it_first(tmp_path):
+    """clean_finish lists the problems no later line can undo before those a live run still
+    has (no launcher success yet): the watcher's stop reason starts with the deciding one."""
+    run = rundirs.build(tmp_path / "run", Scenario(**BASE, second_failure_at=17)).run_dir
+    (run / "launch.json").unlink()  # live: the launch has not ended, the launcher not succeeded
+    log = run / "logs" / "launcher.log"
+    log.write_text("".join(line for line in log.read_text().splitlines(keepends=True)
+                           if "Agent .run() is OK" not in line and "successfully finished" not in line
+                           and "exit code = 0" not in line))
+    tl = HistoryReader(run, inspect_checkpoints=False).poll()
+    reason = watch.certain_failure(tl, analyze(tl, "kill"))
+    assert "no launcher success was recorded" in reason
+    assert reason.startswith(
+        "clean_finish cannot pass: The run did not finish cleanly: 2 cycles failed (0, 1); only the injected one may;")
