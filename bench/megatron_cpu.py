@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness import cli, runner  # noqa: E402
+from harness import resolve, runner  # noqa: E402
 from harness import plan as planmod  # noqa: E402
 from harness.criteria import analyze  # noqa: E402
 from harness.history import parse_iso_utc, read_history  # noqa: E402
@@ -37,7 +37,7 @@ from harness.history import parse_iso_utc, read_history  # noqa: E402
 def one_run(workload: str, work_dir: Path) -> dict[str, float | str | None]:
     flags = {"workload": workload, "fault": "kill", "work_dir": work_dir,
              "run_id": f"bench-{workload}-{time.strftime('%H%M%S')}"}
-    spec, target, _ = cli.resolve_spec(flags, ())
+    spec, target, _ = resolve.resolve_spec(flags, ())
     plan = planmod.build(spec, target)
     started = time.time()
     outcome = runner.execute(plan, out=None)

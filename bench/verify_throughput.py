@@ -15,7 +15,7 @@ binary junk) reach the size asked for, plus launcher.log, cycle_infos/, run.json
 
 Each case is timed in child processes (so the peak RSS is theirs alone: GNU time's figure, else os.wait4's):
 
-- `python -m harness.verify RUN --no-write --quiet` (the whole verify: history, criteria, metrics);
+- `python -m harness verify RUN --no-write --quiet` (the whole verify: history, criteria, metrics);
 - `grep -c iteration` over the same log files, the floor any line scanner is compared to.
 
 It prints MB/s (10^6 bytes/s of log read), the peak RSS and the ratio to grep, the median of
@@ -198,7 +198,7 @@ def _case(name: str, base: Path, size_mib: int, ranks: int, save_every: int, rep
     logs = sorted(str(p) for p in (run / "logs").iterdir())
     print(f"{name}: generated {size / 2**20:.0f} MiB of logs ({ranks} rank(s), 2 cycles, a checkpoint every "
           f"{save_every} iterations) in {time.perf_counter() - t:.1f} s: {run}")
-    verify = [sys.executable, "-m", "harness.verify", str(run), "--no-write", "--quiet"]
+    verify = [sys.executable, "-m", "harness", "verify", str(run), "--no-write", "--quiet"]
     grep = ["grep", "-c", "iteration", *logs]
     rows: dict[str, list[tuple[float, int]]] = {"verify": [], "grep": []}
     status = None

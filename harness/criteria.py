@@ -6,6 +6,11 @@ cycle failed, which start replaced it, which checkpoint K it had to load) and re
 and the evidence lines (`file:line: text`). `check_safe` turns a checker's exception into
 `unknown`; the run is qualified only when every criterion is pass or not_applicable.
 
+A failure is `final` when no later line of the run can undo it (the nemesis said the fault
+will never fire; the replacement ran with --no-load-optim, started from random or loaded an
+older checkpoint; a second failure; the launcher gave up or stopped the loop). The watcher
+stops a live job on a final failure: the criteria decide, the watcher only asks.
+
 A criterion whose premise another criterion owns is `not_applicable` when that premise is
 missing (no injection: nothing to replace; no replacement: nothing reloaded), so a broken
 run fails the criterion that names its cause instead of every criterion downstream.
@@ -14,6 +19,7 @@ Nothing here reads files.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import PurePath
@@ -22,11 +28,12 @@ from typing import Callable, Mapping, Sequence
 from harness import events as ev
 from harness.events import AppStart, Src, Timeline, iso_utc
 from harness.layout import MARKER_NAME
-from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS
+from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
+from harness.verdict import CriterionResult, Status, qualified
 
-PASS, FAIL, NOT_APPLICABLE, UNKNOWN = "pass", "fail", "not_applicable", "unknown"
-STATUSES = (PASS, FAIL, NOT_APPLICABLE, UNKNOWN)
-FAULTS = ("none", *FAULT_KINDS)
+# The vocabulary is harness.verdict's; these names stay for the checkers and their tests.
+PASS, FAIL, NOT_APPLICABLE, UNKNOWN = Status.PASS, Status.FAIL, Status.NOT_APPLICABLE, Status.UNKNOWN
+STATUSES = tuple(Status)
 CRITERIA_IDS = ("pre_fault_checkpoint", "replacement_cycle", "optimizer_reload", "later_checkpoint", "clean_finish")
 # Appended after the five (docs/contracts.md: further checks append their ids): the restored
 # optimizer's own record on disk, read offline, beyond the log lines optimizer_reload reads.
@@ -44,18 +51,7 @@ for _kind in FAULT_KINDS.values():
 MAX_EVIDENCE = 12
 
 
-@dataclass(frozen=True)
-class CriterionResult:
-    id: str
-    status: str
-    detail: str
-    evidence: tuple[str, ...] = ()
-
-    def to_json(self) -> dict:
-        return {"id": self.id, "status": self.status, "detail": self.detail, "evidence": list(self.evidence)}
-
-
-def _result(cid: str, status: str, detail: str, evidence: Sequence[object] = ()) -> CriterionResult:
+def _result(cid: str, status: str, detail: str, evidence: Sequence[object] = (), *, final: bool = False) -> CriterionResult:
     lines: list[str] = []
     for item in evidence:
         if item is None:
@@ -65,7 +61,7 @@ def _result(cid: str, status: str, detail: str, evidence: Sequence[object] = ())
             lines.append(text)
     if len(lines) > MAX_EVIDENCE:
         lines = lines[: MAX_EVIDENCE - 1] + [f"... {len(lines) - MAX_EVIDENCE + 1} more"]
-    return CriterionResult(cid, status, detail, tuple(lines))
+    return CriterionResult(cid, status, detail, tuple(lines), final=final and status == FAIL)
 
 
 # ---------------------------------------------------------------- the analysis shared by checkers
@@ -253,7 +249,8 @@ def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
         return _result(cid, FAIL, f"The {a.fault} fault was requested ({a.fault_how}) but never injected: there is no "
                                   f"fault_injected.json.{reason} Give the run enough iterations to commit a checkpoint "
                                   "beyond the nemesis's startup baseline (train_iters well above save_interval) and check "
-                                  "the [nemesis] lines of the fault rank.", [*absent, *a.never_fired])
+                                  "the [nemesis] lines of the fault rank.", [*absent, *a.never_fired],
+                       final=bool(a.never_fired))  # the nemesis itself said it will not fire
     if inj.fault not in (a.fault, "unknown"):
         return _result(cid, FAIL, f"The marker records a {inj.fault} fault but this run asked for {a.fault} "
                                   f"({a.fault_how}): verify with --fault {inj.fault} if that was intended.", [inj])
@@ -579,6 +576,16 @@ def _node_pid(node_id: str) -> int | None:
 
 
 def check_optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
+    result = _optimizer_reload(tl, a)
+    r = a.replacement
+    if result.status == FAIL and not result.final and r is not None and r.first_iteration is not None:
+        # Once the replacement trains, its load block is complete (a rank's stdout and stderr
+        # reach the per-cycle log through separate pipes, so not before): nothing can undo it.
+        result = dataclasses.replace(result, final=True)
+    return result
+
+
+def _optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
     cid = "optimizer_reload"
     if (na := _na_no_fault(cid, a)) is not None:
         return na
@@ -604,16 +611,16 @@ def check_optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
         if args is not None and args.flag(flag):
             return _result(cid, FAIL, f"{who} ran with {option}: Megatron skips the optimizer state when loading "
                                       f"checkpoint {k}; remove {option} from the workload arguments.",
-                           [*shown, args.src_of(flag)])
+                           [*shown, args.src_of(flag)], final=True)
         if option in tl.run.argv or option in tl.run.extra_args:
             return _result(cid, FAIL, f"{who} ran with {option} on the run's command line, so Megatron skips the "
                                       f"optimizer state when loading checkpoint {k}; remove {option}.",
-                           [*shown, "run.json:0: " + option + " in the launcher command"])
+                           [*shown, "run.json:0: " + option + " in the launcher command"], final=True)
     random = r.first(ev.StartedFromRandom)
     if random is not None:
         return _result(cid, FAIL, f"{who} started from random instead of loading checkpoint {k}: Megatron found no "
                                   "latest_checkpointed_iteration.txt under --load; make --load equal --save on storage "
-                                  "every node sees.", [random, *a.expected_k_evidence[:1]])
+                                  "every node sees.", [random, *a.expected_k_evidence[:1]], final=True)
     loaded = r.first(ev.CheckpointLoaded)
     began = r.first(ev.LoadStarted)
     if loaded is None:
@@ -643,7 +650,8 @@ def check_optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
         which = "an older" if loaded.iteration < k else "a newer"
         return _result(cid, FAIL, f"{who} loaded checkpoint {loaded.iteration}, {which} one than {k}, the latest "
                                   f"committed at fault time:{hint}.",
-                       [*evidence, *a.expected_k_evidence[:2]] + ([args.src_of("ckpt_step")] if step not in (None, "None") and args else []))
+                       [*evidence, *a.expected_k_evidence[:2]] + ([args.src_of("ckpt_step")] if step not in (None, "None") and args else []),
+                       final=loaded.iteration < k)  # nothing newer than K was committed to load
     if loaded.iteration <= 0:
         return _result(cid, FAIL, f"{who} loaded iteration 0: that is a fresh start, not a recovery.", evidence)
     args = r.arguments
@@ -792,11 +800,13 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
         if gave_up or (launch is not None and launch.exit_code not in (None, 0)):
             shown = [*gave_up[:2], launch.src if launch is not None and launch.exit_code not in (None, 0) else None]
             return _result(cid, FAIL, "The launcher gave up after the fault without starting replacement workers "
-                                      "(see replacement_cycle): the job ended in failure, not cleanly.", shown)
+                                      "(see replacement_cycle): the job ended in failure, not cleanly.", shown,
+                           final=bool(gave_up))
         return _result(cid, NOT_APPLICABLE, "The job never restarted after the fault (see replacement_cycle), so it "
                                              "could not finish cleanly.")
     problems: list[str] = []
     evidence: list[object] = []
+    final: list[str] = []  # the problems no later line can undo (named first)
     launcher = list(tl.launcher_events())
     success = [e for e in launcher if isinstance(e, ev.LauncherSucceeded) or (isinstance(e, ev.LauncherExit) and e.code == 0)]
     failed = [e for e in launcher if isinstance(e, ev.LauncherFailed) or (isinstance(e, ev.LauncherExit) and e.code != 0)]
@@ -811,6 +821,7 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
     if failed:
         problems.append("the launcher reported a failure")
         evidence.extend(failed[:2])
+        final.append(problems[-1])
     if not success and not (launch is not None and launch.exit_code == 0):
         problems.append("no launcher success was recorded ('Agent .run() is OK', exit code 0 or launch.json)")
     elif not failed:
@@ -827,6 +838,7 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
         problems.append(f"the fault was injected {a.injection_count} times" +
                         (f" (the {a.fault_at} plan holds {a.planned_faults})" if a.planned_faults > 1 else ""))
         evidence.extend(a.injection_evidence[:4])
+        final.append(problems[-1])
     allowed = min(a.injection_count, a.planned_faults) if a.is_fault_run else 0
     if len(a.failures) > allowed:
         cycles = ", ".join(str(c) for c in a.failures)
@@ -836,6 +848,9 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
         problems.append(f"{len(a.failures)} cycles failed ({cycles}); {only}")
         for c in extra[:3]:
             evidence.append(a.failures[c][0])
+        # every planned fault is in (or there is none): no later injection can account for it
+        if not a.is_fault_run or len(a.injections) >= a.planned_faults:
+            final.append(problems[-1])
     if not a.is_fault_run:
         restarts = sorted({c for c in a.workers_started if c > 0} | {s.cycle for s in tl.starts if s.cycle})
         if restarts:
@@ -844,6 +859,7 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
     if stops:
         problems.append("NVRx stopped the job for lack of progress across restarts")
         evidence.append(stops[0])
+        final.append(problems[-1])
     last = max(tl.starts, key=lambda s: (s.cycle if s.cycle is not None else -1, s.index), default=None)
     done = last.first(ev.TrainingDone) if last is not None else None
     if done is None:
@@ -852,7 +868,9 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
     else:
         evidence.append(done)
     if problems:
-        return _result(cid, FAIL, "The run did not finish cleanly: " + "; ".join(problems) + ".", evidence)
+        problems = final + [p for p in problems if p not in final]  # what decided it first (the watcher's stop reason)
+        return _result(cid, FAIL, "The run did not finish cleanly: " + "; ".join(problems) + ".", evidence,
+                       final=bool(final))
     if a.is_fault_run and a.injection is not None and a.planned_faults > 1:
         shape = f"with exactly {a.planned_faults} injections ({a.fault_at}) and as many failed cycles"
     elif a.is_fault_run and a.injection is not None:
@@ -1141,10 +1159,6 @@ def evaluate(tl: Timeline, a: Analysis, losses: LossComparison | None = None) ->
     if losses is not None:
         results = (*results, check_safe(LOSS_CONTINUITY, lambda t, an: check_loss_continuity(t, an, losses), tl, a))
     return results
-
-
-def qualified(results: Sequence[CriterionResult]) -> bool:
-    return bool(results) and all(r.status in (PASS, NOT_APPLICABLE) for r in results)
 
 
 BASELINE_NOTE = "fault none: an uninterrupted baseline run; no recovery was exercised"

@@ -26,7 +26,6 @@ Downloads come from PyPI through pip; nothing else is fetched. An existing DIR i
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -40,6 +39,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from harness import atomic
+
+PROJECT = Path(__file__).resolve().parent.parent  # the checkout the kit copies nvrx-qual from
 
 MEGATRON_CORE = "megatron-core==0.19.2"
 NVRX = "nvidia-resiliency-ext==0.7.0"
@@ -274,27 +275,3 @@ ended=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 echo "nvrx-qual kit: summary in $out/SUMMARY.md"
 exit "$status"
 """.replace("__LIMIT__", str(TIME_LIMIT_S))
-
-
-# ---------------------------------------------------------------- command line
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dest", metavar="DIR", help="new directory for the kit")
-    parser.add_argument("--megatron-path", default=os.environ.get("MEGATRON_PATH"),
-                        help="Megatron-LM checkout (core_r0.19.0) [env MEGATRON_PATH]")
-
-
-def run(args: argparse.Namespace) -> int:
-    project = Path(__file__).resolve().parent.parent
-    megatron = Path(args.megatron_path).expanduser().absolute() if args.megatron_path else None
-    try:
-        kit = assemble(Path(args.dest).expanduser().absolute(), megatron, project=project)
-    except KitError as exc:
-        for line in str(exc).splitlines():
-            print(f"nvrx-qual: error: {line}", file=sys.stderr)
-        return 2
-    size = sum((kit.root / rel).stat().st_size for rel, _ in kit.files)
-    print(f"nvrx-qual kit: {len(kit.files)} files, {size / 1e6:.1f} MB in {kit.root}\n"
-          f"  copy it to the GPU node and run: {kit.root / SCRIPT_NAME} [OUT_DIR]")
-    return 0

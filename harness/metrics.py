@@ -26,84 +26,18 @@ span holds it: such a value is off by about the jump.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from harness import events as ev
 from harness.criteria import Analysis
 from harness.events import Timeline, iso_utc
+from harness.verdict import Metrics, Recovery
+
+__all__ = ["Metrics", "Recovery", "compute"]
 
 SECOND_RESOLUTION_NOTE = ("restore_s and first_step_s rest on Megatron's "
                           "'[after model, optimizer, and learning rate scheduler are built] datetime:' line, "
                           "printed in whole seconds by this Megatron (0.19 prints microseconds): they are exact to ±1 s")
 _FRACTIONAL_DATETIME = re.compile(r"datetime: \S+ \d\d:\d\d:\d\d\.\d")
-
-
-@dataclass(frozen=True)
-class Recovery:
-    """The latency split of the recovery from one injected fault (a multi-fault plan has several;
-    a phase that never happened, e.g. the load a second fault interrupted, is None)."""
-
-    fault_index: int
-    fault_at: str
-    cycle: int | None
-    injected_at: float | None
-    detection_s: float | None
-    restart_s: float | None
-    restore_s: float | None
-    first_step_s: float | None
-
-    def to_json(self) -> dict:
-        return {"fault_index": self.fault_index, "fault_at": self.fault_at, "cycle": self.cycle,
-                "injected_at": iso_utc(self.injected_at), "detection_s": self.detection_s,
-                "restart_s": self.restart_s, "restore_s": self.restore_s, "first_step_s": self.first_step_s}
-
-
-@dataclass(frozen=True)
-class Metrics:
-    detection_s: float | None = None
-    restart_s: float | None = None
-    restore_s: float | None = None
-    first_step_s: float | None = None
-    failure_to_first_step_s: float | None = None
-    lost_iterations: int | None = None
-    injected_at: float | None = None
-    detected_at: float | None = None
-    workers_started_at: float | None = None
-    checkpoint_loaded_at: float | None = None
-    first_step_at: float | None = None
-    restored_iteration: int | None = None
-    last_iteration_before_fault: int | None = None
-    first_step_iteration: int | None = None
-    evidence: dict[str, str] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()  # what makes a value above untrustworthy (a wall-clock jump)
-    recoveries: tuple[Recovery, ...] = ()  # one per injected fault, in fault order
-
-    def to_json(self) -> dict:
-        return {
-            "detection_s": self.detection_s,
-            "restart_s": self.restart_s,
-            "restore_s": self.restore_s,
-            "first_step_s": self.first_step_s,
-            "failure_to_first_step_s": self.failure_to_first_step_s,
-            "lost_iterations": self.lost_iterations,
-            "timestamps": {
-                "injected_at": iso_utc(self.injected_at),
-                "failure_detected_at": iso_utc(self.detected_at),
-                "workers_started_at": iso_utc(self.workers_started_at),
-                "checkpoint_loaded_at": iso_utc(self.checkpoint_loaded_at),
-                "first_step_at": iso_utc(self.first_step_at),
-            },
-            "iterations": {
-                "restored": self.restored_iteration,
-                "last_before_fault": self.last_iteration_before_fault,
-                "first_after_restore": self.first_step_iteration,
-            },
-            "evidence": dict(self.evidence),
-            "notes": list(self.notes),
-            "warnings": list(self.warnings),
-            "recoveries": [r.to_json() for r in self.recoveries],
-        }
 
 
 def _span(start: float | None, end: float | None) -> float | None:

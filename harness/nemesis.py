@@ -54,9 +54,8 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from harness.layout import RunLayout, is_valid_run_id
-from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS
+from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
 
-FAULTS = (*FAULT_KINDS, "none")
 FAULT_SIGNALS = {k.name: getattr(signal, k.signal) for k in FAULT_KINDS.values()}
 COMMIT_MARKER_NAME = "metadata.json"  # dist-checkpointing's commit marker inside iter_N/
 DATA_SUFFIX = ".distcp"

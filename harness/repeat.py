@@ -8,30 +8,25 @@ run 7 of 10 because run 7's directory already existed would waste the six before
 runs are launched even when one fails, because the point is a pass rate. Ports are chosen
 right before each launch, not up front, so a port taken meanwhile cannot break a later run.
 
-`run_repeats(..., execute=)` takes the launch as a parameter so the loop is tested without
-launching anything.
+The loop itself, with its progress lines, is the command layer's (harness.cli.repeat); it
+takes the launch (`Execute`) as a parameter so it is tested without launching anything.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import signal
-
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Protocol, TextIO
+from typing import Mapping, Protocol, Sequence, TextIO
 
-from harness import cli, nvrx, runner, stats, summary
-from harness.exitcodes import ExitStatus, signalled
+from harness import runner, stats
 from harness import plan as planmod
 from harness import spec as specmod
 from harness.layout import RUN_ID_PATTERN, RunLayout, is_valid_run_id
+from harness.resolve import resolve_spec
 from harness.spec import SpecError
 
 SUMMARY_DIR = "repeats"
-EXIT_QUALIFIED, EXIT_FAILED, EXIT_REFUSED = ExitStatus.QUALIFIED, ExitStatus.NOT_QUALIFIED, ExitStatus.REFUSED
-EXIT_INTERRUPTED = signalled(signal.SIGINT)
 
 
 class Execute(Protocol):
@@ -65,7 +60,7 @@ def derived_run_ids(base: str, count: int) -> tuple[str, ...]:
 def plan_run(flags: Mapping[str, object], extra: tuple[str, ...], env: Mapping[str, str],
              run_id: str) -> planmod.Plan:
     """One run's plan, validated, with ports free right now."""
-    spec, target, _restored = cli.resolve_spec({**flags, "run_id": run_id}, extra, env)
+    spec, target, _restored = resolve_spec({**flags, "run_id": run_id}, extra, env)
     return planmod.build(spec, target)
 
 
@@ -98,102 +93,23 @@ def prepare(flags: Mapping[str, object], extra: tuple[str, ...], env: Mapping[st
     plan = plan_run(flags, extra, env, run_ids[0])  # everything else the N runs share
     if not plan.spec.dry_run:
         runner.preflight(plan, env)
-    label = summary.scenario_label(plan.spec.workload, summary.fault_label(plan.spec.fault, plan.spec.fault_at),
+    label = stats.scenario_label(plan.spec.workload, stats.fault_label(plan.spec.fault, plan.spec.fault_at),
                                    plan.nvrx.version)
     return RepeatPlan(base, run_ids, base_spec.work_dir, label, plan.spec.dry_run)
 
 
-def _refused(exc: Exception, err: TextIO) -> int:
-    for line in str(exc).splitlines():
-        print(f"nvrx-qual: error: {line}", file=err)
-    return EXIT_REFUSED
-
-
 def record_of(outcome: runner.Outcome) -> stats.RunRecord:
-    record = stats.RunRecord.from_verdict_json(outcome.verdict.to_json(), run_dir=outcome.run_dir,
-                                               workload=outcome.plan.spec.workload,
-                                               stopped_early=outcome.launch.stopped_early)
-    return dataclasses.replace(record, fault=summary.fault_label(record.fault, outcome.plan.spec.fault_at))
+    record = stats.RunRecord.from_verdict(outcome.verdict, run_dir=outcome.run_dir,
+                                          workload=outcome.plan.spec.workload,
+                                          stopped_early=outcome.launch.stopped_early)
+    return dataclasses.replace(record, fault=stats.fault_label(record.fault, outcome.plan.spec.fault_at))
 
 
-def run_repeats(flags: Mapping[str, object], extra: tuple[str, ...], env: Mapping[str, str], count: int, *,
-                execute: Execute | None = None, progress: bool = True, deadline_s: float | None = None,
-                out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """`nvrx-qual run --repeat N`. Exit status: 0 all N qualified, 1 some did not, 2 refused
-    (before anything was created, or a later run refused by the machine), 130 Ctrl-C."""
-    out, err = out or sys.stdout, err or sys.stderr
-    try:
-        rp = prepare(flags, extra, env, count)
-        if rp.dry_run:
-            return _dry_run(rp, flags, extra, env, out)
-    except (SpecError, nvrx.NvrxError) as exc:
-        return _refused(exc, err)
-    execute = execute or launch_and_verify
-    records: list[stats.RunRecord] = []
-    ended_early: str | None = None
-    status = EXIT_QUALIFIED
-    n = len(rp.run_ids)
-    for i, run_id in enumerate(rp.run_ids, 1):
-        try:
-            plan = plan_run(flags, extra, env, run_id)
-            print(("\n" if i > 1 else "") + runner.announce(plan, f"{i} of {n}"), file=out, flush=True)
-            outcome = execute(plan, deadline_s=deadline_s, out=out if progress else None)
-            print(runner.summary(outcome), file=out, flush=True)
-            records.append(record_of(outcome))
-        except KeyboardInterrupt as exc:  # launch has already stopped and reaped the run's processes
-            signum = getattr(exc, "signum", signal.SIGINT)  # harness.launch.Interrupted: SIGTERM, SIGHUP too
-            name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-            ended_early, status = f"interrupted ({name}) after {len(records)} of {n} runs", signalled(signum)
-            print(f"\nnvrx-qual: {ended_early}", file=err, flush=True)
-            break
-        except (SpecError, nvrx.NvrxError) as exc:  # e.g. the machine changed under a long repeat
-            _refused(exc, err)
-            ended_early, status = f"run {i} of {n} ({run_id}) was refused: {exc}", EXIT_REFUSED
-            break
-    if not records:  # stopped during the first run: nothing to add up
-        return status
+def write_summary(rp: RepeatPlan, records: Sequence[stats.RunRecord], ended_early: str | None = None
+                  ) -> tuple[stats.RepeatStats, tuple[Path, Path]]:
+    """The runs' statistics, written to WORK_DIR/repeats/<base>/summary.{json,md}."""
     result = stats.summarize(rp.label, records)
     notes = [f"Stopped early: {ended_early}; the statistics cover the runs that finished."] if ended_early else []
-    paths = stats.write_summary([result], rp.summary_dir, f"{n} repeats of {rp.base}",
-                                links=summary.timeline_links(records, rp.summary_dir), notes=notes)
-    print("\n" + "\n".join(render_terminal(result, n)), file=out)
-    print(f"summary: {paths[1]} and {paths[0]}", file=out, flush=True)
-    if ended_early:
-        return status
-    return EXIT_QUALIFIED if result.all_qualified and len(records) == n else EXIT_FAILED
-
-
-def render_terminal(result: stats.RepeatStats, planned: int) -> list[str]:
-    """Pass rate per criterion and p50 / p95 / max of every latency, as aligned text."""
-    done = len(result.runs)
-    head = f"{result.qualified_runs} of {done} runs qualified"
-    if done != planned:
-        head += f" ({planned} planned)"
-    lines = [f"repeats: {result.label}: {head}"]
-    width = max([len("criterion"), *(len(c.id) for c in result.criteria)])
-    lines.append(f"  {'criterion'.ljust(width)}  held")
-    for c in result.criteria:
-        rate = f"{c.held}/{c.runs}" if c.runs else "—"
-        lines.append(f"  {c.id.ljust(width)}  {rate}")
-    label_width = max(len(label) for label in stats.METRIC_LABELS.values())
-    lines.append(f"  {'metric'.ljust(label_width)}  {'p50':>8}  {'p95':>8}  {'max':>8}  measured")
-    for m in result.metrics:
-        cells = "  ".join(f"{stats.format_value(m.name, v):>8}" for v in (m.p50, m.p95, m.max))
-        lines.append(f"  {stats.METRIC_LABELS[m.name].ljust(label_width)}  {cells}  {m.n}/{m.n + m.missing}")
-    if result.failures:
-        lines.append("  failing runs:")
-        lines += [f"    {f.run_id}: {f.criterion} {f.status}: {f.detail}" for f in result.failures]
-    return lines
-
-
-def _dry_run(rp: RepeatPlan, flags: Mapping[str, object], extra: tuple[str, ...], env: Mapping[str, str],
-             out: TextIO) -> int:
-    """The N plans, printed; nothing created, so the real repeat with the same base ID can follow."""
-    n = len(rp.run_ids)
-    for i, run_id in enumerate(rp.run_ids, 1):
-        plan = plan_run(flags, extra, env, run_id)
-        print(f"# run {i} of {n}: {run_id} (run directory {plan.layout.root})", file=out)
-        print(plan.render(), end="", file=out)
-    print(f"# dry run: nothing launched, nothing created; the {n} runs would summarize into {rp.summary_dir}",
-          file=out)
-    return EXIT_QUALIFIED
+    paths = stats.write_summary([result], rp.summary_dir, f"{len(rp.run_ids)} repeats of {rp.base}",
+                                links=stats.timeline_links(records, rp.summary_dir), notes=notes)
+    return result, tuple(paths)

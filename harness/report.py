@@ -8,66 +8,20 @@ everything else is written as usual.
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from harness import atomic, safeio
 from harness import picture as picturemod
-from harness.criteria import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CriterionResult, headline
+from harness.criteria import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, headline
 from harness.events import iso_utc
-from harness.exitcodes import ExitStatus
-from harness.metrics import Metrics
+from harness.verdict import SCHEMA, Deadlines, Verdict, verdict_json
 
-SCHEMA = 1
+__all__ = ["SCHEMA", "Verdict", "render_report", "verdict_json", "write_outputs"]
+
 _MARK = {PASS: "✅ pass", FAIL: "❌ fail", NOT_APPLICABLE: "➖ not applicable", UNKNOWN: "❔ unknown"}
-
-
-@dataclass(frozen=True)
-class Verdict:
-    run_dir: str
-    fault: str
-    fault_how: str
-    qualified: bool
-    criteria: tuple[CriterionResult, ...]
-    metrics: Metrics
-    launcher: dict = field(default_factory=dict)  # dialect, nvrx_version, exit_code, offset: plain values only
-    deadlines: dict = field(default_factory=dict)  # {"profile": "short", "setup": 600.0, ...} from run.json
-    notes: tuple[str, ...] = ()
-    verified_at: str | None = None
-    # what timeline.png shows (harness.picture); not part of verdict.json
-    picture: picturemod.TimelinePicture | None = field(default=None, compare=False, repr=False)
-
-    def to_json(self) -> dict:
-        return {
-            "schema": SCHEMA,
-            "run_dir": self.run_dir,
-            "fault": self.fault,
-            "fault_source": self.fault_how,
-            "qualified": self.qualified,
-            "criteria": [c.to_json() for c in self.criteria],
-            "metrics": self.metrics.to_json(),
-            "launcher": dict(self.launcher),
-            "deadlines": dict(self.deadlines),
-            "notes": list(self.notes),
-            "verified_at": self.verified_at,
-        }
-
-    def criterion(self, cid: str) -> CriterionResult:
-        for c in self.criteria:
-            if c.id == cid:
-                return c
-        raise KeyError(cid)
-
-    @property
-    def exit_status(self) -> int:
-        return ExitStatus.of_verdict(self.qualified)
-
-
-def verdict_json(verdict: Verdict) -> str:
-    return json.dumps(verdict.to_json(), indent=2, ensure_ascii=False) + "\n"
 
 
 def _cell(text: str) -> str:
@@ -82,9 +36,9 @@ _DEADLINE_WORDS = (("setup", "setup"), ("step", "step"), ("checkpointing", "chec
                    ("out_of_section", "out of section"), ("check_interval", "check interval"))
 
 
-def deadlines_text(deadlines: dict) -> str:
+def deadlines_text(deadlines: "Deadlines | dict") -> str:
     """'profile **short**: setup 600 s, step 60 s, ...' (the launcher's default where one is absent)."""
-    shown = [f"{words} {deadlines[key]:g} s" for key, words in _DEADLINE_WORDS
+    shown = [f"{words} {deadlines.get(key):g} s" for key, words in _DEADLINE_WORDS
              if isinstance(deadlines.get(key), (int, float))]
     profile = deadlines.get("profile")
     head = f"profile **{profile}**" if profile else "no profile recorded"
@@ -101,7 +55,7 @@ def render_report(verdict: Verdict, extra_sections: Sequence[str] = (), picture:
     out.append(f"- Run directory: `{verdict.run_dir}`")
     out.append(f"- Fault: **{verdict.fault}** ({verdict.fault_how})")
     launcher = verdict.launcher
-    if launcher:
+    if launcher is not None:
         shown = ", ".join(f"{k} {v}" for k, v in launcher.items() if v is not None)
         out.append(f"- Launcher: {shown}")
     if verdict.deadlines:
@@ -193,7 +147,7 @@ def write_picture(verdict: Verdict, root: Path) -> tuple[Path | None, str | None
 def write_outputs(verdict: Verdict, run_dir: str | os.PathLike | None, json_path: str | os.PathLike | None = None,
                   extra_sections: Sequence[str] = ()) -> Written:
     """Write timeline.png, verdict.json and report.md into run_dir (when given; each replaced
-    atomically, never through a link) and the JSON to json_path ('-' is stdout), a new file:
+    atomically, never through a link) and the JSON to json_path, a new file:
     an existing one (the run's own fault_injected.json, say) is never overwritten
     (FileExistsError, before anything is written). Raises OSError when a file cannot be
     written; a picture that cannot be drawn (no matplotlib) is reported in report.md and in
@@ -201,7 +155,7 @@ def write_outputs(verdict: Verdict, run_dir: str | os.PathLike | None, json_path
     written: list[Path] = []
     problem = None
     text = verdict_json(verdict)
-    if json_path is not None and str(json_path) != "-" and os.path.lexists(json_path):
+    if json_path is not None and os.path.lexists(json_path):
         raise FileExistsError(17, "refused: it already exists; --json writes a new file only", str(json_path))
     if run_dir is not None:
         root = Path(run_dir)
@@ -212,9 +166,6 @@ def write_outputs(verdict: Verdict, run_dir: str | os.PathLike | None, json_path
                                                         problem))
         written += [root / "verdict.json", root / "report.md"]
     if json_path is not None:
-        if str(json_path) == "-":
-            print(text, end="")
-        else:
-            safeio.create_new(json_path, text)
-            written.append(Path(json_path))
+        safeio.create_new(json_path, text)
+        written.append(Path(json_path))
     return Written(tuple(written), problem)

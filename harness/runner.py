@@ -1,22 +1,22 @@
 """`nvrx-qual run` and the pytest fixtures share this: prepare the run directory, launch
-with the watcher, verify with the same code as `nvrx-qual verify`, triage a failure."""
+with the watcher, verify with the same code as `nvrx-qual verify`, triage a failure.
+Progress goes to the TextIO given as `out` (None: silent); the command layer prints the rest."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from harness import diagnose, discovery, launch, nvrx, ports, slurm
-from harness.criteria import headline
+from harness import discovery, launch, nvrx, ports, slurm
 from harness.plan import Plan
 from harness.prepare import prepare, release
 from harness.report import Verdict, write_outputs
 from harness.spec import RunSpec, SpecError
 from harness.history import HistoryReader
+from harness.triage import Triage
 from harness.verify import read_baseline, triage, verify_read
 from harness.watch import Watcher
 
@@ -26,7 +26,7 @@ class Outcome:
     plan: Plan
     launch: launch.LaunchResult
     verdict: Verdict
-    triage: diagnose.Triage | None  # only for a run that did not qualify
+    triage: Triage | None  # only for a run that did not qualify
     picture_problem: str | None = None  # why timeline.png was not drawn (matplotlib missing)
 
     @property
@@ -116,18 +116,20 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
 
 
 def execute(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = True,
-            out: TextIO | None = sys.stdout, base_env: dict[str, str] | None = None,
+            out: TextIO | None = None, base_env: dict[str, str] | None = None,
             baseline: Path | None = None) -> Outcome:
     """Preflight, prepare, launch, watch, verify (with loss continuity against `baseline`,
     an uninterrupted run, when given). SpecError before anything exists when the machine
     cannot run the plan. The run directory is kept whatever happens."""
     preflight(plan, os.environ if base_env is None else base_env)
-    return _execute_checked(plan, deadline_s=deadline_s, fail_fast=fail_fast, out=out, base_env=base_env,
-                            baseline=baseline)
+    return execute_preflighted(plan, deadline_s=deadline_s, fail_fast=fail_fast, out=out, base_env=base_env,
+                               baseline=baseline)
 
 
-def _execute_checked(plan: Plan, *, deadline_s: float | None, fail_fast: bool, out: TextIO | None,
-                     base_env: dict[str, str] | None, baseline: Path | None) -> Outcome:
+def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = True,
+                        out: TextIO | None = None, base_env: dict[str, str] | None = None,
+                        baseline: Path | None = None) -> Outcome:
+    """execute() after its preflight passed (the caller announced the run in between)."""
     prepare(plan, dry_run=False)  # claims the run directory: one run ID, one run
     try:
         # One reader for the whole run: the watcher polls it while the run is live, then the
@@ -156,58 +158,3 @@ def _step_canceller(plan: Plan, base_env: dict[str, str] | None):
     if not job:
         return None
     return lambda: slurm.cancel_step(job, slurm.step_name(plan.spec.run_id))
-
-
-def summary(outcome: Outcome) -> str:
-    v, m = outcome.verdict, outcome.verdict.metrics
-    width = max(len(c.id) for c in v.criteria)
-    lines = ["", f"{'criterion'.ljust(width)}  status          detail"]
-    for c in v.criteria:
-        lines.append(f"{c.id.ljust(width)}  {c.status.ljust(14)}  {c.detail}")
-
-    def s(x: float | None) -> str:
-        return "—" if x is None else f"{x:.2f} s"
-
-    lines += ["",
-              f"latency: detection {s(m.detection_s)} | restart {s(m.restart_s)} | restore {s(m.restore_s)} | "
-              f"first step {s(m.first_step_s)} | failure → first committed step {s(m.failure_to_first_step_s)} | "
-              f"lost iterations {'—' if m.lost_iterations is None else m.lost_iterations}"]
-    lines += [f"warning: {w}" for w in m.warnings]
-    if outcome.launch.stopped_early:
-        lines.append(f"stopped early: {outcome.launch.stopped_early}")
-    if outcome.launch.capture_error:
-        lines.append(f"logs incomplete: {outcome.launch.capture_error}")
-    if outcome.triage is not None and outcome.triage.failed:
-        lines.append(f"triage: {outcome.triage.summary}")
-    if outcome.picture_problem:
-        lines.append(f"timeline.png not drawn: {outcome.picture_problem}")
-    verdict = headline(v.qualified, v.fault)
-    lines.append(f"{verdict}: {outcome.plan.spec.workload} workload, fault {v.fault}; report: "
-                 f"{outcome.run_dir / 'report.md'}")
-    if outcome.plan.spec.workload == "reference":
-        lines.append("note: the CPU reference run qualifies this harness and launcher, not GPU training recovery.")
-    elif outcome.plan.spec.workload == "megatron-cpu":
-        lines.append("note: the megatron-cpu run qualifies Megatron's own loop and restore on CPU under this launcher, "
-                     "not GPU training recovery.")
-    return "\n".join(lines)
-
-
-def announce(plan: Plan, which: str = "") -> str:
-    """The line `nvrx-qual run` prints before launching; `which` e.g. "2 of 5" for a repeat."""
-    spec = plan.spec
-    fault = "no fault" if spec.fault == "none" else f"{spec.fault} on rank {spec.fault_rank}" + (
-        "" if spec.fault_at == "after-commit" else f" at {spec.fault_at}")
-    return (f"nvrx-qual: run {spec.run_id}{f' ({which})' if which else ''}: {spec.workload} workload, {fault}, "
-            f"NVRx {plan.nvrx.version}, {spec.nnodes}x{spec.gpus_per_node} ranks, deadline profile "
-            f"{spec.deadline_profile} ({spec.section_timeouts_arg}, out of section {spec.out_of_section_timeout:g} s)"
-            f"\n  run directory: {plan.layout.root}")
-
-
-def run(plan: Plan, *, progress: bool = True, deadline_s: float | None = None) -> int:
-    """`nvrx-qual run` after planning: raises SpecError (exit 2) when the machine cannot run it."""
-    preflight(plan, os.environ)
-    print(announce(plan), flush=True)
-    outcome = _execute_checked(plan, deadline_s=deadline_s, fail_fast=True, out=sys.stdout if progress else None,
-                               base_env=None, baseline=None)
-    print(summary(outcome), flush=True)
-    return outcome.verdict.exit_status

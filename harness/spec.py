@@ -10,7 +10,6 @@ starts, without creating or deleting anything.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
@@ -385,14 +384,6 @@ KNOBS: tuple[Knob, ...] = (
          "1: trust that work/checkpoint paths are shared across nodes", None, "1 or 0"),
 )
 KNOBS_BY_FIELD = {k.field: k for k in KNOBS}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The RunSpec flags; each defaults to None so that 'not given' falls through to the environment."""
-    group = parser.add_argument_group("run specification (flags win over the environment names shown)")
-    for knob in KNOBS:
-        helptext = knob.help + (f" [env {knob.env}]" if knob.env else "")
-        group.add_argument(knob.flag, dest=knob.field, default=None, metavar=knob.field.upper(), help=helptext)
 
 
 def generated_run_id(workload: str, fault: str, now: datetime | None = None) -> str:

@@ -1,7 +1,7 @@
 """Statistics over several runs: pass rate per criterion and p50 / p95 / max per latency metric.
 
 One recovery proves little; operators signing off a stack want to know it holds every time.
-The input is each run's verdict JSON (`Verdict.to_json()`, i.e. verdict.json), so the same
+The input is each run's `Verdict` (harness.verdict; from verdict.json by `Verdict.from_json`), so the same
 code serves `nvrx-qual run --repeat N`, pytest's `--repeat N` and `nvrx-qual report RUN_DIR...`.
 
 Percentiles interpolate linearly between the two nearest ranks (numpy.percentile's default,
@@ -15,12 +15,15 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
-from harness import atomic
+from harness import atomic, safeio
+from harness.history import check_run_dir
+from harness.picture import FILE_NAME as TIMELINE
 from harness.criteria import CRITERIA_IDS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN
+from harness.verdict import CriterionResult, Verdict, qualified
 
 SCHEMA = 1
 # The latency split and lost work, in the order of the report (harness.metrics).
@@ -37,25 +40,13 @@ HEADLINE = "failure_to_first_step_s"
 
 
 @dataclass(frozen=True)
-class CriterionOutcome:
-    id: str
-    status: str
-    detail: str
-
-    @property
-    def held(self) -> bool:
-        """Did not stand in the way of qualification (no fault: nothing to recover)."""
-        return self.status in (PASS, NOT_APPLICABLE)
-
-
-@dataclass(frozen=True)
 class RunRecord:
     """What the statistics need of one run's verdict."""
 
     run_dir: str
     fault: str
     qualified: bool
-    criteria: tuple[CriterionOutcome, ...]
+    criteria: tuple[CriterionResult, ...]
     metrics: tuple[tuple[str, float | None], ...]
     nvrx_version: str | None = None
     workload: str | None = None
@@ -82,41 +73,40 @@ class RunRecord:
         return "⚠️ qualified, but expected to be caught" if self.qualified else "✅ not qualified, as expected"
 
     @classmethod
-    def from_verdict_json(cls, doc: Mapping, *, run_dir: str | os.PathLike | None = None,
-                          workload: str | None = None, stopped_early: str | None = None) -> "RunRecord":
-        """From verdict.json (or `Verdict.to_json()`); missing keys read as unknown. `run_dir`
-        overrides the recorded one (a run verified on a cluster and copied elsewhere)."""
-        metrics = doc.get("metrics") if isinstance(doc.get("metrics"), Mapping) else {}
-        launcher = doc.get("launcher") if isinstance(doc.get("launcher"), Mapping) else {}
-        criteria = [c for c in doc.get("criteria") or () if isinstance(c, Mapping)]
-        outcomes = tuple(CriterionOutcome(str(c.get("id")), str(c.get("status") or UNKNOWN), str(c.get("detail") or ""))
-                         for c in criteria)
+    def from_verdict(cls, verdict: Verdict, *, run_dir: str | os.PathLike | None = None,
+                     workload: str | None = None, stopped_early: str | None = None) -> "RunRecord":
+        """`run_dir` overrides the recorded one (a run verified on a cluster and copied elsewhere)."""
         return cls(
-            run_dir=str(run_dir if run_dir is not None else doc.get("run_dir", "?")),
-            fault=str(doc.get("fault") or "?"),
+            run_dir=str(run_dir if run_dir is not None else verdict.run_dir),
+            fault=verdict.fault,
             # recomputed from the criteria, never the stored flag: a verdict.json may have been edited
-            qualified=bool(outcomes) and all(c.held for c in outcomes),
-            criteria=outcomes,
-            metrics=tuple((name, _number(metrics.get(name))) for name in METRICS),
-            nvrx_version=_text(launcher.get("nvrx_version")),
+            qualified=qualified(verdict.criteria),
+            criteria=verdict.criteria,
+            metrics=tuple((name, _number(getattr(verdict.metrics, name))) for name in METRICS),
+            nvrx_version=_text(verdict.launcher.nvrx_version if verdict.launcher is not None else None),
             workload=workload,
             stopped_early=stopped_early,
         )
 
+    @classmethod
+    def from_verdict_json(cls, doc: Mapping, **where: object) -> "RunRecord":
+        """From verdict.json (or `Verdict.to_json()`), read by `Verdict.from_json`; missing keys read as unknown."""
+        return cls.from_verdict(Verdict.from_json(doc), **where)  # type: ignore[arg-type]
+
     def metric(self, name: str) -> float | None:
         return dict(self.metrics).get(name)
 
-    def status(self, criterion_id: str) -> CriterionOutcome | None:
+    def status(self, criterion_id: str) -> CriterionResult | None:
         return next((c for c in self.criteria if c.id == criterion_id), None)
 
     @property
-    def failed(self) -> tuple[CriterionOutcome, ...]:
+    def failed(self) -> tuple[CriterionResult, ...]:
         return tuple(c for c in self.criteria if not c.held)
 
     def to_json(self) -> dict:
         return {"run_dir": self.run_dir, "run_id": self.run_id, "workload": self.workload, "fault": self.fault,
                 "nvrx_version": self.nvrx_version, "qualified": self.qualified,
-                "did_not_hold": [asdict(c) for c in self.failed], "metrics": dict(self.metrics),
+                "did_not_hold": [{"id": c.id, "status": c.status.value, "detail": c.detail} for c in self.failed], "metrics": dict(self.metrics),
                 "stopped_early": self.stopped_early, "expected_qualified": self.expected_qualified}
 
 
@@ -405,18 +395,6 @@ def render_markdown(groups: Sequence[RepeatStats], title: str, links: Mapping[st
     return "\n".join(out) + "\n"
 
 
-def render_text(stats: RepeatStats, width: int = 160) -> list[str]:
-    """A few terminal lines: runs qualified, the headline latency, each failing run and criterion."""
-    m = stats.metric(HEADLINE)
-    latency = (f"failure → first step p50 {_num(m.p50)} s, p95 {_num(m.p95)} s, max {_num(m.max)} s"
-               if m.n else "failure → first step not measured")
-    lines = [f"{stats.label}: {stats.qualified_sentence().rstrip('.')}; {latency}"]
-    for f in stats.failures:
-        line = f"  {f.run_id}: {f.criterion} {f.status}: {f.detail}"
-        lines.append(line if len(line) <= width else line[: width - 1] + "…")
-    return lines
-
-
 def summary_json(groups: Sequence[RepeatStats], title: str = "", notes: Sequence[str] = ()) -> dict:
     return {"schema": SCHEMA, "title": title, "notes": list(notes), "run_count": sum(len(g.runs) for g in groups),
             "qualified_runs": sum(g.qualified_runs for g in groups),
@@ -436,3 +414,132 @@ def write_summary(groups: Sequence[RepeatStats], directory: str | os.PathLike, t
                        (md_path, render_markdown(groups, title, links, notes))):
         atomic.write_text(path, text)
     return json_path, md_path
+
+
+# ---------------------------------------------------------------- runs from their directories
+# (`nvrx-qual report RUN_DIR...`, the repeat loops): each run is read from its verdict.json when
+# present (the record `verify` or `run` wrote), else verified read-only from its files. Runs are
+# grouped into scenarios (workload, fault, NVRx version, expectation) so a percentile never
+# mixes a kill's latency with a hang's.
+
+TITLE = "Recovery qualification summary"
+
+
+EXPECTATION_FILE = "expectation.json"  # {"qualified": false, "why": "..."}: a negative scenario of the suite
+EXPECTED_NEGATIVE = "expected not to qualify"
+
+
+@dataclass(frozen=True)
+class ScenarioKey:
+    workload: str | None
+    fault: str
+    nvrx_version: str | None
+    expected_qualified: bool = True
+
+
+def scenario_label(workload: str | None, fault: str, nvrx_version: str | None, expected_qualified: bool = True) -> str:
+    label = f"{workload or 'unknown'} workload, fault {fault}, NVRx {nvrx_version or 'unknown'}"
+    return label if expected_qualified else f"{label} ({EXPECTED_NEGATIVE})"
+
+
+def expectation_record(why: str) -> str:
+    """expectation.json of a run that breaks the recovery on purpose (the suite must catch it)."""
+    return json.dumps({"qualified": False, "why": why}, indent=2) + "\n"
+
+
+def _expected_qualified(run_dir: Path) -> bool:
+    """False only when the run directory says it was meant to fail (expectation.json)."""
+    path = run_dir / EXPECTATION_FILE
+    if path.is_symlink() or not path.is_file():
+        return True
+    doc, _ = _read_json(path)
+    return not (doc is not None and doc.get("qualified") is False)
+
+
+def _read_json(path: Path) -> tuple[dict | None, str | None]:
+    """(the object, None), (None, None) when absent, (None, why) when unreadable."""
+    try:
+        data = safeio.read_json(path)
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError, RecursionError) as exc:
+        return None, str(exc) or type(exc).__name__
+    return (data, None) if isinstance(data, dict) else (None, "not a JSON object")
+
+
+def load_run(run_dir: Path, warn: Callable[[str], None] | None = None) -> RunRecord:
+    """One run as a RunRecord. Raises RunDirError for a path that is not a readable run
+    directory. Writes nothing: a run without verdict.json is verified in memory."""
+    from harness.verify import verify_run  # `report` over stored verdicts need not import the checkers
+
+    check_run_dir(run_dir)
+    doc, why = _read_json(run_dir / "verdict.json")
+    if doc is not None and not isinstance(doc.get("criteria"), list):
+        doc, why = None, "it holds no criteria"
+    if doc is None:
+        if why and warn is not None:
+            warn(f"{run_dir / 'verdict.json'} is unreadable ({why}): verified the run directory instead")
+        verdict = verify_run(run_dir, picture=False)
+    else:
+        verdict = Verdict.from_json(doc)
+        if warn is not None and isinstance(doc.get("qualified"), bool) and verdict.qualified != qualified(verdict.criteria):
+            warn(f"{run_dir / 'verdict.json'} says qualified: {str(verdict.qualified).lower()}, but its criteria say "
+                 "otherwise: the criteria were counted")
+    run_json, _ = _read_json(run_dir / "run.json")
+    launch_json, _ = _read_json(run_dir / "launch.json")
+    spec = (run_json or {}).get("spec")
+    workload = spec.get("workload") if isinstance(spec, dict) else None
+    record = RunRecord.from_verdict(verdict, run_dir=run_dir.absolute(), workload=str(workload) if workload else None,
+                                    stopped_early=_stopped(launch_json))
+    record = replace(record, expected_qualified=_expected_qualified(run_dir))
+    version = (run_json or {}).get("nvrx_version")
+    if version and not record.nvrx_version:  # a verdict.json without its launcher section
+        record = replace(record, nvrx_version=str(version))
+    moment = spec.get("fault_at") if isinstance(spec, dict) else None
+    if isinstance(moment, str) and record.fault != "none":  # a kill in a save never mixes with one after a commit
+        record = replace(record, fault=fault_label(record.fault, moment))
+    return record
+
+
+def fault_label(fault: str, fault_at: str | None) -> str:
+    """The fault as scenarios are grouped: its kind, and its moment when not the default one."""
+    return fault if fault == "none" or fault_at in (None, "after-commit") else f"{fault} at {fault_at}"
+
+
+def _stopped(launch_json: dict | None) -> str | None:
+    value = (launch_json or {}).get("stopped_early")
+    return str(value) if value else None
+
+
+def group_runs(records: Iterable[RunRecord]) -> list[RepeatStats]:
+    """One RepeatStats per scenario, in order of first appearance."""
+    groups: dict[ScenarioKey, list[RunRecord]] = {}
+    for r in records:
+        groups.setdefault(ScenarioKey(r.workload, r.fault, r.nvrx_version, r.expected_qualified), []).append(r)
+    return [summarize(scenario_label(k.workload, k.fault, k.nvrx_version, k.expected_qualified), runs)
+            for k, runs in groups.items()]
+
+
+def timeline_links(records: Iterable[RunRecord], relative_to: Path) -> dict[str, str]:
+    """run_dir -> path of its timeline.png relative to `relative_to`, the directory the
+    Markdown is read from (so the summary and the runs can move together)."""
+    links = {}
+    for r in records:
+        picture = Path(r.run_dir) / TIMELINE
+        if picture.is_file():
+            links[r.run_dir] = os.path.relpath(picture.absolute(), relative_to.absolute())
+    return links
+
+
+def refuse_existing(option: str, path: str | None) -> str | None:
+    """Why a new output file cannot be written at `path`, or None."""
+    if path is None:
+        return None
+    target = Path(path)
+    if target.exists() or target.is_symlink():
+        return (f"{option} {path} already exists: choose a new file name (or move it away); existing files are "
+                "never overwritten")
+    parent = target.absolute().parent
+    if not parent.is_dir():
+        return f"{option} {path}: directory {parent} does not exist: create it first"
+    return None

@@ -1,8 +1,9 @@
 """Watch a live run: progress for the person waiting, and an early stop once the verdict
 is certain, so that a doomed job does not hold GPUs until its timeouts expire.
 
-`certain_failure` is a pure function of the Timeline (re-read incrementally from the run
-directory every tick); `Watcher` adds the clock and the printing.
+`certain_failure` asks the criteria (a pure function of the Timeline, re-read incrementally
+from the run directory every tick) for a final failure; `Watcher` adds the clock and the
+progress lines.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from harness import events as ev
-from harness.criteria import FAIL, Analysis, analyze, check_optimizer_reload
+from harness.criteria import Analysis, analyze, evaluate
 from harness.history import HistoryReader, RunDirError
 from harness.spec import RunSpec
 
@@ -24,49 +25,11 @@ EXIT_GRACE_S = 60.0
 
 
 def certain_failure(tl: ev.Timeline, a: Analysis) -> str | None:
-    """Why this run can no longer qualify, or None while it still can. Only facts that no
-    later line can undo count: a start from random, an older or optimizer-less load, a
-    second failure, a fault that never happened, a launcher that gave up."""
-    for never in a.never_fired:
-        return f"the requested fault never happened ({never.src.path}: {never.reason})"
-    if a.poisoned:
-        return None  # the loop is the scenario: only the launcher may end it (exit 93), or the deadline
-    if a.injection_count > a.planned_faults:
-        return (f"{a.injection_count} injections were recorded; the plan ({a.fault_at}) holds {a.planned_faults}, each "
-                "injected exactly once")
-    if a.fault == "none" and a.failures:
-        cycle = next(iter(a.failures))
-        return f"a worker failed in cycle {cycle} of a run without an injected fault"
-    if a.failed_cycle is not None and len(a.injections) >= a.planned_faults:
-        later = [c for c in a.failures if c > a.failed_cycle]
-        if later:
-            return (f"a second failure in cycle {later[0]}, after the injected one in cycle {a.failed_cycle}: "
-                    "clean_finish cannot pass")
-    replacement = a.replacement
-    if replacement is not None:
-        args = replacement.arguments
-        for flag in ("no_load_optim", "finetune"):
-            if args is not None and args.flag(flag):
-                return f"the replacement workers run with {flag} = True: their optimizer state is not reloaded"
-        if replacement.first(ev.StartedFromRandom) is not None:
-            return (f"the replacement workers (cycle {replacement.cycle}) started from random instead of "
-                    "reloading a checkpoint")
-        loaded = replacement.first(ev.CheckpointLoaded)
-        if loaded is not None and a.expected_k is not None and loaded.iteration < a.expected_k:
-            return (f"the replacement workers loaded iteration {loaded.iteration}, older than the checkpoint "
-                    f"{a.expected_k} committed at fault time")
-        # Once the replacement trains, its load block is complete (a rank's stdout and stderr
-        # reach the per-cycle log through separate pipes, so not before): judge it with the
-        # criterion itself, which knows the plain optimizer's scheduler-only evidence too.
-        if replacement.first_iteration is not None:
-            reload = check_optimizer_reload(tl, a)
-            if reload.status == FAIL:
-                return f"optimizer_reload cannot pass: {reload.detail}"
-    for e in tl.launcher_events():
-        if isinstance(e, ev.NoProgressStop):
-            return f"the launcher stopped the job for lack of progress ({e.src})"
-        if isinstance(e, (ev.RestartsExhausted, ev.LauncherFailed)):
-            return f"the launcher gave up ({e.src})"
+    """Why this run can no longer qualify, or None while it still can: the first failure a
+    criterion marks final (no later line can undo it). The criteria decide; the watcher asks."""
+    for result in evaluate(tl, a):
+        if result.final:
+            return f"{result.id} cannot pass: {result.detail}"
     return None
 
 

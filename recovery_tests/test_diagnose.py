@@ -22,8 +22,9 @@ import pytest
 
 from fixtures.processes import run_in_session
 
-from harness import diagnose as dg
-from harness.diagnose import Triage, diagnose, render_markdown
+from harness.cli import diagnose as cmd_diagnose
+from harness.render.diagnosis import render_markdown
+from harness.triage import Triage, diagnose
 from harness.triage import scan
 
 DATA = Path(__file__).parent / "data" / "samples"  # real NVRx launcher output (see its README.md)
@@ -728,8 +729,8 @@ def test_which_files_are_read(tmp_path: Path) -> None:
 
 def cli(args: list[str]) -> int:
     parser = argparse.ArgumentParser()
-    dg.add_arguments(parser)
-    return dg.run(parser.parse_args(args))
+    cmd_diagnose.add_arguments(parser)
+    return cmd_diagnose.run(parser.parse_args(args))
 
 
 def test_cli_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -770,7 +771,7 @@ def test_nvrx_qual_diagnose_is_wired(tmp_path: Path, capsys: pytest.CaptureFixtu
 @pytest.mark.e2e
 def test_python_dash_m_harness_diagnose(tmp_path: Path) -> None:
     build_oom_rank5_run(tmp_path)
-    proc = run_in_session([sys.executable, "-m", "harness.diagnose", str(tmp_path), "--json"], timeout_s=60)
+    proc = run_in_session([sys.executable, "-m", "harness", "diagnose", str(tmp_path), "--json"], timeout_s=60)
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
     assert (doc["category"], doc["rank"], doc["phase"]) == ("oom", 5, "backward")

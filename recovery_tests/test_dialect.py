@@ -198,16 +198,16 @@ def test_offsets_no_time_zone_has(value, says) -> None:
 
 
 def test_history_and_diagnose_apply_one_bound(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from harness import diagnose as dg
+    from harness.cli import main as cli_main
 
     _touch(tmp_path / "logs" / "train_cycle0.log", "0: [2026-11-29 17:00:01] FT: initialized\n")
     (tmp_path / "run.json").write_text(json.dumps({"utc_offset_s": d.MAX_UTC_OFFSET_S + 1}))
     timeline = read_history(tmp_path)
     assert timeline.utc_offset_s != d.MAX_UTC_OFFSET_S + 1
     assert any("is no time zone" in n for n in timeline.notes)
-    assert dg.main([str(tmp_path), "--utc-offset", str(d.MAX_UTC_OFFSET_S + 1)]) == 2
+    assert cli_main(["diagnose", str(tmp_path), "--utc-offset", str(d.MAX_UTC_OFFSET_S + 1)]) == 2
     assert "--utc-offset 50401 is no time zone" in capsys.readouterr().err
-    assert dg.main([str(tmp_path), "--utc-offset", str(d.MAX_UTC_OFFSET_S)]) == 0
+    assert cli_main(["diagnose", str(tmp_path), "--utc-offset", str(d.MAX_UTC_OFFSET_S)]) == 0
 
 
 # ----------------------------------------------------------------------------- one reading of a line

@@ -34,10 +34,10 @@ def test_a_crash_of_any_command_is_exit_3_with_one_line_and_a_traceback_file(com
     run_dir = rundirs.build(tmp_path / "run", rundirs.Scenario()).run_dir
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     if command == "diagnose":
-        monkeypatch.setattr("harness.diagnose.diagnose", _boom)
+        monkeypatch.setattr("harness.triage.diagnose", _boom)
     else:
         monkeypatch.setattr("harness.verify.verify_run", _boom)
-        monkeypatch.setattr("harness.summary.check_run_dir", lambda _p: None)
+        monkeypatch.setattr("harness.stats.check_run_dir", lambda _p: None)
         (run_dir / "verdict.json").unlink(missing_ok=True)
     argv = [command, str(run_dir)] + (["--no-write"] if command == "verify" else [])
     assert main(argv) == ExitStatus.INTERNAL_ERROR

@@ -215,7 +215,7 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 def test_scenarios_are_grouped_by_kind_and_moment() -> None:
-    from harness.summary import fault_label
+    from harness.stats import fault_label
 
     assert fault_label("kill", "after-commit") == "kill" and fault_label("kill", None) == "kill"
     assert fault_label("kill", "in-save") == "kill at in-save"
@@ -225,10 +225,10 @@ def test_scenarios_are_grouped_by_kind_and_moment() -> None:
 def test_triage_of_a_two_fault_run_names_the_second_marker(tmp_path: Path) -> None:
     """in-restore: the second cycle's death is the second planned fault, and the triage says so
     (it is not an unexplained later failure)."""
-    from harness import diagnose
+    from harness.triage import diagnose
     from recovery_tests import rundirs
 
     built = rundirs.build(tmp_path / "run", rundirs.Scenario(second_failure_at=17, second_injection=True,
                                                              second_marker=True, moment="in-restore"))
-    found = diagnose.diagnose(built.run_dir)
+    found = diagnose(built.run_dir)
     assert "this is the fault the harness injected (fault_injected.2.json: SIGKILL)" in found.summary, found.summary

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.runs import SPEC_ENV_NAMES
-from harness import cli
+from harness import resolve
 from harness import plan as planmod
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def planned_case(shape: str, stack: str, work: Path, checkout: Path) -> dict:
     flags = {"workload": "megatron", "megatron_path": checkout, "work_dir": work, "run_id": f"acc-{shape}-{stack}",
              "nvrx_version": "0.7.0", "transformer_engine": te, "apex": apex, **SHAPES[shape]}
     env = {k: v for k, v in os.environ.items() if k not in SPEC_ENV_NAMES}  # only the shape decides
-    spec, target, _ = cli.resolve_spec(flags, (), env)
+    spec, target, _ = resolve.resolve_spec(flags, (), env)
     launcher = planmod.build(spec, target).launcher
     argv = list(launcher.argv)
     start = argv.index("--", argv.index(planmod.NEMESIS_MODULE))

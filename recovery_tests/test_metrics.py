@@ -55,7 +55,7 @@ def test_assumed_offset_is_said_in_the_notes(tmp_path):
     verdict = verify_run(built.run_dir)
     assert {k: verdict.metrics.to_json()[k] for k in KEYS} == rundirs.expected_metrics(built)
     assert any("assumed this machine's" in n for n in verdict.notes)
-    assert verdict.launcher["utc_offset_source"] == "assumed: the verifying machine's local offset"
+    assert verdict.launcher.utc_offset_source == "assumed: the verifying machine's local offset"
 
 
 def test_restore_and_first_step_have_whole_second_resolution_noted(tmp_path):

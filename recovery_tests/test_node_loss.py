@@ -144,7 +144,7 @@ def test_srun_status_of_the_lost_nodes_task_is_the_fault_not_a_failed_finish(tmp
 
 # ---------------------------------------------------------------- planning the launchers
 
-from harness import cli  # noqa: E402
+from harness.resolve import resolve_spec  # noqa: E402
 from harness import plan as planmod  # noqa: E402
 from harness.launch import _combined  # noqa: E402
 from harness.spec import SpecError  # noqa: E402
@@ -158,7 +158,7 @@ def resolve(tmp_path, *extra: str):
     args = [*LOCAL, *extra]
     for flag, value in zip(args[::2], args[1::2]):
         flags[flag[2:].replace("-", "_")] = value
-    spec, target, _ = cli.resolve_spec({**flags, "work_dir": str(tmp_path), "run_id": "r"}, (), {})
+    spec, target, _ = resolve_spec({**flags, "work_dir": str(tmp_path), "run_id": "r"}, (), {})
     return planmod.build(spec, target)
 
 

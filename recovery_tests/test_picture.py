@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness import history, picture, verify
+from harness.cli import main as cli_main
 from harness.events import ProgressPoint
 from harness.history import PROGRESS_SAMPLES, read_run
 from recovery_tests import rundirs
@@ -174,7 +175,7 @@ def test_verify_without_matplotlib_still_judges_and_says_so(tmp_path: Path, monk
     for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
         monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
     run = rundirs.build(tmp_path / "run", Scenario()).run_dir
-    assert verify.main([str(run)]) == 0
+    assert cli_main(["verify", str(run)]) == 0
     err = capsys.readouterr().err
     assert "timeline.png not drawn: matplotlib is not installed" in err and "nvrx-qual[plot]" in err
     assert not (run / picture.FILE_NAME).exists()
@@ -196,20 +197,22 @@ def test_launcher_cycle_marks_show_every_failure_and_restart(tmp_path: Path):
 def test_run_summary_says_when_the_picture_is_missing(tmp_path: Path, monkeypatch, clean_spec_env):
     """`nvrx-qual run` without matplotlib: the run is judged, and its last lines say why
     there is no picture and what to install."""
-    from harness import cli, runner
+    from harness import runner
+    from harness.render import terminal
+    from harness.resolve import resolve_spec
     from harness import plan as planmod
     from harness.launch import LaunchResult
 
     for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
         monkeypatch.setitem(sys.modules, name, None)
-    spec, target, _ = cli.resolve_spec({"workload": "reference", "fault": "kill", "work_dir": tmp_path,
-                                        "run_id": "no-picture"}, ())
+    spec, target, _ = resolve_spec({"workload": "reference", "fault": "kill", "work_dir": tmp_path,
+                                    "run_id": "no-picture"}, ())
     plan = planmod.build(spec, target)
     rundirs.build(plan.layout.root, Scenario())
     verdict = verify.verify_run(plan.layout.root)
     written = verify.write_outputs(verdict, plan.layout.root)
     launched = LaunchResult(0, "2026-11-29T16:31:59.900Z", "2026-11-29T16:32:30.000Z", None, target.version, 0)
-    text = runner.summary(runner.Outcome(plan, launched, verdict, None, written.picture_problem))
+    text = terminal.run_outcome(runner.Outcome(plan, launched, verdict, None, written.picture_problem))
     assert "timeline.png not drawn: matplotlib is not installed" in text and "nvrx-qual[plot]" in text
     assert text.rstrip().splitlines()[-2].startswith("QUALIFIED")
 
@@ -220,7 +223,7 @@ def test_read_only_verify_does_not_sample_the_curve(tmp_path: Path, monkeypatch)
     sampled = []
     real = history.HistoryReader._progress
     monkeypatch.setattr(history.HistoryReader, "_progress", lambda self, tl: sampled.append(tl) or real(self, tl))
-    assert verify.main([str(run), "--no-write", "--quiet"]) == 0
+    assert cli_main(["verify", str(run), "--no-write", "--quiet"]) == 0
     assert verify.verify_run(run, picture=False).picture is None
     assert sampled == []
     assert verify.verify_run(run).picture is not None and len(sampled) == 1

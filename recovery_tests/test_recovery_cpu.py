@@ -86,6 +86,6 @@ def test_fault_rank_that_never_sees_a_checkpoint_fails_and_stops_early(nvrx_targ
                                          knobs=(("save_interval", 40),), expect_qualified=False))
     pre = outcome.verdict.criterion("pre_fault_checkpoint")
     assert pre.status == FAIL and "never injected" in pre.detail, explain(outcome, pre.id)
-    assert outcome.launch.stopped_early and "never happened" in outcome.launch.stopped_early
+    assert outcome.launch.stopped_early and "never injected" in outcome.launch.stopped_early
     assert not (outcome.run_dir / "fault_injected.json").exists()
     assert not outcome.verdict.qualified

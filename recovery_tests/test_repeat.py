@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness import cli, ports, repeat, runner
+from harness.cli import repeat as cmd_repeat
+from harness.cli import run as cmd_run
 from harness.criteria import CHECK_IDS
 from harness.launch import LaunchResult
 from harness.spec import SpecError
@@ -78,7 +80,7 @@ def flags(work: Path, **more) -> dict:
 
 def repeat_run(work: Path, count: int, fake: FakeLaunch, env: dict | None = None, **more) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    status = repeat.run_repeats(flags(work, **more), (), env or {}, count, execute=fake, progress=False, out=out,
+    status = cmd_repeat.run_repeats(flags(work, **more), (), env or {}, count, execute=fake, progress=False, out=out,
                                 err=err)
     return status, out.getvalue(), err.getvalue()
 
@@ -234,7 +236,7 @@ def test_cli_repeat_goes_through_the_same_launch_as_run(tmp_path, monkeypatch, c
 @pytest.mark.usefixtures("clean_spec_env")
 def test_cli_repeat_1_is_a_plain_run(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr(runner, "run", lambda plan, **kw: seen.append(plan.spec.run_id) or 0)
+    monkeypatch.setattr(cmd_run, "one_run", lambda plan, **kw: seen.append(plan.spec.run_id) or 0)
     status = cli.main(["run", "--workload", "reference", "--work-dir", str(tmp_path), "--run-id", "plain",
                        "--repeat", "1"])
     assert status == 0 and seen == ["plain"] and not (tmp_path / "repeats").exists()

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness import discovery, runner
+from harness.cli import run as cmd_run
 from harness import plan as planmod
 from harness.nvrx import NvrxTarget, installed_version
 from harness.spec import RunSpec, SpecError
@@ -84,7 +85,7 @@ def test_run_says_launching_before_the_launcher_starts(tmp_path, monkeypatch, ca
 
     monkeypatch.setattr(launch, "launch", fake_launch)
     with pytest.raises(RuntimeError, match="stop here"):
-        runner.run(make_plan(tmp_path), progress=True)
+        cmd_run.one_run(make_plan(tmp_path), progress=True)
     [out] = seen_before_launch
     lines = out.splitlines()
     assert lines[0].startswith("nvrx-qual: run pre-1: reference workload, kill on rank 1")

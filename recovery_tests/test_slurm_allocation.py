@@ -96,7 +96,7 @@ def test_doomed_run_is_stopped_by_scancel_of_its_step(allocation, log_routing_la
     outcome = scenarios.outcome(two_node_scenario(allocation, log_routing_launcher, "kill", name="srun-doomed",
                                                   workload_args=("--no-load-optim",)))
     stopped = outcome.launch.stopped_early
-    assert stopped and "no_load_optim" in stopped and f"(scancel {allocation.job_id}." in stopped, stopped
+    assert stopped and "--no-load-optim" in stopped and f"(scancel {allocation.job_id}." in stopped, stopped
     assert outcome.verdict.criterion("optimizer_reload").status == FAIL
     clean = outcome.verdict.criterion("clean_finish")
     assert clean.status == FAIL and "the harness stopped the launch early" in clean.detail, clean.detail

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.processes import run_in_session
-from harness import cli
+from harness import cli, resolve
 from harness import plan as planmod
 from harness.prepare import CLAIM_NAME, prepare, release
 from harness.spec import SpecError
@@ -78,7 +78,7 @@ def _contender(work: str, dry_run: bool, start, hold, results) -> None:
     from harness import prepare as prepare_module
 
     flags = {"workload": "reference", "work_dir": work, "run_id": "same-id", "fault": "none"}
-    spec, target, _ = cli.resolve_spec(flags, (), {})
+    spec, target, _ = resolve.resolve_spec(flags, (), {})
     plan = planmod.build(spec, target)
     make_dir = prepare_module._make_dir
 
@@ -126,7 +126,7 @@ def test_simultaneous_runs_with_one_run_id_exactly_one_wins(tmp_path, dry_run):
 
 def test_a_later_run_with_a_launched_run_id_is_refused(tmp_path, capsys):
     flags = {"workload": "reference", "work_dir": tmp_path / "work", "run_id": "once", "fault": "none"}
-    spec, target, _ = cli.resolve_spec(flags, (), {})
+    spec, target, _ = resolve.resolve_spec(flags, (), {})
     plan = planmod.build(spec, target)
     prepare(plan, dry_run=False)
     release(plan.layout)

@@ -15,6 +15,7 @@ import pytest
 from fixtures.processes import run_in_session
 
 from harness import verify
+from harness.cli import verify as cmd_verify
 from harness.criteria import CHECK_IDS, CRITERIA_IDS
 from harness.history import RunDirError
 from harness.report import render_report
@@ -26,8 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="nvrx-qual verify")
-    verify.add_arguments(parser)
-    return verify.run(parser.parse_args(argv))
+    cmd_verify.add_arguments(parser)
+    return cmd_verify.run(parser.parse_args(argv))
 
 
 @pytest.fixture
@@ -107,7 +108,7 @@ def test_library_call(good_run, tmp_path):
     assert report.rstrip().endswith("## Triage\n\nfirst traceback: none")
     with pytest.raises(RunDirError):
         verify.verify_run(tmp_path / "nothing")
-    with pytest.raises(ValueError, match="is not one of none, kill, hang, term, poison"):
+    with pytest.raises(ValueError, match="is not one of kill, hang, term, poison, node, none"):
         verify.verify_run(good_run, "crash")
 
 
@@ -144,7 +145,7 @@ def test_nvrx_qual_cli_dispatches_to_verify(good_run, capsys):
 
 @pytest.mark.e2e
 def test_python_dash_m_harness_verify(good_run):
-    proc = run_in_session([sys.executable, "-m", "harness.verify", str(good_run), "--json", "-", "--no-write"],
+    proc = run_in_session([sys.executable, "-m", "harness", "verify", str(good_run), "--json", "-", "--no-write"],
                           timeout_s=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["qualified"] is True

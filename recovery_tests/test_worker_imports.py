@@ -1,5 +1,5 @@
 """Transformer Engine and apex as the workers' interpreter imports them (harness.discovery),
-and how the planner uses what it finds (cli.detected_defaults)."""
+and how the planner uses what it finds (resolve.detected_defaults)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, discovery
+from harness import discovery, resolve
 from harness.discovery import APEX_MODULES, WorkerImports
 from harness.spec import SpecError
 
@@ -59,7 +59,7 @@ def test_declared_values_skip_the_probe():
     def never(python):
         raise AssertionError("probed although both were declared")
 
-    found = cli.detected_defaults({"workload": "megatron", "transformer_engine": "0", "apex": "1", "uv": "0"}, {},
+    found = resolve.detected_defaults({"workload": "megatron", "transformer_engine": "0", "apex": "1", "uv": "0"}, {},
                                   probe=never)
     assert "transformer_engine" not in found and "apex" not in found
 
@@ -71,14 +71,14 @@ def test_the_probe_runs_in_the_workers_interpreter():
         seen.append(python)
         return WorkerImports(False, True)
 
-    found = cli.detected_defaults({"workload": "megatron", "python": "/opt/venv/bin/python", "uv": "0"}, {},
+    found = resolve.detected_defaults({"workload": "megatron", "python": "/opt/venv/bin/python", "uv": "0"}, {},
                                   probe=fake)
     assert seen == [["/opt/venv/bin/python"]] and (found["transformer_engine"], found["apex"]) == (False, True)
-    cli.detected_defaults({"workload": "megatron", "uv": "1", "transformer_engine": "1"}, {}, probe=fake)
+    resolve.detected_defaults({"workload": "megatron", "uv": "1", "transformer_engine": "1"}, {}, probe=fake)
     assert seen[-1] == ["uv", "run", "--no-sync", "python"]
 
 
 def test_an_interpreter_that_cannot_tell_refuses_the_plan():
     with pytest.raises(SpecError, match="--transformer-engine 0\\|1 --apex 0\\|1"):
-        cli.detected_defaults({"workload": "megatron", "uv": "0"}, {},
+        resolve.detected_defaults({"workload": "megatron", "uv": "0"}, {},
                               probe=lambda python: WorkerImports(None, None, "cannot import torch"))

@@ -1,5 +1,5 @@
 """A harness process for the signal tests: `launch()` of the fake launcher, exactly as
-`nvrx-qual run` drives a launch (exit status through harness.exitcodes.guarded).
+`nvrx-qual run` drives a launch (exit status through harness.cli.guard.guarded).
 
     launch_driver.py WORK_DIR [FAKE_LAUNCHER_ARGS...]
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness import exitcodes, launch
+from harness import launch
+from harness.cli.guard import guarded
 from harness.nvrx import NvrxTarget
 from harness.plan import Command, Plan
 from harness.spec import RunSpec
@@ -26,8 +27,8 @@ def main(argv: list[str]) -> int:
     command = Command(argv=(sys.executable, str(FAKE_LAUNCHER), *argv[1:]), cwd=work)
     plan = Plan(spec=spec, nvrx=NvrxTarget("0.7.0"), launcher=command, srun=None,
                 connections=ConnectionsPolicy(None, "not applicable"))
-    return exitcodes.guarded(lambda: launch.launch(plan, deadline_s=60.0, tick_s=0.05, term_grace_s=10.0)
-                             .launcher_exit_code or 0, "launch_driver", debug=True)
+    return guarded(lambda: launch.launch(plan, deadline_s=60.0, tick_s=0.05, term_grace_s=10.0)
+                   .launcher_exit_code or 0, "launch_driver", debug=True)
 
 
 if __name__ == "__main__":

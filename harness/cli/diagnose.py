@@ -1,5 +1,8 @@
-"""`nvrx-qual diagnose` / `python -m harness.diagnose`: the command line of the cross-rank
-failure triage (harness.triage), printed as Markdown (harness.render.diagnosis) or JSON."""
+"""`nvrx-qual diagnose RUN_DIR [--json] [--utc-offset SECONDS]`: the cross-rank root cause.
+
+Exit status: 0 nothing failed but the fault the harness injected (a run that recovered), 1 a
+root cause was found, 2 RUN_DIR is not a readable directory or --utc-offset is no time zone.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +11,12 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
 
+from harness import triage as triaging
 from harness.dialect import RunDirError, utc_offset_problem
-from harness.exitcodes import ExitStatus, guarded
+from harness.exitcodes import ExitStatus
 from harness.render.diagnosis import render_markdown
-from harness.triage import CATEGORIES, OomMemory, ParallelConfig, Symptom, Triage, diagnose
-
-__all__ = ["CATEGORIES", "OomMemory", "ParallelConfig", "Symptom", "Triage", "add_arguments", "diagnose",
-           "exit_status", "main", "render_markdown", "run"]  # the library names re-exported for existing imports
-
-
-# ============================================================================ CLI
+from harness.triage import Triage
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,10 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "1 a root cause was found, 2 RUN_DIR is not a readable directory.")
 
 
-def exit_status(triage: Triage) -> int:
+def exit_status(triage: Triage) -> ExitStatus:
     """0 when nothing failed, or only the fault the harness injected itself (a recovered run
     has exactly that failure); 1 when something else broke."""
-    return 1 if triage.failed and not triage.injected else 0
+    return ExitStatus.of_verdict(not (triage.failed and not triage.injected))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,11 +45,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"nvrx-qual diagnose: --utc-offset {problem}", file=sys.stderr)
         return ExitStatus.REFUSED
     try:
-        triage = diagnose(args.run_dir, utc_offset_s=offset)
+        triage = triaging.diagnose(args.run_dir, utc_offset_s=offset)
     except RunDirError as err:
         print(f"nvrx-qual diagnose: {err}", file=sys.stderr)
         return ExitStatus.REFUSED
-    status = ExitStatus(exit_status(triage))
+    status = exit_status(triage)
     text = json.dumps(triage.to_json(), indent=2, default=str) + "\n" if args.json else render_markdown(triage)
     try:
         sys.stdout.write(text)
@@ -61,16 +58,3 @@ def run(args: argparse.Namespace) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush stays quiet
     return status
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m harness.diagnose", description="Find the root cause of a failed run across ranks."
-    )
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    return guarded(lambda: run(args), "nvrx-qual diagnose", debug=False)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,102 @@
+"""`nvrx-qual verify RUN_DIR [--json PATH] [--fault none|kill|hang] [--no-write] [--force]`.
+
+Exit status: 0 qualified, 1 a criterion failed (or could not be decided), 2 the path is not a
+readable run directory or an output is refused (the message says why), 3 an internal error of
+the suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from harness import criteria, verify
+from harness.exitcodes import ExitStatus
+from harness.history import RunDirError
+from harness.render import terminal
+from harness.report import Verdict, verdict_json, write_outputs
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Check the five recovery criteria of a run directory from its files alone and time the "
+                          "recovery. Exit status: 0 qualified, 1 a criterion failed, 2 not a readable run directory.")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run directory ($NVRX_WORK_DIR/runs/<run-id>)")
+    parser.add_argument("--json", metavar="PATH", dest="json_path",
+                        help="also write the verdict JSON to PATH, a new file (never overwritten; '-': standard output)")
+    parser.add_argument("--fault", choices=criteria.FAULTS, default=None,
+                        help="the fault the run was meant to survive (default: run.json, else the injection marker, "
+                             "else none)")
+    parser.add_argument("--baseline", metavar="RUN_DIR",
+                        help="an uninterrupted run of the same configuration: also check that every lm loss after the "
+                             "restored checkpoint equals its (loss_continuity; needs deterministic training)")
+    parser.add_argument("--no-write", action="store_true",
+                        help="do not write timeline.png, verdict.json and report.md into the run directory")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a stored verdict.json that was judged for another fault (without it, verify "
+                             "refuses to change the fault a run was judged for)")
+    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+
+
+def _stored_fault_conflict(run_dir: Path, verdict: Verdict) -> str | None:
+    """Why writing this verdict would silently change the fault the run was judged for."""
+    stored = verify.stored_verdict(run_dir)
+    fault = stored.get("fault") if stored else None
+    if not isinstance(fault, str) or fault == verdict.fault:
+        return None
+    return (f"{run_dir / 'verdict.json'} records the run judged for fault {fault}; this verification is for fault "
+            f"{verdict.fault} ({verdict.fault_how}): pass --force to replace it, or --no-write (or --json PATH with "
+            "--no-write) to judge without changing the stored verdict")
+
+
+def _what_was_written(paths: Sequence[Path], run_dir: Path, before: dict | None) -> str:
+    names = [str(p.relative_to(run_dir)) if p.is_relative_to(run_dir) else str(p) for p in paths]
+    if not names:
+        return ""
+    text = f"nvrx-qual verify: wrote {', '.join(names)} in {run_dir}"
+    if before is not None and any(p.name == "verdict.json" and p.parent == run_dir for p in paths):
+        earlier = "QUALIFIED" if before.get("qualified") is True else "NOT QUALIFIED"
+        text += f" (replacing the earlier verdict.json: {earlier}, fault {before.get('fault', '?')})"
+    return text
+
+
+def run(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    to_stdout = args.json_path == "-"
+    if not to_stdout and args.json_path is not None and os.path.lexists(args.json_path):
+        print(f"nvrx-qual verify: error: --json {args.json_path} already exists: choose a new file name; existing "
+              "files (a run's own fault_injected.json above all) are never overwritten", file=sys.stderr)
+        return ExitStatus.REFUSED
+    try:
+        verdict = verify.verify_run(run_dir, args.fault, baseline=args.baseline, picture=not args.no_write)
+    except RunDirError as exc:
+        print(f"nvrx-qual verify: error: {exc}", file=sys.stderr)
+        return ExitStatus.REFUSED
+    quiet = getattr(args, "quiet", False)
+    before = None if args.no_write else verify.stored_verdict(run_dir)
+    if not args.no_write and not getattr(args, "force", False):
+        conflict = _stored_fault_conflict(run_dir, verdict)
+        if conflict:
+            print(f"nvrx-qual verify: error: {conflict}", file=sys.stderr)
+            return ExitStatus.REFUSED
+    written_note = None
+    try:
+        _found, sections = verify.triage(verdict)
+        written = write_outputs(verdict, None if args.no_write else run_dir, None if to_stdout else args.json_path,
+                                sections)
+        if to_stdout:
+            print(verdict_json(verdict), end="")
+        written_note = _what_was_written(written.paths, run_dir, before)
+        if written.picture_problem and not quiet:
+            print(f"nvrx-qual verify: note: timeline.png not drawn: {written.picture_problem}", file=sys.stderr)
+    except OSError as exc:
+        print(f"nvrx-qual verify: warning: could not write the verdict ({exc}); pass --no-write for a read-only "
+              "run directory, or --json PATH", file=sys.stderr)
+    if not quiet:
+        if written_note:
+            print(written_note, file=sys.stderr if to_stdout else sys.stdout)
+        if not to_stdout:
+            print(terminal.verification(verdict))
+    return ExitStatus.of_verdict(verdict.qualified)

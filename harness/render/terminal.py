@@ -1,0 +1,118 @@
+"""What the commands show on a terminal, as text: the line before a launch, one run's result,
+one verification, a repeat's table, a scenario's lines in the pytest summary. Pure functions from the library's values to lines; the
+command layer (harness.cli) decides where they go."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from harness import stats
+from harness.criteria import headline
+
+if TYPE_CHECKING:
+    from harness.plan import Plan
+    from harness.report import Verdict
+    from harness.runner import Outcome
+
+
+def announce(plan: "Plan", which: str = "") -> str:
+    """The line `nvrx-qual run` prints before launching; `which` e.g. "2 of 5" for a repeat."""
+    spec = plan.spec
+    fault = "no fault" if spec.fault == "none" else f"{spec.fault} on rank {spec.fault_rank}" + (
+        "" if spec.fault_at == "after-commit" else f" at {spec.fault_at}")
+    return (f"nvrx-qual: run {spec.run_id}{f' ({which})' if which else ''}: {spec.workload} workload, {fault}, "
+            f"NVRx {plan.nvrx.version}, {spec.nnodes}x{spec.gpus_per_node} ranks, deadline profile "
+            f"{spec.deadline_profile} ({spec.section_timeouts_arg}, out of section {spec.out_of_section_timeout:g} s)"
+            f"\n  run directory: {plan.layout.root}")
+
+
+def run_outcome(outcome: "Outcome") -> str:
+    """One launched run: every criterion, the latencies, what went wrong around it, the verdict."""
+    v, m = outcome.verdict, outcome.verdict.metrics
+    width = max(len(c.id) for c in v.criteria)
+    lines = ["", f"{'criterion'.ljust(width)}  status          detail"]
+    for c in v.criteria:
+        lines.append(f"{c.id.ljust(width)}  {str(c.status).ljust(14)}  {c.detail}")
+
+    def s(x: float | None) -> str:
+        return "—" if x is None else f"{x:.2f} s"
+
+    lines += ["",
+              f"latency: detection {s(m.detection_s)} | restart {s(m.restart_s)} | restore {s(m.restore_s)} | "
+              f"first step {s(m.first_step_s)} | failure → first committed step {s(m.failure_to_first_step_s)} | "
+              f"lost iterations {'—' if m.lost_iterations is None else m.lost_iterations}"]
+    lines += [f"warning: {w}" for w in m.warnings]
+    if outcome.launch.stopped_early:
+        lines.append(f"stopped early: {outcome.launch.stopped_early}")
+    if outcome.launch.capture_error:
+        lines.append(f"logs incomplete: {outcome.launch.capture_error}")
+    if outcome.triage is not None and outcome.triage.failed:
+        lines.append(f"triage: {outcome.triage.summary}")
+    if outcome.picture_problem:
+        lines.append(f"timeline.png not drawn: {outcome.picture_problem}")
+    verdict = headline(v.qualified, v.fault)
+    lines.append(f"{verdict}: {outcome.plan.spec.workload} workload, fault {v.fault}; report: "
+                 f"{outcome.run_dir / 'report.md'}")
+    if outcome.plan.spec.workload == "reference":
+        lines.append("note: the CPU reference run qualifies this harness and launcher, not GPU training recovery.")
+    elif outcome.plan.spec.workload == "megatron-cpu":
+        lines.append("note: the megatron-cpu run qualifies Megatron's own loop and restore on CPU under this launcher, "
+                     "not GPU training recovery.")
+    return "\n".join(lines)
+
+
+def verification(verdict: "Verdict") -> str:
+    """`nvrx-qual verify`'s lines: every criterion, the latencies, the verdict."""
+    lines = [f"nvrx-qual verify: {verdict.run_dir} (fault {verdict.fault}: {verdict.fault_how})"]
+    width = max(len(c.id) for c in verdict.criteria)
+    for c in verdict.criteria:
+        lines.append(f"  {str(c.status):<14} {c.id:<{width}}  {c.detail}")
+    m = verdict.metrics
+    if m.failure_to_first_step_s is not None or m.detection_s is not None:
+        def s(v: float | None) -> str:
+            return "?" if v is None else f"{v:.2f}s"
+        lines.append(f"  failure -> first committed step {s(m.failure_to_first_step_s)} (detection {s(m.detection_s)}, "
+                     f"restart {s(m.restart_s)}, restore {s(m.restore_s)}, first step {s(m.first_step_s)}); "
+                     f"lost iterations {m.lost_iterations if m.lost_iterations is not None else '?'}")
+    lines += [f"  warning: {w}" for w in m.warnings]
+    lines.append(headline(verdict.qualified, verdict.fault))
+    return "\n".join(lines)
+
+
+def repeat_table(result: stats.RepeatStats, planned: int) -> list[str]:
+    """Pass rate per criterion and p50 / p95 / max of every latency, as aligned text."""
+    done = len(result.runs)
+    head = f"{result.qualified_runs} of {done} runs qualified"
+    if done != planned:
+        head += f" ({planned} planned)"
+    lines = [f"repeats: {result.label}: {head}"]
+    width = max([len("criterion"), *(len(c.id) for c in result.criteria)])
+    lines.append(f"  {'criterion'.ljust(width)}  held")
+    for c in result.criteria:
+        rate = f"{c.held}/{c.runs}" if c.runs else "—"
+        lines.append(f"  {c.id.ljust(width)}  {rate}")
+    label_width = max(len(label) for label in stats.METRIC_LABELS.values())
+    lines.append(f"  {'metric'.ljust(label_width)}  {'p50':>8}  {'p95':>8}  {'max':>8}  measured")
+    for m in result.metrics:
+        cells = "  ".join(f"{stats.format_value(m.name, v):>8}" for v in (m.p50, m.p95, m.max))
+        lines.append(f"  {stats.METRIC_LABELS[m.name].ljust(label_width)}  {cells}  {m.n}/{m.n + m.missing}")
+    if result.failures:
+        lines.append("  failing runs:")
+        lines += [f"    {f.run_id}: {f.criterion} {f.status}: {f.detail}" for f in result.failures]
+    return lines
+
+
+def scenario_lines(group: stats.RepeatStats, width: int = 160) -> list[str]:
+    """A few terminal lines: runs qualified, the headline latency, each failing run and criterion."""
+    m = group.metric(stats.HEADLINE)
+    latency = (f"failure → first step p50 {_seconds(m.p50)} s, p95 {_seconds(m.p95)} s, max {_seconds(m.max)} s"
+               if m.n else "failure → first step not measured")
+    lines = [f"{group.label}: {group.qualified_sentence().rstrip('.')}; {latency}"]
+    for f in group.failures:
+        line = f"  {f.run_id}: {f.criterion} {f.status}: {f.detail}"
+        lines.append(line if len(line) <= width else line[: width - 1] + "…")
+    return lines
+
+
+def _seconds(value: float | None) -> str:
+    return stats.format_value(stats.HEADLINE, value)

@@ -1,0 +1,74 @@
+"""Flags + environment + this machine -> a validated RunSpec with its NVRx target and ports.
+
+Shared by the command line (`nvrx-qual plan | run | sbatch`), the repeat loop and the pytest
+fixtures, so each builds its runs the same way. Raises SpecError / NvrxError; creates nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import Callable, Mapping
+
+from harness import discovery, nvrx, ports
+from harness import spec as specmod
+from harness.spec import RunSpec, SpecError
+
+
+def _declared(field: str, flags: Mapping[str, object], env: Mapping[str, str]) -> object:
+    """A knob's value as given (flag, else environment), parsed; None when not given."""
+    knob = specmod.KNOBS_BY_FIELD[field]
+    given = flags.get(field)
+    if given is None and knob.env and env.get(knob.env, "") != "":
+        given = env[knob.env]
+    if isinstance(given, str):
+        try:
+            return knob.parse(given)
+        except (ValueError, TypeError):
+            return None  # from_sources reports it
+    return given
+
+
+def detected_defaults(flags: Mapping[str, object], env: Mapping[str, str], *,
+                      probe: Callable[[list[str]], discovery.WorkerImports] = discovery.worker_imports) -> dict:
+    """Facts of this machine that feed RunSpec defaults (declared values always win).
+    Transformer Engine and apex are imported in the interpreter that will run the workers
+    (--python, or `uv run python`), only when one of them is not declared. Raises SpecError
+    when that interpreter cannot tell."""
+    workload = flags.get("workload") or env.get("NVRX_QUAL_WORKLOAD") or "megatron"
+    uv = _declared("uv", flags, env)
+    found = {"uv": discovery.uv_managed() if uv is None else uv}
+    if workload != "megatron":
+        return found
+    found["gpu_arch"] = discovery.gpu_arch(discovery.nvidia_smi_gpus())
+    te, apex = _declared("transformer_engine", flags, env), _declared("apex", flags, env)
+    if te is None or apex is None:
+        # --no-sync: asking must not install anything into the project environment
+        python = (["uv", "run", "--no-sync", "python"] if found["uv"]
+                  else [str(_declared("python", flags, env) or sys.executable)])
+        imports = probe(python)
+        if imports.problem is not None:
+            raise SpecError([f"could not ask the workers' interpreter whether Transformer Engine and apex import "
+                             f"({imports.problem}): fix --python, or declare both with --transformer-engine 0|1 "
+                             "--apex 0|1"])
+        found["transformer_engine"], found["apex"] = imports.transformer_engine, imports.apex
+    return found
+
+
+def resolve_spec(flags: Mapping[str, object], extra: tuple[str, ...] = (), env: Mapping[str, str] | None = None,
+                 *, for_sbatch: bool = False) -> tuple[RunSpec, nvrx.NvrxTarget, int]:
+    """Flags (strings as typed, or typed values) + environment -> validated RunSpec with
+    ports chosen, its NVRx target and the restored iteration. Raises SpecError /
+    NvrxError; creates nothing. The pytest fixtures build their runs through this too."""
+    env = dict(os.environ if env is None else env)
+    flags = dict(flags)
+    spec = specmod.from_sources(flags, env, extra, detected_defaults(flags, env))
+    target = nvrx.resolve(spec.nvrx_version, spec.nvrx_path)
+    rdzv_port, log_port = ports.free_ports(2)
+    if (spec.nnodes == 1 or spec.local_nodes) and not spec.rdzv_endpoint:
+        spec = dataclasses.replace(spec, rdzv_endpoint=f"127.0.0.1:{rdzv_port}")
+    if target.routes_logs and spec.log_server_port is None:
+        spec = dataclasses.replace(spec, log_server_port=log_port)
+    restored = specmod.validate(spec, needs_endpoint=not for_sbatch)
+    return spec, target, restored
