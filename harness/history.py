@@ -1291,7 +1291,15 @@ def _run_config(run_json: _JsonFile | None, launch_json: _JsonFile | None, start
         train_iters=train_iters, train_iters_src=train_src, save_interval=save_interval, save_interval_src=save_src,
         nvrx_version=nvrx, utc_offset_s=_int(data.get("utc_offset_s")), extra_args=tuple(str(a) for a in extra),
         argv=argv, dry_run=bool(data.get("dry_run")), has_run_json=run_json is not None and run_json.error is None,
+        nnodes=spec.get("nnodes") if _whole(spec.get("nnodes")) else None,
+        shape=tuple((k, spec[k]) for k in ev.RUN_SHAPE_KEYS if _whole(spec.get(k))),
+        created_at=parse_iso_utc(data.get("created_at")),
     )
+
+
+def _whole(value: object) -> bool:
+    """A JSON whole number as run.json writes one (not a bool, not a string)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _launch_record(launch_json: _JsonFile | None) -> ev.LaunchRecord | None:

@@ -119,11 +119,13 @@ def read_baseline(baseline: str | os.PathLike) -> RunRead:
     return read_run(baseline, inspect_checkpoints=False, losses=True, progress=False)
 
 
-def triage(verdict: Verdict) -> tuple["diagnose.Triage | None", tuple[str, ...]]:
-    """A run that did not qualify gets the cross-rank failure triage as a report section."""
+def triage(verdict: Verdict, read: RunRead | None = None) -> tuple["diagnose.Triage | None", tuple[str, ...]]:
+    """A run that did not qualify gets the cross-rank failure triage as a report section.
+    `read`, the read the verdict was made from, gives triage the run's facts (run.json,
+    launch.json, the markers) so that it only scans the log lines itself."""
     if verdict.qualified and not any(c.id == criteria.LOOP_STOPPED for c in verdict.criteria):
         return None, ()  # a stopped restart loop qualifies and still gets its triage: the repeating error
-    found = diagnose.diagnose(Path(verdict.run_dir))
+    found = diagnose.diagnose(Path(verdict.run_dir), history=read)
     return found, (diagnose.render_markdown(found),)
 
 
