@@ -282,6 +282,14 @@ RENDEZVOUS_JOINED_RE = re.compile(
     r"(?:The node '(?P<node>[^'\s]{1,200})' )?has joined (?:round (?P<round>\d+) of )?the rendezvous"
     r"(?: .* in a world of size (?P<world>\d+))?"
 )
+# The rank monitor's timeouts (NVRx 0.4.1; 0.6+ prefixes `[Cycle N] `), one message each:
+# `Section 'step' has been open for 14.35 seconds. Timeout is 10.00 seconds.` (section, elapsed, timeout)
+SECTION_TIMEOUT_RE = re.compile(r"Section '([^']+)' has been open for ([\d.]+) seconds\. Timeout is ([\d.]+) seconds")
+# `Was out of section for 31.20 seconds. Timeout is 30.00 seconds.` (elapsed, timeout)
+OUT_OF_SECTION_RE = re.compile(r"Was out of section for ([\d.]+) seconds\. Timeout is ([\d.]+) seconds")
+# `Did not get initial heartbeat. Waited 60.00 seconds.` (initial | subsequent, waited)
+HEARTBEAT_MISSED_RE = re.compile(r"Did not get (initial|subsequent) heartbeat\. Waited ([\d.]+) seconds")
+RANK_TIMEOUT_RES = (SECTION_TIMEOUT_RE, OUT_OF_SECTION_RE, HEARTBEAT_MISSED_RE)
 # torch elastic's agent, every NVRx version: `failed (exitcode: -9) local_rank: 1 (pid: 4242) of binary: ...`
 WORKER_FAILED_RE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
 # NVRx 0.4.1's rank monitor logger name: `[RankMonServer16902@vm:0]` (node, global rank or `<none>`)

@@ -35,6 +35,7 @@ from harness.dialect import CYCLE_INFO_RE as _CYCLE_INFO_RE
 from harness.dialect import DATETIME_RE as _DATETIME_RE
 from harness.dialect import GLOG_RE as _GLOG_RE
 from harness.dialect import MAX_UTC_OFFSET_S, RunDirError, check_readable_dir, parse_iso_utc, utc_offset_problem
+from harness.dialect import HEARTBEAT_MISSED_RE, OUT_OF_SECTION_RE, SECTION_TIMEOUT_RE
 from harness.dialect import PROFILING_RE, RANKMON_RE, RENDEZVOUS_JOINED_RE, WORKER_FAILED_RE, WORKLOAD_RE
 from harness.dialect import STAMP_RE as _STAMP_RE
 from harness.dialect import classify_logs as _classify_logs
@@ -113,9 +114,6 @@ _NEMESIS_NEVER_RE = re.compile(r"nemesis: requested fault \w+ on rank \d+ never 
 # ---- launcher lines (NVRx 0.4.1 and 0.6+/0.7.0 sources); those triage matches too live in harness.dialect
 _GROUP_RE = re.compile(r"Worker group (UNHEALTHY|FAILED)\. (\d+)/(\d+) attempts left")
 _MIN_HEALTHY_RE = re.compile(r"(\d+)/(\d+) restart attempts left")
-_SECTION_RE = re.compile(r"Section '([^']+)' has been open for ([\d.]+) seconds\. Timeout is ([\d.]+) seconds")
-_OOS_RE = re.compile(r"Was out of section for ([\d.]+) seconds\. Timeout is ([\d.]+) seconds")
-_HB_RE = re.compile(r"Did not get (initial|subsequent) heartbeat\. Waited ([\d.]+) seconds")
 _CYCLE_TAG_RE = re.compile(r"\[Cycle (\d+)\]")
 _EXIT_RE = re.compile(r"Agent(?: exits with exit code =|'s exit code =) (-?\d+)")
 
@@ -648,11 +646,11 @@ class LogParser:
             emit(ev.NoProgressStop(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, message=clip(b, 160)))
 
     def _timeout(self, b: str, src: Src) -> ev.RankTimeout | None:
-        if m := _SECTION_RE.search(b):
+        if m := SECTION_TIMEOUT_RE.search(b):
             kind, section, elapsed, timeout = "section", m.group(1), float(m.group(2)), float(m.group(3))
-        elif m := _OOS_RE.search(b):
+        elif m := OUT_OF_SECTION_RE.search(b):
             kind, section, elapsed, timeout = "out_of_section", None, float(m.group(1)), float(m.group(2))
-        elif m := _HB_RE.search(b):
+        elif m := HEARTBEAT_MISSED_RE.search(b):
             kind, section, elapsed, timeout = "heartbeat", None, None, float(m.group(2))
         else:
             return None

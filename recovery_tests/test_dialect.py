@@ -263,6 +263,8 @@ LAUNCHER_LINES = [  # (line, what history makes of it, what triage makes of it)
      ("joined", None, "vm_1_0"), ("cycle", None, 1)),
     ("[2026-11-29 16:00:05,000] [node7] [workload:5(1) infra:?(?)] Did not get subsequent heartbeat. Waited 30.00 "
      "seconds. Timeout is 30.00 seconds", ("timeout", 5, 1), ("hang", 5, 1)),
+    ("[2026-11-29 16:00:05,000] [vm] [workload:?(0) infra:?(?)] [Cycle 1] Was out of section for 31.20 seconds. "
+     "Timeout is 30.00 seconds.", ("timeout", None, 0), ("hang", None, 0)),
     ("Cycle: 2 Event: worker_start_completed Node: vm_1_0 Rank: 0 Time: 2026-11-29 16:00:09.000 UTC",
      ("profiling", 2, "worker_start_completed"), ("cycle", 2, None)),
     # every version: torch elastic's agent on a dead worker

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from harness import safeio
-from harness.dialect import (PROFILING_RE, RANKMON_RE, RENDEZVOUS_JOINED_RE, WORKER_FAILED_RE, WORKLOAD_RE,
-                             attempt_of_path, cycle_of_name, glog_month, glog_stamp, glog_year, line_stamp,
+from harness.dialect import (PROFILING_RE, RANK_TIMEOUT_RES, RANKMON_RE, RENDEZVOUS_JOINED_RE, WORKER_FAILED_RE,
+                             WORKLOAD_RE, attempt_of_path, cycle_of_name, glog_month, glog_stamp, glog_year, line_stamp,
                              maybe_stamped, peel)
 from harness.triage.model import OomMemory
 
@@ -383,10 +383,6 @@ _NCCL_ANY = re.compile(
     r"Some NCCL operations|NCCL WARN"
 )
 _NCCL_RANK = re.compile(r"\bRank (\d+)\]")
-_HANG_RE = re.compile(
-    r"Section '([^']+)' has been open for ([\d.]+) seconds|Did not get (initial|subsequent) heartbeat|"
-    r"Was out of section for ([\d.]+) seconds"
-)
 _SRUN_EXIT = re.compile(
     r"srun: error: (\S+): tasks? ([\d,\-\[\]]+): (Exited with exit code (\d+)|Killed|Terminated|Aborted|"
     r"Segmentation fault|Bus error)"
@@ -752,7 +748,7 @@ class _Scanner:
         if ("NCCL" in text or "nccl" in text or "DistBackendError" in text) and _NCCL_ANY.search(text):
             self._nccl_event(line, self._stream_time(stream), file_rank)
         if "open for" in text or "heartbeat" in text or "out of section" in text:
-            hang = _HANG_RE.search(text)
+            hang = next((m for rx in RANK_TIMEOUT_RES if (m := rx.search(text))), None)
             if hang:
                 when = self._stream_time(stream)
                 rank, local = line.rank, line.local_rank
