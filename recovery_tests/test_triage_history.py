@@ -102,3 +102,38 @@ def test_triage_takes_the_timelines_facts_over_the_files(tmp_path: Path) -> None
 
     no_markers = dataclasses.replace(tl, injections=())
     assert not diagnose(run_dir, history=no_markers).injected
+
+
+def test_the_runner_triages_with_the_read_its_verdict_came_from(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner hands triage the watcher's reader's last read (the verdict's), so triage does
+    not read run.json, launch.json and the markers again."""
+    from harness import launch, runner
+    from recovery_tests.test_runner import make_plan
+
+    built = rundirs.build(tmp_path / "made", rundirs.Scenario(restarts_exhausted=True, checkpoints=False))
+
+    def fake_launch(plan, *, watch, **kwargs):
+        shutil.copytree(built.run_dir / "logs", plan.layout.root / "logs", dirs_exist_ok=True)
+        for name in ("fault_injected.json", "launch.json"):
+            shutil.copy(built.run_dir / name, plan.layout.root / name)
+        watch()
+        return launch.LaunchResult(1, "2026-11-29T16:31:59.900Z", "2026-11-29T16:32:30.000Z", None, "0.7.0", 0)
+
+    monkeypatch.setattr(launch, "launch", fake_launch)
+    real_triage = runner.triage
+    given = []
+
+    def recording_triage(verdict, read=None):
+        given.append(read)
+        opened = _run_facts_opened(monkeypatch)
+        found = real_triage(verdict, read)
+        given.append(tuple(opened))
+        return found
+
+    monkeypatch.setattr(runner, "triage", recording_triage)
+    outcome = runner.execute(make_plan(tmp_path), out=None)
+    assert not outcome.verdict.qualified and outcome.triage is not None and outcome.triage.failed
+    read, opened = given
+    assert read is not None and read.timeline.run_dir == outcome.run_dir
+    assert opened == ()
