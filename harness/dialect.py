@@ -267,6 +267,37 @@ def strip_prefix(text: str) -> tuple[int | None, str, float | None]:
     return rank, p.body, p.console
 
 
+# ---------------------------------------------------------------- launcher lines
+# Lines of the launcher (torch elastic's agent under ft_launcher, NVRx's rank monitors and
+# profiling), matched by history (typed events) and triage (failure evidence) alike.
+
+# NVRx >= 0.6 profiling: `Cycle: 1 Event: worker_start_completed Node: n_1_0 Rank: 0 Time: 2026-11-29 17:09:20.881 UTC`
+PROFILING_RE = re.compile(
+    r"Cycle: (\d+) Event: (\w+) Node: (\S+) Rank: \S+ Time: (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))? UTC"
+)
+# torch elastic's rendezvous (NVRx 0.4.1: `The node 'n_1_0' has joined round 1 of the rendezvous 'job' as rank 0
+# in a world of size 2.`; NVRx 0.7.0's barrier rendezvous: `... has joined the rendezvous 'job' as rank 0 in a world
+# of size 1.`): groups node (None when not quoted plainly), round (None on 0.7.0), world (None when not printed)
+RENDEZVOUS_JOINED_RE = re.compile(
+    r"(?:The node '(?P<node>[^'\s]{1,200})' )?has joined (?:round (?P<round>\d+) of )?the rendezvous"
+    r"(?: .* in a world of size (?P<world>\d+))?"
+)
+# The rank monitor's timeouts (NVRx 0.4.1; 0.6+ prefixes `[Cycle N] `), one message each:
+# `Section 'step' has been open for 14.35 seconds. Timeout is 10.00 seconds.` (section, elapsed, timeout)
+SECTION_TIMEOUT_RE = re.compile(r"Section '([^']+)' has been open for ([\d.]+) seconds\. Timeout is ([\d.]+) seconds")
+# `Was out of section for 31.20 seconds. Timeout is 30.00 seconds.` (elapsed, timeout)
+OUT_OF_SECTION_RE = re.compile(r"Was out of section for ([\d.]+) seconds\. Timeout is ([\d.]+) seconds")
+# `Did not get initial heartbeat. Waited 60.00 seconds.` (initial | subsequent, waited)
+HEARTBEAT_MISSED_RE = re.compile(r"Did not get (initial|subsequent) heartbeat\. Waited ([\d.]+) seconds")
+RANK_TIMEOUT_RES = (SECTION_TIMEOUT_RE, OUT_OF_SECTION_RE, HEARTBEAT_MISSED_RE)
+# torch elastic's agent, every NVRx version: `failed (exitcode: -9) local_rank: 1 (pid: 4242) of binary: ...`
+WORKER_FAILED_RE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+# NVRx 0.4.1's rank monitor logger name: `[RankMonServer16902@vm:0]` (node, global rank or `<none>`)
+RANKMON_RE = re.compile(r"\[RankMonServer\d+@([^:\]\s]+):(\d+|<none>)\]")
+# NVRx >= 0.6's rank monitor prefix: `[node7] [workload:5(1) infra:?(?)]` (node, global rank, local rank; `?` unknown)
+WORKLOAD_RE = re.compile(r"(?:\[([^\]\[]+)\] )?\[workload:(\d+|\?)\((\d+|\?)\) infra:")
+
+
 # ---------------------------------------------------------------- file names
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")

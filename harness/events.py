@@ -481,6 +481,15 @@ class RunConfig:
     # out_of_section and check_interval, and the profile they came from.
     deadline_profile: str | None = None
     deadlines: tuple[tuple[str, float], ...] = ()
+    # What triage needs of the plan: the nodes, run.json's parallel layout and batch
+    # (spec keys of RUN_SHAPE_KEYS with their whole-number values) and when the run was created.
+    nnodes: int | None = None
+    shape: tuple[tuple[str, int], ...] = ()
+    created_at: float | None = None  # UTC epoch seconds
+
+
+RUN_SHAPE_KEYS = ("micro_batch_size", "global_batch_size", "global_batch_size_effective", "seq_length", "tp", "pp",
+                  "cp", "dp", "world", "num_attention_heads", "num_layers")
 
 
 @dataclass(frozen=True)

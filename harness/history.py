@@ -35,6 +35,8 @@ from harness.dialect import CYCLE_INFO_RE as _CYCLE_INFO_RE
 from harness.dialect import DATETIME_RE as _DATETIME_RE
 from harness.dialect import GLOG_RE as _GLOG_RE
 from harness.dialect import MAX_UTC_OFFSET_S, RunDirError, check_readable_dir, parse_iso_utc, utc_offset_problem
+from harness.dialect import HEARTBEAT_MISSED_RE, OUT_OF_SECTION_RE, SECTION_TIMEOUT_RE
+from harness.dialect import PROFILING_RE, RANKMON_RE, RENDEZVOUS_JOINED_RE, WORKER_FAILED_RE, WORKLOAD_RE
 from harness.dialect import STAMP_RE as _STAMP_RE
 from harness.dialect import classify_logs as _classify_logs
 from harness.dialect import epoch as _epoch
@@ -109,20 +111,9 @@ _ARG_LINE_RE = re.compile(r"\s*([A-Za-z_]\w*) \.* ?(?: (.*))?$")
 _NEMESIS_INJECT_RE = re.compile(r"\[nemesis\] rank (\d+) injecting (\w+) after checkpoint iteration (\d+)")
 _NEMESIS_NEVER_RE = re.compile(r"nemesis: requested fault \w+ on rank \d+ never happened: (.*)")
 
-# ---- launcher lines (NVRx 0.4.1 and 0.6+/0.7.0 sources)
-_PROFILING_RE = re.compile(
-    r"Cycle: (\d+) Event: (\w+) Node: (\S+) Rank: \S+ Time: (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))? UTC"
-)
-_JOIN_ROUND_RE = re.compile(r"has joined round (\d+) of the rendezvous")
-_NODE_JOINED_RE = re.compile(r"The node '([^'\s]{1,200})' has joined the rendezvous")
-_FAILED_RE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+# ---- launcher lines (NVRx 0.4.1 and 0.6+/0.7.0 sources); those triage matches too live in harness.dialect
 _GROUP_RE = re.compile(r"Worker group (UNHEALTHY|FAILED)\. (\d+)/(\d+) attempts left")
 _MIN_HEALTHY_RE = re.compile(r"(\d+)/(\d+) restart attempts left")
-_SECTION_RE = re.compile(r"Section '([^']+)' has been open for ([\d.]+) seconds\. Timeout is ([\d.]+) seconds")
-_OOS_RE = re.compile(r"Was out of section for ([\d.]+) seconds\. Timeout is ([\d.]+) seconds")
-_HB_RE = re.compile(r"Did not get (initial|subsequent) heartbeat\. Waited ([\d.]+) seconds")
-_RANKMON_RE = re.compile(r"\[RankMonServer\d+@([^:\]]+):(\d+|<none>)\]")
-_WORKLOAD_RE = re.compile(r"\[([^\]\[]+)\] \[workload:(\d+|\?)\((\d+|\?)\) infra:")
 _CYCLE_TAG_RE = re.compile(r"\[Cycle (\d+)\]")
 _EXIT_RE = re.compile(r"Agent(?: exits with exit code =|'s exit code =) (-?\d+)")
 
@@ -592,7 +583,7 @@ class LogParser:
                 emit(timeout)
             return
         if "Cycle" in b:
-            m = _PROFILING_RE.search(b)
+            m = PROFILING_RE.search(b)
             if m:
                 cycle, name = int(m.group(1)), m.group(2)
                 utc = _epoch(*map(int, m.groups()[3:9]), m.group(10))
@@ -604,22 +595,21 @@ class LogParser:
                 emit(ev.ProfilingEvent(src=src, ts=utc, ts_utc=True, cycle=cycle, name=name, node=m.group(3)))
             return
         if "FT timeout" in b and "FT timeout elapsed" in b:
-            m = _RANKMON_RE.search(b)
+            m = RANKMON_RE.search(b)
             rank = int(m.group(2)) if m and m.group(2).isdigit() else None
             emit(ev.FtTimeoutElapsed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, rank=rank))
             return
         if "joined" in b:
-            m = _JOIN_ROUND_RE.search(b)
-            if m:
-                self.launcher_cycle = int(m.group(1))
+            m = RENDEZVOUS_JOINED_RE.search(b)
+            if m and m.group("round") is not None:
+                self.launcher_cycle = int(m.group("round"))
                 emit(ev.RendezvousJoined(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, round=self.launcher_cycle))
             elif "has joined the rendezvous" in b:
-                m = _NODE_JOINED_RE.search(b)
                 emit(ev.RendezvousJoined(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, round=None,
-                                         node=m.group(1) if m else None))
+                                         node=m.group("node") if m else None))
             return
         if "(exitcode" in b:
-            m = _FAILED_RE.search(b)
+            m = WORKER_FAILED_RE.search(b)
             if m:
                 emit(ev.WorkerFailed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, exitcode=int(m.group(1)),
                                      local_rank=int(m.group(2)), pid=int(m.group(3))))
@@ -656,19 +646,19 @@ class LogParser:
             emit(ev.NoProgressStop(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, message=clip(b, 160)))
 
     def _timeout(self, b: str, src: Src) -> ev.RankTimeout | None:
-        if m := _SECTION_RE.search(b):
+        if m := SECTION_TIMEOUT_RE.search(b):
             kind, section, elapsed, timeout = "section", m.group(1), float(m.group(2)), float(m.group(3))
-        elif m := _OOS_RE.search(b):
+        elif m := OUT_OF_SECTION_RE.search(b):
             kind, section, elapsed, timeout = "out_of_section", None, float(m.group(1)), float(m.group(2))
-        elif m := _HB_RE.search(b):
+        elif m := HEARTBEAT_MISSED_RE.search(b):
             kind, section, elapsed, timeout = "heartbeat", None, None, float(m.group(2))
         else:
             return None
         rank = local_rank = node = None
-        if m := _RANKMON_RE.search(b):  # 0.4.1: the monitored global rank
+        if m := RANKMON_RE.search(b):  # 0.4.1: the monitored global rank
             node = m.group(1)
             rank = int(m.group(2)) if m.group(2).isdigit() else None
-        elif m := _WORKLOAD_RE.search(b):  # 0.6+: [node] [workload:<rank>(<local rank>) ...]
+        elif m := WORKLOAD_RE.search(b):  # 0.6+: [node] [workload:<rank>(<local rank>) ...]
             node = m.group(1)
             rank = int(m.group(2)) if m.group(2).isdigit() else None
             local_rank = int(m.group(3)) if m.group(3).isdigit() else None
@@ -1299,7 +1289,15 @@ def _run_config(run_json: _JsonFile | None, launch_json: _JsonFile | None, start
         train_iters=train_iters, train_iters_src=train_src, save_interval=save_interval, save_interval_src=save_src,
         nvrx_version=nvrx, utc_offset_s=_int(data.get("utc_offset_s")), extra_args=tuple(str(a) for a in extra),
         argv=argv, dry_run=bool(data.get("dry_run")), has_run_json=run_json is not None and run_json.error is None,
+        nnodes=spec.get("nnodes") if _whole(spec.get("nnodes")) else None,
+        shape=tuple((k, spec[k]) for k in ev.RUN_SHAPE_KEYS if _whole(spec.get(k))),
+        created_at=parse_iso_utc(data.get("created_at")),
     )
+
+
+def _whole(value: object) -> bool:
+    """A JSON whole number as run.json writes one (not a bool, not a string)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _launch_record(launch_json: _JsonFile | None) -> ev.LaunchRecord | None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -37,7 +36,7 @@ from typing import Callable, TextIO
 import psutil
 
 from harness import atomic, ports, safeio
-from harness.dialect import LABEL_RE, console_prefix, label_prefix, tee_headers
+from harness.dialect import LABEL_RE, RENDEZVOUS_JOINED_RE, console_prefix, label_prefix, tee_headers
 from harness.dialect import format_iso_utc as utc_iso
 from harness.layout import RunLayout
 from harness.plan import Plan
@@ -46,7 +45,6 @@ TAG = "NVRX_QUAL_LAUNCH"
 CLOCK_JUMP_S = 1.0  # wall minus monotonic changing by more than this between two stamps is a jump
 MAX_CLOCK_JUMPS = 100
 
-_ROUND = re.compile(r"has joined round (\d+) of the rendezvous")
 
 
 class ClockWatch:
@@ -120,9 +118,9 @@ class ConsoleSplitter:
             node, body = int(label.group(1)), line[label.end():]
         headers = tee_headers(body)
         if not headers or headers[0].start() != 0:
-            r = _ROUND.search(body)
-            if r:
-                self._cycle = max(self._cycle, int(r.group(1)))
+            r = RENDEZVOUS_JOINED_RE.search(body)
+            if r and r.group("round") is not None:
+                self._cycle = max(self._cycle, int(r.group("round")))
             self._launcher.write(body + "\n")
             return
         for i, header in enumerate(headers):

@@ -142,8 +142,9 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
         result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
                                watch=watcher, base_env=base_env, on_stop=_step_canceller(plan, base_env))
         base = read_baseline(baseline) if baseline is not None else None
-        verdict = verify_read(reader.read(final=True, inspect_checkpoints=True), baseline=base)
-        found, sections = triage(verdict)
+        read = reader.read(final=True, inspect_checkpoints=True)
+        verdict = verify_read(read, baseline=base)
+        found, sections = triage(verdict, read)
         written = write_outputs(verdict, plan.layout.root, extra_sections=sections)
     finally:
         release(plan.layout)

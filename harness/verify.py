@@ -31,7 +31,7 @@ from harness.report import write_outputs
 from harness.triage import Triage, diagnose
 from harness.verdict import Deadlines, Launcher, Verdict
 
-__all__ = ["RunDirError", "Verdict", "check_baseline", "read_baseline", "stored_verdict", "triage", "verify_read",
+__all__ = ["RunDirError", "Verdict", "check_baseline", "judge_run", "read_baseline", "stored_verdict", "triage", "verify_read",
            "verify_run", "verify_timeline"]
 
 
@@ -113,11 +113,13 @@ def read_baseline(baseline: str | os.PathLike) -> RunRead:
     return read_run(baseline, inspect_checkpoints=False, losses=True, progress=False)
 
 
-def triage(verdict: Verdict) -> tuple[Triage | None, tuple[str, ...]]:
-    """A run that did not qualify gets the cross-rank failure triage as a report section."""
+def triage(verdict: Verdict, read: RunRead | None = None) -> tuple[Triage | None, tuple[str, ...]]:
+    """A run that did not qualify gets the cross-rank failure triage as a report section.
+    `read`, the read the verdict was made from, gives triage the run's facts (run.json,
+    launch.json, the markers) so that it only scans the log lines itself."""
     if verdict.qualified and not any(c.id == criteria.LOOP_STOPPED for c in verdict.criteria):
         return None, ()  # a stopped restart loop qualifies and still gets its triage: the repeating error
-    found = diagnose(Path(verdict.run_dir))
+    found = diagnose(Path(verdict.run_dir), history=read)
     return found, (render_markdown(found),)
 
 
@@ -129,14 +131,22 @@ def verify_run(run_dir: str | os.PathLike, fault: str | None = None, *, write: b
     readable run directory and ValueError for an unknown fault. With write=True,
     timeline.png, verdict.json and report.md go into the run directory; json_path gets the JSON too.
     picture=False skips sampling the progress curve (a caller that will not draw it)."""
+    verdict, _read = judge_run(run_dir, fault, inspect_checkpoints=inspect_checkpoints, baseline=baseline,
+                               picture=picture)
+    if write or json_path is not None:
+        write_outputs(verdict, run_dir if write else None, json_path, extra_sections)
+    return verdict
+
+
+def judge_run(run_dir: str | os.PathLike, fault: str | None = None, *, inspect_checkpoints: bool = True,
+              baseline: str | os.PathLike | None = None, picture: bool = True) -> tuple[Verdict, RunRead]:
+    """The verdict of the run directory and the one read it was made from (for the triage:
+    triage(verdict, read)); writes nothing. Raises as verify_run."""
     if fault is not None and fault not in criteria.FAULTS:
         raise ValueError(f"fault {fault!r} is not one of {', '.join(criteria.FAULTS)}: pass one of them")
     base = read_baseline(baseline) if baseline is not None else None
     read = read_run(run_dir, inspect_checkpoints=inspect_checkpoints, losses=base is not None, progress=picture)
-    verdict = verify_read(read, fault, base)
-    if write or json_path is not None:
-        write_outputs(verdict, run_dir if write else None, json_path, extra_sections)
-    return verdict
+    return verify_read(read, fault, base), read
 
 
 def stored_verdict(run_dir: Path) -> dict | None:

@@ -248,3 +248,62 @@ def test_history_and_diagnose_read_the_same_rank_and_time_from_each_line(tmp_pat
     assert seen[3] == (3, pytest.approx(utc(2026, 11, 29, 16, 0, 3)))
     assert seen[4] == (2, pytest.approx(utc(2026, 11, 29, 16, 0, 4)))
     assert seen[5][1] is None
+
+
+# ----------------------------------------------------------------------------- launcher lines
+
+LAUNCHER_LINES = [  # (line, what history makes of it, what triage makes of it)
+    # NVRx 0.4.1: torch elastic's rendezvous with rounds, the rank monitor's logger name
+    ("[2026-11-29 16:00:01,000] [INFO] The node 'vm_1_0' has joined round 3 of the rendezvous 'job' as rank 0 "
+     "in a world of size 2.", ("joined", 3, None), ("cycle", 3, 2)),
+    ("2026-11-29 16:00:05,000 [RankMonServer16902@vm:4] Section 'step' has been open for 12.00 seconds. "
+     "Timeout is 10.00 seconds", ("timeout", 4, None), ("hang", 4, None)),
+    # NVRx 0.7.0: the barrier rendezvous without rounds, the workload prefix, profiling events
+    ("[2026-11-29 16:00:01,000] The node 'vm_1_0' has joined the rendezvous 'job' as rank 0 in a world of size 1.",
+     ("joined", None, "vm_1_0"), ("cycle", None, 1)),
+    ("[2026-11-29 16:00:05,000] [node7] [workload:5(1) infra:?(?)] Did not get subsequent heartbeat. Waited 30.00 "
+     "seconds. Timeout is 30.00 seconds", ("timeout", 5, 1), ("hang", 5, 1)),
+    ("[2026-11-29 16:00:05,000] [vm] [workload:?(0) infra:?(?)] [Cycle 1] Was out of section for 31.20 seconds. "
+     "Timeout is 30.00 seconds.", ("timeout", None, 0), ("hang", None, 0)),
+    ("Cycle: 2 Event: worker_start_completed Node: vm_1_0 Rank: 0 Time: 2026-11-29 16:00:09.000 UTC",
+     ("profiling", 2, "worker_start_completed"), ("cycle", 2, None)),
+    # every version: torch elastic's agent on a dead worker
+    ("[2026-11-29 16:00:06,000] failed (exitcode: -9) local_rank: 1 (pid: 4242) of binary: python",
+     ("failed", -9, 1), ("exit", -9, 1)),
+]
+
+
+@pytest.mark.parametrize(("line", "history_reads", "triage_reads"), LAUNCHER_LINES)
+def test_history_and_triage_read_the_launcher_lines_alike(tmp_path: Path, line: str, history_reads: tuple,
+                                                          triage_reads: tuple) -> None:
+    """One definition of the launcher grammar (dialect.PROFILING_RE, RENDEZVOUS_JOINED_RE,
+    WORKER_FAILED_RE, RANKMON_RE, WORKLOAD_RE): both readers take the same numbers from a line."""
+    from harness import events as ev
+    from harness.triage import scan
+
+    rel = "logs/launcher.log"
+    _touch(tmp_path / rel, line + "\n")
+    (tmp_path / "run.json").write_text(json.dumps({"utc_offset_s": 0, "created_at": "2026-11-29T16:00:00Z"}))
+    events = [e for e in read_history(tmp_path).launcher_events()]
+    assert len(events) == 1, events
+    e = events[0]
+    got = {ev.RendezvousJoined: lambda: ("joined", e.round, e.node), ev.RankTimeout: lambda: ("timeout", e.rank, e.local_rank),
+           ev.ProfilingEvent: lambda: ("profiling", e.cycle, e.name),
+           ev.WorkerFailed: lambda: ("failed", e.exitcode, e.local_rank)}[type(e)]()
+    assert got == history_reads
+
+    scanner = scan._Scanner(tmp_path, scan._Context(timedelta(0), 2026, 11))
+    scanner.scan([tmp_path / rel])
+    kind = triage_reads[0]
+    if kind == "cycle":  # the launcher line moves the cycle of the lines after it, and names the number of nodes
+        _touch(tmp_path / rel, line + "\nTraceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+               "ValueError: boom\n")
+        scanner = scan._Scanner(tmp_path, scan._Context(timedelta(0), 2026, 11))
+        scanner.scan([tmp_path / rel])
+        assert [tb.cycle for tb in scanner.tracebacks] == [triage_reads[1]]
+        assert scanner.world_of_nodes == triage_reads[2]
+        return
+    found = [x for x in scanner.events if x.kind == kind]
+    assert len(found) == 1, scanner.events
+    x = found[0]
+    assert (kind, x.exitcode if kind == "exit" else x.rank, x.local_rank) == triage_reads

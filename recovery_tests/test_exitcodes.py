@@ -36,7 +36,8 @@ def test_a_crash_of_any_command_is_exit_3_with_one_line_and_a_traceback_file(com
     if command == "diagnose":
         monkeypatch.setattr("harness.triage.diagnose", _boom)
     else:
-        monkeypatch.setattr("harness.verify.verify_run", _boom)
+        monkeypatch.setattr("harness.verify.verify_run", _boom)  # report
+        monkeypatch.setattr("harness.verify.judge_run", _boom)  # verify
         monkeypatch.setattr("harness.stats.check_run_dir", lambda _p: None)
         (run_dir / "verdict.json").unlink(missing_ok=True)
     argv = [command, str(run_dir)] + (["--no-write"] if command == "verify" else [])
@@ -50,7 +51,7 @@ def test_a_crash_of_any_command_is_exit_3_with_one_line_and_a_traceback_file(com
 
 def test_debug_shows_the_traceback_on_stderr(monkeypatch, capsys, tmp_path):
     run_dir = rundirs.build(tmp_path / "run", rundirs.Scenario()).run_dir
-    monkeypatch.setattr("harness.verify.verify_run", _boom)
+    monkeypatch.setattr("harness.verify.judge_run", _boom)
     assert main(["--debug", "verify", str(run_dir), "--no-write"]) == 3
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "_boom" in err
@@ -62,7 +63,7 @@ def test_an_environment_error_is_refused_input_not_a_crash(monkeypatch, capsys, 
     def disk_full(*_a, **_k):
         raise OSError(28, "No space left on device", str(run_dir / "verdict.json"))
 
-    monkeypatch.setattr("harness.verify.verify_run", disk_full)
+    monkeypatch.setattr("harness.verify.judge_run", disk_full)
     assert main(["verify", str(run_dir)]) == ExitStatus.REFUSED
     err = capsys.readouterr().err
     assert "No space left on device" in err and "verdict.json" in err and "Traceback" not in err
@@ -77,7 +78,7 @@ def test_a_real_process_that_crashes_exits_3_not_1(tmp_path):
         import harness.verify
         def boom(*a, **k):
             raise ZeroDivisionError("division by zero in a metric")
-        harness.verify.verify_run = boom
+        harness.verify.judge_run = boom
         from harness.cli import main
         sys.exit(main(["verify", {str(run_dir)!r}, "--no-write"]))
     """)

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
               "files (a run's own fault_injected.json above all) are never overwritten", file=sys.stderr)
         return ExitStatus.REFUSED
     try:
-        verdict = verify.verify_run(run_dir, args.fault, baseline=args.baseline, picture=not args.no_write)
+        verdict, read = verify.judge_run(run_dir, args.fault, baseline=args.baseline, picture=not args.no_write)
     except RunDirError as exc:
         print(f"nvrx-qual verify: error: {exc}", file=sys.stderr)
         return ExitStatus.REFUSED
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
             return ExitStatus.REFUSED
     written_note = None
     try:
-        _found, sections = verify.triage(verdict)
+        _found, sections = verify.triage(verdict, read)
         written = write_outputs(verdict, None if args.no_write else run_dir, None if to_stdout else args.json_path,
                                 sections)
         if to_stdout:

@@ -28,8 +28,8 @@ without one takes its process's nearest stamp), then the earliest cycle, then fi
 """
 
 from harness.dialect import RunDirError
-from harness.triage.classify import diagnose
+from harness.triage.classify import diagnose, triage_run
 from harness.triage.model import CATEGORIES, ROOT_TRACEBACK_KINDS, OomMemory, ParallelConfig, Symptom, Triage
 
 __all__ = ["CATEGORIES", "ROOT_TRACEBACK_KINDS", "OomMemory", "ParallelConfig", "RunDirError", "Symptom", "Triage",
-           "diagnose"]
+           "diagnose", "triage_run"]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 import signal
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from functools import cmp_to_key
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
+from harness import events as ev_types
 from harness import safeio
 from harness.dialect import check_readable_dir, discover, utc_offset_problem
 from harness.layout import MARKER_NAME, RunLayout, marker_name
@@ -17,6 +18,9 @@ from harness.triage.advice import _advice
 from harness.triage.model import ROOT_TRACEBACK_KINDS, ParallelConfig, Symptom, Triage, _rank_ranges, _short
 from harness.triage.scan import (_TB_START, _TEARDOWN_SIGNALS, _Context, _Event, _Frame, _Line, _Scanner, _Traceback,
                                  _headline_exception, _oom_memory, _phase, _signal_name)
+
+if TYPE_CHECKING:
+    from harness.history import RunRead
 
 _EVIDENCE_CAP = 16
 
@@ -63,7 +67,8 @@ def _event_candidate(ev: _Event, priority: int) -> _Candidate:
 
 @dataclass(frozen=True)
 class _RunFacts:
-    """What run.json and fault_injected.json say, all optional."""
+    """What run.json, launch.json and fault_injected.json say, all optional: read from the
+    files (`_run_facts`) or taken from history's Timeline (`_timeline_facts`)."""
 
     utc_offset_s: int
     ref: datetime
@@ -71,6 +76,8 @@ class _RunFacts:
     spec: dict
     marker: dict | None
     markers: tuple[dict, ...] = ()  # every planned fault's marker (fault_injected.json, fault_injected.2.json, ...)
+    launcher_failed: bool = False  # launch.json: the launcher exited non-zero
+    stopped_early: str | None = None  # launch.json: why the harness stopped the job, if it did
 
 
 def _read_json(path: Path) -> dict | None:
@@ -81,31 +88,39 @@ def _read_json(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def _offset(given: int | None, recorded: object) -> int:
+    if given is not None:
+        return given
+    # a received run.json may say anything: an offset no time zone has is ignored, as history does
+    return recorded if utc_offset_problem(recorded) is None else 0  # type: ignore[return-value]
+
+
+def _newest_log(files: Sequence[Path]) -> datetime:
+    """glog stamps carry no year: without a recorded date, take the logs' own."""
+    mtimes = []
+    for path in files:
+        try:
+            mtimes.append(path.stat().st_mtime)
+        except OSError:
+            pass
+    return datetime.fromtimestamp(max(mtimes)) if mtimes else datetime.now()
+
+
 def _run_facts(layout: RunLayout, files: Sequence[Path], utc_offset_s: int | None) -> _RunFacts:
     run = _read_json(layout.run_json) or {}
+    launch = _read_json(layout.launch_json) or {}
     spec = run.get("spec") if isinstance(run.get("spec"), dict) else {}
-    offset = utc_offset_s
-    if offset is None:
-        offset = run.get("utc_offset_s")
-        # a received run.json may say anything: an offset no time zone has is ignored, as history does
-        if utc_offset_problem(offset) is not None:
-            offset = 0
+    offset = _offset(utc_offset_s, run.get("utc_offset_s"))
     ref = None
-    for stamp in (run.get("created_at"), (_read_json(layout.launch_json) or {}).get("started_at")):
+    for stamp in (run.get("created_at"), launch.get("started_at")):
         if isinstance(stamp, str):
             try:
                 ref = datetime.fromisoformat(stamp.replace("Z", "+00:00")).replace(tzinfo=None)
                 break
             except ValueError:
                 pass
-    if ref is None:  # glog stamps carry no year: take the logs' own
-        mtimes = []
-        for path in files:
-            try:
-                mtimes.append(path.stat().st_mtime)
-            except OSError:
-                pass
-        ref = datetime.fromtimestamp(max(mtimes)) if mtimes else datetime.now()
+    if ref is None:
+        ref = _newest_log(files)
     nnodes = spec.get("nnodes") if isinstance(spec.get("nnodes"), int) else None
     marker = _read_json(layout.marker)
     markers: list[dict] = []
@@ -114,7 +129,33 @@ def _run_facts(layout: RunLayout, files: Sequence[Path], utc_offset_s: int | Non
         if found is None:
             break
         markers.append(found)
-    return _RunFacts(offset, ref, nnodes, spec, marker, tuple(markers))
+    code = launch.get("launcher_exit_code")
+    stopped = launch.get("stopped_early")
+    return _RunFacts(offset, ref, nnodes, spec, marker, tuple(markers),
+                     launcher_failed=isinstance(code, int) and code != 0, stopped_early=str(stopped) if stopped else None)
+
+
+def _marker_record(inj: ev_types.Injection) -> dict:
+    """A marker as triage matches it, from history's reading of it."""
+    record = {"fault": inj.fault, "rank": inj.rank, "local_rank": inj.local_rank, "cycle": inj.cycle,
+              "fault_index": inj.fault_index}
+    if inj.signal is not None:
+        record["signal"] = inj.signal
+    return record
+
+
+def _timeline_facts(tl: ev_types.Timeline, files: Sequence[Path], utc_offset_s: int | None) -> _RunFacts:
+    """The same facts as `_run_facts`, from what history already read: RunConfig (run.json),
+    LaunchRecord (launch.json) and the Injections (every marker); no file is opened again."""
+    run, launch = tl.run, tl.launch
+    stamp = run.created_at if run.created_at is not None else (launch.started_at if launch else None)
+    ref = datetime.fromtimestamp(stamp, timezone.utc).replace(tzinfo=None) if stamp is not None else _newest_log(files)
+    markers = tuple(_marker_record(inj) for inj in tl.injections)
+    marker = next((m for m in markers if m["fault_index"] == 1), None)
+    code = launch.exit_code if launch else None
+    return _RunFacts(_offset(utc_offset_s, run.utc_offset_s), ref, run.nnodes, dict(run.shape), marker, markers,
+                     launcher_failed=code is not None and code != 0,
+                     stopped_early=launch.stopped_early if launch else None)
 
 
 def _log_files(layout: RunLayout) -> list[Path]:
@@ -128,23 +169,37 @@ def _log_files(layout: RunLayout) -> list[Path]:
     return [f.path for f in found]
 
 
-def diagnose(run_dir: Path, *, utc_offset_s: int | None = None) -> Triage:
+def diagnose(run_dir: Path, *, utc_offset_s: int | None = None,
+             history: Union["RunRead", ev_types.Timeline, None] = None) -> Triage:
     """Triage the failure of one run directory. `utc_offset_s` overrides run.json's
-    local-minus-UTC offset used to compare local-time log stamps with UTC ones."""
+    local-minus-UTC offset used to compare local-time log stamps with UTC ones. `history`,
+    the read of this run directory a caller already has (harness.history), gives the run's
+    facts (run.json, launch.json, the markers) without reading those files again; the log
+    lines are scanned here either way (tracebacks are triage's own)."""
     root = Path(run_dir)
     check_readable_dir(root)
     layout = RunLayout.of_dir(root)
     files = _log_files(layout)
-    facts = _run_facts(layout, files, utc_offset_s)
+    if history is None:
+        facts = _run_facts(layout, files, utc_offset_s)
+    else:
+        timeline = history if isinstance(history, ev_types.Timeline) else history.timeline
+        facts = _timeline_facts(timeline, files, utc_offset_s)
     ctx = _Context(timedelta(seconds=facts.utc_offset_s), facts.ref.year, facts.ref.month)
     scanner = _Scanner(root, ctx)
     scanner.scan(files)
-    return _stopped_by_harness(root, _decide(root, scanner, facts))
+    return _stopped_by_harness(facts, _decide(root, scanner, facts))
 
 
-def _stopped_by_harness(root: Path, triage: Triage) -> Triage:
+def triage_run(read: Union["RunRead", ev_types.Timeline], *, utc_offset_s: int | None = None) -> Triage:
+    """Triage the run history has read (its run directory's logs, its facts)."""
+    timeline = read if isinstance(read, ev_types.Timeline) else read.timeline
+    return diagnose(timeline.run_dir, utc_offset_s=utc_offset_s, history=timeline)
+
+
+def _stopped_by_harness(facts: _RunFacts, triage: Triage) -> Triage:
     """Signal deaths after the harness stopped a doomed job are its doing, not a root cause."""
-    reason = (_read_json(root / "launch.json") or {}).get("stopped_early")
+    reason = facts.stopped_early
     if not reason or triage.category not in ("exit", "none"):
         return triage
     return dataclasses.replace(
@@ -275,7 +330,7 @@ def _marker_file(marker: dict) -> str:
 def _decide(root: Path, scanner: _Scanner, facts: _RunFacts) -> Triage:
     global_rank = _rank_resolver(scanner, facts)
     found = _Findings(_dedupe(scanner.tracebacks, global_rank), scanner.events, scanner.failure_signs,
-                      _launcher_failed(root), global_rank)  # fmt: skip
+                      facts.launcher_failed, global_rank)  # fmt: skip
     chosen = _choose_root(found)
     files, unreadable = tuple(scanner.scanned), tuple(scanner.unreadable)
     marker = facts.marker or {}
@@ -353,12 +408,6 @@ def _event_triage(
         evidence=tuple(evidence), config=config, advice=_advice(category, rank, config, ev, injected),
         injected=injected, symptoms=symptoms, files_scanned=files, unreadable=unreadable,
     )  # fmt: skip
-
-
-def _launcher_failed(root: Path) -> bool:
-    launch = _read_json(root / "launch.json") or {}
-    code = launch.get("launcher_exit_code")
-    return isinstance(code, int) and code != 0
 
 
 def _dedupe(tracebacks: list[_Traceback], global_rank) -> list[_Traceback]:

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from harness import safeio
-from harness.dialect import (attempt_of_path, cycle_of_name, glog_month, glog_stamp, glog_year, line_stamp,
+from harness.dialect import (PROFILING_RE, RANK_TIMEOUT_RES, RANKMON_RE, RENDEZVOUS_JOINED_RE, WORKER_FAILED_RE,
+                             WORKLOAD_RE, attempt_of_path, cycle_of_name, glog_month, glog_stamp, glog_year, line_stamp,
                              maybe_stamped, peel)
 from harness.triage.model import OomMemory
 
@@ -382,13 +383,6 @@ _NCCL_ANY = re.compile(
     r"Some NCCL operations|NCCL WARN"
 )
 _NCCL_RANK = re.compile(r"\bRank (\d+)\]")
-_HANG_RE = re.compile(
-    r"Section '([^']+)' has been open for ([\d.]+) seconds|Did not get (initial|subsequent) heartbeat|"
-    r"Was out of section for ([\d.]+) seconds"
-)
-_RANKMON_RANK = re.compile(r"RankMonServer\d+@[^:\]\s]*:(\d+)\]")
-_WORKLOAD_LOCAL = re.compile(r"\[workload:(\d+|\?)\((\d+)\)")
-_EXIT_RE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
 _SRUN_EXIT = re.compile(
     r"srun: error: (\S+): tasks? ([\d,\-\[\]]+): (Exited with exit code (\d+)|Killed|Terminated|Aborted|"
     r"Segmentation fault|Bus error)"
@@ -399,8 +393,6 @@ _FAILURE_SIGNS = re.compile(
     r"Worker group (?:FAILED|UNHEALTHY)|Some rank\(s\) exited with non-zero|ChildFailedError|"
     r"Agent's exit code = [1-9]|exits with exit code = [1-9]"
 )
-_JOINED_ROUND = re.compile(r"has joined (?:round (\d+) of )?the rendezvous .* in a world of size (\d+)")
-_WORKER_START = re.compile(r"Cycle: (\d+) Event: worker_start_(?:started|completed)")
 _MEMORY_REPORT = re.compile(
     r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\) \| allocated: ([\d.]+) \| max allocated: ([\d.]+)"
     r"(?: \| reserved: ([\d.]+) \| max reserved: ([\d.]+))?"
@@ -582,13 +574,13 @@ class _Scanner:
             line = self._peel(rel, lineno, raw, per_cycle, file_local)
             # launcher lines move the cycle of everything after them
             if file_cycle is None and ("joined" in line.text or "Event: worker_start" in line.text):
-                joined = _JOINED_ROUND.search(line.text)
-                if joined:
-                    if joined.group(1) is not None:
-                        cycle_state = int(joined.group(1))
-                    self.world_of_nodes = int(joined.group(2))
-                started = _WORKER_START.search(line.text)
-                if started:
+                joined = RENDEZVOUS_JOINED_RE.search(line.text)
+                if joined and joined.group("world") is not None:
+                    if joined.group("round") is not None:
+                        cycle_state = int(joined.group("round"))
+                    self.world_of_nodes = int(joined.group("world"))
+                started = PROFILING_RE.search(line.text)
+                if started and started.group(2) in ("worker_start_started", "worker_start_completed"):
                     cycle_state = int(started.group(1))
             line.cycle = cycle_state
             stream = streams.setdefault(line.key, _Stream())
@@ -756,17 +748,17 @@ class _Scanner:
         if ("NCCL" in text or "nccl" in text or "DistBackendError" in text) and _NCCL_ANY.search(text):
             self._nccl_event(line, self._stream_time(stream), file_rank)
         if "open for" in text or "heartbeat" in text or "out of section" in text:
-            hang = _HANG_RE.search(text)
+            hang = next((m for rx in RANK_TIMEOUT_RES if (m := rx.search(text))), None)
             if hang:
                 when = self._stream_time(stream)
                 rank, local = line.rank, line.local_rank
-                monitor = _RANKMON_RANK.search(text)
-                if monitor:
-                    rank = int(monitor.group(1))
-                workload = _WORKLOAD_LOCAL.search(text)
-                if workload:
-                    local = int(workload.group(2))
-                    rank = int(workload.group(1)) if workload.group(1).isdigit() else rank
+                monitor = RANKMON_RE.search(text)
+                if monitor and monitor.group(2).isdigit():
+                    rank = int(monitor.group(2))
+                workload = WORKLOAD_RE.search(text)
+                if workload and workload.group(3).isdigit():
+                    local = int(workload.group(3))
+                    rank = int(workload.group(2)) if workload.group(2).isdigit() else rank
                 what = "rank monitor timeout: " + text[hang.start():].strip()
                 self._add_event(_Event("hang", what, line, when, rank, local, line.cycle, file_rank))
         if "exitcode" in text or "srun:" in text or "slurmstepd:" in text:
@@ -814,7 +806,7 @@ class _Scanner:
 
     def _exit_event(self, line: _Line, when: datetime | None, file_rank: int) -> None:
         text = line.text
-        failed = _EXIT_RE.search(text)
+        failed = WORKER_FAILED_RE.search(text)
         if failed:
             code, local = int(failed.group(1)), int(failed.group(2))
             self._add_event(
