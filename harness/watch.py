@@ -8,7 +8,6 @@ progress lines.
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,7 +138,7 @@ class Progress:
 class Watcher:
     """Called by harness.launch every tick: prints progress, returns a reason to stop or None."""
 
-    def __init__(self, spec: RunSpec, run_dir: Path, *, out: TextIO | None = sys.stdout,
+    def __init__(self, spec: RunSpec, run_dir: Path, *, out: TextIO | None = None,
                  fail_fast: bool = True, clock: Callable[[], float] = time.monotonic,
                  reader: HistoryReader | None = None):
         self._spec = spec
