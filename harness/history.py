@@ -193,7 +193,7 @@ class _StartBuilder:
         self.saves: dict[type, _SaveLines] = {}
         # the progress curve, sampled in the pass: (iteration, local stamp, file offset) of
         # iteration lines at least `stride` bytes apart, thinned to at most PROGRESS_SAMPLES
-        self.points: list[tuple[int, float | None, int]] = []
+        self.points: list[tuple[bytes, int]] = []  # (the raw iteration line, its file offset): parsed when drawn
         self.next_at = 0  # the file offset from which the next sample is taken
         self.stride = 0  # 0: every iteration line, until the first thinning
 
@@ -398,15 +398,17 @@ class LogParser:
                 return
             ls = max(data.rfind(b"\n", a, i) + 1, a)
             le = _line_end(data, i, b)
-            it = self._iteration(data[ls:le], 0)
+            raw = data[ls:le]
             at = le + 1
-            if it is None:
+            if not _ITER_RE_B.search(raw):
                 continue
-            start.points.append((it.iteration, it.ts, base + ls))
+            # Kept raw: most points are thinned away before anything draws them, so only the
+            # kept ones are ever decoded (point()).
+            start.points.append((bytes(raw), base + ls))
             if len(start.points) > PROGRESS_SAMPLES:
                 kept = start.points[::2]
                 start.stride = start.stride * 2 if start.stride else max(
-                    1, (kept[-1][2] - kept[0][2]) // max(len(kept) - 1, 1))
+                    1, (kept[-1][1] - kept[0][1]) // max(len(kept) - 1, 1))
                 start.points = kept
             start.next_at = base + at + start.stride
             at = start.next_at - base
@@ -443,6 +445,24 @@ class LogParser:
             skipped=_int_of(_SKIPPED_RE.search(body)),
             nan=_int_of(_NAN_RE.search(body)),
         )
+
+    def point(self, raw: bytes) -> tuple[int, float | None] | None:
+        """(iteration, local stamp) of a sampled progress line; changes no state of the parser
+        (it runs after the pass, on the few lines the curve kept)."""
+        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        _rank, body, _ = _strip_prefix(text)
+        m = _ITER_RE.search(body)
+        if not m:
+            return None
+        s = body.lstrip()
+        stamp = _STAMP_RE.match(s)
+        if stamp:
+            return int(m.group(1)), _epoch(int(stamp.group(1)), *map(int, stamp.groups()[1:6]), stamp.group(7))
+        glog = _GLOG_RE.match(s)
+        if glog and self.year is not None:
+            g = glog.groups()
+            return int(m.group(1)), _epoch(self.year, int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5])
+        return int(m.group(1)), None
 
     # ---- stamps
 
@@ -817,7 +837,7 @@ class HistoryReader:
         self.chunk_size = chunk_size
         self.losses = losses  # keep every iteration's lm loss (loss_continuity against a baseline)
         self._app_files: list[_TrackedFile] = []
-        self._points: list[list[tuple[int, float | None, int]]] = []  # per start of the last poll
+        self._points: list[tuple[LogParser, list[tuple[bytes, int]]]] = []  # per start of the last poll
         self._files: dict[str, _TrackedFile] = {}
         self._dcp_cache: dict[tuple[str, int, int], tuple[int | None, int | None, str | None, str | None]] = {}
         self._record_cache: dict[tuple[str, int, int], ev.OptimizerRecord] = {}
@@ -888,7 +908,9 @@ class HistoryReader:
         start's exact first and last iteration."""
         out = []
         for start, sampled in zip(timeline.starts, self._points):
-            points = {ev.ProgressPoint(it, ts - timeline.utc_offset_s) for it, ts, _ in sampled if ts is not None}
+            parser, lines = sampled
+            parsed = (parser.point(raw) for raw, _offset in lines)
+            points = {ev.ProgressPoint(p[0], p[1] - timeline.utc_offset_s) for p in parsed if p is not None and p[1] is not None}
             for it in (start.first_iteration, start.last_iteration):
                 t = timeline.utc(it)
                 if it is not None and t is not None:
@@ -928,7 +950,7 @@ class HistoryReader:
         for f in app_files:
             file_events: list[ev.Event] = []
             for ordinal, (events, first, last, bad, saves) in enumerate(f.parser.snapshot_starts()):
-                self._points.append(f.parser.starts[ordinal].points)
+                self._points.append((f.parser, f.parser.starts[ordinal].points))
                 merged = list(events)
                 for it in _unique([first, last, *bad]):
                     merged.append(it)
