@@ -96,10 +96,11 @@ _SAVE_SCHED_RE = re.compile(r"scheduled an async checkpoint save at iteration +(
 _SAVE_DONE_RE = re.compile(r"successfully saved checkpoint (?:from|at) iteration +(\d+) to (.+?)(?: \[|$)")
 _SAVE_PARSE = {ev.SaveCommitted: _SAVE_DONE_RE, ev.SaveScheduled: _SAVE_SCHED_RE, ev.SaveStarted: _SAVE_START_RE}
 # A cheap screen on the raw line, in the order the full parse tries them.
+# (kind, the words before " checkpoint", the line's pattern from those words on)
 _SAVE_SCREEN = (
-    (ev.SaveCommitted, b"saved checkpoint", re.compile(rb"successfully saved checkpoint (?:from|at) iteration +\d+ to ")),
-    (ev.SaveScheduled, b"async checkpoint", re.compile(rb"scheduled an async checkpoint save at iteration +\d+ to \S")),
-    (ev.SaveStarted, b"saving checkpoint", re.compile(rb"saving checkpoint at iteration +\d+ to .+? in \S+ format")),
+    (ev.SaveCommitted, b"successfully saved", re.compile(rb"successfully saved checkpoint (?:from|at) iteration +\d+ to ")),
+    (ev.SaveScheduled, b"scheduled an async", re.compile(rb"scheduled an async checkpoint save at iteration +\d+ to \S")),
+    (ev.SaveStarted, b"saving", re.compile(rb"saving checkpoint at iteration +\d+ to .+? in \S+ format")),
 )
 _LOAD_START_RE = re.compile(r"loading distributed checkpoint from (.+?) at iteration (\d+)")
 _LOAD_DONE_RE = re.compile(r"successfully loaded checkpoint from (.+?)(?: \[[^\]]*\])? at iteration (\d+)")
@@ -254,16 +255,19 @@ class LogParser:
             le = data.find(b"\n", ls, n)
             if le < 0:
                 le = n
-            raw = data[ls:le]
             training = self.starts and self.starts[-1].first is not None
-            if training and self._save_line(raw, line + 1):
+            kind = self._save_kind(data, ls, le)
+            if training and kind is not None:  # the bulk of a dense log: no decoding, no copy but the line's
                 line += 1
+                self._save(kind, [bytes(data[ls:le]), line, None])
                 pos = le + 1
                 continue
             self._iterations(data, region, ls, region_line, line - region_line)
             line += 1
-            if not self._save_line(raw, line):
-                self._line(raw, line)
+            if kind is not None:
+                self._save(kind, [bytes(data[ls:le]), line, None])
+            else:
+                self._line(data[ls:le], line)
             pos = le + 1
             if self._args is not None:
                 pos, line = self._args_block(data, pos, n, line)
@@ -484,16 +488,23 @@ class LogParser:
 
     # ---- save lines (as many as checkpoints): kept raw, bounded, decoded when needed
 
-    def _save_line(self, raw: bytes, lineno: int) -> bool:
-        """Keep a save line without decoding it; False for any other line (or one whose
-        harness console stamp is still wanted for the UTC offset: the full path takes it)."""
-        if b"nemesis" in raw or (raw[:2] == b"20" and len(self.offset_pairs) < 16) or self.year is None:
-            return False  # (until a full stamp gave the year, glog stamps (no year) need every stamped line read)
-        for kind, needle, rx in _SAVE_SCREEN:
-            if needle in raw and rx.search(raw):
-                self._save(kind, [bytes(raw), lineno, None])
-                return True
-        return False
+    def _save_kind(self, data: bytes | bytearray, ls: int, le: int) -> type | None:
+        """The kind of save line data[ls:le] is, kept without decoding; None for any other line
+        (or one whose harness console stamp is still wanted for the UTC offset: the full path
+        takes it). Searched in place: nothing is copied for a line that is not kept."""
+        if self.year is None or (len(self.offset_pairs) < 16 and data.startswith(b"20", ls)):
+            return None  # (until a full stamp gave the year, glog stamps (no year) need every stamped line read)
+        c = data.find(b" checkpoint", ls, le)
+        if c < 0:
+            return None
+        found = None
+        for kind, lead, rx in _SAVE_SCREEN:  # the phrase around the first " checkpoint", matched in place
+            if data.startswith(lead, c - len(lead)) and rx.match(data, c - len(lead), le):
+                found = kind
+                break
+        else:  # " checkpoint" earlier in the line in other words: search the whole line
+            found = next((kind for kind, _lead, rx in _SAVE_SCREEN if rx.search(data, ls, le)), None)
+        return None if found is None or data.find(b"nemesis", ls, le) >= 0 else found
 
     def _save(self, kind: type, entry: list) -> None:
         start = self.starts[-1] if self.starts and self.starts[-1].phase >= PH_ITER else self._start(phase=PH_ITER)
