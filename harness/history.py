@@ -248,18 +248,20 @@ class LogParser:
         if self._args is not None:
             pos, line = self._args_block(data, pos, n, line)
         region, region_line = pos, line  # the iteration lines not yet folded start here
-        for ls in _candidate_starts(data, n, self.keywords):
+        count, starts = data.count, self.starts
+        for ls, le, at in _keyword_lines(data, n, self.keywords):
             if ls < pos:
                 continue
-            line += data.count(b"\n", pos, ls)
-            le = data.find(b"\n", ls, n)
-            if le < 0:
-                le = n
-            training = self.starts and self.starts[-1].first is not None
-            kind = self._save_kind(data, ls, le)
-            if training and kind is not None:  # the bulk of a dense log: no decoding, no copy but the line's
+            line += count(b"\n", pos, ls)
+            kind = self._save_kind(data, ls, le, at)
+            if kind is not None and starts and starts[-1].first is not None:
+                # The bulk of a dense log: a save line of a start that trains (its phase is
+                # PH_ITER or later) is counted and kept raw, copied once, decoded never.
                 line += 1
-                self._save(kind, [bytes(data[ls:le]), line, None])
+                record = starts[-1].saves.get(kind)
+                if record is None:
+                    record = starts[-1].saves[kind] = _SaveLines()
+                record.add([bytes(data[ls:le]), line, None])
                 pos = le + 1
                 continue
             self._iterations(data, region, ls, region_line, line - region_line)
@@ -488,15 +490,14 @@ class LogParser:
 
     # ---- save lines (as many as checkpoints): kept raw, bounded, decoded when needed
 
-    def _save_kind(self, data: bytes | bytearray, ls: int, le: int) -> type | None:
-        """The kind of save line data[ls:le] is, kept without decoding; None for any other line
-        (or one whose harness console stamp is still wanted for the UTC offset: the full path
-        takes it). Searched in place: nothing is copied for a line that is not kept."""
-        if self.year is None or (len(self.offset_pairs) < 16 and data.startswith(b"20", ls)):
+    def _save_kind(self, data: bytes | bytearray, ls: int, le: int, at: int) -> type | None:
+        """The kind of save line data[ls:le] is (`at`: where its first "checkpoint" is, -1 when
+        none), kept without decoding; None for any other line (or one whose harness console
+        stamp is still wanted for the UTC offset: the full path takes it). Matched in place:
+        nothing is copied for a line that is not kept."""
+        if at < 0 or self.year is None or (len(self.offset_pairs) < 16 and data.startswith(b"20", ls)):
             return None  # (until a full stamp gave the year, glog stamps (no year) need every stamped line read)
-        c = data.find(b" checkpoint", ls, le)
-        if c < 0:
-            return None
+        c = at - 1  # where " checkpoint" starts when a space comes before it
         found = None
         for kind, lead, rx in _SAVE_SCREEN:  # the phrase around the first " checkpoint", matched in place
             if data.startswith(lead, c - len(lead)) and rx.match(data, c - len(lead), le):
@@ -721,19 +722,24 @@ def _line_end(data: bytes, i: int, b: int) -> int:
     return b if le < 0 else le
 
 
-def _candidate_starts(data: bytes, n: int, keywords: tuple[bytes, ...]) -> list[int]:
-    """Offsets of the starts of lines in data[:n] that contain a keyword, sorted (bytes.find: C speed)."""
-    found: set[int] = set()
+def _keyword_lines(data: bytes, n: int, keywords: tuple[bytes, ...]) -> list[tuple[int, int, int]]:
+    """(start, end, where "checkpoint" is or -1) of the lines in data[:n] that contain a
+    keyword, sorted (bytes.find: C speed). The position spares the save-line screen a search."""
+    found: dict[int, tuple[int, int, int]] = {}
     find, rfind = data.find, data.rfind
     for kw in keywords:
+        checkpoint = kw == b"checkpoint"
         i = find(kw, 0, n)
         while i >= 0:
-            found.add(rfind(b"\n", 0, i) + 1)
+            ls = rfind(b"\n", 0, i) + 1
             nl = find(b"\n", i, n)
+            le = n if nl < 0 else nl
+            if checkpoint or ls not in found:
+                found[ls] = (ls, le, i if checkpoint else -1)
             if nl < 0:
                 break
             i = find(kw, nl + 1, n)
-    return sorted(found)
+    return [found[k] for k in sorted(found)]
 
 
 def _int_of(m: re.Match | None) -> int | None:
