@@ -32,12 +32,10 @@ from typing import Mapping
 from harness import events as ev
 from harness import safeio
 from harness.dialect import CYCLE_INFO_RE as _CYCLE_INFO_RE
-from harness.dialect import DATETIME_RE as _DATETIME_RE
-from harness.dialect import GLOG_RE as _GLOG_RE
 from harness.dialect import MAX_UTC_OFFSET_S, RunDirError, check_readable_dir, parse_iso_utc, utc_offset_problem
 from harness.dialect import HEARTBEAT_MISSED_RE, OUT_OF_SECTION_RE, SECTION_TIMEOUT_RE
 from harness.dialect import PROFILING_RE, RANKMON_RE, RENDEZVOUS_JOINED_RE, WORKER_FAILED_RE, WORKLOAD_RE
-from harness.dialect import STAMP_RE as _STAMP_RE
+from harness.dialect import glog_stamp, line_stamp, megatron_datetime
 from harness.dialect import classify_logs as _classify_logs
 from harness.dialect import epoch as _epoch
 from harness.dialect import strip_prefix as _strip_prefix
@@ -198,6 +196,13 @@ class _StartBuilder:
         self.next_at = 0  # the file offset from which the next sample is taken
         self.stride = 0  # 0: every iteration line, until the first thinning
 
+    def save_lines(self, kind: type) -> _SaveLines:
+        """This start's record of one kind of save line (made on first use)."""
+        record = self.saves.get(kind)
+        if record is None:
+            record = self.saves[kind] = _SaveLines()
+        return record
+
     def last(self, parser: "LogParser") -> ev.Iteration | None:
         if self._last_raw is not None:
             raw, lineno = self._last_raw
@@ -258,10 +263,7 @@ class LogParser:
                 # The bulk of a dense log: a save line of a start that trains (its phase is
                 # PH_ITER or later) is counted and kept raw, copied once, decoded never.
                 line += 1
-                record = starts[-1].saves.get(kind)
-                if record is None:
-                    record = starts[-1].saves[kind] = _SaveLines()
-                record.add([bytes(data[ls:le]), line, None])
+                starts[-1].save_lines(kind).add([bytes(data[ls:le]), line, None])
                 pos = le + 1
                 continue
             self._iterations(data, region, ls, region_line, line - region_line)
@@ -460,33 +462,25 @@ class LogParser:
         m = _ITER_RE.search(body)
         if not m:
             return None
-        s = body.lstrip()
-        stamp = _STAMP_RE.match(s)
-        if stamp:
-            return int(m.group(1)), _epoch(int(stamp.group(1)), *map(int, stamp.groups()[1:6]), stamp.group(7))
-        glog = _GLOG_RE.match(s)
-        if glog and self.year is not None:
-            g = glog.groups()
-            return int(m.group(1)), _epoch(self.year, int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5])
-        return int(m.group(1)), None
+        return int(m.group(1)), self._read_stamp(body)[0]
 
     # ---- stamps
 
+    def _read_stamp(self, body: str) -> tuple[float | None, int | None]:
+        """(local time, the year a full-date stamp gave) of the stamp that starts `body`; a glog
+        stamp (no year) takes the year of the log's last full date. Changes nothing."""
+        full = line_stamp(body)
+        if full is not None:
+            return full.ts, full.year
+        return (glog_stamp(body, self.year) if self.year is not None else None), None
+
     def _stamp(self, body: str) -> float | None:
-        s = body.lstrip()
-        m = _STAMP_RE.match(s)
-        if m:
-            y = int(m.group(1))
-            self.year = y
-            t = _epoch(y, *map(int, m.groups()[1:6]), m.group(7))
+        t, year = self._read_stamp(body)
+        if year is not None:
+            self.year = year
             if self.first_local_ts is None:
                 self.first_local_ts = t
-            return t
-        m = _GLOG_RE.match(s)
-        if m and self.year is not None:
-            g = m.groups()
-            return _epoch(self.year, int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5])
-        return None
+        return t
 
     # ---- save lines (as many as checkpoints): kept raw, bounded, decoded when needed
 
@@ -509,10 +503,7 @@ class LogParser:
 
     def _save(self, kind: type, entry: list) -> None:
         start = self.starts[-1] if self.starts and self.starts[-1].phase >= PH_ITER else self._start(phase=PH_ITER)
-        record = start.saves.get(kind)
-        if record is None:
-            record = start.saves[kind] = _SaveLines()
-        record.add(entry)
+        start.save_lines(kind).add(entry)
 
     def _saved_event(self, kind: type, entry: list) -> ev.AppEvent | None:
         if entry[2] is None and entry[0] is not None:
@@ -596,11 +587,11 @@ class LogParser:
         return False
 
     def _datetime(self, b: str) -> float | None:
-        m = _DATETIME_RE.search(b)
-        if not m:
+        found = megatron_datetime(b)
+        if found is None:
             return None
-        self.year = int(m.group(1))
-        return _epoch(*map(int, m.groups()[:6]), m.group(7))
+        self.year = found.year
+        return found.ts
 
     def _launcher_line(self, b: str, src: Src) -> None:  # noqa: C901 - one flat dispatch
         if self.dialect is None:
