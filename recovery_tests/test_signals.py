@@ -98,14 +98,20 @@ def test_a_second_signal_does_not_interrupt_the_sweep(tmp_path, record, harness_
 
 
 def test_sigkill_of_the_harness_takes_the_launch_with_it(tmp_path, record, harness_proc):
-    proc = start_driver(tmp_path, record)
+    proc = start_driver(tmp_path, record, "--temp")
     harness_proc(proc)
     doc = await_record(record)
     victims = [doc["pid"], *doc["orphans"]]  # one orphan is stopped (SIGSTOP), as a hung worker
+    temp = Path(doc["tempdir"])
+    assert temp.is_dir() and doc["env"]["TMPDIR"] == str(temp)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert await_gone(victims) == [], "the launch outlived the SIGKILLed harness"
     assert pids_with_tag(doc["tag"]) == []
+    deadline = time.monotonic() + GONE_WITHIN_S  # the watchdog removes it right after the kill
+    while temp.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not temp.exists(), f"the launch's temporary directory outlived the SIGKILLed harness: {temp}"
 
 
 def test_a_write_error_under_logs_does_not_block_the_launcher(tmp_path, monkeypatch, record):
