@@ -22,6 +22,11 @@ and a CUDA build of torch needs to run the GPU tier offline, in one new director
       MANIFEST.json              every file with its sha256 and where it came from
 
 Downloads come from PyPI through pip; nothing else is fetched. An existing DIR is refused.
+
+The manifest is checked where the kit is used: before it creates or installs anything, the
+script prints the sha256 of MANIFEST.json (to be compared, out of band, with the one `nvrx-qual
+kit` printed when the kit was made) and refuses a kit in which any file differs from its
+manifest entry, a listed file is missing, or a file, link or other entry is not listed.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ RUNTIME_REQUIREMENTS = (
     "numpy>=1.26", "filelock>=3.12", "pytest>=8", "pytest-timeout>=2.3",
 )
 SCRIPT_NAME = "run-gpu-qualification.sh"
+MANIFEST_NAME = "MANIFEST.json"
 TIME_LIMIT_S = 540  # 9 minutes for kill, hang and none together
 MAKEFILE = """\
 # Written by nvrx-qual kit. megatron-core's wheel ships the dataset helpers compiled
@@ -91,6 +97,7 @@ def _run(argv: Sequence[str]) -> None:
 class Kit:
     root: Path
     files: tuple[tuple[str, str], ...]  # (path relative to root, sha256)
+    manifest_sha256: str  # of MANIFEST.json itself: the value to compare out of band on the node
 
 
 def problems(dest: Path, megatron_path: Path | None, project: Path) -> list[str]:
@@ -185,8 +192,8 @@ def _manifest(dest: Path, megatron_path: Path, project: Path) -> Kit:
                       "uncommitted_changes": bool(_git(project, "status", "--porcelain", "--untracked-files=no"))},
         "files": {rel: sha for rel, sha in files},
     }
-    atomic.write_text(dest / "MANIFEST.json", json.dumps(record, indent=2) + "\n")
-    return Kit(dest, files)
+    atomic.write_text(dest / MANIFEST_NAME, json.dumps(record, indent=2) + "\n")
+    return Kit(dest, files, _sha256(dest / MANIFEST_NAME))
 
 
 def _read(path: Path) -> str:
@@ -201,22 +208,89 @@ RUN_SCRIPT = r"""#!/usr/bin/env bash
 # with the short deadline profile, inside a time limit. (On a node with two or more GPUs the
 # same tests use two GPUs and fault rank 1, the walkthrough's default.)
 #
-#   ./run-gpu-qualification.sh [OUT_DIR]      (default: ./nvrx-qual-gpu-<UTC time>)
+#   ./run-gpu-qualification.sh [OUT_DIR]      (default: ./nvrx-qual-gpu-<UTC time>; beside the kit when
+#                                             run from inside it, which must stay as its manifest lists)
 #
 # Needs: Python 3.12 with a CUDA build of torch (PYTHON, default python3), an NVIDIA GPU,
 # make and tar. Changes nothing outside OUT_DIR: the packages go into OUT_DIR/venv, a venv that
 # sees the interpreter's own torch. Writes OUT_DIR/SUMMARY.md; exit status is pytest's (0: all
-# qualified), 2 for a node that cannot run it, 124 when the time limit
+# qualified), 2 for a kit that does not match its MANIFEST.json or a node that cannot run it
+# (before anything is installed), 124 when the time limit
 # (NVRX_KIT_TIME_LIMIT_S, default __LIMIT__ s) ran out.
 set -euo pipefail
 kit=$(cd "$(dirname "$0")" && pwd)
 python=${PYTHON:-python3}
 limit=${NVRX_KIT_TIME_LIMIT_S:-__LIMIT__}
-out=${1:-$PWD/nvrx-qual-gpu-$(date -u +%Y%m%dT%H%M%SZ)}
+default_base=$PWD
+case "$PWD/" in "$kit"/*) default_base=$(dirname "$kit") ;; esac  # never inside the kit: it must stay as listed
+out=${1:-$default_base/nvrx-qual-gpu-$(date -u +%Y%m%dT%H%M%SZ)}
 if [ -e "$out" ]; then
   echo "nvrx-qual kit: $out already exists: name a new directory (nothing is overwritten)" >&2
   exit 2
 fi
+case "$(cd "$(dirname "$out")" 2>/dev/null && pwd)/" in
+  "$kit"/*) echo "nvrx-qual kit: $out lies inside the kit $kit: name a directory outside it" >&2; exit 2 ;;
+esac
+# Every file of the kit against MANIFEST.json, before anything is created or installed: a
+# changed, missing or unlisted file (or a link, or anything not a plain file) refuses the kit.
+# The manifest's own sha256 is printed first, to be compared with the one `nvrx-qual kit`
+# printed where the kit was made (this script checks the files; only that comparison, made
+# out of band, vouches for the manifest and this script themselves).
+"$python" -I - "$kit" <<'EOF' || exit 2
+import hashlib, json, os, stat, sys
+
+kit = sys.argv[1]
+
+
+def digest(path):
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(f"{path} is not a plain file")
+        h = hashlib.sha256()
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+        return h.hexdigest()
+
+
+manifest = os.path.join(kit, "__MANIFEST__")
+try:
+    print(f"nvrx-qual kit: {manifest} sha256 {digest(manifest)} (compare it with the one printed where the kit was "
+          "made)", flush=True)
+    with open(manifest, "rb") as f:
+        listed = json.loads(f.read()).get("files")
+except (OSError, ValueError, AttributeError) as exc:
+    sys.exit(f"nvrx-qual kit: {manifest} cannot be read as the kit's manifest ({exc}): copy the kit again")
+if not isinstance(listed, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in listed.items()):
+    sys.exit(f"nvrx-qual kit: {manifest} has no table of files and hashes: copy the kit again")
+problems = []
+seen = set()
+for top, dirs, files in os.walk(kit, onerror=lambda exc: problems.append(f"{exc.filename} cannot be listed")):
+    for name in sorted(dirs + files):
+        path = os.path.join(top, name)
+        rel = os.path.relpath(path, kit)
+        mode = os.lstat(path).st_mode
+        if stat.S_ISDIR(mode) or rel == "__MANIFEST__":
+            continue
+        seen.add(rel)
+        if not stat.S_ISREG(mode):
+            problems.append(f"{rel} is a link or a special file, not a file of the kit")
+        elif rel not in listed:
+            problems.append(f"{rel} is not in the manifest")
+        else:
+            try:
+                if digest(path) != listed[rel]:
+                    problems.append(f"{rel} differs from its manifest entry (sha256)")
+            except OSError as exc:
+                problems.append(f"{rel} cannot be read ({exc})")
+problems += [f"{rel} is in the manifest but missing" for rel in sorted(set(listed) - seen)]
+if problems:
+    for problem in problems:
+        print(f"nvrx-qual kit: refused: {problem}", file=sys.stderr)
+    sys.exit(f"nvrx-qual kit: the kit in {kit} does not match its manifest ({len(problems)} problem(s)); nothing "
+             "was installed: copy the kit again from where it was made")
+print(f"nvrx-qual kit: all {len(seen)} files match the manifest", flush=True)
+EOF
 "$python" - <<'EOF' || exit 2
 import sys
 if sys.version_info[:2] != (3, 12):
@@ -274,4 +348,4 @@ ended=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 } >"$out/SUMMARY.md"
 echo "nvrx-qual kit: summary in $out/SUMMARY.md"
 exit "$status"
-""".replace("__LIMIT__", str(TIME_LIMIT_S))
+""".replace("__LIMIT__", str(TIME_LIMIT_S)).replace("__MANIFEST__", MANIFEST_NAME)

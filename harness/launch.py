@@ -8,6 +8,17 @@ enough: every process of the launch carries a tag in its environment
 servers alike, and the final sweep kills each tagged process that is still alive, on
 every exit path (normal end, deadline, early stop, exception, Ctrl-C).
 
+Temporary files. Every launch on this machine gets a temporary directory of its own
+(`launch_temp_dir`): TMPDIR, TMP and TEMP name it in the launcher's environment, so what
+torch elastic, NVRx and Python put in the temporary directory (NVRx's `_ft_launcher<pid>*.socket`
+files and `torchelastic_errors_*` directories, multiprocessing's `pymp-*`, torch's
+`torchinductor_<user>`) lands there and is removed with it when the launch ends, whatever ended
+it (the watchdog removes it when the harness itself is killed). It lies in the run directory
+when the path leaves room for the socket names below it (AF_UNIX paths hold 107 bytes), else it
+is a short private directory under the system's temporary directory; launch.json records it.
+A launch through srun keeps each node's own TMPDIR: one directory on shared storage for every
+node would let two launchers with the same PID on different nodes share a socket path.
+
 Capture. stdout and stderr of the launcher share one pipe so that lines keep the
 order in which the launcher wrote them; each line goes to logs/console.log with the
 time the harness read it. Every such stamp (and every tick) also reads the monotonic
@@ -23,14 +34,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Callable, TextIO
 
 import psutil
@@ -42,6 +56,13 @@ from harness.layout import RunLayout
 from harness.plan import Plan
 
 TAG = "NVRX_QUAL_LAUNCH"
+TEMP_ENV = ("TMPDIR", "TMP", "TEMP")  # what Python's tempfile (so torch elastic and NVRx) and most tools honour
+# AF_UNIX socket paths hold at most 107 bytes. The longest names created below the temporary
+# directory: NVRx's `_ft_launcher<pid>_to_rmon.socket` (34 bytes with a 7-digit PID) and
+# multiprocessing's `pymp-<8>/listener-<8>` (31), each after a `/`; 40 bytes leave a margin.
+SOCKET_PATH_MAX = 107
+SOCKET_NAME_ROOM = 40
+TEMP_DIR_MAX = SOCKET_PATH_MAX - SOCKET_NAME_ROOM
 CLOCK_JUMP_S = 1.0  # wall minus monotonic changing by more than this between two stamps is a jump
 MAX_CLOCK_JUMPS = 100
 
@@ -86,6 +107,8 @@ class LaunchResult:
     # "signal SIGTERM" (the harness was asked to stop), "error <Type>" (a bug or I/O error in the harness)
     ended_by: str = "exit"
     capture_error: str | None = None  # why some output could not be written to logs/ (it was still drained)
+    temp_dir: str | None = None  # the launch's own temporary directory (None: a launch through srun kept the nodes')
+    temp_dir_left: str | None = None  # why it could not be removed at the end (None: it was)
 
     @property
     def duration_s(self) -> float:
@@ -293,17 +316,48 @@ class _Signals:
         return self.received[0] if self.received else None
 
 
+def launch_temp_dir(layout: RunLayout) -> Path:
+    """Create the launch's temporary directory: `tmp.<random>` in the run directory when its
+    path leaves SOCKET_NAME_ROOM bytes for socket names, else a new private `nvrx-qual-<random>`
+    under the system's temporary directory (or /tmp when that path is long too). Mode 0700,
+    always a new directory (mkdtemp), never an existing one."""
+    if len(os.fsencode(layout.root)) + len("/tmp.") + 8 <= TEMP_DIR_MAX:
+        return Path(tempfile.mkdtemp(prefix="tmp.", dir=layout.root))
+    base = tempfile.gettempdir()
+    if len(os.fsencode(base)) + len("/nvrx-qual-") + 8 > TEMP_DIR_MAX:
+        base = "/tmp"
+    return Path(tempfile.mkdtemp(prefix="nvrx-qual-", dir=base))
+
+
+def remove_temp_dir(path: Path) -> str | None:
+    """Remove the launch's temporary directory and everything in it (links are removed, never
+    followed); the reason it could not be, or None."""
+    failures: list[str] = []
+
+    def failed(_func, where, exc) -> None:
+        failures.append(f"{where}: {exc if isinstance(exc, BaseException) else exc[1]}")
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=failed)
+    else:  # onerror's (type, value, traceback), deprecated from 3.12 on
+        shutil.rmtree(path, onerror=failed)
+    if not failures and not os.path.lexists(path):
+        return None
+    return f"{len(failures)} entries could not be removed, the first: {failures[0]}" if failures else f"{path} remains"
+
+
 class _Watchdog:
     """A small process of its own session that outlives the harness: when the harness dies
     without saying goodbye (SIGKILL, a crash of the interpreter), its stdin reaches EOF and it
-    kills every process of the launch by tag. SIGKILL cannot be caught; this is what makes
-    the launch die with the harness anyway."""
+    kills every process of the launch by tag, then removes the launch's temporary directory.
+    SIGKILL cannot be caught; this is what makes the launch die with the harness anyway."""
 
-    def __init__(self, tag_value: str):
+    def __init__(self, tag_value: str, temp_dir: Path | None):
         env = {k: v for k, v in os.environ.items() if k != TAG}  # never one of the processes it kills
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # wherever this harness is
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        self.proc = subprocess.Popen([sys.executable, "-m", "harness.watchdog", tag_value], stdin=subprocess.PIPE,
+        argv = [sys.executable, "-m", "harness.watchdog", tag_value, *([str(temp_dir)] if temp_dir else [])]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
 
@@ -335,7 +389,14 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     tag_value = f"{plan.spec.run_id}-{uuid.uuid4().hex[:12]}"
     base = dict(os.environ if base_env is None else base_env)
     safeio.make_dirs(layout.logs, below=layout.root)
-    console = safeio.open_append(layout.console_log)
+    temp_dir = None if plan.srun is not None else launch_temp_dir(layout)
+    temp_left: str | None = None
+    try:
+        console = safeio.open_append(layout.console_log)
+    except BaseException:
+        if temp_dir is not None:
+            remove_temp_dir(temp_dir)
+        raise
     splitter = (ConsoleSplitter(layout, plan.spec.gpus_per_node, labelled=plan.srun is not None)
                 if plan.captures_console else None)
     clock = ClockWatch()
@@ -348,7 +409,7 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     procs: list[subprocess.Popen] = []
     capture: _Capture | None = None
     with _Signals() as signals:
-        watchdog = _Watchdog(tag_value)
+        watchdog = _Watchdog(tag_value, temp_dir)
         # One pipe for every launcher: lines keep the order in which they were written.
         read_fd, write_fd = os.pipe()
         try:
@@ -356,6 +417,8 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                 for command in commands:
                     env = command.environ(base)
                     env[TAG] = tag_value
+                    if temp_dir is not None:
+                        env.update((name, str(temp_dir)) for name in TEMP_ENV)
                     procs.append(subprocess.Popen(list(command.argv), cwd=command.cwd, env=env,
                                                   stdin=subprocess.DEVNULL, stdout=write_fd, stderr=subprocess.STDOUT,
                                                   start_new_session=True))
@@ -417,6 +480,9 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                 sweep_error = str(exc)
                 raise
             finally:
+                if temp_dir is not None:  # every process of the launch is gone by now
+                    temp_left = remove_temp_dir(temp_dir) if sweep_error is None else \
+                        "kept: some processes of the launch survived SIGKILL"
                 watchdog.dismiss()
                 if capture is not None:
                     capture.join(timeout=10.0)
@@ -433,7 +499,8 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                     stopped_early=stopped_early, nvrx_version=plan.nvrx.version, leftover_processes_killed=leftovers,
                     clock_jumps=tuple(clock.jumps),
                     ended_by=ended_by if sweep_error is None else f"{ended_by}; {sweep_error}",
-                    capture_error=capture.error if capture is not None else None)
+                    capture_error=capture.error if capture is not None else None,
+                    temp_dir=None if temp_dir is None else str(temp_dir), temp_dir_left=temp_left)
                 write_launch_json(layout, result)
     if signals.first is not None:
         raise Interrupted(signals.first, result)

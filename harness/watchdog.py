@@ -1,12 +1,13 @@
-"""`python -m harness.watchdog TAG`: the launch's guard against the harness's own death.
+"""`python -m harness.watchdog TAG [TEMP_DIR]`: the launch's guard against the harness's own death.
 
 harness.launch starts it in a session of its own, with a pipe on its stdin, before the
 launcher. The harness writes `done` when it has swept the launch itself; if stdin reaches
 EOF without it, the harness died (SIGKILL, an interpreter crash, an OOM kill) and this
 process kills every process carrying the launch's tag (NVRX_QUAL_LAUNCH=TAG in its
 environment: the launcher, torch elastic's workers in their sessions of their own, their
-checkpoint writers), then exits. It ignores SIGINT and SIGHUP so that a terminal closing
-on the harness does not take the guard with it.
+checkpoint writers), removes the launch's temporary directory TEMP_DIR, then exits. It
+ignores SIGINT and SIGHUP so that a terminal closing on the harness does not take the guard
+with it.
 """
 
 from __future__ import annotations
@@ -16,17 +17,21 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or not argv[0]:
-        print("usage: python -m harness.watchdog TAG", file=sys.stderr)
+    if len(argv) not in (1, 2) or not all(argv):
+        print("usage: python -m harness.watchdog TAG [TEMP_DIR]", file=sys.stderr)
         return 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     said = sys.stdin.buffer.read()  # blocks until the harness closes the pipe, or dies
     if said.strip() == b"done":
         return 0
-    from harness.launch import kill_tagged  # only now: the common path stays cheap
+    from pathlib import Path
 
-    kill_tagged(argv[0])
+    from harness.launch import kill_tagged, remove_temp_dir  # only now: the common path stays cheap
+
+    kill_tagged(argv[0])  # survivors of SIGKILL raise: their temporary directory is kept
+    if len(argv) == 2:
+        remove_temp_dir(Path(argv[1]))
     return 0
 
 

@@ -131,10 +131,14 @@ def test_the_datasets_makefile_passes_with_the_wheels_helpers_and_fails_without(
     assert subprocess.run(["make", "--quiet", "-C", str(datasets)], capture_output=True).returncode == 0
 
 
-def run_script(tmp_path, out: Path, python: str) -> subprocess.CompletedProcess:
-    script = tmp_path / kit.SCRIPT_NAME
-    script.write_text(kit.RUN_SCRIPT)
-    script.chmod(0o755)
+def run_script(tmp_path, out: Path, python: str, kit_root: Path | None = None) -> subprocess.CompletedProcess:
+    """The kit's script: in `kit_root` (an assembled kit), or alone in tmp_path."""
+    if kit_root is None:
+        script = tmp_path / kit.SCRIPT_NAME
+        script.write_text(kit.RUN_SCRIPT)
+        script.chmod(0o755)
+    else:
+        script = kit_root / kit.SCRIPT_NAME
     return subprocess.run([str(script), str(out)], capture_output=True, text=True, env={**os.environ, "PYTHON": python},
                           timeout=120, stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -147,13 +151,116 @@ def test_the_script_refuses_an_existing_output_directory(tmp_path):
     assert list(out.iterdir()) == []
 
 
-def test_the_script_refuses_a_node_it_cannot_run_on_before_installing(tmp_path):
+def test_the_script_refuses_a_node_it_cannot_run_on_before_installing(tmp_path, megatron_lm):
     """Python 3.11 here (or 3.12 without a GPU): refused, nothing created."""
-    proc = run_script(tmp_path, tmp_path / "out", sys.executable)
+    built = kit.assemble(tmp_path / "kit", megatron_lm, project=ROOT, run=Recorder())
+    proc = run_script(tmp_path, tmp_path / "out", sys.executable, built.root)
     assert proc.returncode == 2, proc.stderr
     assert ("the kit's wheels are for 3.12" in proc.stderr if sys.version_info[:2] != (3, 12)
             else "sees no GPU" in proc.stderr), proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+# A stand-in interpreter for the script: the node check passes (a GPU node, as far as these tests
+# go), `-m venv` makes a venv whose python is this stand-in, `-m pip` only records its arguments,
+# and anything else (the manifest check) runs on the real interpreter. Nothing is installed.
+FAKE_PYTHON = """#!/usr/bin/env bash
+if [ "$1 $2" = "-m venv" ]; then mkdir -p "${@: -1}/bin" && ln -s "__SELF__" "${@: -1}/bin/python"; exit 0; fi
+if [ "$1 $2" = "-m pip" ]; then echo "$*" >> "__LOG__"; exit 0; fi
+if [ "$*" = "-" ]; then cat >/dev/null; exit 0; fi
+if [ "$1" = "-c" ]; then exit 1; fi  # the installed packages are asked for: the test ends here
+exec "__REAL__" "$@"
+"""
+
+
+@pytest.fixture
+def fake_node(tmp_path):
+    """(stand-in interpreter, the file where its pip calls land)."""
+    log = tmp_path / "pip-calls.log"
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_PYTHON.replace("__SELF__", str(fake)).replace("__LOG__", str(log))
+                    .replace("__REAL__", sys.executable))
+    fake.chmod(0o755)
+    return fake, log
+
+
+def pip_calls(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_an_intact_kit_passes_the_manifest_check_and_installs_and_prints_the_manifest_hash(tmp_path, megatron_lm,
+                                                                                           fake_node):
+    fake, log = fake_node
+    built = kit.assemble(tmp_path / "kit", megatron_lm, project=ROOT, run=Recorder())
+    assert built.manifest_sha256 == hashlib.sha256((built.root / "MANIFEST.json").read_bytes()).hexdigest()
+    proc = run_script(tmp_path, tmp_path / "out", str(fake), built.root)
+    assert f"MANIFEST.json sha256 {built.manifest_sha256}" in proc.stdout, proc.stdout + proc.stderr
+    assert f"all {len(built.files)} files match the manifest" in proc.stdout, proc.stdout + proc.stderr
+    calls = pip_calls(log)
+    assert len(calls) == 2 and calls[0].startswith("-m pip install --no-index --no-deps"), calls
+    assert "nvidia_resiliency_ext-0-py3-none-any.whl" in calls[0]
+
+
+@pytest.mark.parametrize("tamper, words", [
+    ("changed-wheel", "wheels/no-deps/nvidia_resiliency_ext-0-py3-none-any.whl differs from its manifest entry"),
+    ("extra-wheel", "wheels/deps/evil-1.0-py3-none-any.whl is not in the manifest"),
+    ("extra-anywhere", "megatron-lm/sitecustomize.py is not in the manifest"),
+    ("link", "wheels/deps/numpy_link.whl is a link or a special file"),
+    ("missing", "requirements.txt is in the manifest but missing"),
+    ("changed-requirements", "requirements.txt differs from its manifest entry"),
+])
+def test_a_kit_that_does_not_match_its_manifest_is_refused_before_anything_is_installed(
+        tmp_path, megatron_lm, fake_node, tamper, words):
+    fake, log = fake_node
+    root = kit.assemble(tmp_path / "kit", megatron_lm, project=ROOT, run=Recorder()).root
+    if tamper == "changed-wheel":
+        wheel = root / "wheels" / "no-deps" / "nvidia_resiliency_ext-0-py3-none-any.whl"
+        wheel.write_bytes(wheel.read_bytes() + b"\0")
+    elif tamper == "extra-wheel":
+        (root / "wheels" / "deps" / "evil-1.0-py3-none-any.whl").write_bytes(b"evil")
+    elif tamper == "extra-anywhere":
+        (root / "megatron-lm" / "sitecustomize.py").write_text("import os\n")
+    elif tamper == "link":
+        (root / "wheels" / "deps" / "numpy_link.whl").symlink_to(root / "wheels" / "deps" / "numpy-0-py3-none-any.whl")
+    elif tamper == "missing":
+        (root / "requirements.txt").unlink()
+    else:
+        (root / "requirements.txt").write_text("numpy\nevil-package\n")
+    proc = run_script(tmp_path, tmp_path / "out", str(fake), root)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"refused: {words}" in proc.stderr and "does not match its manifest" in proc.stderr, proc.stderr
+    assert "MANIFEST.json sha256 " in proc.stdout  # printed even when refused, to compare out of band
+    assert pip_calls(log) == [] and not (tmp_path / "out").exists()
+
+
+def test_the_script_never_writes_its_output_inside_the_kit(tmp_path, megatron_lm, fake_node):
+    """A run from inside the kit puts its output beside it (a later run would find an unlisted
+    directory otherwise); an OUT_DIR named inside it is refused."""
+    fake, log = fake_node
+    root = kit.assemble(tmp_path / "kit", megatron_lm, project=ROOT, run=Recorder()).root
+    proc = run_script(tmp_path, root / "out", str(fake), root)
+    assert proc.returncode == 2 and "lies inside the kit" in proc.stderr, proc.stderr
+    beside = subprocess.run([str(root / kit.SCRIPT_NAME)], cwd=root, capture_output=True, text=True,
+                            env={**os.environ, "PYTHON": str(fake)}, timeout=120, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    assert "all" in beside.stdout and "files match the manifest" in beside.stdout, beside.stdout + beside.stderr
+    made = [p.name for p in tmp_path.iterdir() if p.name.startswith("nvrx-qual-gpu-")]
+    assert len(made) == 1 and not any(p.name.startswith("nvrx-qual-gpu-") for p in root.iterdir()), made
+
+
+def test_the_cli_prints_the_manifest_hash(tmp_path, capsys, megatron_lm, monkeypatch):
+    from harness import cli
+    from harness.cli import kit as kit_cli
+
+    real = kit.assemble
+
+    def offline(dest, megatron_path, *, project):
+        return real(dest, megatron_path, project=project, run=Recorder())
+
+    monkeypatch.setattr(kit_cli, "assemble", offline)
+    assert cli.main(["kit", str(tmp_path / "kit"), "--megatron-path", str(megatron_lm)]) == 0
+    digest = hashlib.sha256((tmp_path / "kit" / "MANIFEST.json").read_bytes()).hexdigest()
+    assert f"MANIFEST.json sha256 {digest}" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------- from PyPI

@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
+import socket
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -226,7 +229,7 @@ def test_exit_status_and_every_line_with_a_utc_stamp(tmp_path, record):
     assert launch_json(plan) == {
         "launcher_exit_code": 3, "started_at": result.started_at, "ended_at": result.ended_at,
         "stopped_early": None, "nvrx_version": "0.7.0", "leftover_processes_killed": 0, "clock_jumps": [],
-        "ended_by": "exit", "capture_error": None}
+        "ended_by": "exit", "capture_error": None, "temp_dir": result.temp_dir, "temp_dir_left": None}
     assert re.fullmatch(STAMP, result.started_at) and re.fullmatch(STAMP, result.ended_at)
     assert result.duration_s >= 0
 
@@ -240,10 +243,60 @@ def test_exit_status_and_every_line_with_a_utc_stamp(tmp_path, record):
 
     # the environment: base_env, the command's own variables, and the launch tag
     doc = read_record(record)
-    assert doc["env"] == {"MARK": "from-base", "QUAL_GREETING": "hi", "HOME": None}
+    temp = result.temp_dir
+    assert doc["env"] == {"MARK": "from-base", "QUAL_GREETING": "hi", "HOME": None, "TMPDIR": temp, "TMP": temp,
+                          "TEMP": temp}
     assert doc["tag"].startswith("launch-test-")
     # NVRx >= 0.6 writes its own logs: the harness does not split the console
     assert not plan.layout.launcher_log.exists() and not plan.layout.cycle_log(0).exists()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("how", ["exit", "deadline"])
+def test_the_launch_has_a_temporary_directory_of_its_own_removed_when_it_ends(tmp_path, record, how):
+    """TMPDIR, TMP and TEMP of the launch name a new directory in the run directory; the
+    sockets, pymp-* and torchelastic_errors_* left there (an NVRx socket bound at full length)
+    go with it when the launch ends, normally or stopped."""
+    plan = fake_plan(tmp_path, "--temp", "--orphans", "--record", str(record), *(["--forever"] if how != "exit" else []))
+    result = launch.launch(plan, deadline_s=2.0 if how == "deadline" else None, tick_s=0.05)
+    doc = read_record(record)
+    temp = Path(doc["tempdir"])
+    assert doc["env"]["TMPDIR"] == doc["env"]["TMP"] == doc["env"]["TEMP"] == str(temp) == result.temp_dir
+    if len(str(plan.layout.root)) + len("/tmp.XXXXXXXX") <= launch.TEMP_DIR_MAX:
+        assert temp.parent == plan.layout.root and temp.name.startswith("tmp."), temp
+    else:  # pytest's tmp_path is too long for socket names below it
+        assert temp.parent == Path(tempfile.gettempdir()) and temp.name.startswith("nvrx-qual-"), temp
+    assert not temp.exists() and result.temp_dir_left is None
+    assert sorted(p.name for p in plan.layout.root.iterdir()) == ["launch.json", "logs"]
+    assert launch_json(plan)["temp_dir"] == str(temp)
+
+
+def test_the_temporary_directory_leaves_room_for_socket_names(tmp_path, monkeypatch):
+    """In the run directory when the path is short enough for NVRx's socket names below it;
+    otherwise a short private directory under the system's temporary directory (or /tmp)."""
+    short_base = Path(tempfile.mkdtemp(prefix="nq-", dir="/tmp"))  # tmp_path itself is too long
+    try:
+        short = RunLayout.of_dir(short_base / "runs" / "r1")
+        short.root.mkdir(parents=True)
+        made = launch.launch_temp_dir(short)
+        assert made.parent == short.root and made.name.startswith("tmp.") and (made.stat().st_mode & 0o777) == 0o700
+        deep = RunLayout.of_dir(tmp_path / ("d" * 60) / "runs" / "run")
+        deep.root.mkdir(parents=True)
+        monkeypatch.setattr(launch.tempfile, "tempdir", str(short_base))
+        private = launch.launch_temp_dir(deep)
+        assert private.parent == short_base and private.name.startswith("nvrx-qual-")
+        (tmp_path / ("t" * 80)).mkdir()
+        monkeypatch.setattr(launch.tempfile, "tempdir", str(tmp_path / ("t" * 80)))
+        fallback = launch.launch_temp_dir(deep)
+        assert fallback.parent == Path("/tmp") and fallback.name.startswith("nvrx-qual-")
+        for made_dir in (made, private, fallback):
+            longest = f"{made_dir}/_ft_launcher4194304_to_rmon.socket"  # NVRx's longest name, a 7-digit PID
+            assert len(longest.encode()) <= launch.SOCKET_PATH_MAX, longest
+            with socket.socket(socket.AF_UNIX) as server:
+                server.bind(longest)
+            assert launch.remove_temp_dir(made_dir) is None and not made_dir.exists()
+    finally:
+        shutil.rmtree(short_base, ignore_errors=True)
 
 
 @pytest.mark.e2e

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,6 +51,14 @@ def await_gone(pids: list[int], within_s: float = GONE_WITHIN_S) -> list[int]:
 
 def launch_json_of(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "work" / "runs" / "signal-test" / "launch.json").read_text())
+
+
+@pytest.fixture
+def short_tmpdir():
+    """A new empty TMPDIR with a short path (socket names must fit below it), removed at teardown."""
+    path = Path(tempfile.mkdtemp(prefix="nq-sig-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -98,14 +108,20 @@ def test_a_second_signal_does_not_interrupt_the_sweep(tmp_path, record, harness_
 
 
 def test_sigkill_of_the_harness_takes_the_launch_with_it(tmp_path, record, harness_proc):
-    proc = start_driver(tmp_path, record)
+    proc = start_driver(tmp_path, record, "--temp")
     harness_proc(proc)
     doc = await_record(record)
     victims = [doc["pid"], *doc["orphans"]]  # one orphan is stopped (SIGSTOP), as a hung worker
+    temp = Path(doc["tempdir"])
+    assert temp.is_dir() and doc["env"]["TMPDIR"] == str(temp)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert await_gone(victims) == [], "the launch outlived the SIGKILLed harness"
     assert pids_with_tag(doc["tag"]) == []
+    deadline = time.monotonic() + GONE_WITHIN_S  # the watchdog removes it right after the kill
+    while temp.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not temp.exists(), f"the launch's temporary directory outlived the SIGKILLed harness: {temp}"
 
 
 def test_a_write_error_under_logs_does_not_block_the_launcher(tmp_path, monkeypatch, record):
@@ -144,12 +160,14 @@ def _launch_pids(run_id: str) -> list[int]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
-def test_nvrx_qual_run_leaves_nothing_behind_when_signalled(tmp_path, harness_proc, sig):
+def test_nvrx_qual_run_leaves_nothing_behind_when_signalled(tmp_path, harness_proc, short_tmpdir, sig):
     run_id = f"sig-{sig.name.lower()}"
     work = tmp_path / "work"
     argv = [sys.executable, "-m", "harness", "run", "--workload", "reference", "--fault", "none",
             "--work-dir", str(work), "--run-id", run_id, "--train-iters", "400", "--quiet"]  # the installed NVRx
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    temp = short_tmpdir  # to be left empty
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "TMPDIR": str(temp)})
     harness_proc(proc)
     logs = work / "runs" / run_id / "logs"
     deadline = time.monotonic() + 240
@@ -163,6 +181,10 @@ def test_nvrx_qual_run_leaves_nothing_behind_when_signalled(tmp_path, harness_pr
     proc.send_signal(sig)
     _out, err = proc.communicate(timeout=120)
     assert await_gone(pids, 30.0) == [] and _launch_pids(run_id) == []
+    deadline = time.monotonic() + GONE_WITHIN_S  # after a SIGKILL the watchdog removes the launch's directory
+    while list(temp.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(temp.iterdir()) == [], "left behind in TMPDIR"
     if sig == signal.SIGTERM:
         assert proc.returncode == 143, err
         doc = json.loads((work / "runs" / run_id / "launch.json").read_text())

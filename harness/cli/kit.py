@@ -30,5 +30,7 @@ def run(args: argparse.Namespace) -> int:
         return ExitStatus.REFUSED
     size = sum((kit.root / rel).stat().st_size for rel, _ in kit.files)
     print(f"nvrx-qual kit: {len(kit.files)} files, {size / 1e6:.1f} MB in {kit.root}\n"
+          f"  MANIFEST.json sha256 {kit.manifest_sha256}: keep it apart from the kit; the script prints it on the "
+          "node, compare the two\n"
           f"  copy it to the GPU node and run: {kit.root / SCRIPT_NAME} [OUT_DIR]")
     return ExitStatus.QUALIFIED
