@@ -238,9 +238,12 @@ def build(spec: RunSpec, nvrx: NvrxTarget, *, sbatch: bool = False) -> Plan:
     else:
         raise SpecError(["internal: a rendezvous endpoint must be chosen before planning"])
 
-    policy = (topology.connections_policy(spec.tp, spec.cp, spec.gpu_arch, spec.extra_args)
-              if spec.workload == "megatron" else
-              topology.ConnectionsPolicy(None, f"CPU {spec.workload} workload: not applicable"))
+    if spec.workload == "megatron":
+        policy = topology.connections_policy(spec.tp, spec.cp, spec.gpu_arch, spec.extra_args)
+    elif spec.workload == "megatron-cpu":
+        policy = megatron_cpu.connections_policy(spec)
+    else:
+        policy = topology.ConnectionsPolicy(None, f"CPU {spec.workload} workload: not applicable")
     env = [("PYTHONUNBUFFERED", "1")]  # a killed worker must not take buffered lines with it
     if policy.value is not None:
         env.append(("CUDA_DEVICE_MAX_CONNECTIONS", policy.value))

@@ -627,6 +627,9 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
                         "--work-dir at a directory (it is created when missing)")
 
     problems += topology.problems(spec.topology, spec.num_layers, spec.num_attention_heads)
+    if spec.workload in ("megatron", "megatron-cpu"):
+        problems += topology.megatron_problems(spec.cp, spec.hidden_size, spec.num_attention_heads, spec.seq_length,
+                                               spec.transformer_engine)
     if spec.fault != "none":
         if not 0 <= spec.fault_rank < spec.world:
             if spec.world == 1:
@@ -740,10 +743,6 @@ def megatron_cpu_problems(spec: RunSpec) -> list[str]:
         if not (spec.megatron_path / "pretrain_gpt.py").is_file():
             problems.append(f"MEGATRON_PATH={spec.megatron_path} has no pretrain_gpt.py: point it at the root of a "
                             "Megatron-LM checkout, or unset it to run nvrx-qual's own pretrain script")
-    elif spec.tp != 1 or spec.pp != 1 or spec.cp != 1:
-        problems.append(f"TP={spec.tp} PP={spec.pp} CP={spec.cp}: nvrx-qual's own pretrain script for megatron-cpu runs "
-                        "tensor, pipeline and context parallel size 1 only; set them to 1, or give MEGATRON_PATH to "
-                        "run that checkout's pretrain_gpt.py")
     return problems
 
 
