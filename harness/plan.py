@@ -148,9 +148,9 @@ def check(spec: RunSpec, nvrx: NvrxTarget) -> None:
                             "install nvidia-resiliency-ext>=0.6.0 (Python >= 3.12, glibc >= 2.39) or pass "
                             "--nvrx-version for the cluster's launcher")
     if spec.workload == "megatron":
-        problems += megatron.extra_arg_problems(spec.extra_args)
+        problems += megatron.extra_arg_problems(spec.extra_args) + megatron.schedule_problems(spec)
     elif spec.workload == "megatron-cpu":
-        problems += megatron_cpu.extra_arg_problems(spec.extra_args)
+        problems += megatron_cpu.extra_arg_problems(spec.extra_args) + megatron.schedule_problems(spec)
     else:
         problems += reference_args.extra_arg_problems(spec.extra_args)
     kind = FAULT_KINDS.get(spec.fault)
@@ -277,8 +277,10 @@ def build(spec: RunSpec, nvrx: NvrxTarget, *, sbatch: bool = False) -> Plan:
 
 
 def nnodes_arg(spec: RunSpec) -> str:
-    """`N`, or `N:N+H` with H hot spares: the extra launchers join the rendezvous as standby."""
-    return f"{spec.nnodes}:{spec.nnodes + spec.hot_spares}" if spec.hot_spares else str(spec.nnodes)
+    """`N`; `N:N+H` with H hot spares (the extra launchers join the rendezvous as standby);
+    `MIN:MAX` when the job may shrink to MIN nodes (--nnodes MIN:MAX)."""
+    low, high = (spec.min_nnodes if spec.min_nnodes is not None else spec.nnodes), spec.nnodes + spec.hot_spares
+    return str(high) if low == high else f"{low}:{high}"
 
 
 def launchers(spec: RunSpec) -> int:

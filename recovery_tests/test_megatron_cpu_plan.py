@@ -123,6 +123,10 @@ IMPOSSIBLE = {
                                       "that is a multiple of 4 (Megatron's validate_args"),
     "cp-without-te": (["--cp", "2"], "CP=2: Megatron's local attention (no Transformer Engine, as on CPU) has no "
                       "context parallelism"),
+    "train-iters-within-the-warmup": (["--train-iters", "8"],
+                                      "TRAIN_ITERS=8 is not above the learning-rate warmup of 10 iterations, and the "
+                                      "decay runs over TRAIN_ITERS (Megatron's OptimizerParamScheduler: "
+                                      "'assert self.lr_warmup_steps < self.lr_decay_steps'"),
     "global-batch-not-divisible-by-dp": (["--gpus-per-node", "4", "--tp", "2", "--global-batch-size", "3"],
                                          "global batch size 3 is not divisible by micro batch 1 x DP 2 = 2"),
 }
