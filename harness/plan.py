@@ -153,6 +153,15 @@ def check(spec: RunSpec, nvrx: NvrxTarget) -> None:
         problems += megatron_cpu.extra_arg_problems(spec.extra_args) + megatron.schedule_problems(spec)
     else:
         problems += reference_args.extra_arg_problems(spec.extra_args)
+    if spec.min_nnodes is not None and spec.min_nnodes < spec.nnodes and nvrx.min_nodes_are_active:
+        low, high = spec.min_nnodes, spec.nnodes
+        problems.append(
+            f"--nnodes {low}:{high} asks for a job of {high} nodes that may shrink to {low}; NVRx {nvrx.version} has no "
+            f"such job: its rendezvous makes the first MIN nodes active and the other MAX-MIN standby (hot spares), so "
+            f"the launcher would run {low * spec.gpus_per_node} ranks on {low} node(s), never {spec.world}, and a lost "
+            f"node is replaced by a standby or ends the job (docs/slurm.md, 'A job that shrinks'): for {low} active "
+            f"node(s) and {high - low} spare(s) use --nnodes {low} --hot-spares {high - low}; for {high} active nodes "
+            f"use --nnodes {high}")
     kind = FAULT_KINDS.get(spec.fault)
     if kind is not None and kind.poisons_checkpoint and not nvrx.has_no_restart_exit_code:
         problems.append(f"--fault {spec.fault} makes a restart loop that only NVRx's no-progress rule stops (with exit "
@@ -256,6 +265,10 @@ def build(spec: RunSpec, nvrx: NvrxTarget, *, sbatch: bool = False) -> Plan:
     cwd = spec.megatron_path if spec.workload in ("megatron", "megatron-cpu") and spec.megatron_path else spec.layout.root
     if spec.workload in ("megatron", "megatron-cpu"):
         notes += megatron.fallback_notes(spec)
+    if spec.min_nnodes is not None and spec.min_nnodes < spec.nnodes:
+        notes.append(f"--nnodes {spec.min_nnodes}:{spec.nnodes}: NVRx {nvrx.version}'s torch elastic rendezvous starts "
+                     f"with up to {spec.nnodes} nodes and may go on with as few as {spec.min_nnodes}; the criteria "
+                     "name a shrink (Megatron's world_size per cycle)")
     if spec.fault != "none" and spec.world == 1:
         notes.append("one rank: the fault is injected on rank 0")
     launcher = Command(tuple(launcher_argv(spec, nvrx, endpoint, log_port)), Path(cwd), tuple(env), pythonpath)
