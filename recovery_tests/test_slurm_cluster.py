@@ -184,21 +184,23 @@ def test_node_loss_without_a_spare_is_a_failed_recovery(log_routing_launcher, fr
 def test_pytest_inside_salloc_runs_the_multi_node_scenarios(fresh_run):
     """pytest once, inside `salloc --nodes=3`: the scenario fixture launches with srun on two of
     them (a kill on rank 1 qualifies; a doomed --no-load-optim run is stopped by scancel of its
-    step) and on all three for the loss of a node with a hot spare."""
+    step; Megatron's loop at TP2 x PP2 qualifies after a kill on the second node) and on all
+    three for the loss of a node with a hot spare."""
     work, run_id = fresh_run
     inner_work = work / "runs" / run_id
     inner_work.mkdir(parents=True)
     job_name = f"nvrx-qual-salloc-{secrets.token_hex(3)}"
-    argv = ["salloc", "--nodes=3", "--ntasks-per-node=1", "--time=15", f"--job-name={job_name}",
+    argv = ["salloc", "--nodes=3", "--ntasks-per-node=1", "--time=20", f"--job-name={job_name}",
             sys.executable, "-m", "pytest", "recovery_tests/test_slurm_allocation.py", "-p", "no:cacheprovider",
             "-q", "-rA", "--require-slurm", "--work-dir", str(inner_work)]
     try:
-        inner = run_in_session(argv, timeout_s=480, cwd=ROOT)
+        # three reference runs and one of Megatron's loop (4 ranks on 2 cores: 2-3 minutes)
+        inner = run_in_session(argv, timeout_s=840, cwd=ROOT)
     finally:
         scancel_name(job_name)
     tail = (inner.stdout + inner.stderr)[-6000:]
     assert inner.returncode == 0, tail
-    assert "3 passed" in inner.stdout and "skipped" not in inner.stdout, tail
+    assert "4 passed" in inner.stdout and "skipped" not in inner.stdout, tail
     assert job_gone(job_name)
     assert processes_under(inner_work) == []
 
@@ -266,3 +268,23 @@ def test_megatron_cpu_node_loss_with_a_hot_spare_qualifies(megatron_cpu, fresh_r
     status_, detail = criteria(verdict)["optimizer_reload"]
     assert status_ == "pass" and "with optimizer state" in detail, detail
     assert megatron_layouts(run_dir) == [(4, 1, 2, 2), (4, 1, 2, 2)]
+
+
+def test_min_max_nodes_on_nvrx_070_is_active_plus_standby_not_a_job_that_shrinks(megatron_cpu, fresh_run):
+    """What `--nnodes 1:2` is under NVRx 0.7.0 (the plan renders it for --nnodes 1 --hot-spares 1;
+    it refuses --nnodes 1:2 itself): the rendezvous closes as soon as MIN nodes joined and runs
+    them alone, the other launcher waits as standby; Megatron runs a world of 1 node's ranks, not
+    2 nodes'. A kill on rank 1 recovers on the same node, the standby stays standby."""
+    work, run_id = fresh_run
+    status, job_id, run_dir = submit(megatron_cpu, work, run_id, "--nnodes", "1", "--hot-spares", "1",
+                                     "--fault-rank", "1", timeout_s=420,
+                                     workload=("--workload", "megatron-cpu", "--gpus-per-node", "2",
+                                               "--distributed-optimizer", "0"))
+    shown = slurm_output(run_dir, run_id, job_id)
+    assert status == 0 and "QUALIFIED" in shown and "NOT QUALIFIED" not in shown, shown[-3000:]
+    assert "--nnodes 1:2" in (run_dir / "sbatch.sh").read_text()
+    log = (run_dir / "logs" / "launcher.log").read_text()
+    assert "1 active segs and 1 standby ranks [1]" in log, run_dir
+    assert re.search(r"Standby \(rank=1\) for round \d+", log), run_dir
+    assert all(i["active_nodes"] == "n[1]" for i in cycle_records(run_dir)), cycle_records(run_dir)
+    assert megatron_layouts(run_dir) == [(2, 2, 1, 1), (2, 2, 1, 1)]  # world 2 (DP 2), never 4
