@@ -520,9 +520,12 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
         evidence.extend(change.evidence)
         if not change.allowed(tl):
             way = "shrank" if change.shrank else "grew"
-            allowed = (f"--nnodes {tl.run.min_nnodes}:{tl.run.nnodes} allows no fewer than {tl.run.min_nnodes} node(s)"
-                       if tl.run.min_nnodes is not None else
-                       "the plan asked for a fixed number of nodes (no --nnodes MIN:MAX)")
+            if tl.run.min_nnodes is not None:
+                allowed = f"--nnodes {tl.run.min_nnodes}:{tl.run.nnodes} allows no fewer than {tl.run.min_nnodes} node(s)"
+            elif tl.run.has_run_json:
+                allowed = "the plan asked for a fixed number of nodes (no --nnodes MIN:MAX)"
+            else:
+                allowed = "no run.json says the plan allowed it (--nnodes MIN:MAX)"
             problems.append(f"the job {way}: {change.text()}, and {allowed}; a replacement must run the world "
                             "the checkpoint was trained on, or the plan must allow the change")
     if a.fault == "node":
