@@ -124,6 +124,9 @@ def from_run(run_dir: Path) -> dict[str, float | str | None]:
         "fault rank": str(spec.get("fault_rank")) if spec.get("fault") != "none" else "-",
         "verdict": "QUALIFIED" if verdict.qualified else "NOT QUALIFIED",
         "kill -> launcher exit": None if m.injected_at is None or ended is None else ended - m.injected_at,
+        # the verdict the run wrote (runner or the batch script's verify): its file's time
+        "kill -> verdict": None if m.injected_at is None or not (run_dir / "verdict.json").is_file()
+        else (run_dir / "verdict.json").stat().st_mtime - m.injected_at,
         "detection": m.detection_s,
         "restart": m.restart_s,
         "restore": m.restore_s,
