@@ -2,6 +2,13 @@
 workload's, on this machine, and where the time goes.
 
     python bench/megatron_cpu.py [--work-dir DIR] [--workloads reference,megatron-cpu]
+    python bench/megatron_cpu.py --shapes tp2,tp2-pp2,dp2-tp2 [--work-dir DIR]
+    python bench/megatron_cpu.py --runs RUN_DIR...
+
+--shapes: Megatron's own loop at the parallel shapes of SHAPES (plain optimizer, a kill on
+the last rank, which for TP2 x PP2 is on the last pipeline stage), one kill -> verdict each,
+with the ranks and the restore latency. --runs: the same figures read back from run
+directories already judged (e.g. the e2e tests' under --work-dir), nothing launched.
 
 Each workload runs once, through the same code as `nvrx-qual run` (plan, nemesis, launch with
 the watcher, verify). The split comes from the run's own timeline (UTC stamps of the launcher
@@ -34,9 +41,19 @@ from harness.criteria import analyze  # noqa: E402
 from harness.history import parse_iso_utc, read_history  # noqa: E402
 
 
-def one_run(workload: str, work_dir: Path) -> dict[str, float | str | None]:
+# name -> (RunSpec knobs): ranks = gpus_per_node on one node
+SHAPES: dict[str, dict[str, object]] = {
+    "tp1": {"gpus_per_node": 2},
+    "tp2": {"gpus_per_node": 2, "tp": 2},
+    "tp2-pp2": {"gpus_per_node": 4, "tp": 2, "pp": 2},
+    "dp2-tp2": {"gpus_per_node": 4, "tp": 2},
+}
+
+
+def one_run(workload: str, work_dir: Path, knobs: dict[str, object] | None = None,
+            label: str | None = None) -> dict[str, float | str | None]:
     flags = {"workload": workload, "fault": "kill", "work_dir": work_dir,
-             "run_id": f"bench-{workload}-{time.strftime('%H%M%S')}"}
+             "run_id": f"bench-{label or workload}-{time.strftime('%H%M%S')}", **(knobs or {})}
     spec, target, _ = resolve.resolve_spec(flags, ())
     plan = planmod.build(spec, target)
     started = time.time()
@@ -56,6 +73,7 @@ def one_run(workload: str, work_dir: Path) -> dict[str, float | str | None]:
         return None if a_ is None or b_ is None else b_ - a_
 
     return {
+        "ranks": str(spec.world),
         "verdict": "QUALIFIED" if outcome.verdict.qualified else "NOT QUALIFIED",
         "failed": ", ".join(c.id for c in outcome.verdict.criteria if c.status == "fail") or "-",
         "total kill -> verdict": ended - started,
@@ -87,22 +105,78 @@ def warm_up() -> None:
             pass
 
 
+def from_run(run_dir: Path) -> dict[str, float | str | None]:
+    """The figures of a run already judged: its run.json, launch.json and timeline (read-only)."""
+    import json
+
+    from harness.verify import verify_run
+
+    spec = json.loads((run_dir / "run.json").read_text())["spec"]
+    verdict = verify_run(run_dir, write=False, picture=False)
+    m = verdict.metrics
+    tl = read_history(run_dir)
+    launch_json = run_dir / "launch.json"  # an sbatch run has none: its launcher's exit is not recorded
+    ended = parse_iso_utc(json.loads(launch_json.read_text()).get("ended_at")) if launch_json.is_file() else None
+    shape = f"TP{spec.get('tp', 1)} PP{spec.get('pp', 1)} DP{spec.get('dp')}"
+    return {
+        "shape": shape,
+        "ranks": str(spec.get("world")),
+        "fault rank": str(spec.get("fault_rank")) if spec.get("fault") != "none" else "-",
+        "verdict": "QUALIFIED" if verdict.qualified else "NOT QUALIFIED",
+        "kill -> launcher exit": None if m.injected_at is None or ended is None else ended - m.injected_at,
+        # the verdict the run wrote (runner or the batch script's verify): its file's time
+        "kill -> verdict": None if m.injected_at is None or not (run_dir / "verdict.json").is_file()
+        else (run_dir / "verdict.json").stat().st_mtime - m.injected_at,
+        "detection": m.detection_s,
+        "restart": m.restart_s,
+        "restore": m.restore_s,
+        "first step": m.first_step_s,
+        "failure -> 1st commit": m.failure_to_first_step_s,
+        "cycles": str(len({s.cycle for s in tl.starts})),
+        "run dir": str(run_dir),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work-dir", type=Path, default=None, help="where the runs go (default: a temp dir, kept)")
     parser.add_argument("--workloads", default="reference,megatron-cpu")
+    parser.add_argument("--shapes", default=None, help=f"megatron-cpu shapes, comma-separated: {', '.join(SHAPES)}")
+    parser.add_argument("--runs", type=Path, nargs="+", default=None, help="judged run directories to read back")
     args = parser.parse_args()
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="nvrxq-bench-"))
-    warm_up()
-    rows = {w: one_run(w, work) for w in args.workloads.split(",")}
+    if args.runs:
+        rows = {}
+        for r in args.runs:
+            if (r / "run.json").is_file():
+                row = from_run(r)
+                label = f"{row['shape']} r{row['fault rank']}".replace(" ", "")
+                while label in rows:
+                    label += "'"
+                rows[label] = row
+    else:
+        warm_up()
+        if args.shapes:
+            shapes = args.shapes.split(",")
+            unknown = [s for s in shapes if s not in SHAPES]
+            if unknown:
+                parser.error(f"unknown shape(s) {', '.join(unknown)}: choose from {', '.join(SHAPES)}")
+            rows = {s: one_run("megatron-cpu", work, {**SHAPES[s], "distributed_optimizer": False,
+                                                      "fault_rank": int(SHAPES[s]["gpus_per_node"]) - 1}, s)
+                    for s in shapes}
+        else:
+            rows = {w: one_run(w, work) for w in args.workloads.split(",")}
+    if not rows:
+        parser.error("no run directory with a run.json among --runs")
     names = list(rows)
     keys = [k for k in next(iter(rows.values())) if k != "run dir"]
-    print(f"{'':24}" + "".join(f"{n:>18}" for n in names))
+    width = max(18, *(len(n) + 2 for n in names))
+    print(f"{'':24}" + "".join(f"{n:>{width}}" for n in names))
     for key in keys:
         cells = []
         for n in names:
             v = rows[n][key]
-            cells.append(f"{v:>17.2f}s" if isinstance(v, float) else f"{'—' if v is None else v:>18}")
+            cells.append(f"{v:>{width - 1}.2f}s" if isinstance(v, float) else f"{'—' if v is None else v:>{width}}")
         print(f"{key:24}" + "".join(cells))
     for n in names:
         print(f"{n}: {rows[n]['run dir']}")

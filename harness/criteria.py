@@ -368,6 +368,51 @@ def _same_host(a: str | None, b: str | None) -> bool:
     return a.split(".")[0].lower() == b.split(".")[0].lower()
 
 
+@dataclass(frozen=True)
+class WorldChange:
+    """The replacement runs another world than the failed cycle: Megatron's own arguments table
+    of each cycle (world_size, data_parallel_size) says so."""
+
+    before: int
+    after: int
+    dp_before: int | None
+    dp_after: int | None
+    failed: int
+    replacement: int
+    evidence: tuple[object, ...]
+
+    @property
+    def shrank(self) -> bool:
+        return self.after < self.before
+
+    def text(self) -> str:
+        dp = lambda d: f" (DP {d})" if d is not None else ""  # noqa: E731
+        return (f"world size {self.before}{dp(self.dp_before)} in cycle {self.failed}, {self.after}"
+                f"{dp(self.dp_after)} in cycle {self.replacement} (Megatron's arguments)")
+
+    def allowed(self, tl: Timeline) -> bool:
+        """The plan let the job shrink this far: --nnodes MIN:MAX, MIN nodes' worth of ranks or more."""
+        low, nodes = tl.run.min_nnodes, tl.run.nnodes
+        if not self.shrank or low is None or not nodes or self.before % nodes:
+            return False
+        return self.after >= low * (self.before // nodes)
+
+
+def world_change(a: Analysis) -> WorldChange | None:
+    before = a.fault_start.arguments if a.fault_start is not None else None
+    r = a.replacement
+    after = r.arguments if r is not None else None
+    if before is None or after is None or a.fault_start is None or r is None:
+        return None
+    wb, wa = before.integer("world_size"), after.integer("world_size")
+    if wb is None or wa is None or wb == wa or wb < 1 or wa < 1:
+        return None
+    return WorldChange(wb, wa, before.integer("data_parallel_size"), after.integer("data_parallel_size"),
+                       a.fault_start.cycle if a.fault_start.cycle is not None else 0,
+                       r.cycle if r.cycle is not None else 0,
+                       (before.src_of("world_size"), after.src_of("world_size")))
+
+
 def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
     """The launcher noticed the failed cycle and started replacement workers.
 
@@ -470,9 +515,22 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
                    f"stopped rank {inj.rank}, whose own monitor had not fired when the launcher stopped the group; "
                    f"the marker proves rank {inj.rank}, pid {inj.pid}, got SIGSTOP)")
     nodes = ""
+    change = world_change(a)
+    if change is not None:
+        evidence.extend(change.evidence)
+        if not change.allowed(tl):
+            way = "shrank" if change.shrank else "grew"
+            if tl.run.min_nnodes is not None:
+                allowed = f"--nnodes {tl.run.min_nnodes}:{tl.run.nnodes} allows no fewer than {tl.run.min_nnodes} node(s)"
+            elif tl.run.has_run_json:
+                allowed = "the plan asked for a fixed number of nodes (no --nnodes MIN:MAX)"
+            else:
+                allowed = "no run.json says the plan allowed it (--nnodes MIN:MAX)"
+            problems.append(f"the job {way}: {change.text()}, and {allowed}; a replacement must run the world "
+                            "the checkpoint was trained on, or the plan must allow the change")
     if a.fault == "node":
         r = a.replacement_cycle if a.replacement_cycle is not None else a.replacement.cycle
-        status, nodes, infos = _node_replacement(tl, inj, c, r, fails)
+        status, nodes, infos = _node_replacement(tl, inj, c, r, fails, change)
         evidence.extend(infos)
         if status == FAIL:
             problems.append(nodes)
@@ -492,12 +550,15 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
         return _result(cid, PASS, f"The launcher recorded the failures of all {len(a.injections)} injected faults "
                                   f"(cycles {cycles}){how} and, after the last, started replacement workers in {new}.",
                        evidence)
+    shrink = ""
+    if change is not None and not nodes:
+        shrink = f"; the job shrank, as its --nnodes {tl.run.min_nnodes}:{tl.run.nnodes} allows: {change.text()}"
     return _result(cid, PASS, f"The launcher recorded the failure of cycle {c}{how} and started replacement workers "
-                              f"in {new}{nodes}.", evidence)
+                              f"in {new}{nodes}{shrink}.", evidence)
 
 
 def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement: int,
-                      fails: Sequence[ev.Event]) -> tuple[str, str, list]:
+                      fails: Sequence[ev.Event], change: "WorldChange | None" = None) -> tuple[str, str, list]:
     """For a lost node: (status, text, cycle records). The lost node is the marker's host; the
     cycle records (NVRx >= 0.6) name the nodes each cycle ran on."""
     from harness.slurm import expand_hostlist
@@ -532,9 +593,15 @@ def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement:
     if lost not in was:
         return FAIL, (f"the lost node {lost} is not among the nodes of cycle {failed} ({before.active_nodes}): the "
                       "fault did not hit an active node"), infos
+    if (len(now) < len(was) and not promoted and change is not None and change.allowed(tl)
+            and tl.run.min_nnodes is not None and len(now) >= tl.run.min_nnodes):
+        return PASS, (f"; node {lost} (rank {inj.rank}) was lost and the job shrank: cycle {replacement} runs on "
+                      f"{', '.join(now)} alone, {len(now)} of {len(was)} node(s), as --nnodes {tl.run.min_nnodes}:"
+                      f"{tl.run.nnodes} allows; {change.text()}"), infos
     if len(now) < len(was) or not promoted:
+        shrank = f" (the job shrank: {change.text()})" if change is not None and change.shrank else ""
         return FAIL, (f"cycle {replacement} runs on {', '.join(now)}, fewer nodes than cycle {failed} "
-                      f"({', '.join(was)}): no standby node replaced {lost}"), infos
+                      f"({', '.join(was)}): no standby node replaced {lost}{shrank}"), infos
     return PASS, (f"; node {lost} (rank {inj.rank}) was lost and cycle {replacement} runs on {', '.join(now)}: "
                   f"standby {', '.join(promoted)} took its place"), infos
 
@@ -603,7 +670,11 @@ def _optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
         return _result(cid, NOT_APPLICABLE, "No replacement workers started (see replacement_cycle), so nothing was "
                                              "reloaded.")
     k = a.expected_k
+    change = world_change(a)
     who = f"The replacement workers (cycle {r.cycle})"
+    if change is not None:  # a restore onto another world: every verdict below names it
+        who = (f"The replacement workers (cycle {r.cycle}, after the job {'shrank' if change.shrank else 'grew'}: "
+               f"{change.text()})")
     # Decided by the configuration alone, so it holds even for a run stopped before its load ended.
     args = r.arguments
     shown = [r.first(ev.LoadStarted), r.first(ev.CheckpointLoaded)]
@@ -682,8 +753,13 @@ def _optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
     else:
         disk_note = "; checkpoint directory not available, optimizer keys not listed"
     lines = "optimizer and scheduler" if opt and sched else ("optimizer" if opt else "scheduler (plain optimizer)")
+    resharded = ""
+    if change is not None:
+        evidence.extend(change.evidence)
+        resharded = (f"; resharded: the checkpoint saved by {change.before} ranks was loaded by {change.after}, with "
+                     "its optimizer state (optimizer_state and loss_continuity judge what that state holds)")
     return _result(cid, PASS, f"{who} loaded checkpoint {k}, the latest committed at fault time, with optimizer state "
-                              f"({lines} lines in the load block{disk_note}).", evidence)
+                              f"({lines} lines in the load block{disk_note}){resharded}.", evidence)
 
 
 def check_later_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:

@@ -484,6 +484,7 @@ class RunConfig:
     # What triage needs of the plan: the nodes, run.json's parallel layout and batch
     # (spec keys of RUN_SHAPE_KEYS with their whole-number values) and when the run was created.
     nnodes: int | None = None
+    min_nnodes: int | None = None  # --nnodes MIN:MAX of an elastic launcher: the job may shrink to MIN nodes
     shape: tuple[tuple[str, int], ...] = ()
     created_at: float | None = None  # UTC epoch seconds
 

@@ -1320,6 +1320,7 @@ def _run_config(run_json: _JsonFile | None, launch_json: _JsonFile | None, start
         nvrx_version=nvrx, utc_offset_s=_int(data.get("utc_offset_s")), extra_args=tuple(str(a) for a in extra),
         argv=argv, dry_run=bool(data.get("dry_run")), has_run_json=run_json is not None and run_json.error is None,
         nnodes=spec.get("nnodes") if _whole(spec.get("nnodes")) else None,
+        min_nnodes=spec.get("min_nnodes") if _whole(spec.get("min_nnodes")) else None,
         shape=tuple((k, spec[k]) for k in ev.RUN_SHAPE_KEYS if _whole(spec.get(k))),
         created_at=parse_iso_utc(data.get("created_at")),
     )

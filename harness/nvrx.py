@@ -60,6 +60,15 @@ class NvrxTarget:
         return self.version_tuple >= (0, 7, 0)
 
     @property
+    def min_nodes_are_active(self) -> bool:
+        """`--nnodes MIN:MAX` means MIN active nodes and MAX-MIN standby (hot spares), never a job
+        of MAX that shrinks: NVRx's barrier rendezvous (ft_rendezvous_barrier.py, 0.7.0: "Active
+        rank (< min_nodes): return to launcher -> start training workers. Standby rank (>=
+        min_nodes) ... wait for the next round"), the one this suite's hot spares run on (>= 0.6).
+        Older launchers keep torch elastic's rendezvous, where a job of up to MAX may shrink."""
+        return self.version_tuple >= (0, 6, 0)
+
+    @property
     def supports_megatron_ft(self) -> bool:
         return self.version_tuple >= MEGATRON_MIN_VERSION
 

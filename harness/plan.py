@@ -148,11 +148,20 @@ def check(spec: RunSpec, nvrx: NvrxTarget) -> None:
                             "install nvidia-resiliency-ext>=0.6.0 (Python >= 3.12, glibc >= 2.39) or pass "
                             "--nvrx-version for the cluster's launcher")
     if spec.workload == "megatron":
-        problems += megatron.extra_arg_problems(spec.extra_args)
+        problems += megatron.extra_arg_problems(spec.extra_args) + megatron.schedule_problems(spec)
     elif spec.workload == "megatron-cpu":
-        problems += megatron_cpu.extra_arg_problems(spec.extra_args)
+        problems += megatron_cpu.extra_arg_problems(spec.extra_args) + megatron.schedule_problems(spec)
     else:
         problems += reference_args.extra_arg_problems(spec.extra_args)
+    if spec.min_nnodes is not None and spec.min_nnodes < spec.nnodes and nvrx.min_nodes_are_active:
+        low, high = spec.min_nnodes, spec.nnodes
+        problems.append(
+            f"--nnodes {low}:{high} asks for a job of {high} nodes that may shrink to {low}; NVRx {nvrx.version} has no "
+            f"such job: its rendezvous makes the first MIN nodes active and the other MAX-MIN standby (hot spares), so "
+            f"the launcher would run {low * spec.gpus_per_node} ranks on {low} node(s), never {spec.world}, and a lost "
+            f"node is replaced by a standby or ends the job (docs/slurm.md, 'A job that shrinks'): for {low} active "
+            f"node(s) and {high - low} spare(s) use --nnodes {low} --hot-spares {high - low}; for {high} active nodes "
+            f"use --nnodes {high}")
     kind = FAULT_KINDS.get(spec.fault)
     if kind is not None and kind.poisons_checkpoint and not nvrx.has_no_restart_exit_code:
         problems.append(f"--fault {spec.fault} makes a restart loop that only NVRx's no-progress rule stops (with exit "
@@ -238,9 +247,12 @@ def build(spec: RunSpec, nvrx: NvrxTarget, *, sbatch: bool = False) -> Plan:
     else:
         raise SpecError(["internal: a rendezvous endpoint must be chosen before planning"])
 
-    policy = (topology.connections_policy(spec.tp, spec.cp, spec.gpu_arch, spec.extra_args)
-              if spec.workload == "megatron" else
-              topology.ConnectionsPolicy(None, f"CPU {spec.workload} workload: not applicable"))
+    if spec.workload == "megatron":
+        policy = topology.connections_policy(spec.tp, spec.cp, spec.gpu_arch, spec.extra_args)
+    elif spec.workload == "megatron-cpu":
+        policy = megatron_cpu.connections_policy(spec)
+    else:
+        policy = topology.ConnectionsPolicy(None, f"CPU {spec.workload} workload: not applicable")
     env = [("PYTHONUNBUFFERED", "1")]  # a killed worker must not take buffered lines with it
     if policy.value is not None:
         env.append(("CUDA_DEVICE_MAX_CONNECTIONS", policy.value))
@@ -253,6 +265,10 @@ def build(spec: RunSpec, nvrx: NvrxTarget, *, sbatch: bool = False) -> Plan:
     cwd = spec.megatron_path if spec.workload in ("megatron", "megatron-cpu") and spec.megatron_path else spec.layout.root
     if spec.workload in ("megatron", "megatron-cpu"):
         notes += megatron.fallback_notes(spec)
+    if spec.min_nnodes is not None and spec.min_nnodes < spec.nnodes:
+        notes.append(f"--nnodes {spec.min_nnodes}:{spec.nnodes}: NVRx {nvrx.version}'s torch elastic rendezvous starts "
+                     f"with up to {spec.nnodes} nodes and may go on with as few as {spec.min_nnodes}; the criteria "
+                     "name a shrink (Megatron's world_size per cycle)")
     if spec.fault != "none" and spec.world == 1:
         notes.append("one rank: the fault is injected on rank 0")
     launcher = Command(tuple(launcher_argv(spec, nvrx, endpoint, log_port)), Path(cwd), tuple(env), pythonpath)
@@ -274,8 +290,10 @@ def build(spec: RunSpec, nvrx: NvrxTarget, *, sbatch: bool = False) -> Plan:
 
 
 def nnodes_arg(spec: RunSpec) -> str:
-    """`N`, or `N:N+H` with H hot spares: the extra launchers join the rendezvous as standby."""
-    return f"{spec.nnodes}:{spec.nnodes + spec.hot_spares}" if spec.hot_spares else str(spec.nnodes)
+    """`N`; `N:N+H` with H hot spares (the extra launchers join the rendezvous as standby);
+    `MIN:MAX` when the job may shrink to MIN nodes (--nnodes MIN:MAX)."""
+    low, high = (spec.min_nnodes if spec.min_nnodes is not None else spec.nnodes), spec.nnodes + spec.hot_spares
+    return str(high) if low == high else f"{low}:{high}"
 
 
 def launchers(spec: RunSpec) -> int:

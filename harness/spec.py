@@ -119,6 +119,9 @@ class RunSpec:
     fault: str = "kill"
     fault_rank: int = 1
     hot_spares: int = 0  # launchers beyond NNODES that join as standby (--nnodes N:N+H)
+    # elastic: after losing nodes the launcher may go on with as few as MIN_NNODES (--nnodes MIN:MAX,
+    # MAX = NNODES + hot spares); None: exactly NNODES, never fewer
+    min_nnodes: int | None = None
     rdzv_join_timeout: float | None = None  # launcher --rdzv-conf join_timeout; None: NVRx's default
     local_nodes: bool = False  # every node's launcher on this machine, no Slurm (testing)
     fault_at: str = DEFAULT_FAULT_AT
@@ -242,6 +245,14 @@ def _parse_int(text: str) -> int:
     return int(text.strip())
 
 
+def _parse_nnodes(text: str) -> int | tuple[int, int]:
+    """`N`, or `MIN:MAX` (the launcher's elastic range: the job may shrink to MIN nodes)."""
+    low, sep, high = text.strip().partition(":")
+    if not sep:
+        return int(low)
+    return int(low), int(high)
+
+
 def _parse_float(text: str) -> float:
     return float(text.strip())
 
@@ -299,7 +310,10 @@ KNOBS: tuple[Knob, ...] = (
     Knob("work_dir", "--work-dir", Path, "runs go to WORK_DIR/runs/RUN_ID (default: current directory)",
          "NVRX_WORK_DIR"),
     Knob("run_id", "--run-id", str, "fresh ID for every test (default: generated)", "NVRX_RUN_ID"),
-    Knob("nnodes", "--nnodes", _parse_int, "number of nodes", "NNODES", "a positive integer"),
+    Knob("nnodes", "--nnodes", _parse_nnodes,
+         "number of nodes, or MIN:MAX: start MAX, and after losing nodes (with no standby left) go on with as few as "
+         "MIN (the launcher's elastic --nnodes MIN:MAX; the world size shrinks with them)", "NNODES",
+         "a positive integer, or MIN:MAX such as 1:2"),
     Knob("gpus_per_node", "--gpus-per-node", _parse_int, "GPUs (ranks) per node", "GPUS_PER_NODE",
          "a positive integer"),
     Knob("tp", "--tp", _parse_int, "tensor parallel size", "TP", "a positive integer"),
@@ -417,6 +431,8 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
     if problems:
         raise SpecError(problems)
 
+    if isinstance(raw.get("nnodes"), tuple):  # MIN:MAX
+        raw["min_nnodes"], raw["nnodes"] = raw["nnodes"]
     workload = raw.get("workload", "megatron")
     values: dict[str, Any] = dict(DEFAULTS[workload])
     # Deadlines: a chosen profile over the workload's defaults, explicit knobs over both. The
@@ -627,6 +643,9 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
                         "--work-dir at a directory (it is created when missing)")
 
     problems += topology.problems(spec.topology, spec.num_layers, spec.num_attention_heads)
+    if spec.workload in ("megatron", "megatron-cpu"):
+        problems += topology.megatron_problems(spec.cp, spec.hidden_size, spec.num_attention_heads, spec.seq_length,
+                                               spec.transformer_engine)
     if spec.fault != "none":
         if not 0 <= spec.fault_rank < spec.world:
             if spec.world == 1:
@@ -639,6 +658,7 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
         problems.append(f"--rdzv-join-timeout={spec.rdzv_join_timeout} must be a positive number of seconds")
     if spec.hot_spares < 0:
         problems.append(f"--hot-spares={spec.hot_spares} must be 0 or more")
+    problems += shrink_problems(spec)
     if spec.fault == "node":
         if spec.nnodes < 2:
             problems.append(f"--fault node with NNODES={spec.nnodes}: losing the only node ends the job; "
@@ -723,6 +743,24 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
     return restored
 
 
+def shrink_problems(spec: RunSpec) -> list[str]:
+    """--nnodes MIN:MAX: a range the launcher accepts, and a smaller world Megatron can run."""
+    if spec.min_nnodes is None:
+        return []
+    low, high = spec.min_nnodes, spec.nnodes
+    if not 1 <= low <= high:
+        return [f"--nnodes {low}:{high}: MIN must be at least 1 and at most MAX: e.g. --nnodes 1:{max(high, 1)}"]
+    if low == high:
+        return []
+    problems = []
+    smaller = topology.Topology(low, spec.gpus_per_node, spec.tp, spec.pp, spec.cp, spec.micro_batch_size,
+                                spec.global_batch_size if spec.global_batch_size is not None else spec.world)
+    for problem in topology.problems(smaller, spec.num_layers, spec.num_attention_heads):
+        problems.append(f"--nnodes {low}:{high}: after a shrink to {low} node(s) the job runs a world of "
+                        f"{smaller.world}, and then {problem}; choose a MIN whose world keeps the layout valid")
+    return problems
+
+
 def megatron_cpu_problems(spec: RunSpec) -> list[str]:
     """What the megatron-cpu workload needs before launch: the installed Megatron, and a
     layout the project's own pretrain script runs (a checkout's pretrain_gpt.py runs any)."""
@@ -740,10 +778,6 @@ def megatron_cpu_problems(spec: RunSpec) -> list[str]:
         if not (spec.megatron_path / "pretrain_gpt.py").is_file():
             problems.append(f"MEGATRON_PATH={spec.megatron_path} has no pretrain_gpt.py: point it at the root of a "
                             "Megatron-LM checkout, or unset it to run nvrx-qual's own pretrain script")
-    elif spec.tp != 1 or spec.pp != 1 or spec.cp != 1:
-        problems.append(f"TP={spec.tp} PP={spec.pp} CP={spec.cp}: nvrx-qual's own pretrain script for megatron-cpu runs "
-                        "tensor, pipeline and context parallel size 1 only; set them to 1, or give MEGATRON_PATH to "
-                        "run that checkout's pretrain_gpt.py")
     return problems
 
 

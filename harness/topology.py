@@ -1,7 +1,11 @@
 """Parallel layout arithmetic and the CUDA_DEVICE_MAX_CONNECTIONS policy.
 
 Megatron's rules (docs/megatron.md): world % (TP*PP*CP) == 0, DP = world / (TP*PP*CP),
-global_batch % (micro_batch*DP) == 0, heads % TP == 0, layers % PP == 0.
+global_batch % (micro_batch*DP) == 0, heads % TP == 0, layers % PP == 0, hidden % heads == 0,
+and with CP > 1 seq_length % (2*CP) == 0. Each refusal quotes the check of Megatron 0.19
+that would stop every rank (megatron/training/arguments.py `validate_args`,
+megatron/core/transformer/transformer_config.py `__post_init__`), so the user reads Megatron's
+reason before launch instead of in N ranks' tracebacks.
 """
 
 from __future__ import annotations
@@ -56,19 +60,44 @@ def problems(topo: Topology, num_layers: int, num_heads: int) -> list[str]:
         out.append(
             f"world size {topo.world} (NNODES={topo.nnodes} x GPUS_PER_NODE={topo.gpus_per_node}) is not divisible "
             f"by TP*PP*CP={topo.model_parallel} (TP={topo.tp}, PP={topo.pp}, CP={topo.cp}): "
-            f"make the world a multiple of {topo.model_parallel} or change TP/PP/CP"
+            f"make the world a multiple of {topo.model_parallel} or change TP/PP/CP (Megatron's validate_args: "
+            f"'world size ({topo.world}) is not divisible by total_model_size')"
         )
         return out
     if num_heads % topo.tp:
-        out.append(f"num_attention_heads={num_heads} is not divisible by TP={topo.tp}: choose a TP that divides {num_heads}")
+        out.append(f"num_attention_heads={num_heads} is not divisible by TP={topo.tp}: choose a TP that divides {num_heads} "
+                   f"(Megatron's TransformerConfig: 'num_attention_heads ({num_heads}) must be a multiple of "
+                   f"tensor_model_parallel_size ({topo.tp})')")
     if num_layers % topo.pp:
-        out.append(f"num_layers={num_layers} is not divisible by PP={topo.pp}: choose a PP that divides {num_layers}")
+        out.append(f"num_layers={num_layers} is not divisible by PP={topo.pp}: choose a PP that divides {num_layers} "
+                   "(Megatron's validate_args: 'Number of layers should be divisible by the pipeline-model-parallel "
+                   "size')")
     gb, per_step = topo.effective_global_batch, topo.micro_batch * topo.dp
     if gb < 1 or gb % per_step:
         out.append(
             f"global batch size {gb} is not divisible by micro batch {topo.micro_batch} x DP {topo.dp} = {per_step}: "
             f"set --global-batch-size to a multiple of {per_step}"
         )
+    return out
+
+
+def megatron_problems(cp: int, hidden_size: int, num_heads: int, seq_length: int,
+                      transformer_engine: bool) -> list[str]:
+    """Megatron's rules of a model shape that the layout rules of `problems` do not cover
+    (the Megatron workloads only: the reference workload has no attention to split)."""
+    out: list[str] = []
+    if num_heads >= 1 and hidden_size % num_heads:
+        out.append(f"hidden_size={hidden_size} is not divisible by num_attention_heads={num_heads}: choose a hidden "
+                   f"size that is a multiple of {num_heads} (Megatron's validate_args: "
+                   "'assert args.hidden_size % args.num_attention_heads == 0')")
+    if cp > 1 and not transformer_engine:
+        out.append(f"CP={cp}: Megatron's local attention (no Transformer Engine, as on CPU) has no context "
+                   "parallelism (DotProductAttention: 'Context parallelism is only supported by "
+                   "TEDotProductAttention!'): set CP=1")
+    if cp > 1 and seq_length % (2 * cp):
+        out.append(f"seq_length={seq_length} is not a multiple of 2 x CP={2 * cp} (Megatron's validate_args: "
+                   "'seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1'): "
+                   f"choose a sequence length that is a multiple of {2 * cp}")
     return out
 
 

@@ -81,6 +81,11 @@ class Scenario:
     # restore: Megatron's DistributedOptimizer on torch Adam), "ahead" (16 per iteration after
     # the restore: one shared counter for 16 parameters), "absent" (no record outside common state)
     optimizer_steps: str = "continued"
+    # a job that shrank (or grew): the replacement cycles' Megatron arguments say this world size
+    # (and data_parallel_size, TP = PP = 1); run.json's nnodes / min_nnodes say what the plan allowed
+    world_after: int | None = None
+    nnodes: int = 1
+    min_nnodes: int | None = None
 
 
 @dataclass
@@ -276,6 +281,8 @@ class _Run:
             "save": self.ckpt, "save_interval": s.save_interval, "train_iters": s.train_iters,
             "use_distributed_optimizer": distributed, "world_size": s.world,
         }
+        if s.world_after is not None:
+            args["world_size"] = args["data_parallel_size"] = s.world if cycle == 0 else s.world_after
         for r in range(s.world):
             self.say(cycle, ms, r, "/opt/megatron/training/arguments.py:1: UserWarning: --async-save is not supported "
                                    "without --use-persistent-ckpt-worker. Disabling --async-save.")
@@ -513,7 +520,8 @@ def _finish(run: _Run, *, exit_code: int, ended_ms: int, cut_cycle: int | None =
         record = {"schema": 1, "created_at": _Clock.iso(BASE_UTC_MS - 5000), "utc_offset_s": s.utc_offset_s,
                   "nvrx_version": s.nvrx,
                   "spec": {"workload": "megatron", "fault": s.fault, "fault_rank": s.fault_rank, "train_iters": s.train_iters,
-                           "save_interval": s.save_interval, "nnodes": 1, "gpus_per_node": s.world,
+                           "save_interval": s.save_interval, "nnodes": s.nnodes, "gpus_per_node": s.world // s.nnodes,
+                           **({"min_nnodes": s.min_nnodes} if s.min_nnodes is not None else {}),
                            "checkpoint_dir": str(run.ckpt), "extra_args": extra, "run_id": root.name,
                            "deadline_profile": "reference", "out_of_section_timeout": s.step_timeout_s,
                            "section_timeouts": {"setup": 60.0, "step": s.step_timeout_s,

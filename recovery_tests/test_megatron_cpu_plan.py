@@ -36,6 +36,9 @@ SCENARIOS = {
     "kill": [],
     "none": ["--fault", "none"],
     "hang-plain-optimizer": ["--fault", "hang", "--distributed-optimizer", "0"],
+    # the seeds' shapes: CUDA_DEVICE_MAX_CONNECTIONS=1 with its reason, the own pretrain script
+    "tp2": ["--tp", "2"],
+    "tp2-pp2-fault-rank3": ["--gpus-per-node", "4", "--tp", "2", "--pp", "2", "--fault-rank", "3"],
 }
 
 
@@ -84,11 +87,64 @@ def test_missing_install_is_refused_naming_the_install_command(tmp_path, clean_s
     assert not (tmp_path / "w").exists()
 
 
-def test_own_pretrain_script_refuses_model_parallel_layouts(tmp_path, megatron_cpu_dir, clean_spec_env, capsys):
-    err = refused(capsys, ["--megatron-cpu-dir", str(megatron_cpu_dir), "--work-dir", str(tmp_path / "w"),
-                           "--tp", "2"])
-    assert "TP=2 PP=1 CP=1: nvrx-qual's own pretrain script for megatron-cpu runs tensor, pipeline and context " \
-           "parallel size 1 only" in err
+def test_tp_or_cp_sets_cuda_device_max_connections_with_megatrons_reason(tmp_path, megatron_cpu_dir, clean_spec_env,
+                                                                         capsys):
+    """Megatron's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP > 1 on the shim's
+    Ampere capability; the plan sets it (the environment of the launcher, inherited by the
+    workers) and says why, and leaves it unset at TP=1."""
+    base = ["plan", "--workload", "megatron-cpu", "--megatron-cpu-dir", str(megatron_cpu_dir), "--nvrx-version", "0.7.0"]
+    assert cli.main([*base, "--work-dir", str(tmp_path / "a"), "--run-id", "a", "--tp", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "# CUDA_DEVICE_MAX_CONNECTIONS: 1 (TP=2, CP=1 on megatron-cpu: the CUDA->CPU shim reports compute " \
+           "capability 8.0, so Megatron's validate_args asserts" in out
+    assert " CUDA_DEVICE_MAX_CONNECTIONS=1 " in out.splitlines()[-2]
+    assert cli.main([*base, "--work-dir", str(tmp_path / "b"), "--run-id", "b", "--pp", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "# CUDA_DEVICE_MAX_CONNECTIONS: unset (megatron-cpu: TP=1 and CP=1: not required, left unset)" in out
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=" not in out.splitlines()[-2]
+
+
+IMPOSSIBLE = {
+    "tp3-on-2-ranks": (["--tp", "3"], "world size 2 (NNODES=1 x GPUS_PER_NODE=2) is not divisible by TP*PP*CP=3 "
+                       "(TP=3, PP=1, CP=1): make the world a multiple of 3 or change TP/PP/CP (Megatron's validate_args: "
+                       "'world size (2) is not divisible by total_model_size')"),
+    "world-not-divisible-by-tp-pp": (["--gpus-per-node", "6", "--tp", "2", "--pp", "2"],
+                                     "world size 6 (NNODES=1 x GPUS_PER_NODE=6) is not divisible by TP*PP*CP=4"),
+    "heads-not-divisible-by-tp": (["--tp", "2", "--num-attention-heads", "3", "--hidden-size", "63"],
+                                  "num_attention_heads=3 is not divisible by TP=2: choose a TP that divides 3 "
+                                  "(Megatron's TransformerConfig: 'num_attention_heads (3) must be a multiple of "
+                                  "tensor_model_parallel_size (2)')"),
+    "layers-not-divisible-by-pp": (["--pp", "2", "--num-layers", "3"],
+                                   "num_layers=3 is not divisible by PP=2: choose a PP that divides 3 (Megatron's "
+                                   "validate_args: 'Number of layers should be divisible by the pipeline-model-parallel "
+                                   "size')"),
+    "hidden-not-divisible-by-heads": (["--hidden-size", "66"],
+                                      "hidden_size=66 is not divisible by num_attention_heads=4: choose a hidden size "
+                                      "that is a multiple of 4 (Megatron's validate_args"),
+    "cp-without-te": (["--cp", "2"], "CP=2: Megatron's local attention (no Transformer Engine, as on CPU) has no "
+                      "context parallelism"),
+    "train-iters-within-the-warmup": (["--train-iters", "8"],
+                                      "TRAIN_ITERS=8 is not above the learning-rate warmup of 10 iterations, and the "
+                                      "decay runs over TRAIN_ITERS (Megatron's OptimizerParamScheduler: "
+                                      "'assert self.lr_warmup_steps < self.lr_decay_steps'"),
+    "global-batch-not-divisible-by-dp": (["--gpus-per-node", "4", "--tp", "2", "--global-batch-size", "3"],
+                                         "global batch size 3 is not divisible by micro batch 1 x DP 2 = 2"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IMPOSSIBLE))
+def test_impossible_shapes_are_refused_before_launch_with_megatrons_reason(name, tmp_path, megatron_cpu_dir,
+                                                                          clean_spec_env, capsys):
+    """A shape Megatron's validate_args (or its TransformerConfig) would stop on every rank is
+    refused by `plan` and `run` with exit 2, Megatron's reason and the fix; nothing is created."""
+    flags, reason = IMPOSSIBLE[name]
+    for command in ("plan", "run"):
+        work = tmp_path / command
+        status = cli.main([command, "--workload", "megatron-cpu", "--nvrx-version", "0.7.0", "--megatron-cpu-dir",
+                           str(megatron_cpu_dir), "--work-dir", str(work), "--run-id", name, *flags])
+        err = capsys.readouterr().err
+        assert status == 2 and reason in err, err
+        assert not work.exists()
 
 
 def test_cpu_flags_owned_by_the_workload_are_refused_after_the_separator(tmp_path, megatron_cpu_dir, clean_spec_env,

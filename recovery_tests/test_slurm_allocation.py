@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from fixtures.runs import Scenario
+from recovery_tests.test_recovery_megatron_cpu import megatron_cpu  # noqa: F401  (the fixture)
 from harness import slurm
 from harness.criteria import FAIL, PASS
 
@@ -108,3 +109,20 @@ def test_doomed_run_is_stopped_by_scancel_of_its_step(allocation, log_routing_la
     assert outcome.launch.leftover_processes_killed == 0  # the final sweep found nothing: scancel stopped it all
     assert processes_of(outcome.run_dir) == []
     assert not outcome.verdict.qualified
+
+
+def test_srun_megatron_cpu_tp2_pp2_kill_on_the_second_node_qualifies(allocation, megatron_cpu, scenarios):  # noqa: F811
+    """Megatron's own loop through the fixtures' srun path: 2 ranks per node, TP2 x PP2, the
+    plain optimizer; rank 3 (last pipeline stage, second node) is killed and the run qualifies."""
+    scenario = two_node_scenario(allocation, megatron_cpu, "kill", name="srun-megatron-cpu-tp2-pp2")
+    knobs = {**dict(scenario.knobs), "gpus_per_node": 2, "tp": 2, "pp": 2, "fault_rank": 3,
+             "distributed_optimizer": False}
+    scenario = dataclasses.replace(scenario, workload="megatron-cpu", knobs=tuple(sorted(knobs.items())),
+                                   fail_fast=False)
+    outcome = scenarios.outcome(scenario)
+    assert outcome.plan.command.argv[:3] == ("srun", "--ntasks=2", "--ntasks-per-node=1")
+    failed = [f"{c.id}: {c.status}: {c.detail}" for c in outcome.verdict.criteria if c.status not in (PASS, "not_applicable")]
+    assert outcome.verdict.qualified, (outcome.run_dir, failed)
+    marker = (outcome.run_dir / "fault_injected.json").read_text()
+    assert f'"host": "{allocation.nodes[1]}"' in marker and '"rank": 3,' in marker, marker
+    assert processes_of(outcome.run_dir) == []

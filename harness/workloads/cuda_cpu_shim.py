@@ -123,17 +123,22 @@ def _device_present(torch: Any) -> None:
     cuda._lazy_init = lambda: None  # megatron.core.tensor_parallel.random imports and calls it
 
 
+# The compute capability the stand-in device reports: an Ampere GPU's, so Megatron applies its
+# pre-Blackwell rules (the megatron-cpu plan sets CUDA_DEVICE_MAX_CONNECTIONS=1 for TP/CP > 1).
+CAPABILITY = (8, 0)
+
+
 @patch("Megatron reads the device name, capability and memory size from its properties")
 def _device_properties(torch: Any) -> None:
     class CpuStandInProperties:
         name = "CPU (nvrx-qual CUDA->CPU shim)"
-        major, minor = 8, 0
+        major, minor = CAPABILITY
         total_memory = 64 << 30
         multi_processor_count = 1
         uuid = "00000000-0000-0000-0000-000000000000"
 
     torch.cuda.get_device_properties = lambda device=None: CpuStandInProperties()
-    torch.cuda.get_device_capability = lambda device=None: (8, 0)
+    torch.cuda.get_device_capability = lambda device=None: CAPABILITY
     torch.cuda.get_device_name = lambda device=None: CpuStandInProperties.name
 
 

@@ -59,6 +59,25 @@ def extra_arg_problems(extra: tuple[str, ...]) -> list[str]:
     return out
 
 
+# The learning-rate warmup of every run; the decay runs over TRAIN_ITERS (--lr-decay-iters
+# defaults to --train-iters).
+LR_WARMUP_ITERS = 10
+
+
+def schedule_problems(spec: "RunSpec") -> list[str]:
+    """Megatron's OptimizerParamScheduler asserts `lr_warmup_steps < lr_decay_steps` at
+    setup, on every rank and in every cycle: a run that short never trains."""
+    if any(a.split("=", 1)[0] in ("--lr-warmup-iters", "--lr-decay-iters", "--lr-warmup-fraction")
+           for a in spec.extra_args):
+        return []  # the user's schedule: Megatron judges it
+    if spec.train_iters > LR_WARMUP_ITERS:
+        return []
+    return [f"TRAIN_ITERS={spec.train_iters} is not above the learning-rate warmup of {LR_WARMUP_ITERS} iterations, "
+            "and the decay runs over TRAIN_ITERS (Megatron's OptimizerParamScheduler: "
+            "'assert self.lr_warmup_steps < self.lr_decay_steps', on every rank before the first step): set "
+            f"TRAIN_ITERS={LR_WARMUP_ITERS + 1} or more, or give --lr-warmup-iters after --"]
+
+
 def argv(spec: "RunSpec", entrypoint: str | None = None) -> list[str]:
     """pretrain_gpt.py (or the given script with its flags) and its arguments for one
     qualification run."""
@@ -74,7 +93,7 @@ def argv(spec: "RunSpec", entrypoint: str | None = None) -> list[str]:
         args += ["--context-parallel-size", str(spec.cp)]
     args += model_args(spec)
     args += [
-        "--lr", "1e-4", "--min-lr", "1e-5", "--lr-decay-style", "cosine", "--lr-warmup-iters", "10",
+        "--lr", "1e-4", "--min-lr", "1e-5", "--lr-decay-style", "cosine", "--lr-warmup-iters", str(LR_WARMUP_ITERS),
         "--bf16", *(["--use-distributed-optimizer"] if spec.distributed_optimizer else []),
         "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", str(spec.vocab_size),
     ]

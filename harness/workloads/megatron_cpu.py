@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness import topology
 from harness.workloads import cuda_cpu_shim, megatron
 
 if TYPE_CHECKING:
@@ -33,6 +34,23 @@ CPU_ARGS: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 OWNED_FLAGS = {flag: "set for the CPU run (see harness/workloads/megatron_cpu.py)"
                for words, _ in CPU_ARGS for flag in words if flag.startswith("--")}
+
+
+# The compute capability the CUDA->CPU shim reports: Megatron reads it in validate_args, so on
+# CPU it applies its pre-Blackwell rule for CUDA_DEVICE_MAX_CONNECTIONS as on an Ampere GPU.
+SHIM_ARCH = "{}.{}".format(*cuda_cpu_shim.CAPABILITY)
+
+
+def connections_policy(spec: "RunSpec") -> topology.ConnectionsPolicy:
+    """The GPU plan's policy at the shim's compute capability: with TP > 1 or CP > 1 Megatron's
+    validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 on every rank, CPU or not."""
+    policy = topology.connections_policy(spec.tp, spec.cp, SHIM_ARCH, spec.extra_args)
+    if policy.value is None:
+        return topology.ConnectionsPolicy(None, f"megatron-cpu: {policy.reason}")
+    return topology.ConnectionsPolicy(policy.value, f"TP={spec.tp}, CP={spec.cp} on megatron-cpu: the CUDA->CPU shim "
+                                      f"reports compute capability {SHIM_ARCH}, so Megatron's validate_args asserts "
+                                      "'Using tensor model parallelism or context parallelism require setting the "
+                                      "environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1' as on a pre-Blackwell GPU")
 
 
 def entrypoint(spec: "RunSpec") -> str:

@@ -4,8 +4,9 @@ The `megatron-cpu` workload runs this when no Megatron-LM checkout is given (MEG
 unset): megatron-core's wheel ships `megatron.training` but not `pretrain_gpt.py`. It is
 Megatron's loop, unchanged: `parse_and_validate_args` -> `gpt_config_from_args` ->
 `pretrain_cfg_container_from_args` -> `pretrain(...)`, Megatron's mock GPT dataset, Megatron's
-own GPT model builder, a forward step and loss shaped like pretrain_gpt.py's (tensor and
-pipeline parallel size 1: the CPU tier's layout). With MEGATRON_PATH the unmodified
+own GPT model builder, a forward step and loss shaped like pretrain_gpt.py's, for any tensor,
+pipeline and data parallel layout (the batch reaches each stage and TP rank as Megatron's own
+`dummy_train_step` hands it out). With MEGATRON_PATH the unmodified
 `pretrain_gpt.py` of that checkout runs instead.
 
 Importing this module has no side effect and does not import Megatron: every function
@@ -59,12 +60,35 @@ def loss_func(loss_mask: Any, output_tensor: Any) -> tuple[Any, Any, dict[str, A
 
 
 def get_batch(data_iterator: Any) -> tuple[Any, Any, Any, Any, Any]:
-    """tokens, labels, loss_mask, attention_mask, position_ids of the next micro batch
-    (tensor and pipeline parallel size 1: every rank reads its own batch)."""
-    batch = next(data_iterator)
-    moved = {k: (v.cuda(non_blocking=True) if v is not None else None) for k, v in batch.items()}
-    return (moved["tokens"], moved["labels"], moved["loss_mask"], moved.get("attention_mask"),
-            moved["position_ids"])
+    """tokens, labels, loss_mask, attention_mask, position_ids of the next micro batch, the
+    way pretrain_gpt.py and Megatron's own `dummy_train_step` get them: a middle pipeline stage
+    gets none (its input comes from the previous stage), tensor-parallel rank 0 reads the
+    batch and `get_batch_on_this_tp_rank` broadcasts what its stage needs to the other TP
+    ranks, `get_batch_on_this_cp_rank` slices it along the sequence for context parallelism."""
+    from megatron.core import mpu
+    from megatron.core.utils import get_batch_on_this_cp_rank, get_batch_on_this_tp_rank
+    from megatron.training import get_args
+
+    args = get_args()
+    first, last = mpu.is_pipeline_first_stage(), mpu.is_pipeline_last_stage()
+    if not (first or last):
+        return None, None, None, None, None
+    tp_rank = mpu.get_tensor_model_parallel_rank()
+    batch: dict[str, Any] = {}
+    if tp_rank == 0:
+        batch = {k: (v.cuda(non_blocking=True) if v is not None else None) for k, v in next(data_iterator).items()}
+        batch.setdefault("attention_mask", None)
+    batch = get_batch_on_this_tp_rank(
+        batch, has_cu_seqlens=False, is_hybrid_cp=False,
+        create_attention_mask_in_dataloader=args.create_attention_mask_in_dataloader,
+        broadcast_src_rank=mpu.get_tensor_model_parallel_src_rank(),
+        broadcast_group=mpu.get_tensor_model_parallel_group(), cp_size=args.context_parallel_size,
+        tp_rank=tp_rank, micro_batch_size=args.micro_batch_size, seq_length=args.seq_length,
+        mtp_on_this_rank=False, pipeline_model_parallel_size=args.pipeline_model_parallel_size,
+        is_pipeline_first_stage=first, is_pipeline_last_stage=last)
+    batch = get_batch_on_this_cp_rank(batch, is_hybrid_cp=False, cp_group=mpu.get_context_parallel_group())
+    return (batch["tokens"], batch["labels"], batch["loss_mask"], batch.get("attention_mask"),
+            batch["position_ids"])
 
 
 def forward_step(data_iterator: Any, model: Any) -> tuple[Any, Any]:
@@ -114,9 +138,6 @@ def main(argv: list[str] | None = None) -> None:
     train_valid_test_datasets_provider.is_distributed = True  # type: ignore[attr-defined]
     args = parse_and_validate_args(args_defaults={"tokenizer_type": "NullTokenizer"})
     args_model_cfg = gpt_model_config(args)
-    if args.tensor_model_parallel_size != 1 or args.pipeline_model_parallel_size != 1:
-        raise SystemExit("megatron_pretrain: tensor and pipeline parallel size must be 1; give MEGATRON_PATH to run "
-                         "Megatron-LM's pretrain_gpt.py for other layouts")
     pretrain(pretrain_cfg_container_from_args(args, args_model_cfg), train_valid_test_datasets_provider,
              ModelType.encoder_or_decoder, forward_step)
 
