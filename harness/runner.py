@@ -17,7 +17,7 @@ from harness.report import Verdict, write_outputs
 from harness.spec import RunSpec, SpecError
 from harness.history import HistoryReader
 from harness.triage import Triage
-from harness.verify import read_baseline, triage, verify_read
+from harness.verify import compare_end_states, read_baseline, triage, verify_read
 from harness.watch import Watcher
 
 
@@ -143,7 +143,8 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
                                watch=watcher, base_env=base_env, on_stop=_step_canceller(plan, base_env))
         base = read_baseline(baseline) if baseline is not None else None
         read = reader.read(final=True, inspect_checkpoints=True)
-        verdict = verify_read(read, baseline=base)
+        state = compare_end_states(read, base) if base is not None else None
+        verdict = verify_read(read, baseline=base, end_state=state)
         found, sections = triage(verdict, read)
         written = write_outputs(verdict, plan.layout.root, extra_sections=sections)
     finally:
