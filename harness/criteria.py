@@ -1258,13 +1258,17 @@ def check_safe(cid: str, checker: Callable[[Timeline, Analysis], CriterionResult
 
 
 def evaluate(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
-             state: ev.StateComparison | None = None) -> tuple[CriterionResult, ...]:
+             state: ev.StateComparison | None = None, baseline_problem: str | None = None) -> tuple[CriterionResult, ...]:
     """The five fixed criteria and optimizer_state, then loop_stopped for a plan that makes a
     restart loop, then loss_continuity and state_equivalence when a baseline run is given (its
-    losses, and the comparison of the two final checkpoints)."""
+    losses, and the comparison of the two final checkpoints), or both unknown when the baseline
+    meant for them is unusable (`baseline_problem`: the automatic twin did not qualify)."""
     results = tuple(check_safe(cid, fn, tl, a) for cid, fn in CHECKERS)
     if a.is_fault_run and a.poisoned:
         results = (*results, check_safe(LOOP_STOPPED, check_loop_stopped, tl, a))
+    if baseline_problem is not None and a.is_fault_run:
+        return (*results, *(CriterionResult(cid, UNKNOWN, f"No usable baseline: {baseline_problem}.", ())
+                            for cid in (LOSS_CONTINUITY, STATE_EQUIVALENCE)))
     if losses is not None:
         results = (*results, check_safe(LOSS_CONTINUITY, lambda t, an: check_loss_continuity(t, an, losses), tl, a))
         results = (*results, check_safe(STATE_EQUIVALENCE, lambda t, an: check_state_equivalence(t, an, state), tl, a))

@@ -506,6 +506,7 @@ class RunConfig:
 
     requested_fault: str | None = None
     workload: str | None = None  # run.json's spec.workload (reference, megatron-cpu, megatron); None: not recorded
+    config_hash: str | None = None  # run.json's configuration hash (harness.baseline); None: not recorded
     fault_rank: int | None = None
     fault_at: str | None = None  # run.json's moment; None: not recorded (after-commit, or see the markers)
     max_restarts: int | None = None
