@@ -1092,6 +1092,10 @@ def compare_losses(losses: LossComparison | None, fault: str, restored: int | No
     base = PurePath(baseline_dir).name
     last = train_iters or max(ours, default=restored)
     wanted = range(restored + 1, last + 1)
+    if train_iters is not None and restored >= train_iters:
+        return CriterionResult(cid, NOT_APPLICABLE,
+                               f"Checkpoint {restored} was the final one: nothing was trained after the restore, so "
+                               "there is no loss to compare (state_equivalence compares the end state).")
     missing = [i for i in wanted if i not in ours or i not in theirs]
     if missing or not wanted:
         side = "this run" if any(i not in ours for i in missing) else f"the baseline {baseline_dir}"
