@@ -238,3 +238,11 @@ def test_a_deterministic_workload_gets_no_tolerance(tmp_path):
     rewrite_final(run, state(**{f"{DIST}.param": torch.linspace(0, 1, 40) * (1 + 1e-6)}))
     c = criterion(run, base)
     assert c.status == FAIL and "beyond bitwise equality (the reference workload is bitwise deterministic)" in c.detail
+
+
+def test_equal_values_in_another_memory_layout_are_not_compared_byte_for_byte(tmp_path):
+    """The layout records must match: a transposed storage with equal values is not called different."""
+    x = torch.arange(16.0).reshape(4, 4)
+    c = compare(tmp_path, state(**{"embedding.word_embeddings.weight": x.t().contiguous().t()}),
+                state(**{"embedding.word_embeddings.weight": x}))
+    assert c.note is not None and "laid out differently" in c.note, c
