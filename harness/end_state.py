@@ -58,6 +58,7 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 assert tuple(TOLERANCES) == TENSOR_CLASSES
 
 _OPT = r"(?:chained_\d+\.)?optimizer\."
+_CHUNK_SUFFIX = re.compile(r"\[[\d,]*\]$")
 _CLASS_RES = (
     ("optimizer.param", re.compile(_OPT + r"(?:state\.fp32_param\.|distributed\..*\.param$)")),
     ("optimizer.exp_avg_sq", re.compile(_OPT + r"(?:state\.exp_avg_sq\.|distributed\..*\.exp_avg_sq$)")),
@@ -67,9 +68,11 @@ _CLASS_RES = (
 
 
 def tensor_class(key: str) -> str:
-    """model, optimizer.param, optimizer.exp_avg, optimizer.exp_avg_sq or optimizer.other."""
+    """model, optimizer.param, optimizer.exp_avg, optimizer.exp_avg_sq or optimizer.other, of a
+    DCP key (with or without the `[offsets]` of one of its chunks)."""
+    fqn = _CHUNK_SUFFIX.sub("", key)
     for name, pattern in _CLASS_RES:
-        if pattern.match(key):
+        if pattern.match(fqn):
             return name
     return "model"
 

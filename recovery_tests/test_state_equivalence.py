@@ -132,6 +132,8 @@ def test_the_tensor_classes():
     assert cls("optimizer.state.exp_avg_sq.decoder.layers.mlp.linear_fc1.weight") == "optimizer.exp_avg_sq"
     assert cls("chained_1.optimizer.state.exp_avg.decoder.layers.mlp.linear_fc1.weight") == "optimizer.exp_avg"
     assert cls(f"{DIST}.exp_avg") == "optimizer.exp_avg" and cls(f"{DIST}.param") == "optimizer.param"
+    assert cls(f"{DIST}.exp_avg_sq[4096]") == "optimizer.exp_avg_sq"  # one chunk of a sharded buffer
+    assert cls("decoder.layers.mlp.linear_fc1.weight[1,0,0]") == "model"
 
 
 # ---------------------------------------------------------------- the criterion, through verify
