@@ -133,6 +133,11 @@ class BaselineUsed:
     twin: "Outcome | None" = None
     seconds: float | None = None  # how long obtaining it took (the twin's whole run when it ran)
 
+    @property
+    def name(self) -> str | None:
+        """The baseline's run directory name (its run ID), as a Path's name."""
+        return self.path.name if self.path is not None else None
+
 
 def obtain_baseline(plan: Plan, *, deadline_s: float | None = None, out: TextIO | None = None,
                     base_env: dict[str, str] | None = None) -> BaselineUsed:
