@@ -225,6 +225,11 @@ def test_a_baseline_of_another_configuration_is_noted(tmp_path):
     assert verdict.baseline is not None and verdict.baseline.matches_run is False
     assert any("was run with another configuration (config hash bbbbbbbbbbbb" in n for n in verdict.notes)
     assert verdict.to_json()["baseline"]["how"] == "given"
+    from harness.report import render_report
+    from harness.verdict import Verdict
+
+    assert Verdict.from_json(verdict.to_json()).to_json() == verdict.to_json()  # verdict.json round trip
+    assert "another configuration than this run" in render_report(verdict)
 
 
 def test_no_restore_is_not_applicable(tmp_path):
