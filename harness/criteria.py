@@ -1168,6 +1168,10 @@ def compare_losses(losses: LossComparison | None, fault: str, restored: int | No
     base = PurePath(baseline_dir).name
     last = train_iters or max(ours, default=restored)
     wanted = range(restored + 1, last + 1)
+    if train_iters is not None and restored >= train_iters:
+        return CriterionResult(cid, NOT_APPLICABLE,
+                               f"Checkpoint {restored} was the final one: nothing was trained after the restore, so "
+                               "there is no loss to compare (state_equivalence compares the end state).")
     missing = [i for i in wanted if i not in ours or i not in theirs]
     if missing or not wanted:
         side = "this run" if any(i not in ours for i in missing) else f"the baseline {baseline_dir}"
@@ -1218,6 +1222,113 @@ def _finite(*printed: str) -> bool:
         return False
 
 
+# ---------------------------------------------------------------- end-state equivalence (with a baseline)
+
+STATE_EQUIVALENCE = "state_equivalence"
+DROPOUT_ARGS = ("hidden_dropout", "attention_dropout")
+
+
+def determinism(tl: Timeline) -> tuple[bool, str, tuple[Src, ...]]:
+    """(is this run's training bitwise deterministic, why, the evidence). The reference workload
+    is (deterministic algorithms, one thread, data a pure function of the sample index); Megatron
+    on CPU is when every start's arguments table has hidden_dropout and attention_dropout 0 (the
+    plan's default, which arguments after -- may change); Megatron on GPUs is not (its
+    reductions are not ordered)."""
+    workload = tl.run.workload
+    if workload == "reference":
+        return True, "the reference workload is bitwise deterministic", ()
+    if workload == "megatron-cpu":
+        tables = [s.arguments for s in tl.starts if s.arguments is not None]
+        seen = [(name, t.get(name), t.src_of(name)) for t in tables for name in DROPOUT_ARGS]
+        srcs = tuple(src for _, _, src in seen if src is not None)
+        if tables and all(_is_zero(value) for _, value, _ in seen):
+            return True, "Megatron on CPU with hidden_dropout and attention_dropout 0 is bitwise deterministic", srcs[:2]
+        nonzero = next(((n, v) for n, v, _ in seen if not _is_zero(v)), None)
+        why = (f"{nonzero[0]} is {nonzero[1]}" if nonzero is not None and nonzero[1] is not None
+               else "its arguments tables do not show the dropout")
+        return False, f"Megatron on CPU with dropout is not bitwise deterministic ({why})", srcs[:2]
+    shown = workload or "unrecorded (no run.json)"
+    return False, f"the {shown} workload is not bitwise deterministic (GPU reductions, dropout)", ()
+
+
+def _is_zero(value: str | None) -> bool:
+    try:
+        return value is not None and float(value) == 0.0
+    except ValueError:
+        return False
+
+
+def check_state_equivalence(tl: Timeline, a: Analysis, state: ev.StateComparison | None) -> CriterionResult:
+    """The end state itself: every model and optimizer tensor of the run's final committed
+    checkpoint against the baseline's checkpoint of the same iteration (harness.end_state),
+    bitwise where the training is deterministic, else within the tolerance of each tensor
+    class. A restore that lost Adam's step, the data position or the RNG state ends elsewhere."""
+    cid = STATE_EQUIVALENCE
+    if not a.is_fault_run:
+        return _result(cid, NOT_APPLICABLE, "Fault none: there is no restore whose end state could differ.")
+    if state is None:
+        return _result(cid, NOT_APPLICABLE, "No baseline run given (--baseline auto or RUN_DIR of an uninterrupted "
+                                             "run of the same configuration), so there is no end state to compare with.")
+    if a.poisoned:
+        return _result(cid, NOT_APPLICABLE, f"The {a.fault} fault plans a restart loop, not a recovery: there is no "
+                                             "recovered end state.")
+    loaded = a.replacement.first(ev.CheckpointLoaded) if a.replacement is not None else None
+    if loaded is None:
+        return _result(cid, NOT_APPLICABLE, "No checkpoint was restored after the fault (see optimizer_reload), so "
+                                             "there is no recovered end state to compare.")
+    if state.iteration is None or state.checkpoint is None:
+        return _result(cid, NOT_APPLICABLE, "This run committed no checkpoint (see later_checkpoint), so its end state "
+                                             "is not on disk.", [loaded])
+    mine = Src(f"{state.checkpoint}/.metadata", 0, f"final checkpoint, iteration {state.iteration}")
+    theirs = (Src(f"{state.baseline_checkpoint}/.metadata", 0, "the baseline's checkpoint of the same iteration")
+              if state.baseline_checkpoint else None)
+    if state.note is not None:
+        return _result(cid, UNKNOWN, f"The end states could not be compared: {state.note}.", [mine, theirs])
+    exact, why, det_srcs = determinism(tl)
+    tol = {c: (rtol, atol) for c, rtol, atol in state.tolerances}
+    evidence: list[object] = [mine, theirs, *det_srcs]
+    if state.missing_count:
+        return _result(cid, FAIL, f"{state.checkpoint} and the baseline's {state.baseline_checkpoint} do not hold the "
+                                  f"same tensors ({state.missing_count} differ, e.g. {state.missing[0]}): the restored "
+                                  "run ended with another model or optimizer layout.",
+                       [*evidence, *(Src(f"{state.checkpoint}/.metadata", 0, m) for m in state.missing[:4])])
+    if state.compared_count == 0:
+        return _result(cid, UNKNOWN, f"{state.checkpoint} holds no tensor that could be compared with the baseline's.",
+                       evidence)
+    classes = ", ".join(f"{n} {c}" for c, n in state.compared)
+    skipped = ""
+    if state.not_compared_count:
+        shown = ", ".join(state.not_compared[:3]) + (" ..." if state.not_compared_count > 3 else "")
+        skipped = (f"; {state.not_compared_count} pickled object(s) not compared ({shown}): the RNG state and a "
+                   "step counter kept there show only through the tensors they shape")
+    offending = [d for d in state.differing if exact or not d.within_tolerance]
+    failing = state.differing_count if exact else state.outside_tolerance_count
+    if failing:
+        first = offending[0] if offending else None
+        if first is not None:
+            rtol, atol = tol.get(first.tensor_class, (0.0, 0.0))
+            bound = "bitwise equality" if exact else f"the {first.tensor_class} tolerance rtol={rtol:g}, atol={atol:g}"
+            evidence.append(Src(f"{state.checkpoint}/{first.key}", 0,
+                                f"{first.numel} {first.dtype} values, max |run - baseline| = {first.max_abs_diff:.6g} "
+                                f"({first.tensor_class})"))
+            worst = "; ".join(f"{c} {v:.3g}" for c, v in state.max_abs_diff)
+            return _result(cid, FAIL, f"{failing} of {state.compared_count} tensors of {state.checkpoint} differ from the "
+                                      f"uninterrupted baseline's ({state.baseline_checkpoint}) beyond {bound} ({why}); "
+                                      f"the first is {first.key} ({first.tensor_class}, max abs difference "
+                                      f"{first.max_abs_diff:.6g}; largest per class: {worst}): the restored training "
+                                      "state differs (optimizer state, data position or RNG).", evidence)
+    if exact:
+        return _result(cid, PASS, f"All {state.compared_count} tensors of {state.checkpoint} ({classes}) equal the "
+                                  f"uninterrupted baseline's {state.baseline_checkpoint} bitwise ({why}){skipped}.",
+                       evidence)
+    tolerances = "; ".join(f"{c} rtol={tol[c][0]:g} atol={tol[c][1]:g}" for c, _ in state.compared if c in tol)
+    close = (f", {state.differing_count} of them not bitwise (largest difference per class: "
+             + "; ".join(f"{c} {v:.3g}" for c, v in state.max_abs_diff) + ")") if state.differing_count else ""
+    return _result(cid, PASS, f"All {state.compared_count} tensors of {state.checkpoint} ({classes}) are within the "
+                              f"tolerance of their class of the uninterrupted baseline's {state.baseline_checkpoint}"
+                              f"{close} ({why}; tolerances: {tolerances}){skipped}.", evidence)
+
+
 def check_safe(cid: str, checker: Callable[[Timeline, Analysis], CriterionResult], tl: Timeline, a: Analysis) -> CriterionResult:
     """Jepsen's check-safe: a checker that crashes yields `unknown` with the error, not a crash."""
     try:
@@ -1226,14 +1337,21 @@ def check_safe(cid: str, checker: Callable[[Timeline, Analysis], CriterionResult
         return CriterionResult(cid, UNKNOWN, f"The checker failed: {type(exc).__name__}: {exc}", ())
 
 
-def evaluate(tl: Timeline, a: Analysis, losses: LossComparison | None = None) -> tuple[CriterionResult, ...]:
+def evaluate(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
+             state: ev.StateComparison | None = None, baseline_problem: str | None = None) -> tuple[CriterionResult, ...]:
     """The five fixed criteria and optimizer_state, then loop_stopped for a plan that makes a
-    restart loop, then loss_continuity when the losses of a baseline run are given."""
+    restart loop, then loss_continuity and state_equivalence when a baseline run is given (its
+    losses, and the comparison of the two final checkpoints), or both unknown when the baseline
+    meant for them is unusable (`baseline_problem`: the automatic twin did not qualify)."""
     results = tuple(check_safe(cid, fn, tl, a) for cid, fn in CHECKERS)
     if a.is_fault_run and a.poisoned:
         results = (*results, check_safe(LOOP_STOPPED, check_loop_stopped, tl, a))
+    if baseline_problem is not None and a.is_fault_run:
+        return (*results, *(CriterionResult(cid, UNKNOWN, f"No usable baseline: {baseline_problem}.", ())
+                            for cid in (LOSS_CONTINUITY, STATE_EQUIVALENCE)))
     if losses is not None:
         results = (*results, check_safe(LOSS_CONTINUITY, lambda t, an: check_loss_continuity(t, an, losses), tl, a))
+        results = (*results, check_safe(STATE_EQUIVALENCE, lambda t, an: check_state_equivalence(t, an, state), tl, a))
     return results
 
 

@@ -399,6 +399,48 @@ class OptimizerRecord:
     note: str | None = None
 
 
+# The classes of checkpoint tensors state_equivalence names (harness.end_state.tensor_class).
+TENSOR_CLASSES = ("model", "optimizer.param", "optimizer.exp_avg", "optimizer.exp_avg_sq", "optimizer.other")
+
+
+@dataclass(frozen=True)
+class TensorDiff:
+    """One tensor item whose bytes differ between a run's final checkpoint and its baseline's."""
+
+    key: str  # the DCP key, with the chunk's offsets when the tensor is stored in several chunks
+    tensor_class: str  # one of TENSOR_CLASSES
+    dtype: str
+    numel: int
+    max_abs_diff: float  # nan when a value is NaN on one side only
+    within_tolerance: bool  # every element within its class's tolerance (harness.end_state.TOLERANCES)
+
+
+@dataclass(frozen=True)
+class StateComparison:
+    """A run's final committed checkpoint against the baseline's checkpoint of the same
+    iteration, tensor by tensor (harness.end_state). `iteration` None: the run committed no
+    checkpoint. `note`: why the two could not be compared (then nothing else is known)."""
+
+    checkpoint: str | None  # this run's iteration directory, as shown in evidence
+    baseline_checkpoint: str | None  # the baseline's, prefixed with the baseline's directory name
+    iteration: int | None
+    tolerances: tuple[tuple[str, float, float], ...] = ()  # (class, rtol, atol) for a non-deterministic run
+    compared: tuple[tuple[str, int], ...] = ()  # tensor items compared, per class
+    differing: tuple[TensorDiff, ...] = ()  # the first few whose bytes differ, classes then keys in order
+    differing_count: int = 0
+    outside_tolerance_count: int = 0
+    max_abs_diff: tuple[tuple[str, float], ...] = ()  # per class, over the differing items
+    missing: tuple[str, ...] = ()  # tensors only one side holds (the first few)
+    missing_count: int = 0
+    not_compared: tuple[str, ...] = ()  # pickled objects (DCP bytes items), never unpickled (the first few)
+    not_compared_count: int = 0
+    note: str | None = None
+
+    @property
+    def compared_count(self) -> int:
+        return sum(n for _, n in self.compared)
+
+
 @dataclass(frozen=True)
 class CheckpointOnDisk:
     """One `iter_%07d` directory. `committed`: dist-checkpointing's commit marker
@@ -463,6 +505,8 @@ class RunConfig:
     """What the run was meant to do: run.json's spec, else Megatron's arguments table."""
 
     requested_fault: str | None = None
+    workload: str | None = None  # run.json's spec.workload (reference, megatron-cpu, megatron); None: not recorded
+    config_hash: str | None = None  # run.json's configuration hash (harness.baseline); None: not recorded
     fault_rank: int | None = None
     fault_at: str | None = None  # run.json's moment; None: not recorded (after-commit, or see the markers)
     max_restarts: int | None = None

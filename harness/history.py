@@ -1313,7 +1313,9 @@ def _run_config(run_json: _JsonFile | None, launch_json: _JsonFile | None, start
     profile, deadlines = _deadlines(spec)
     return ev.RunConfig(
         deadline_profile=profile, deadlines=deadlines,
-        requested_fault=_str(spec.get("fault")), fault_rank=_int(spec.get("fault_rank")),
+        requested_fault=_str(spec.get("fault")), workload=_str(spec.get("workload")),
+        config_hash=_str(data.get("config_hash")),
+        fault_rank=_int(spec.get("fault_rank")),
         fault_at=_str(spec.get("fault_at")), max_restarts=_int(spec.get("max_restarts")),
         max_no_progress_cycles=_int(spec.get("max_no_progress_cycles")),
         train_iters=train_iters, train_iters_src=train_src, save_interval=save_interval, save_interval_src=save_src,

@@ -10,7 +10,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness import __version__, atomic, safeio
+from harness import __version__, atomic, baseline, safeio
 from harness.layout import RunLayout
 from harness.plan import Plan
 from harness.spec import SpecError
@@ -34,6 +34,9 @@ def run_record(plan: Plan, dry_run: bool) -> dict:
         "dry_run": dry_run,
         "nvrx_version": plan.nvrx.version,
         "spec": plan.spec.to_json(),
+        # what determines the training trajectory, hashed (harness.baseline): a later run of the
+        # same configuration finds this run as its baseline by it
+        "config_hash": baseline.config_hash(plan.spec),
         "cuda_device_max_connections": {"value": plan.connections.value, "reason": plan.connections.reason},
         "captures_console": plan.captures_console,
         "notes": list(plan.notes),

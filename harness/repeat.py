@@ -15,6 +15,7 @@ takes the launch (`Execute`) as a parameter so it is tested without launching an
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence, TextIO
@@ -34,8 +35,11 @@ class Execute(Protocol):
 
 
 def launch_and_verify(plan: planmod.Plan, *, deadline_s: float | None, out: TextIO | None) -> runner.Outcome:
-    """One run exactly as `nvrx-qual run` does it (preflight, launch with fail-fast, verify)."""
-    return runner.execute(plan, deadline_s=deadline_s, fail_fast=True, out=out)
+    """One run exactly as `nvrx-qual run` does it (its baseline: the first repeat runs the twin,
+    the later ones reuse it; preflight, launch with fail-fast, verify)."""
+    runner.preflight(plan, os.environ)  # refused before a baseline twin is launched for it
+    used = runner.obtain_baseline(plan, deadline_s=deadline_s, out=out)
+    return runner.execute(plan, deadline_s=deadline_s, fail_fast=True, out=out, baseline=used)
 
 
 @dataclass(frozen=True)

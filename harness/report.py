@@ -60,6 +60,14 @@ def render_report(verdict: Verdict, extra_sections: Sequence[str] = (), picture:
         out.append(f"- Launcher: {shown}")
     if verdict.deadlines:
         out.append(f"- Deadlines: {deadlines_text(verdict.deadlines)}")
+    if verdict.baseline is not None:
+        b = verdict.baseline
+        how = {"ran": "the uninterrupted twin, run first", "reused": "reused by its configuration hash",
+               "given": "given"}.get(b.how, b.how)
+        digest = f", config hash {b.config_hash[:12]}" if b.config_hash else ""
+        same = {True: ", same configuration as this run", False: ", **another configuration than this run**"}.get(
+            b.matches_run, "")
+        out.append(f"- Baseline: `{b.run_dir}` ({how}{digest}{same})" + (f": {b.problem}" if b.problem else ""))
     if verdict.verified_at:
         out.append(f"- Verified at: {verdict.verified_at}")
     for warning in m.warnings:

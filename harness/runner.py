@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, TextIO
 
+from harness import baseline as baselinemod
 from harness import discovery, launch, nvrx, ports, slurm
+from harness import plan as planmod
 from harness.plan import Plan
 from harness.prepare import prepare, release
 from harness.report import Verdict, write_outputs
 from harness.spec import RunSpec, SpecError
 from harness.history import HistoryReader
 from harness.triage import Triage
-from harness.verify import read_baseline, triage, verify_read
+from harness.verify import compare_end_states, read_baseline, triage, verify_read
 from harness.watch import Watcher
 
 
@@ -115,12 +118,73 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
         raise SpecError(problems)
 
 
+@dataclass(frozen=True)
+class BaselineUsed:
+    """The baseline a run is judged against (obtain_baseline). how: `ran` (the twin, run just
+    now), `reused` (found in the work directory by its configuration hash), `given`
+    (--baseline RUN_DIR) or `none` (`why` says why). `problem`: the twin ran and did not
+    qualify, so nothing can be judged against it. `twin`: the twin's Outcome when it ran."""
+
+    path: Path | None
+    how: str
+    config_hash: str
+    why: str | None = None
+    problem: str | None = None
+    twin: "Outcome | None" = None
+    seconds: float | None = None  # how long obtaining it took (the twin's whole run when it ran)
+
+    @property
+    def name(self) -> str | None:
+        """The baseline's run directory name (its run ID), as a Path's name."""
+        return self.path.name if self.path is not None else None
+
+
+def obtain_baseline(plan: Plan, *, deadline_s: float | None = None, out: TextIO | None = None,
+                    base_env: dict[str, str] | None = None) -> BaselineUsed:
+    """The baseline `plan.spec.baseline` asks for (harness.baseline.choose): with auto, the
+    newest qualified uninterrupted run of the same configuration hash in the work directory,
+    else the twin, run now through execute() (its own preflight, launch, verdict). Progress
+    lines go to `out`. SpecError when a given baseline is not an uninterrupted run directory,
+    or when the machine cannot run the twin."""
+    started = time.monotonic()
+    choice = baselinemod.choose(plan.spec)
+    h = baselinemod.short(choice.config_hash)
+
+    def say(text: str) -> None:
+        if out is not None:
+            print(text, file=out, flush=True)
+
+    if choice.mode == baselinemod.NONE:
+        return BaselineUsed(None, "none", choice.config_hash, why=choice.why)
+    if choice.mode == "path":
+        say(f"baseline: {choice.path} (given; this run's config hash {h})")
+        return BaselineUsed(choice.path, "given", choice.config_hash)
+    found = baselinemod.find_reusable(plan.spec.work_dir, choice.config_hash, exclude=(plan.spec.run_id,))
+    if found is not None:
+        say(f"baseline: reusing {found.name} (config hash {h})")
+        return BaselineUsed(found, "reused", choice.config_hash, seconds=time.monotonic() - started)
+    twin = planmod.build(baselinemod.twin_spec(plan.spec), plan.nvrx)
+    say(f"baseline: running the uninterrupted twin {twin.spec.run_id} (config hash {h}): fault none, "
+        f"{twin.spec.train_iters} iterations, before the fault run")
+    outcome = execute(twin, deadline_s=deadline_s, fail_fast=True, out=out, base_env=base_env)
+    seconds = time.monotonic() - started
+    if not outcome.verdict.qualified:
+        failing = ", ".join(f"{c.id} {c.status}" for c in outcome.verdict.criteria if not c.held) or "no criteria"
+        problem = (f"the uninterrupted twin {twin.spec.run_id} did not qualify ({failing}; see "
+                   f"{outcome.run_dir / 'report.md'})")
+        say(f"baseline: {problem}: loss_continuity and state_equivalence cannot be judged")
+        return BaselineUsed(outcome.run_dir, "ran", choice.config_hash, problem=problem, twin=outcome, seconds=seconds)
+    say(f"baseline: {twin.spec.run_id} BASELINE QUALIFIED in {seconds:.0f} s; now the fault run")
+    return BaselineUsed(outcome.run_dir, "ran", choice.config_hash, twin=outcome, seconds=seconds)
+
+
 def execute(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = True,
             out: TextIO | None = None, base_env: dict[str, str] | None = None,
-            baseline: Path | None = None) -> Outcome:
-    """Preflight, prepare, launch, watch, verify (with loss continuity against `baseline`,
-    an uninterrupted run, when given). SpecError before anything exists when the machine
-    cannot run the plan. The run directory is kept whatever happens."""
+            baseline: Path | BaselineUsed | None = None) -> Outcome:
+    """Preflight, prepare, launch, watch, verify (with loss continuity and end-state
+    equivalence against `baseline`, an uninterrupted run, when given). SpecError before
+    anything exists when the machine cannot run the plan. The run directory is kept whatever
+    happens. This launches only `plan`: obtain_baseline runs or finds an automatic baseline."""
     preflight(plan, os.environ if base_env is None else base_env)
     return execute_preflighted(plan, deadline_s=deadline_s, fail_fast=fail_fast, out=out, base_env=base_env,
                                baseline=baseline)
@@ -128,8 +192,11 @@ def execute(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = Tr
 
 def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = True,
                         out: TextIO | None = None, base_env: dict[str, str] | None = None,
-                        baseline: Path | None = None) -> Outcome:
+                        baseline: Path | BaselineUsed | None = None) -> Outcome:
     """execute() after its preflight passed (the caller announced the run in between)."""
+    used = baseline if isinstance(baseline, BaselineUsed) else None
+    if used is not None:
+        baseline = used.path if used.problem is None else None
     prepare(plan, dry_run=False)  # claims the run directory: one run ID, one run
     try:
         # One reader for the whole run: the watcher polls it while the run is live, then the
@@ -143,7 +210,10 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
                                watch=watcher, base_env=base_env, on_stop=_step_canceller(plan, base_env))
         base = read_baseline(baseline) if baseline is not None else None
         read = reader.read(final=True, inspect_checkpoints=True)
-        verdict = verify_read(read, baseline=base)
+        state = compare_end_states(read, base) if base is not None else None
+        how = used.how if used is not None else "given"
+        problem = (str(used.path), used.problem) if used is not None and used.problem is not None else None
+        verdict = verify_read(read, baseline=base, end_state=state, baseline_how=how, baseline_problem=problem)
         found, sections = triage(verdict, read)
         written = write_outputs(verdict, plan.layout.root, extra_sections=sections)
     finally:

@@ -145,6 +145,7 @@ class RunSpec:
     apex: bool = False  # apex with the CUDA extensions Megatron's fused paths import
     deadline_profile: str = "walkthrough"  # DEADLINE_PROFILES name, or "custom" when a deadline was overridden
     distributed_optimizer: bool = True  # Megatron workloads: --use-distributed-optimizer
+    baseline: str = "none"  # auto | none | the run directory of an uninterrupted run (harness.baseline)
     uv: bool = False
     python: str = sys.executable
     assume_shared_storage: bool = False
@@ -225,6 +226,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "reference": dict(
         gpus_per_node=2, num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=256,
         train_iters=30, save_interval=5, deadline_profile="reference", monitor_interval=0.3, step_time_ms=100,
+        baseline="auto",
     ),
     # Megatron's own loop on CPU: a tiny GPT, a checkpoint every 4 iterations (the fault fires
     # after checkpoint 4 is committed; 8 and 12 follow). Setup covers Megatron's init and, on a
@@ -233,7 +235,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "megatron-cpu": dict(
         gpus_per_node=2, num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=256,
         train_iters=12, save_interval=4, transformer_engine=False, deadline_profile="megatron-cpu",
-        monitor_interval=0.3,
+        monitor_interval=0.3, baseline="auto",
     ),
 }
 
@@ -272,6 +274,13 @@ def _parse_choice(choices: tuple[str, ...]) -> Callable[[str], str]:
             raise ValueError(text)
         return text.strip()
     return parse
+
+
+def _parse_baseline(text: str) -> str:
+    value = text.strip()
+    if not value:
+        raise ValueError(text)
+    return value
 
 
 def parse_section_timeouts(text: str) -> tuple[tuple[str, float], ...]:
@@ -391,6 +400,10 @@ KNOBS: tuple[Knob, ...] = (
          "fallbacks (default: imported in the workers' interpreter)", None, "1 or 0"),
     Knob("distributed_optimizer", "--distributed-optimizer", _parse_bool,
          "1: Megatron's --use-distributed-optimizer (default); 0: its plain optimizer", None, "1 or 0"),
+    Knob("baseline", "--baseline", _parse_baseline,
+         "what loss_continuity and state_equivalence compare with: auto (reuse an uninterrupted run of the same "
+         "configuration hash from WORK_DIR/runs, else run that twin first: one extra run of TRAIN_ITERS), none, or "
+         "the run directory of an uninterrupted run", "NVRX_QUAL_BASELINE", "auto, none or a run directory"),
     Knob("python", "--python", str, "interpreter that runs the launcher on the nodes (default: this one)",
          "NVRX_QUAL_PYTHON"),
     Knob("uv", "--uv", _parse_bool, "1: launch through `uv run python` (default: detected)", None, "1 or 0"),

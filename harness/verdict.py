@@ -270,6 +270,32 @@ class Deadlines:
 
 
 @dataclass(frozen=True)
+class BaselineRef:
+    """The uninterrupted run a verdict's loss_continuity and state_equivalence were judged
+    against: how it came (`ran`: the automatic twin, run first; `reused`: found in the work
+    directory by its configuration hash; `given`: --baseline RUN_DIR), its recorded
+    configuration hash and whether it equals this run's (None: one of them not recorded), and
+    why it could not be used."""
+
+    run_dir: str
+    how: str
+    config_hash: str | None = None
+    matches_run: bool | None = None
+    problem: str | None = None
+
+    def to_json(self) -> dict:
+        return {"run_dir": self.run_dir, "how": self.how, "config_hash": self.config_hash,
+                "matches_run": self.matches_run, "problem": self.problem}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "BaselineRef":
+        text = lambda v: None if v is None else str(v)  # noqa: E731
+        matches = doc.get("matches_run")
+        return cls(str(doc.get("run_dir") or "?"), str(doc.get("how") or "?"), text(doc.get("config_hash")),
+                   matches if isinstance(matches, bool) else None, text(doc.get("problem")))
+
+
+@dataclass(frozen=True)
 class Verdict:
     run_dir: str
     fault: str  # a Fault's value
@@ -281,6 +307,7 @@ class Verdict:
     deadlines: Deadlines = field(default_factory=Deadlines)
     notes: tuple[str, ...] = ()
     verified_at: str | None = None
+    baseline: BaselineRef | None = None  # verdict.json's `baseline`, present only when one was used
     # what timeline.png shows (harness.picture); not part of verdict.json
     picture: "TimelinePicture | None" = field(default=None, compare=False, repr=False)
 
@@ -302,6 +329,12 @@ class Verdict:
         return ExitStatus.of_verdict(self.qualified)
 
     def to_json(self) -> dict:
+        doc = self._to_json()
+        if self.baseline is not None:
+            doc["baseline"] = self.baseline.to_json()
+        return doc
+
+    def _to_json(self) -> dict:
         return {
             "schema": SCHEMA,
             "run_dir": self.run_dir,
@@ -336,6 +369,7 @@ class Verdict:
             deadlines=Deadlines.from_json(_map(doc.get("deadlines"))),
             notes=_strs(doc.get("notes")),
             verified_at=None if doc.get("verified_at") is None else str(doc.get("verified_at")),
+            baseline=BaselineRef.from_json(doc["baseline"]) if isinstance(doc.get("baseline"), Mapping) else None,
         )
 
 

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from harness import criteria, metrics, picture
+from harness import criteria, end_state, metrics, picture
 from harness import events as ev
 from harness.events import Timeline
 from harness import safeio
@@ -29,9 +29,9 @@ from harness.layout import MARKER_NAME
 from harness.render.diagnosis import render_markdown
 from harness.report import write_outputs
 from harness.triage import Triage, diagnose
-from harness.verdict import Deadlines, Launcher, Verdict
+from harness.verdict import BaselineRef, Deadlines, Launcher, Verdict
 
-__all__ = ["RunDirError", "Verdict", "check_baseline", "judge_run", "read_baseline", "stored_verdict", "triage", "verify_read",
+__all__ = ["RunDirError", "Verdict", "check_baseline", "compare_end_states", "judge_run", "read_baseline", "stored_verdict", "triage", "verify_read",
            "verify_run", "verify_timeline"]
 
 
@@ -41,11 +41,16 @@ def verify_timeline(timeline: Timeline, fault: str | None = None,
     return verify_read(RunRead(timeline, tuple(tuple(p) for p in progress) if progress is not None else None), fault)
 
 
-def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | None = None) -> Verdict:
+def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | None = None,
+                end_state: ev.StateComparison | None = None, *, baseline_how: str = "given",
+                baseline_problem: tuple[str, str] | None = None) -> Verdict:
     """The verdict of one read of a run (writes nothing, reads nothing). With the read of a
     baseline run (an uninterrupted run of the same configuration, read with its losses:
-    read_baseline) loss continuity is checked too. With the sampled progress of its starts the
-    verdict carries what timeline.png shows."""
+    read_baseline) and the comparison of the two final checkpoints (compare_end_states) loss
+    continuity and end-state equivalence are checked too. With the sampled progress of its
+    starts the verdict carries what timeline.png shows. `baseline_how` says how the baseline
+    came (verdict.json's baseline.how); `baseline_problem` (its run directory, why) makes both
+    baseline checks unknown: the baseline meant for them is unusable."""
     timeline, progress = read.timeline, read.progress
     analysis = criteria.analyze(timeline, fault)
     losses = None
@@ -53,9 +58,25 @@ def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | Non
         losses = criteria.LossComparison(read.losses or {}, baseline.losses or {}, str(baseline.run_dir))
         if read.losses is None:
             raise ValueError("loss continuity needs this run's losses: read it with losses=True")
-    results = criteria.evaluate(timeline, analysis, losses)
+        if end_state is None:
+            raise ValueError("state_equivalence needs the comparison of the final checkpoints: "
+                             "compare_end_states(read, baseline)")
+    results = criteria.evaluate(timeline, analysis, losses, end_state,
+                                baseline_problem[1] if baseline_problem is not None else None)
+    ref = None
+    if baseline is not None:
+        theirs, ours = baseline.timeline.run.config_hash, timeline.run.config_hash
+        matches = None if theirs is None or ours is None else theirs == ours
+        ref = BaselineRef(str(baseline.run_dir), baseline_how, theirs, matches)
+    elif baseline_problem is not None:
+        ref = BaselineRef(baseline_problem[0], baseline_how, problem=baseline_problem[1])
     times = metrics.compute(timeline, analysis)
     notes = [*timeline.notes, *analysis.notes]
+    if ref is not None and ref.matches_run is False:
+        notes.append(f"the baseline {baseline.run_dir if baseline is not None else ''} was run with another "
+                     f"configuration (config hash {ref.config_hash[:12] if ref.config_hash else '?'}, this run's "
+                     f"{(timeline.run.config_hash or '?')[:12]}): loss_continuity and state_equivalence compare "
+                     "unlike runs")
     if timeline.starts and any(s.source == timeline.starts[0].source for s in timeline.starts[1:]):
         notes.append(f"one application log ({timeline.starts[0].source}) holds several starts: cycles were "
                      "numbered by its starts (argument tables, FT: initialized, checkpoint loads)")
@@ -74,6 +95,7 @@ def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | Non
         qualified=qualified, criteria=results, metrics=times, launcher=launcher, picture=shown,
         deadlines=_deadlines(timeline.run),
         notes=tuple(notes), verified_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+        baseline=ref,
     )
 
 
@@ -105,6 +127,12 @@ def check_baseline(baseline: Path) -> None:
     if fault not in (None, "none"):
         raise RunDirError(f"--baseline {baseline} was planned with fault {str(fault)[:20]!r}: give the run directory of "
                           "an uninterrupted run of the same configuration (--fault none)")
+
+
+def compare_end_states(read: RunRead, baseline: RunRead) -> ev.StateComparison:
+    """This run's final committed checkpoint against the baseline's of the same iteration,
+    tensor by tensor, read offline (harness.end_state; reads the checkpoints, writes nothing)."""
+    return end_state.compare_final(read.timeline, baseline.timeline)
 
 
 def read_baseline(baseline: str | os.PathLike) -> RunRead:
@@ -146,7 +174,8 @@ def judge_run(run_dir: str | os.PathLike, fault: str | None = None, *, inspect_c
         raise ValueError(f"fault {fault!r} is not one of {', '.join(criteria.FAULTS)}: pass one of them")
     base = read_baseline(baseline) if baseline is not None else None
     read = read_run(run_dir, inspect_checkpoints=inspect_checkpoints, losses=base is not None, progress=picture)
-    return verify_read(read, fault, base), read
+    state = compare_end_states(read, base) if base is not None else None
+    return verify_read(read, fault, base, state), read
 
 
 def stored_verdict(run_dir: Path) -> dict | None:

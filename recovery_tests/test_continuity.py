@@ -150,3 +150,11 @@ def test_verify_checks_continuity_against_a_baseline_from_the_one_read(tmp_path:
     log.write_text(text.replace(last, last.replace("lm loss: ", "lm loss: 1")))
     drifted = verify_run(good, baseline=base)
     assert drifted.criterion(CRITERION_ID).status == FAIL and not drifted.qualified
+
+
+def test_nothing_trained_after_the_final_checkpoint_is_not_applicable(tmp_path, baseline):
+    """--fault-at last-iteration: the replacement restored the final checkpoint and trained nothing."""
+    run = tmp_path / "last"
+    write_cycle(run, 0, range(1, 31))
+    result = check_loss_continuity(run, baseline, "kill", restored=30, train_iters=30)
+    assert result.status == NOT_APPLICABLE and "nothing was trained after the restore" in result.detail

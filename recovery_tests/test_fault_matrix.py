@@ -27,12 +27,15 @@ import pytest
 
 from fixtures.runs import Scenario, explain
 from harness import verify
-from harness.criteria import CHECK_IDS, FAIL, LOOP_STOPPED, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
+from harness.criteria import CHECK_IDS, FAIL, LOOP_STOPPED, LOSS_CONTINUITY, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
+from harness.criteria import STATE_EQUIVALENCE
 
 pytestmark = pytest.mark.e2e
 
 NA = NOT_APPLICABLE
-ALL_PASS = {c: PASS for c in CHECK_IDS}
+# Every recovery is judged against the shared uninterrupted baseline of its configuration
+# (--baseline auto, the reference workload's default); a restart-loop plan gets none.
+ALL_PASS = {**{c: PASS for c in CHECK_IDS}, LOSS_CONTINUITY: PASS, STATE_EQUIVALENCE: PASS}
 EXPECTED_NEGATIVE = "expected-negative"
 
 
@@ -67,10 +70,11 @@ MATRIX = (
     Cell("kill-in-restore-budget-out", "kill", "in-restore",
          # the launcher gave up: the job ended in failure (clean_finish), nothing was restored
          {"pre_fault_checkpoint": PASS, "replacement_cycle": FAIL, "optimizer_reload": NA, "later_checkpoint": NA,
-          "clean_finish": FAIL, OPTIMIZER_STATE: NA},
+          "clean_finish": FAIL, OPTIMIZER_STATE: NA, LOSS_CONTINUITY: NA, STATE_EQUIVALENCE: NA},
          knobs=(("max_restarts", 1),), details={"replacement_cycle": "the restart budget ran out"}),
-    # nothing is committed after the restore of the final checkpoint: optimizer_state has no record to read
-    Cell("kill-last-iteration", "kill", "last-iteration", {**ALL_PASS, OPTIMIZER_STATE: NA},
+    # nothing is committed after the restore of the final checkpoint: optimizer_state has no record to
+    # read, loss_continuity no loss to compare; the end state is the final checkpoint, equal to the baseline's
+    Cell("kill-last-iteration", "kill", "last-iteration", {**ALL_PASS, OPTIMIZER_STATE: NA, LOSS_CONTINUITY: NA},
          details={"later_checkpoint": "Nothing was left to train"}),
     Cell("poison-loop-stopped", "poison", "after-commit",
          {"pre_fault_checkpoint": PASS, "replacement_cycle": PASS, **LOOP_NA, LOOP_STOPPED: PASS},

@@ -51,6 +51,12 @@ def test_megatron_cpu_plan_golden(name, tmp_path, megatron_cpu_dir, clean_spec_e
     check_golden(f"nvrx-0.7.0_megatron-cpu_{name}.txt", text)
 
 
+def command_line(out: str) -> str:
+    """The launcher's command of a printed plan (its one line that is not a comment)."""
+    [line] = [line for line in out.splitlines() if not line.startswith("#")]
+    return line
+
+
 def test_megatron_cpu_plan_is_the_megatron_plan_plus_cpu_additions(tmp_path, megatron_cpu_dir, megatron_checkout,
                                                                    clean_spec_env, capsys):
     """With MEGATRON_PATH the checkout's unmodified pretrain_gpt.py runs, with exactly the
@@ -61,10 +67,10 @@ def test_megatron_cpu_plan_is_the_megatron_plan_plus_cpu_additions(tmp_path, meg
               "--seq-length", "32", "--vocab-size", "256", "--train-iters", "12", "--save-interval", "4"]
     cli.main(["plan", "--workload", "megatron", "--transformer-engine", "0", "--run-id", "m", "--work-dir", str(work),
               *common])
-    gpu = capsys.readouterr().out.splitlines()[-2]
+    gpu = command_line(capsys.readouterr().out)
     cli.main(["plan", "--workload", "megatron-cpu", "--megatron-cpu-dir", str(megatron_cpu_dir), "--run-id", "m",
               "--work-dir", str(tmp_path / "work2"), *common])
-    cpu = capsys.readouterr().out.splitlines()[-2]
+    cpu = command_line(capsys.readouterr().out)
     gpu_args = gpu.split(" -- ", 1)[1].replace(str(work), "W")
     cpu_args = cpu.split(" -- ", 1)[1].replace(str(tmp_path / "work2"), "W")
     assert cpu_args == gpu_args + " " + " ".join(megatron_cpu.cpu_args())

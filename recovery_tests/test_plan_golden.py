@@ -24,6 +24,7 @@ def normalise(text: str, work: Path, megatron: Path) -> str:
     text = text.replace(sys.executable, "<PYTHON>")
     text = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:<PORT>", text)
     text = re.sub(r"--ft-log-server-port \d+", "--ft-log-server-port <PORT>", text)
+    text = re.sub(r"config hash [0-9a-f]{12}", "config hash <HASH>", text)  # covers the interpreter's path
     return text
 
 

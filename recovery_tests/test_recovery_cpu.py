@@ -9,13 +9,14 @@ import pytest
 
 from fixtures.runs import Scenario, explain
 from harness.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
-from harness.criteria import LOSS_CONTINUITY
+from harness.criteria import LOSS_CONTINUITY, STATE_EQUIVALENCE
 
 pytestmark = pytest.mark.e2e
 
 FAULTS = ("kill", "hang", "none")
-CHECKS = (*CHECK_IDS, LOSS_CONTINUITY)
-FAULT_SPECIFIC = {"pre_fault_checkpoint", "replacement_cycle", "optimizer_reload", OPTIMIZER_STATE, LOSS_CONTINUITY}
+CHECKS = (*CHECK_IDS, LOSS_CONTINUITY, STATE_EQUIVALENCE)
+BASELINE_CHECKS = (LOSS_CONTINUITY, STATE_EQUIVALENCE)  # a run without a fault has no baseline of its own
+FAULT_SPECIFIC = {"pre_fault_checkpoint", "replacement_cycle", "optimizer_reload", OPTIMIZER_STATE, *BASELINE_CHECKS}
 
 
 def scenario(fault: str, nvrx_target, **kw) -> Scenario:
@@ -25,7 +26,7 @@ def scenario(fault: str, nvrx_target, **kw) -> Scenario:
 
 
 @pytest.mark.parametrize(("fault", "check"), [(f, c) for f in FAULTS for c in CHECKS
-                                               if not (f == "none" and c == LOSS_CONTINUITY)])
+                                               if not (f == "none" and c in BASELINE_CHECKS)])
 def test_reference_recovers(fault, check, nvrx_target, scenarios):
     outcome = scenarios.outcome(scenario(fault, nvrx_target))
     expected = NOT_APPLICABLE if fault == "none" and check in FAULT_SPECIFIC else PASS
@@ -66,15 +67,15 @@ def test_reference_run_draws_its_timeline(fault, nvrx_target, scenarios):
 
 
 def test_no_load_optim_is_caught(nvrx_target, scenarios):
-    """The restored workers skip the optimizer state: optimizer_reload and loss continuity
-    fail while the launcher-side criteria still pass. No early stop, to show the whole run."""
+    """The restored workers skip the optimizer state: optimizer_reload, loss continuity and the
+    end state fail while the launcher-side criteria still pass. No early stop, to show the whole run."""
     outcome = scenarios.outcome(scenario("kill", nvrx_target, name=f"no-load-optim-{nvrx_target.version}",
                                          workload_args=("--no-load-optim",), fail_fast=False,
                                          expect_qualified=False))
     statuses = {c.id: c.status for c in outcome.verdict.criteria}
     assert statuses == {"pre_fault_checkpoint": PASS, "replacement_cycle": PASS, "optimizer_reload": FAIL,
                         "later_checkpoint": PASS, "clean_finish": PASS, OPTIMIZER_STATE: FAIL,
-                        LOSS_CONTINUITY: FAIL}, outcome.run_dir
+                        LOSS_CONTINUITY: FAIL, STATE_EQUIVALENCE: FAIL}, outcome.run_dir
     assert "--no-load-optim" in outcome.verdict.criterion("optimizer_reload").detail
     assert not outcome.verdict.qualified
 

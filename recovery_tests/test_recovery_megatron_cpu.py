@@ -17,7 +17,7 @@ import pytest
 
 from fixtures.runs import Scenario, explain
 from harness import discovery
-from harness.criteria import LOSS_CONTINUITY
+from harness.criteria import LOSS_CONTINUITY, STATE_EQUIVALENCE
 from harness.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
 from harness.nvrx import NvrxTarget, installed_version
 from harness.spec import MEGATRON_CPU_INSTALL, default_megatron_cpu_dir
@@ -25,11 +25,12 @@ from harness.spec import MEGATRON_CPU_INSTALL, default_megatron_cpu_dir
 pytestmark = pytest.mark.e2e
 
 FAULTS = ("kill", "hang", "none")
-FAULT_SPECIFIC = {"pre_fault_checkpoint", "replacement_cycle", "optimizer_reload", OPTIMIZER_STATE, LOSS_CONTINUITY}
-CHECKS = (*CHECK_IDS, LOSS_CONTINUITY)
+BASELINE_CHECKS = (LOSS_CONTINUITY, STATE_EQUIVALENCE)  # a run without a fault has no baseline of its own
+FAULT_SPECIFIC = {"pre_fault_checkpoint", "replacement_cycle", "optimizer_reload", OPTIMIZER_STATE, *BASELINE_CHECKS}
+CHECKS = (*CHECK_IDS, *BASELINE_CHECKS)
 # The distributed optimizer's restore on torch Adam: everything the logs show passes, the
-# optimizer's own record and the losses after the restore do not.
-STEP_RESET_FAILS = {OPTIMIZER_STATE, LOSS_CONTINUITY}
+# optimizer's own record, the losses after the restore and the end state do not.
+STEP_RESET_FAILS = {OPTIMIZER_STATE, LOSS_CONTINUITY, STATE_EQUIVALENCE}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def scenario(fault: str, target: NvrxTarget, *, plain: bool = False, fault_at: s
 
 
 @pytest.mark.parametrize(("fault", "check"), [(f, c) for f in FAULTS for c in CHECKS
-                                               if not (f == "none" and c == LOSS_CONTINUITY)])
+                                               if not (f == "none" and c in BASELINE_CHECKS)])
 def test_megatron_cpu_distributed_optimizer(fault, check, megatron_cpu, scenarios):
     """The workload's defaults (the GPU plan's --use-distributed-optimizer): every log-based
     criterion passes for kill, hang and none; the optimizer's record and the losses after a
@@ -82,6 +83,15 @@ def test_step_reset_is_reported_with_the_checkpoint_key_and_values(fault, megatr
     assert f"the first checkpoint committed after the restore of checkpoint {k}," in c.detail
     assert any("/optimizer.distributed.dp_group_idx_0.optimizer/shard_0_1:0: param_groups[*].step = [" in e
                for e in c.evidence), c.evidence
+    # The losses after the restore and the end state name their own evidence: the first loss
+    # that left the uninterrupted run's, and the first tensor that differs with its difference.
+    loss = outcome.verdict.criterion(LOSS_CONTINUITY)
+    assert loss.status == FAIL and "lm loss at iteration" in loss.detail, explain(outcome, LOSS_CONTINUITY)
+    assert any("/logs/train_cycle_cycle0.log:" in e for e in loss.evidence), loss.evidence
+    end = outcome.verdict.criterion(STATE_EQUIVALENCE)
+    assert end.status == FAIL and "beyond bitwise equality" in end.detail, explain(outcome, STATE_EQUIVALENCE)
+    assert "the first is " in end.detail and "max abs difference" in end.detail
+    assert any("max |run - baseline| = " in e for e in end.evidence), end.evidence
     # Megatron printed the optimizer load: the log lines alone would have qualified this run.
     assert outcome.verdict.criterion("optimizer_reload").status == PASS
     assert "Loading distributed optimizer sharded state" in "\n".join(

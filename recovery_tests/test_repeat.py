@@ -14,7 +14,7 @@ import pytest
 from harness import cli, ports, repeat, runner
 from harness.cli import repeat as cmd_repeat
 from harness.cli import run as cmd_run
-from harness.criteria import CHECK_IDS
+from harness.criteria import CHECK_IDS, LOSS_CONTINUITY, STATE_EQUIVALENCE
 from harness.launch import LaunchResult
 from harness.spec import SpecError
 from harness.verify import verify_run
@@ -226,7 +226,7 @@ def test_cli_repeat_goes_through_the_same_launch_as_run(tmp_path, monkeypatch, c
     fake = FakeLaunch(failing=frozenset({1}))
     monkeypatch.setattr(runner, "execute", fake)
     status = cli.main(["run", "--workload", "reference", "--work-dir", str(tmp_path), "--run-id", "cli",
-                       "--repeat", "2", "--quiet"])
+                       "--repeat", "2", "--quiet", "--baseline", "none"])
     out = capsys.readouterr().out
     assert status == 1 and [p.spec.run_id for p in fake.plans] == ["cli-r1", "cli-r2"]
     assert "    cli-r1: optimizer_reload fail: " in out
@@ -251,13 +251,16 @@ def test_two_real_repeats_qualify(tmp_path, capsys):
     out = capsys.readouterr().out
     assert status == 0, out
     run_dirs = sorted((tmp_path / "runs").iterdir())
-    assert [d.name for d in run_dirs] == ["e2e-r1", "e2e-r2"]
+    # the first repeat ran the uninterrupted twin (--baseline auto), the second reused it
+    assert [d.name for d in run_dirs] == ["e2e-r1", "e2e-r1-baseline", "e2e-r2"]
     for d in run_dirs:
         assert json.loads((d / "verdict.json").read_text())["qualified"] is True, d
+    assert json.loads((tmp_path / "runs" / "e2e-r2" / "verdict.json").read_text())["baseline"]["how"] == "reused"
     doc = json.loads((tmp_path / "repeats" / "e2e" / "summary.json").read_text())
     [scenario] = doc["scenarios"]
     assert (scenario["run_count"], scenario["qualified_runs"]) == (2, 2)
     assert [r["run_id"] for r in scenario["runs"]] == ["e2e-r1", "e2e-r2"]
-    assert {c["id"]: c["pass_rate"] for c in scenario["criteria"]} == {cid: 1.0 for cid in CHECK_IDS}
+    assert {c["id"]: c["pass_rate"] for c in scenario["criteria"]} == \
+        {cid: 1.0 for cid in (*CHECK_IDS, LOSS_CONTINUITY, STATE_EQUIVALENCE)}
     headline = scenario["metrics"]["failure_to_first_step_s"]
     assert headline["n"] == 2 and headline["p50"] <= headline["p95"] <= headline["max"]

@@ -183,7 +183,10 @@ def test_expected_negative_is_labelled_as_expected_in_the_summary_and_in_report(
     result.stdout.fnmatch_lines(["*nvrx-qual scenarios*",
                                  "no-load-optim (expected not to qualify): 0 of 1 run qualified, as expected: *"])
     [path] = summaries(work)
-    [scenario] = json.loads(path.read_text())["scenarios"]
+    # the session also launched the scenario's automatic baseline (--baseline auto, the reference
+    # workload's default): one uninterrupted run of its configuration, a scenario of its own
+    twin, scenario = json.loads(path.read_text())["scenarios"]
+    assert twin["label"].startswith("baseline-reference-") and (twin["run_count"], twin["qualified_runs"]) == (1, 1)
     assert (scenario["expected_negative"], scenario["as_expected"]) == (True, True)
     [run_dir] = [p for p in (work / "runs").iterdir() if p.name.startswith("no-load-optim")]
     assert json.loads((run_dir / "expectation.json").read_text())["qualified"] is False

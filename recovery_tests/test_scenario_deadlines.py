@@ -85,7 +85,7 @@ import pytest
 from fixtures.runs import Scenario
 from harness.nvrx import NvrxTarget, installed_version
 
-HANG = Scenario("hang", NvrxTarget(installed_version()), name="stuck")
+HANG = Scenario("hang", NvrxTarget(installed_version()), name="stuck", knobs=(("baseline", "none"),))
 
 
 @pytest.mark.timeout(2)

@@ -8,7 +8,7 @@ import argparse
 import os
 import sys
 
-from harness import atomic, nvrx, runner, safeio, sbatch as sbatchmod
+from harness import atomic, baseline, nvrx, runner, safeio, sbatch as sbatchmod
 from harness import plan as planmod
 from harness import spec as specmod
 from harness.cli.guard import refused
@@ -55,8 +55,10 @@ def plan(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
 
 
 def dry_run(p: planmod.Plan, restored: int) -> int:
-    """Create the run's directories and run.json, print the exact commands; launch nothing."""
+    """Create the run's directories and run.json, print the exact commands and what the
+    baseline adds; launch nothing."""
     try:
+        baseline.choose(p.spec)  # a --baseline PATH that is no uninterrupted run is refused here too
         prepare(p, dry_run=True)
     except SpecError as exc:
         return refused(exc)
@@ -65,6 +67,7 @@ def dry_run(p: planmod.Plan, restored: int) -> int:
         print(f"# resuming: checkpoint iteration {restored} in {p.layout.checkpoints}; "
               f"the fault waits for a newer one")
     print(p.render(), end="")
+    print(f"# {baseline.cost(p.spec, baseline.choose(p.spec))}")
     print(f"# dry run: nothing launched. run.json: {p.layout.run_json}")
     return ExitStatus.QUALIFIED
 
@@ -91,10 +94,12 @@ def run(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
 
 def one_run(p: planmod.Plan, *, progress: bool = True, deadline_s: float | None = None) -> int:
     """One planned run: raises SpecError (exit 2) when the machine cannot run it."""
+    baseline.choose(p.spec)  # a --baseline PATH that is no uninterrupted run is refused before any launch
     runner.preflight(p, os.environ)
     print(terminal.announce(p), flush=True)
-    outcome = runner.execute_preflighted(p, deadline_s=deadline_s, fail_fast=True,
-                                         out=sys.stdout if progress else None)
+    out = sys.stdout if progress else None
+    used = runner.obtain_baseline(p, deadline_s=deadline_s, out=out)
+    outcome = runner.execute_preflighted(p, deadline_s=deadline_s, fail_fast=True, out=out, baseline=used)
     print(terminal.run_outcome(outcome), flush=True)
     return ExitStatus.of_verdict(outcome.verdict.qualified)
 

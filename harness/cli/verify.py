@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "else none)")
     parser.add_argument("--baseline", metavar="RUN_DIR",
                         help="an uninterrupted run of the same configuration: also check that every lm loss after the "
-                             "restored checkpoint equals its (loss_continuity; needs deterministic training)")
+                             "restored checkpoint equals its (loss_continuity; needs deterministic training) and that "
+                             "the final checkpoint's tensors equal its (state_equivalence) (default: none)")
     parser.add_argument("--no-write", action="store_true",
                         help="do not write timeline.png, verdict.json and report.md into the run directory")
     parser.add_argument("--force", action="store_true",

@@ -119,6 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
     ckpt.add_argument("--load", default=None)
     ckpt.add_argument("--save-interval", type=int, default=None)
     ckpt.add_argument("--no-load-optim", action="store_true")
+    ckpt.add_argument(
+        "--drop-on-restore",
+        choices=("data-position", "optimizer-step"),
+        default=None,
+        help="a deliberately broken restore, for the suite's negative controls: forget the data position (the "
+        "replacement reads the samples from the first again) or Adam's step counter (bias correction restarts, "
+        "Megatron 0.19.2's distributed-optimizer defect); every load line is printed as usual",
+    )
     ckpt.add_argument("--finetune", action="store_true")
     ckpt.add_argument("--async-save", action="store_true")
     ckpt.add_argument("--use-persistent-ckpt-worker", action="store_true", help="accepted for Megatron parity")
@@ -772,7 +780,7 @@ def load_checkpoint(
             optimizer,
             state[f"{OPTIMIZER_KEY_PREFIX}.exp_avg"],
             state[f"{OPTIMIZER_KEY_PREFIX}.exp_avg_sq"],
-            common["optimizer_step"],
+            0 if args.drop_on_restore == "optimizer-step" else common["optimizer_step"],
         )
         checkpoint_lr = common["opt_param_scheduler"]["max_lr"]
         if checkpoint_lr != args.lr:
@@ -786,6 +794,8 @@ def load_checkpoint(
     console.rank0(f"  successfully loaded checkpoint from {args.load} {PARALLEL_RANKS} at iteration {iteration}")
     if args.finetune:
         return Progress(0, 0)
+    if args.drop_on_restore == "data-position":
+        return Progress(iteration, 0)
     return Progress(iteration, common["consumed_train_samples"])
 
 

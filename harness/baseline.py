@@ -1,0 +1,240 @@
+"""Baselines without manual steps: the uninterrupted twin of a run, found or planned.
+
+`loss_continuity` and `state_equivalence` judge a recovered run against an uninterrupted run
+of the same configuration. `--baseline auto` (the default on the CPU tiers, opt-in on GPUs)
+reuses such a run from the work directory when one with the same configuration hash
+qualified there, else runs the twin first (fault none, everything else as planned).
+
+The configuration hash covers exactly what determines the training trajectory and the end
+state the checks compare: the software that trains (workload, entrypoint script and its
+digest, Megatron install or checkout, interpreter), the model shape, the parallel layout and
+batch, the iterations and the save interval, the optimizer kind, the Transformer Engine /
+apex choice, the GPU architecture, and the workload arguments given after `--` except those
+that act only when a checkpoint is loaded (an uninterrupted run never loads). It leaves out
+what only the recovery or the harness sees: the fault, its rank and moment, deadlines,
+launcher version and path, ports, run ID, work directory, step padding and save delay.
+It cannot see a change inside an installed package (torch, megatron-core) whose path stays
+the same: use a fresh work directory after upgrading one, or `--baseline PATH`.
+
+Planning here is pure except for reading the entrypoint's digest and the work directory's
+run.json files (to find a reusable baseline); running the twin is harness.runner's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import __version__, ports, safeio
+from harness import spec as specmod
+from harness.layout import MARKER_NAME, RUN_ID_PATTERN, is_valid_run_id
+from harness.spec import RunSpec, SpecError
+
+AUTO, NONE = "auto", "none"
+HASH_SCHEME = "nvrx-qual trajectory v1"
+# RunSpec fields that shape the training trajectory (see the module's docstring).
+TRAJECTORY_FIELDS = ("workload", "megatron_path", "megatron_cpu_dir", "python", "uv", "nnodes", "gpus_per_node", "tp",
+                     "pp", "cp", "num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size",
+                     "micro_batch_size", "train_iters", "save_interval", "transformer_engine", "apex",
+                     "distributed_optimizer", "gpu_arch")
+# Workload arguments that act only when a checkpoint is loaded (flag -> how many values follow
+# it): the uninterrupted twin never loads, so they leave its trajectory as it is.
+RESTORE_ONLY_ARGS = {"--no-load-optim": 0, "--no-load-rng": 0, "--finetune": 0, "--drop-on-restore": 1}
+MAX_SCRIPT_BYTES = 16 << 20
+MAX_CANDIDATES = 10_000  # run directories looked at for a reusable baseline
+
+
+def trajectory_args(extra: tuple[str, ...]) -> tuple[str, ...]:
+    """The workload arguments without those that act only on a load (RESTORE_ONLY_ARGS)."""
+    out: list[str] = []
+    skip = 0
+    for arg in extra:
+        if skip:
+            skip -= 1
+            continue
+        flag, eq, _value = arg.partition("=")
+        if flag in RESTORE_ONLY_ARGS:
+            skip = 0 if eq else RESTORE_ONLY_ARGS[flag]
+            continue
+        out.append(arg)
+    return tuple(out)
+
+
+def _entrypoint(spec: RunSpec) -> Path | None:
+    from harness.workloads import megatron, megatron_cpu, reference_args
+
+    if spec.workload == "reference":
+        return reference_args.SCRIPT
+    if spec.workload == "megatron-cpu":
+        return Path(megatron_cpu.entrypoint(spec))
+    return Path(spec.megatron_path) / megatron.ENTRYPOINT if spec.megatron_path is not None else None
+
+
+def _digest(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return hashlib.sha256(safeio.read_bytes(path, limit=MAX_SCRIPT_BYTES)).hexdigest()
+    except OSError:
+        return None
+
+
+def trajectory(spec: RunSpec) -> dict:
+    """What the configuration hash covers, as JSON values."""
+    values: dict[str, object] = {"scheme": HASH_SCHEME, "harness_version": __version__}
+    for name in TRAJECTORY_FIELDS:
+        value = getattr(spec, name)
+        values[name] = str(value) if isinstance(value, Path) else value
+    values["global_batch_size"] = spec.topology.effective_global_batch
+    values["workload_args"] = list(trajectory_args(spec.extra_args))
+    script = _entrypoint(spec)
+    values["entrypoint"] = str(script) if script is not None else None
+    values["entrypoint_sha256"] = _digest(script)
+    return values
+
+
+def config_hash(spec: RunSpec) -> str:
+    """sha256 of the canonical JSON of trajectory(spec), in hex."""
+    text = json.dumps(trajectory(spec), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def short(digest: str) -> str:
+    return digest[:12]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a run does for its baseline. mode: auto (reuse or run the twin), path (the one
+    given) or none (`why` says why: asked, fault none, a restart-loop plan, a resumed run)."""
+
+    mode: str
+    config_hash: str
+    path: Path | None = None
+    why: str | None = None
+
+
+def choose(spec: RunSpec) -> Choice:
+    """The baseline the run's knob asks for; SpecError for a --baseline PATH that is not the
+    run directory of an uninterrupted run (checked before anything is launched)."""
+    digest = config_hash(spec)
+    asked = spec.baseline
+    if asked == NONE:
+        return Choice(NONE, digest, why="--baseline none")
+    if spec.fault == "none":
+        return Choice(NONE, digest, why="fault none: this run is itself a baseline")
+    kind = specmod.FAULT_KINDS.get(spec.fault)
+    if kind is not None and kind.poisons_checkpoint:
+        return Choice(NONE, digest, why=f"--fault {spec.fault} plans a restart loop, not a recovery: nothing to compare")
+    if asked != AUTO:
+        from harness.verify import RunDirError, check_baseline
+
+        path = Path(asked).expanduser().absolute()
+        try:
+            check_baseline(path)
+        except RunDirError as exc:
+            raise SpecError([f"{exc} (--baseline takes auto, none or such a run directory)"]) from None
+        return Choice("path", digest, path=path)
+    if spec.checkpoint_dir is not None:
+        return Choice(NONE, digest, why=f"the run resumes from NVRX_CHECKPOINT_DIR={spec.checkpoint_dir}, which has no "
+                                        "uninterrupted twin here: give --baseline RUN_DIR")
+    return Choice(AUTO, digest)
+
+
+def _recorded_hash(run_dir: Path) -> tuple[str | None, dict]:
+    try:
+        record = safeio.read_json(run_dir / "run.json")
+    except (OSError, ValueError, RecursionError):
+        return None, {}
+    if not isinstance(record, dict):
+        return None, {}
+    digest = record.get("config_hash")
+    return (digest if isinstance(digest, str) else None), record
+
+
+def reusable(run_dir: Path, digest: str) -> bool:
+    """An uninterrupted run of this configuration that qualified as a baseline and kept its
+    checkpoints: run.json with the hash and fault none, no marker, a verdict that qualified."""
+    found, record = _recorded_hash(run_dir)
+    spec = record.get("spec") if isinstance(record.get("spec"), dict) else {}
+    if found != digest or record.get("dry_run") or spec.get("fault") != "none" or os.path.lexists(run_dir / MARKER_NAME):
+        return False
+    try:
+        verdict = safeio.read_json(run_dir / "verdict.json")
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(verdict, dict) and verdict.get("qualified") is True and verdict.get("fault") == "none" \
+        and safeio.is_real_dir(run_dir / "checkpoints")
+
+
+def find_reusable(work_dir: Path, digest: str, *, exclude: tuple[str, ...] = ()) -> Path | None:
+    """The newest reusable baseline (reusable) under WORK_DIR/runs/, or None. Only real
+    directories whose names are run IDs are looked at; nothing is followed through a link."""
+    runs = work_dir / "runs"
+    found: list[tuple[float, str, Path]] = []
+    try:
+        with os.scandir(runs) as entries:
+            for n, entry in enumerate(entries):
+                if n >= MAX_CANDIDATES:
+                    break
+                if entry.name in exclude or not is_valid_run_id(entry.name) or not entry.is_dir(follow_symlinks=False):
+                    continue
+                path = Path(entry.path)
+                if reusable(path, digest):
+                    try:
+                        mtime = os.lstat(path / "verdict.json").st_mtime
+                    except OSError:
+                        continue
+                    found.append((mtime, entry.name, path))
+    except OSError:
+        return None
+    return max(found)[2] if found else None
+
+
+def twin_run_id(spec: RunSpec) -> str:
+    """`<run id>-baseline`, or with a random tail when that directory exists already."""
+    base = f"{spec.run_id[: specmod.MAX_RUN_ID_LEN - len('-baseline') - 5]}-baseline"
+    run_id = base
+    while os.path.lexists(spec.work_dir / "runs" / run_id):
+        run_id = f"{base}-{secrets.token_hex(2)}"
+    assert is_valid_run_id(run_id), RUN_ID_PATTERN
+    return run_id
+
+
+def twin_spec(spec: RunSpec) -> RunSpec:
+    """The uninterrupted twin: fault none, a fresh run ID and fresh local ports, no baseline of
+    its own, everything else as planned. Validated (SpecError)."""
+    changes: dict[str, object] = {"fault": "none", "fault_at": specmod.DEFAULT_FAULT_AT, "run_id": twin_run_id(spec),
+                                  "baseline": NONE}
+    rdzv, log_port = ports.free_ports(2)
+    if (spec.nnodes == 1 or spec.local_nodes) and (spec.rdzv_endpoint or "").startswith("127.0.0.1:"):
+        changes["rdzv_endpoint"] = f"127.0.0.1:{rdzv}"
+    if spec.log_server_port is not None:
+        changes["log_server_port"] = log_port
+    twin = dataclasses.replace(spec, **changes)
+    specmod.validate(twin)
+    return twin
+
+
+def cost(spec: RunSpec, choice: Choice) -> str:
+    """One line for `plan`: what the baseline choice adds to the run."""
+    h = short(choice.config_hash)
+    if choice.mode == "path":
+        return f"baseline: {choice.path} (config hash of this run {h}); loss_continuity and state_equivalence are judged against it"
+    if choice.mode == NONE:
+        if choice.why == "--baseline none":
+            return (f"baseline: none: loss_continuity and state_equivalence are not judged; opt in with --baseline "
+                    f"auto: one extra uninterrupted run of {spec.train_iters} iterations (about this run's length "
+                    "again) before the fault run, reused by later runs of the same configuration")
+        return f"baseline: none ({choice.why})"
+    found = find_reusable(spec.work_dir, choice.config_hash)
+    if found is not None:
+        return f"baseline: auto: reuses {found.name} (config hash {h}): no extra run"
+    return (f"baseline: auto: runs the uninterrupted twin first (fault none, {spec.train_iters} iterations, config "
+            f"hash {h}): one extra run of the job's length before the fault run; later runs of this configuration in "
+            f"{spec.work_dir} reuse it")

@@ -1,0 +1,146 @@
+"""--baseline auto | none | RUN_DIR: the configuration hash, finding a reusable baseline, and
+what `nvrx-qual run` does before the fault run (the twin launched through a stand-in execute,
+counted). The real launches are in test_baseline_auto.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from harness import baseline, cli, runner
+from harness import spec as specmod
+from harness.spec import SpecError
+
+
+def spec_of(tmp_path: Path, **flags) -> specmod.RunSpec:
+    values = {"workload": "reference", "work_dir": tmp_path / "work", "run_id": "r1", **flags}
+    extra = values.pop("extra", ())
+    return specmod.from_sources(values, {}, tuple(extra), detected={})
+
+
+def test_auto_is_the_default_of_the_cpu_tiers_only(tmp_path):
+    assert spec_of(tmp_path).baseline == "auto"
+    assert spec_of(tmp_path, workload="megatron-cpu").baseline == "auto"
+    assert spec_of(tmp_path, workload="megatron").baseline == "none"
+
+
+@pytest.mark.parametrize("change", [
+    {"fault": "hang"}, {"fault": "none"}, {"fault_rank": 0}, {"fault_at": "in-save"}, {"run_id": "other"},
+    {"deadline_profile": "short"}, {"out_of_section_timeout": 99.0}, {"rdzv_endpoint": "127.0.0.1:1"},
+    {"step_time_ms": 7}, {"save_delay_ms": 5}, {"nvrx_version": "0.4.1"}, {"max_restarts": 5},
+    {"baseline": "none"}, {"extra": ("--no-load-optim",)}, {"extra": ("--drop-on-restore", "data-position")},
+])
+def test_what_leaves_the_trajectory_alone_keeps_the_hash(tmp_path, change):
+    assert baseline.config_hash(spec_of(tmp_path, **change)) == baseline.config_hash(spec_of(tmp_path))
+
+
+@pytest.mark.parametrize("change", [
+    {"train_iters": 31}, {"save_interval": 6}, {"hidden_size": 32}, {"gpus_per_node": 1}, {"micro_batch_size": 2},
+    {"global_batch_size": 4}, {"workload": "megatron-cpu"}, {"distributed_optimizer": False},
+    {"extra": ("--seed", "7")}, {"extra": ("--lr-decay-style", "linear")},
+])
+def test_what_shapes_the_trajectory_changes_the_hash(tmp_path, change):
+    assert baseline.config_hash(spec_of(tmp_path, **change)) != baseline.config_hash(spec_of(tmp_path))
+
+
+def test_choices(tmp_path):
+    assert baseline.choose(spec_of(tmp_path)).mode == "auto"
+    assert baseline.choose(spec_of(tmp_path, baseline="none")).why == "--baseline none"
+    assert "itself a baseline" in baseline.choose(spec_of(tmp_path, fault="none")).why
+    assert "restart loop" in baseline.choose(spec_of(tmp_path, fault="poison")).why
+    with pytest.raises(SpecError, match="does not exist"):
+        baseline.choose(spec_of(tmp_path, baseline=str(tmp_path / "nowhere")))
+
+
+def fake_run(work: Path, run_id: str, digest: str, *, fault: str = "none", qualified: bool = True) -> Path:
+    """A finished run directory as `nvrx-qual run` leaves one (run.json, logs, verdict.json)."""
+    root = work / "runs" / run_id
+    (root / "logs").mkdir(parents=True)
+    (root / "checkpoints").mkdir()
+    (root / "logs" / "train_cycle_cycle0.log").write_text("0: a line\n")
+    (root / "run.json").write_text(json.dumps({"spec": {"fault": fault}, "config_hash": digest, "dry_run": False}))
+    (root / "verdict.json").write_text(json.dumps({"qualified": qualified, "fault": fault}))
+    return root
+
+
+def test_only_a_qualified_uninterrupted_run_of_the_same_hash_is_reused(tmp_path):
+    work, digest = tmp_path / "work", "a" * 64
+    fake_run(work, "other-config", "b" * 64)
+    fake_run(work, "failed", digest, qualified=False)
+    fake_run(work, "with-fault", digest, fault="kill")
+    assert baseline.find_reusable(work, digest) is None
+    good = fake_run(work, "good", digest)
+    (work / "runs" / "link").symlink_to(good)
+    assert baseline.find_reusable(work, digest) == good
+    assert baseline.find_reusable(work, digest, exclude=("good",)) is None
+
+
+class CountingExecute:
+    """Stands in for runner.execute: records each launch and leaves a qualified baseline run."""
+
+    def __init__(self):
+        self.launched: list[str] = []
+
+    def __call__(self, plan, **_kw):
+        self.launched.append(plan.spec.run_id)
+        root = fake_run(plan.spec.work_dir, plan.spec.run_id, baseline.config_hash(plan.spec))
+        verdict = SimpleNamespace(qualified=True, criteria=())
+        return SimpleNamespace(verdict=verdict, run_dir=root)
+
+
+def test_the_second_run_of_a_configuration_reuses_the_twin(tmp_path, monkeypatch):
+    execute = CountingExecute()
+    monkeypatch.setattr(runner, "execute", execute)
+    first, second = io.StringIO(), io.StringIO()
+    plan = SimpleNamespace(spec=spec_of(tmp_path, run_id="kill-1"), nvrx=None)
+    monkeypatch.setattr(runner.planmod, "build", lambda spec, _nvrx: SimpleNamespace(spec=spec))
+    used = runner.obtain_baseline(plan, out=first)
+    assert (used.how, execute.launched) == ("ran", ["kill-1-baseline"])
+    assert "baseline: running the uninterrupted twin kill-1-baseline (config hash" in first.getvalue()
+    again = SimpleNamespace(spec=spec_of(tmp_path, run_id="kill-2", fault="hang"), nvrx=None)
+    used = runner.obtain_baseline(again, out=second)
+    assert (used.how, used.path.name, execute.launched) == ("reused", "kill-1-baseline", ["kill-1-baseline"])
+    digest = baseline.short(baseline.config_hash(again.spec))
+    assert second.getvalue() == f"baseline: reusing kill-1-baseline (config hash {digest})\n"
+    assert sorted(p.name for p in (tmp_path / "work" / "runs").iterdir()) == ["kill-1-baseline"]
+
+
+def test_a_twin_that_did_not_qualify_makes_both_checks_unknown(tmp_path, monkeypatch):
+    def failing(plan, **_kw):
+        root = fake_run(plan.spec.work_dir, plan.spec.run_id, "x", qualified=False)
+        bad = SimpleNamespace(id="clean_finish", status="fail", held=False)
+        return SimpleNamespace(verdict=SimpleNamespace(qualified=False, criteria=(bad,)), run_dir=root)
+
+    monkeypatch.setattr(runner, "execute", failing)
+    monkeypatch.setattr(runner.planmod, "build", lambda spec, _nvrx: SimpleNamespace(spec=spec))
+    used = runner.obtain_baseline(SimpleNamespace(spec=spec_of(tmp_path), nvrx=None), out=None)
+    assert used.problem is not None and "did not qualify (clean_finish fail" in used.problem
+
+
+def test_plan_says_what_the_baseline_costs(tmp_path, capsys, clean_spec_env, megatron_checkout):
+    work = tmp_path / "work"
+    assert cli.main(["plan", "--workload", "reference", "--work-dir", str(work), "--run-id", "p1"]) == 0
+    assert "# baseline: auto: runs the uninterrupted twin first (fault none, 30 iterations" in capsys.readouterr().out
+    gpu = ["plan", "--workload", "megatron", "--megatron-path", str(megatron_checkout), "--work-dir", str(work),
+           "--nvrx-version", "0.7.0", "--transformer-engine", "0", "--apex", "0"]
+    assert cli.main([*gpu, "--run-id", "g1"]) == 0
+    assert ("# baseline: none: loss_continuity and state_equivalence are not judged; opt in with --baseline auto: "
+            "one extra uninterrupted run of 100 iterations") in capsys.readouterr().out
+    assert cli.main([*gpu, "--run-id", "g2", "--baseline", "auto"]) == 0
+    assert "# baseline: auto: runs the uninterrupted twin first (fault none, 100 iterations" in capsys.readouterr().out
+    assert cli.main(["plan", "--workload", "reference", "--work-dir", str(work), "--run-id", "p2",
+                     "--baseline", str(work / "runs" / "p1")]) == 2  # a dry run's directory: nothing launched
+    assert "--baseline" in capsys.readouterr().err
+
+
+def test_twin_spec(tmp_path):
+    spec = dataclasses.replace(spec_of(tmp_path, run_id="k", fault_at="in-save"), rdzv_endpoint="127.0.0.1:5")
+    twin = baseline.twin_spec(spec)
+    assert (twin.fault, twin.run_id, twin.baseline, twin.fault_at) == ("none", "k-baseline", "none", "after-commit")
+    assert twin.rdzv_endpoint != spec.rdzv_endpoint
+    assert baseline.config_hash(twin) == baseline.config_hash(spec)
