@@ -103,11 +103,11 @@ def test_tp_or_cp_sets_cuda_device_max_connections_with_megatrons_reason(tmp_pat
     out = capsys.readouterr().out
     assert "# CUDA_DEVICE_MAX_CONNECTIONS: 1 (TP=2, CP=1 on megatron-cpu: the CUDA->CPU shim reports compute " \
            "capability 8.0, so Megatron's validate_args asserts" in out
-    assert " CUDA_DEVICE_MAX_CONNECTIONS=1 " in out.splitlines()[-2]
+    assert " CUDA_DEVICE_MAX_CONNECTIONS=1 " in command_line(out)
     assert cli.main([*base, "--work-dir", str(tmp_path / "b"), "--run-id", "b", "--pp", "2"]) == 0
     out = capsys.readouterr().out
     assert "# CUDA_DEVICE_MAX_CONNECTIONS: unset (megatron-cpu: TP=1 and CP=1: not required, left unset)" in out
-    assert "CUDA_DEVICE_MAX_CONNECTIONS=" not in out.splitlines()[-2]
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=" not in command_line(out)
 
 
 IMPOSSIBLE = {
