@@ -114,3 +114,29 @@ def tensor_pickle(numel: int, key: str = "0", step: float | None = 8.0) -> bytes
     out += _global("collections", "OrderedDict") + b")R" + b"tR"
     out += b"u" + b"a."
     return bytes(out)
+
+
+def write_dcp(directory, state: dict, raw: dict[str, bytes] | None = None):
+    """dcp.save(state) into `directory`, then the stored bytes of the pickled objects named in
+    `raw` replaced by the given ones (a file `__1_0.distcp` and a rewritten `.metadata`), as
+    Megatron stores its common state (raw torch.save bytes) or as a stranger could."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    state = dict(state)
+    for key in raw or {}:
+        state[key] = ({"placeholder": 1},)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(state, storage_writer=dcp.FileSystemWriter(str(directory)), no_dist=True)
+    if raw:
+        md = dcp.FileSystemReader(str(directory)).read_metadata()
+        blob = bytearray()
+        for idx, info in md.storage_data.items():
+            if idx.fqn in raw:
+                info.relative_path, info.offset, info.length = "__1_0.distcp", len(blob), len(raw[idx.fqn])
+                blob += raw[idx.fqn]
+        (directory / "__1_0.distcp").write_bytes(bytes(blob))
+        (directory / ".metadata").write_bytes(pickle.dumps(md))
+    return directory
