@@ -373,14 +373,10 @@ def load_pickle(data: bytes, source: str, profile: str = METADATA) -> object:
 _MEMBER_RE = re.compile(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*")
 
 
-def load_torch_save(data: bytes, source: str, profile: str = TENSORS, max_tensor_bytes: int = 16 << 20) -> object:
-    """An object written by `torch.save` (its zip format), read without `torch.load`: members
-    stored, never inflated; tensors rebuilt from bounded storages; the result type-checked."""
-    try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-        members = archive.infolist()
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise UnpickleRefused(f"{source} is not a torch.save archive ({type(exc).__name__}: {str(exc)[:60]})") from None
+def _archive(data: bytes, source: str) -> tuple[zipfile.ZipFile, dict[str, zipfile.ZipInfo], str, bytes]:
+    """(archive, members by name, the record prefix, data.pkl) of a torch.save zip, its members checked."""
+    archive = zipfile.ZipFile(io.BytesIO(data))
+    members = archive.infolist()
     if len(members) > MAX_MEMBERS:
         raise UnpickleRefused(f"{source} has {len(members)} members, more than {MAX_MEMBERS}")
     declared = 0
@@ -405,7 +401,18 @@ def load_torch_save(data: bytes, source: str, profile: str = TENSORS, max_tensor
         raise UnpickleRefused(f"{source} was written big-endian; not read")
     if by_name[pickles[0]].file_size > MAX_PICKLE_IN_ARCHIVE:
         raise UnpickleRefused(f"{source}: data.pkl is larger than {MAX_PICKLE_IN_ARCHIVE} bytes")
-    pkl = archive.read(by_name[pickles[0]])
+    return archive, by_name, prefix, archive.read(by_name[pickles[0]])
+
+
+def load_torch_save(data: bytes, source: str, profile: str = TENSORS, max_tensor_bytes: int = 16 << 20) -> object:
+    """An object written by `torch.save` (its zip format), read without `torch.load`: members
+    stored, never inflated; tensors rebuilt from bounded storages; the result type-checked."""
+    try:
+        archive, by_name, prefix, pkl = _archive(data, source)
+    except UnpickleRefused:
+        raise
+    except Exception as exc:  # noqa: BLE001 - zipfile's many ways of saying "damaged"
+        raise UnpickleRefused(f"{source} is not a torch.save archive ({type(exc).__name__}: {str(exc)[:60]})") from None
     import torch
 
     storages: dict[str, object] = {}
@@ -422,7 +429,10 @@ def load_torch_save(data: bytes, source: str, profile: str = TENSORS, max_tensor
             if not 0 <= numel * kind.itemsize == member.file_size <= max_tensor_bytes:
                 raise UnpickleRefused(f"{source}: storage {key[:20]} declares {numel} elements of {kind.dtype} in "
                                       f"{member.file_size} bytes (limit {max_tensor_bytes})")
-            raw = bytearray(archive.read(member))
+            try:
+                raw = bytearray(archive.read(member))
+            except Exception as exc:  # noqa: BLE001 - a damaged member is a reason
+                raise UnpickleRefused(f"{source}: storage {key[:20]} is unreadable ({type(exc).__name__})") from None
             dtype = getattr(torch, kind.dtype)
             storages[key] = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
         base = storages[key]
