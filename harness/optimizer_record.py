@@ -55,7 +55,7 @@ MAX_STEP_OBJECTS = 64
 MAX_KEY_CHARS = 4096
 MAX_OFFSET = 1 << 62
 _CHAINED = r"(?:chained_\d+\.)?"
-STEP_KEY_RE = re.compile(_CHAINED + r"optimizer\.distributed\.dp_group_idx_(\d+)\.optimizer(?:/shard_\d+_\d+)?")
+STEP_KEY_RE = re.compile(r"(chained_\d+\.)?optimizer\.distributed\.dp_group_idx_(\d+)\.optimizer(?:/shard_\d+_\d+)?")
 COMMON_KEY_RE = re.compile(r"common_state(?:/shard_\d+_\d+)?")
 SHARD_FILE_RE = re.compile(r"__\d+_\d+\.distcp")
 _DIST_MOMENT_RE = re.compile("(" + _CHAINED + r"optimizer\.distributed\..*)\.(param|exp_avg|exp_avg_sq)")
@@ -378,10 +378,16 @@ def read_optimizer_record(directory: Path) -> OptimizerRecord:
             keys = sorted(metadata.state_dict_metadata)
             slots, missing = _moments(keys)
             moments = dict(moment_slots=slots, missing_moments=missing[:MAX_SLOTS_LISTED], missing_count=len(missing))
-            step_keys = [k for k in keys if STEP_KEY_RE.fullmatch(k)]
+            # One optimizer object per optimizer (the first key of each `chained_<i>.` prefix, or
+            # the only one): every shard of one optimizer holds the same param groups.
+            firsts: dict[str, str] = {}
+            for k in keys:
+                if m := STEP_KEY_RE.fullmatch(k):
+                    firsts.setdefault(m.group(1) or "", k)
+            step_keys = sorted(firsts.values())
             if step_keys:
                 if len(step_keys) > MAX_STEP_OBJECTS:
-                    raise _RecordError(f".metadata lists {len(step_keys)} optimizer objects, more than "
+                    raise _RecordError(f".metadata lists {len(step_keys)} chained optimizers, more than "
                                        f"{MAX_STEP_OBJECTS}")
                 steps: list[float] = []
                 for key in step_keys:

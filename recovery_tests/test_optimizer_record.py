@@ -123,3 +123,19 @@ def test_listing_optimizer_keys_runs_no_code_from_the_metadata_either(tmp_path):
     opt, total, _, note = dcp_optimizer_keys(d)
     assert (opt, total) == (None, None) and "names subprocess.call" in note
     assert not marker.exists()
+
+
+def test_a_chained_distributed_optimizer_is_read_per_optimizer(tmp_path):
+    """Megatron's ChainedOptimizer of DistributedOptimizers prefixes each one's keys with
+    `chained_<i>.`: one step object per optimizer is read, and every counter must be there."""
+    state: dict[str, object] = {}
+    for i, step in enumerate((8.0, 3.0)):
+        for name in ("param", "exp_avg", "exp_avg_sq"):
+            state[f"chained_{i}.{BUCKET}.{name}"] = torch.zeros(8)
+        state[f"chained_{i}.{STEP_KEY}"] = ({"param_groups": [{"step": step}]},)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(state, storage_writer=dcp.FileSystemWriter(str(tmp_path / "iter_0000008")), no_dist=True)
+    rec = read_optimizer_record(tmp_path / "iter_0000008")
+    assert (rec.key, rec.steps, rec.moment_slots, rec.missing_count) == (
+        f"chained_0.{STEP_KEY} (and 1 more)", (8.0, 3.0), 2, 0)
