@@ -5,12 +5,11 @@ A checkpoint may come from a stranger, and a pickle is a program: unpickling it 
 it names. This module admits only exact `(module, name)` pairs from `ALLOWED`, and what it
 builds is inert:
 
-- **real** pairs resolve to the object itself, and only when `getattr(import_module(module),
-  name)` is really defined in `module` (its `__module__` is `module`; a name the module merely
-  imports is refused). Only value types with no behaviour on construction are real
-  (`collections.OrderedDict`, and torch's dtypes, by their own `torch` names);
-- **checked** pairs exist and are defined where the pickle says (checked as above), but what
-  the pickle gets is the suite's own small replacement: `torch.Size` → a tuple of ints,
+- **checked** pairs exist and are really defined where the pickle says (`getattr(
+  import_module(module), name)` with `__module__ == module`; a name the module merely imports
+  is refused), but what the pickle gets is the suite's own small replacement, never the object
+  itself: `collections.OrderedDict` → a constructor charged for what it copies, torch's dtypes
+  → their names (`DType`), `torch.Size` → a tuple of ints,
   `torch.serialization._get_layout` → a fixed name table, `torch._utils._rebuild_tensor_v2`
   → a range-checked view of a storage read by this module, `torch.*Storage` → a dtype tag;
 - **stand-in** pairs are types of the software under test or of its checkpoint format (DCP's
@@ -140,7 +139,7 @@ ALLOWED: dict[str, dict[tuple[str, str], str]] = {
         ("pathlib", "PurePosixPath"): "stub",
     },
     TENSORS: {
-        ("collections", "OrderedDict"): "real",
+        ("collections", "OrderedDict"): "checked",
         ("torch", "Size"): "checked",
         ("torch._utils", "_rebuild_tensor_v2"): "checked",
         **{("torch", n): "checked" for n in _STORAGES},
@@ -219,6 +218,17 @@ def _size_of(budget: _Budget, source: str) -> Callable[..., tuple]:
     return size
 
 
+def _ordered_dict(budget: _Budget, source: str) -> Callable[..., object]:
+    import collections
+
+    def ordered(items: object = ()) -> object:
+        if not isinstance(items, (list, tuple, dict)):
+            raise UnpickleRefused(f"{source}: OrderedDict of {type(items).__name__}")
+        budget.charge(len(items), source)  # a copy: charged, so a shared list cannot be copied without end
+        return collections.OrderedDict(items)
+    return ordered
+
+
 def _layout(name: object) -> str:
     if name not in _LAYOUTS:
         raise UnpickleRefused(f"layout {str(name)[:40]!r} is not a torch layout")
@@ -252,6 +262,8 @@ class _Unpickler(pickle.Unpickler):
             return StorageType("uint8", 1)
         if (module, name) == ("torch", "Size"):
             return _size_of(self.budget, self.source)
+        if (module, name) == ("collections", "OrderedDict"):
+            return _ordered_dict(self.budget, self.source)
         if (module, name) == ("torch.serialization", "_get_layout"):
             return _layout
         if (module, name) == ("torch._utils", "_rebuild_tensor_v2") and self._rebuild is not None:

@@ -30,7 +30,7 @@ COMMON = (DATA / "common_state_iter8.pt").read_bytes()
 # checkpoint can make the suite build) and added here on purpose.
 GOLDEN = """
 common_state: argparse.Namespace (stub)
-common_state: collections.OrderedDict (real)
+common_state: collections.OrderedDict (checked)
 common_state: megatron.core.enums.ModelType (stub)
 common_state: megatron.core.optimizer.optimizer_config.OptimizerConfig (stub)
 common_state: megatron.core.rerun_state_machine.RerunDiagnostic (stub)
@@ -93,7 +93,7 @@ metadata: torch.int64 (checked)
 metadata: torch.int8 (checked)
 metadata: torch.serialization._get_layout (checked)
 metadata: torch.uint8 (checked)
-tensors: collections.OrderedDict (real)
+tensors: collections.OrderedDict (checked)
 tensors: torch.BFloat16Storage (checked)
 tensors: torch.BoolStorage (checked)
 tensors: torch.ByteStorage (checked)
@@ -158,6 +158,18 @@ def test_what_comes_out_is_type_checked():
         load_pickle(hostile.nested_tuple_key(200), "x")
     with pytest.raises(UnpickleRefused, match="amplification"):
         load_pickle(hostile.amplified(levels=30), "x")
+    pairs = b"".join(b"M" + i.to_bytes(2, "little") + b"N\x86" for i in range(2000))
+    copies = b"ccollections\nOrderedDict\nq\x00]q\x01(" + pairs + b"e0(" + b"h\x00h\x01\x85R" * 4000 + b"l."
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(UnpickleRefused, match="amplification"):  # 28 KB copying 2000 pairs 4000 times
+            load_torch_save(hostile.torch_save_zip(b"\x80\x02" + copies), "x")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200 << 20, f"copies while loading reached {peak >> 20} MiB before the refusal"
     with pytest.raises(UnpickleRefused, match="refers to external data"):
         load_pickle(b"\x80\x02X\x01\x00\x00\x00aQ.", "x")
 
