@@ -29,7 +29,7 @@ a `note` (the check is then `unknown`), never an exception.
 API, for every offline reader of checkpoints (optimizer_state, end-state comparisons):
 
     read_dcp_metadata(directory) -> DcpMetadata   # ValueError naming the file and the reason
-    read_dcp_object(directory, metadata, fqn, profile) -> object  # one pickled DCP object, bounded
+    read_dcp_object(directory, metadata, fqn, profile, limit, index) -> object  # one stored item, bounded
     read_optimizer_record(directory) -> OptimizerRecord           # never raises
 """
 
@@ -53,6 +53,7 @@ MAX_STEP = 1e12
 MAX_SLOTS_LISTED = 4
 MAX_STEP_OBJECTS = 64
 MAX_KEY_CHARS = 4096
+MAX_CHUNKS = 1 << 20
 MAX_OFFSET = 1 << 62
 _CHAINED = r"(?:chained_\d+\.)?"
 STEP_KEY_RE = re.compile(r"(chained_\d+\.)?optimizer\.distributed\.dp_group_idx_(\d+)\.optimizer(?:/shard_\d+_\d+)?")
@@ -65,10 +66,12 @@ _DCP_META = "torch.distributed.checkpoint.metadata."
 
 @dataclass(frozen=True)
 class TensorEntry:
-    """A tensor of the checkpoint: its global size and dtype name."""
+    """A tensor of the checkpoint: its global size, dtype name (`float32`, `bfloat16`, ...) and
+    chunks as (offsets, sizes) pairs; each chunk is stored under StorageIndex(key, offsets)."""
 
     size: tuple[int, ...]
     dtype: str | None
+    chunks: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -180,7 +183,16 @@ def _typed_metadata(raw: object) -> DcpMetadata:
         if isinstance(props, safe_unpickle.Stub) and isinstance(props.state, tuple) and props.state \
                 and isinstance(props.state[0], safe_unpickle.DType):
             dtype = str(props.state[0])
-        keys[key] = TensorEntry(size=_int_tuple(entry.get("size"), f"the size of {clip(key, 60)}"), dtype=dtype)
+        raw_chunks = entry.get("chunks")
+        if not isinstance(raw_chunks, list) or len(raw_chunks) > MAX_CHUNKS:
+            raise _metadata_error(f"the chunks of {clip(key, 60)} are {_kind(raw_chunks)}, not a list of chunks")
+        chunks = []
+        for chunk in raw_chunks:
+            chunk = _stub(chunk, "ChunkStorageMetadata", f"a chunk of {clip(key, 60)}")
+            chunks.append((_int_tuple(chunk.get("offsets"), f"a chunk offset of {clip(key, 60)}"),
+                           _int_tuple(chunk.get("sizes"), f"a chunk size of {clip(key, 60)}")))
+        keys[key] = TensorEntry(size=_int_tuple(entry.get("size"), f"the size of {clip(key, 60)}"), dtype=dtype,
+                                chunks=tuple(chunks))
     storage = md.get("storage_data")
     if not isinstance(storage, dict):
         raise _metadata_error(f"storage_data is {_kind(storage)}, not a mapping")
@@ -239,9 +251,11 @@ def read_dcp_metadata(directory: Path) -> DcpMetadata:
         os.close(dfd)
 
 
-def _object(directory_fd: int, metadata: DcpMetadata, key: str, limit: int, profile: str) -> object:
-    """The pickled DCP object `key`, read within `limit` bytes through harness.safe_unpickle."""
-    entries = metadata.stored(key)
+def _object(directory_fd: int, metadata: DcpMetadata, key: str, limit: int, profile: str,
+            index: StorageIndex | None = None) -> object:
+    """The pickled DCP object `key` (one chunk of it: `index`), read within `limit` bytes
+    through harness.safe_unpickle."""
+    entries = [metadata.storage_data[index]] if index in metadata.storage_data else metadata.stored(key)
     if len(entries) != 1:
         raise _RecordError(f"{key} has {len(entries)} storage entries in .metadata, not one")
     info = entries[0]
@@ -271,13 +285,15 @@ def _torch_object(data: bytes, key: str, profile: str) -> object:
         raise _RecordError(f"{key} is not a plain optimizer record ({exc})") from None
 
 
-def read_dcp_object(directory: Path, metadata: DcpMetadata, fqn: str,
-                    profile: str = safe_unpickle.TENSORS, limit: int = MAX_OBJECT_BYTES) -> object:
-    """One pickled object of a DCP checkpoint (e.g. `common_state/shard_0_1` with
-    profile=safe_unpickle.COMMON_STATE), read within `limit` bytes. ValueError with the reason."""
+def read_dcp_object(directory: Path, metadata: DcpMetadata, fqn: str, profile: str = safe_unpickle.TENSORS,
+                    limit: int = MAX_OBJECT_BYTES, index: StorageIndex | None = None) -> object:
+    """One stored item of a DCP checkpoint, read within `limit` bytes: a pickled object (e.g.
+    `common_state/shard_0_1` with profile=safe_unpickle.COMMON_STATE), or one chunk of a tensor
+    (`index`, a key of metadata.storage_data: DCP stores each chunk as a torch.save'd tensor,
+    which comes back as a torch tensor). ValueError with the reason."""
     dfd = _opened(directory)
     try:
-        return _object(dfd, metadata, fqn, limit, profile)
+        return _object(dfd, metadata, fqn, limit, profile, index)
     except _RecordError as exc:
         raise ValueError(str(exc)) from None
     finally:
