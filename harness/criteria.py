@@ -1011,8 +1011,9 @@ def check_optimizer_state(tl: Timeline, a: Analysis) -> CriterionResult:
                                   f"slots ({shown}): Adam's moments were not carried through the restore.", evidence)
     if not rec.steps:
         moments = f"exp_avg and exp_avg_sq are present in all {_slots(rec.moment_slots)} of {ck.rel}, but "
-        return _result(cid, NOT_APPLICABLE, moments + "this checkpoint keeps Adam's step counter only inside Megatron's "
-                                                      "pickled common state, which the suite does not unpickle: the "
+        where = (f"neither a common_step nor a param group step in its common state ({rec.common_read})"
+                 if rec.common_read else "no optimizer object and no common state holding one")
+        return _result(cid, NOT_APPLICABLE, moments + f"this checkpoint records no Adam step counter ({where}): the "
                                                       "continuation is judged by loss_continuity against a baseline.",
                        evidence)
     skipped = [it for s in tl.starts for it in s.bad_iterations if (it.skipped or 0) > 0]
@@ -1030,11 +1031,11 @@ def check_optimizer_state(tl: Timeline, a: Analysis) -> CriterionResult:
         else:
             why = f"it did not continue from the {k} steps of checkpoint {k}"
         return _result(cid, FAIL, f"{ck.rel}, the first checkpoint committed after the restore of checkpoint {k}, holds "
-                                  f"Adam's step counter {got} in {rec.key} (param_groups[*].step), but an optimizer that "
+                                  f"Adam's step counter {got} in {rec.key} ({rec.step_field}), but an optimizer that "
                                   f"continued from checkpoint {k} has taken {n} steps at iteration {n}: {why}, so Adam's "
                                   "bias correction after the restore differs from an uninterrupted run's.", evidence)
     return _result(cid, PASS, f"{ck.rel}, the first checkpoint committed after the restore of checkpoint {k}, holds "
-                              f"Adam's step counter {n:g} in {rec.key} (param_groups[*].step), one step per iteration "
+                              f"Adam's step counter {n:g} in {rec.key} ({rec.step_field}), one step per iteration "
                               f"continued from checkpoint {k}, and exp_avg and exp_avg_sq in all "
                               f"{_slots(rec.moment_slots)}.", evidence)
 

@@ -38,7 +38,9 @@ from pathlib import Path
 from harness.events import (
     CheckpointOnDisk, StateComparison, TensorDiff, Timeline, clip, TENSOR_CLASSES,
 )
-from harness.optimizer_record import SHARD_FILE_RE, _open_regular, _read_at, _RecordError, read_dcp_metadata
+from harness.optimizer_record import (
+    SHARD_FILE_RE, BytesEntry, StorageInfo, _open_regular, _read_at, _RecordError, read_dcp_metadata,
+)
 
 MAX_ITEM_BYTES = 2 << 30  # one tensor item read into memory at a time (twice: ours and the baseline's)
 MAX_LAYOUT_BYTES = 64 << 10  # a torch.save archive's data.pkl for one tensor is a few hundred bytes
@@ -110,36 +112,26 @@ class _Checkpoint:
 
     def index(self) -> None:
         import torch
-        from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
 
         try:
             metadata = read_dcp_metadata(self.directory)
         except ValueError as exc:
             raise _RecordError(str(exc)) from None
-        storage: dict[tuple[str, tuple[int, ...] | None], object] = {}
-        for idx, info in (getattr(metadata, "storage_data", None) or {}).items():
-            offset = getattr(idx, "offset", None)
-            storage[(str(getattr(idx, "fqn", "")), tuple(int(o) for o in offset) if offset is not None else None)] = info
-        for fqn, meta in (getattr(metadata, "state_dict_metadata", None) or {}).items():
-            fqn = str(fqn)
-            if isinstance(meta, BytesStorageMetadata):
+        storage = {(idx.fqn, idx.offset): info for idx, info in metadata.storage_data.items()}
+        for fqn, meta in metadata.state_dict_metadata.items():
+            if isinstance(meta, BytesEntry):
                 self.objects.append(fqn)
                 continue
-            if not isinstance(meta, TensorStorageMetadata):
-                raise _RecordError(f"{fqn} has metadata of type {type(meta).__name__}, neither a tensor nor bytes")
-            dtype = getattr(meta.properties, "dtype", None)
+            dtype = getattr(torch, meta.dtype, None) if meta.dtype else None
             if not isinstance(dtype, torch.dtype):
-                raise _RecordError(f"{fqn} names no dtype")
-            chunks = list(meta.chunks)
-            for chunk in chunks:
-                offsets = tuple(int(o) for o in chunk.offsets)
-                sizes = tuple(int(s) for s in chunk.sizes)
+                raise _RecordError(f"{fqn} names no dtype torch knows ({clip(repr(meta.dtype), 40)})")
+            for offsets, sizes in meta.chunks:
                 if any(s < 0 for s in sizes) or any(o < 0 for o in offsets):
                     raise _RecordError(f"{fqn} has a chunk with a negative offset or size")
                 info = storage.get((fqn, offsets))
                 if info is None:
                     raise _RecordError(f"{fqn} chunk at {list(offsets)} has no storage entry in .metadata")
-                key = fqn if len(chunks) == 1 else f"{fqn}[{','.join(map(str, offsets))}]"
+                key = fqn if len(meta.chunks) == 1 else f"{fqn}[{','.join(map(str, offsets))}]"
                 self.items[key] = _checked_item(key, dtype, math.prod(sizes), info)
 
     def payload(self, item: _Item) -> bytes:
@@ -152,12 +144,12 @@ class _Checkpoint:
         return _read_at(fd, item.offset, item.length)
 
 
-def _checked_item(key: str, dtype: object, numel: int, info: object) -> _Item:
-    name, offset, length = getattr(info, "relative_path", None), getattr(info, "offset", None), getattr(info, "length", None)
+def _checked_item(key: str, dtype: object, numel: int, info: StorageInfo) -> _Item:
+    name, offset, length = info.relative_path, info.offset, info.length
     if not isinstance(name, str) or not SHARD_FILE_RE.fullmatch(name):
         raise _RecordError(f"{key} is stored in {clip(repr(name), 60)}, not a __<rank>_<n>.distcp file")
-    if getattr(info, "transform_descriptors", None):
-        raise _RecordError(f"{key} is stored transformed ({info.transform_descriptors}); not read")
+    if info.transformed:
+        raise _RecordError(f"{key} is stored transformed (DCP's transform_descriptors); not read")
     if not (isinstance(offset, int) and isinstance(length, int) and offset >= 0 and 0 < length <= MAX_ITEM_BYTES):
         raise _RecordError(f"{key} has offset {offset!r} and length {length!r} out of range "
                            f"(at most {MAX_ITEM_BYTES} bytes per tensor item are read)")

@@ -387,9 +387,10 @@ class Injection(Event):
 @dataclass(frozen=True)
 class OptimizerRecord:
     """The optimizer's own record in one checkpoint, read offline (harness.optimizer_record):
-    Adam's step counters (`param_groups[*].step` of Megatron's DCP object `key`; () when the
-    checkpoint keeps none outside its pickled common state) and the slots (buckets or
-    parameters) holding optimizer state. `note` says why it could not be read (then steps is None)."""
+    Adam's step counters (read from `key`, the DCP object or file, at `step_field`; () when the
+    checkpoint keeps none: `common_read` names the common state read without finding one) and
+    the slots (buckets or parameters) holding optimizer state. `note` says why it could not be
+    read (then steps is None)."""
 
     key: str | None = None
     steps: tuple[float, ...] | None = None
@@ -397,6 +398,8 @@ class OptimizerRecord:
     missing_moments: tuple[str, ...] = ()  # slots lacking exp_avg or exp_avg_sq (the first few)
     missing_count: int = 0
     note: str | None = None
+    step_field: str = "param_groups[*].step"
+    common_read: str | None = None
 
 
 # The classes of checkpoint tensors state_equivalence names (harness.end_state.tensor_class).
@@ -463,10 +466,10 @@ class CheckpointOnDisk:
             why = (rec.note if rec is not None else None) or self.inspect_note or "not read"
             return Src(f"{self.rel}/.metadata", 0, f"optimizer record not read: {why}")
         if rec.key is None or not rec.steps:
-            return Src(f"{self.rel}/.metadata", 0, f"no optimizer step counter outside the pickled common state; "
-                                                 f"{rec.moment_slots} optimizer state slots")
+            where = f"{self.rel}/{rec.common_read}" if rec.common_read else f"{self.rel}/.metadata"
+            return Src(where, 0, f"no optimizer step counter recorded; {rec.moment_slots} optimizer state slots")
         shown = ", ".join(f"{s:g}" for s in rec.steps)
-        return Src(f"{self.rel}/{rec.key}", 0, f"param_groups[*].step = [{shown}]")
+        return Src(f"{self.rel}/{rec.key}", 0, f"{rec.step_field} = [{shown}]")
 
     def commit_src(self) -> Src:
         if self.committed:

@@ -86,6 +86,10 @@ class Scenario:
     world_after: int | None = None
     nnodes: int = 1
     min_nnodes: int | None = None
+    # whose record holds the step: "distributed" (the DistributedOptimizer's DCP object), "plain"
+    # (Megatron's common state: optimizer.optimizer.state.common_step) or "chained" (the common
+    # state of a ChainedOptimizer of two plain optimizers: optimizer[0], optimizer[1])
+    optimizer_record: str = "distributed"
 
 
 @dataclass
@@ -539,12 +543,21 @@ def _finish(run: _Run, *, exit_code: int, ended_ms: int, cut_cycle: int | None =
 
 # ---------------------------------------------------------------- checkpoints (real DCP)
 
-_TEMPLATES: dict[tuple[bool, float | None], Path] = {}
+_TEMPLATES: dict[tuple[bool, float | None, str], Path] = {}
 
 
-def _template(with_optimizer: bool, step: float | None = None) -> Path:
+def _plain_optimizer(step: float | None) -> dict:
+    """A plain optimizer's entry of Megatron's common state (the fp16/bf16 wrapper's shape)."""
+    import torch
+
+    groups = [{"lr": 1e-4, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": wd} for wd in (0.01, 0.0)]
+    state = {"common_step": torch.tensor(float(step))} if step is not None else {}
+    return {"optimizer": {"state": state, "param_groups": groups}}
+
+
+def _template(with_optimizer: bool, step: float | None = None, record: str = "distributed") -> Path:
     """A tiny DCP checkpoint written by PyTorch once per process and step, copied per iteration."""
-    if (with_optimizer, step) not in _TEMPLATES:
+    if (with_optimizer, step, record) not in _TEMPLATES:
         import warnings
 
         import torch
@@ -552,20 +565,30 @@ def _template(with_optimizer: bool, step: float | None = None) -> Path:
 
         base = Path(tempfile.mkdtemp(prefix="nvrxq-dcp-"))
         atexit.register(shutil.rmtree, base, True)
-        state = {"model.decoder.layers.0.mlp.linear_fc1.weight": torch.arange(16.0).reshape(4, 4),
-                 "common_state": {"iteration": 0}}
-        if with_optimizer:
+        param = "model.decoder.layers.0.mlp.linear_fc1.weight"
+        state = {param: torch.arange(16.0).reshape(4, 4), "common_state": {"iteration": 0}}
+        if with_optimizer and record == "distributed":
             prefix = "optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.float32, torch.float32).bucket_idx_0"
             for name in ("param", "exp_avg", "exp_avg_sq"):
                 state[f"{prefix}.{name}"] = torch.zeros(16)
             if step is not None:  # a tuple stays one pickled DCP object, as Megatron's list does
                 state["optimizer.distributed.dp_group_idx_0.optimizer"] = (
                     {"param_groups": [{"lr": 1e-4, "step": step}, {"lr": 1e-4, "step": step}]},)
+        elif with_optimizer:  # Megatron's plain optimizer: moments per parameter, the step in the common state
+            del state["common_state"]
+            params = [param] if record == "plain" else [param, "model.decoder.layers.0.mlp.experts.weight"]
+            for p in params[1:]:
+                state[p] = torch.zeros(4, 4)
+            for p in params:
+                for name in ("fp32_param", "exp_avg", "exp_avg_sq"):
+                    state[f"optimizer.state.{name}.{p}"] = torch.zeros(4, 4)
+            opt = _plain_optimizer(step) if record == "plain" else {0: _plain_optimizer(step), 1: _plain_optimizer(step)}
+            state["common_state/shard_0_1"] = ({"iteration": 0, "optimizer": opt},)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
             dcp.save(state, storage_writer=dcp.FileSystemWriter(str(base)))
-        _TEMPLATES[(with_optimizer, step)] = base
-    return _TEMPLATES[(with_optimizer, step)]
+        _TEMPLATES[(with_optimizer, step, record)] = base
+    return _TEMPLATES[(with_optimizer, step, record)]
 
 
 def _recorded_step(run: "_Run", it: int) -> float | None:
@@ -589,7 +612,7 @@ def _write_checkpoints(run: _Run) -> None:
         d = run.ckpt / f"iter_{it:07d}"
         if d.exists():
             shutil.rmtree(d)
-        shutil.copytree(_template(s.optimizer_in_checkpoints, _recorded_step(run, it)), d)
+        shutil.copytree(_template(s.optimizer_in_checkpoints, _recorded_step(run, it), s.optimizer_record), d)
         if run.saves[it] and it not in s.uncommitted:
             (d / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist", "sharded_backend_version": 1}))
     if committed:

@@ -6,7 +6,9 @@ A seeded generator (NVRX_QUAL_FUZZ_SEED, NVRX_QUAL_FUZZ_CASES to widen a local h
 copies of realistic run directories (recovery_tests/rundirs.py): JSON records with values of
 the wrong type, impossible times, huge or negative numbers, deep nesting; log lines with
 mangled digits, invalid dates, NUL bytes and endless lines; trackers, iteration directories,
-FIFOs, links to secrets and link loops where files were. Each case runs in a forked worker
+FIFOs, links to secrets and link loops where files were; checkpoints whose `.metadata` is a
+hostile pickle (classes reached through DCP's modules, memo amplification, deep nesting) or
+real DCP metadata with fields of the wrong type. Each case runs in a forked worker
 with a per-case timeout, so a hang is reported as one, with the seed and case to replay it.
 """
 
@@ -25,7 +27,7 @@ import pytest
 
 from harness.cli import main
 
-from . import rundirs
+from . import hostile, rundirs
 
 pytestmark = pytest.mark.e2e  # forked workers and a few minutes of CPU: CI's `-m "not gpu"`, not the fast tier
 
@@ -173,9 +175,72 @@ def mutate_checkpoints(rng: random.Random, run_dir: Path) -> None:
         if not (os.path.lexists(a) or os.path.lexists(b)):
             a.symlink_to(b)
             b.symlink_to(a)
-    else:
+    elif pick < 0.85:
         for md in ckpt.glob("iter_*/.metadata"):
             _put(md, bytes(rng.randrange(256) for _ in range(rng.randint(0, 300))))
+    elif pick < 0.93:
+        payload = hostile_pickle(rng, run_dir / "hostile-side-effect")
+        for md in ckpt.glob("iter_*/.metadata"):
+            _put(md, payload)
+    else:
+        for md in ckpt.glob("iter_*/.metadata"):
+            if md.is_file() and not md.is_symlink():
+                _put(md, confused_metadata(rng, md.read_bytes()))
+
+
+# Names a hostile pickle may try: what DCP's modules define or import, what the allow-list
+# admits (misused), and the classics.
+HOSTILE_NAMES = (
+    (f"{hostile.D}.staging", "_ReplicationStager"), (f"{hostile.D}.staging", "timedelta"),
+    (f"{hostile.D}._async_process_executor", "TCPStore"), (f"{hostile.D}.filesystem", "FileSystemWriter"),
+    (f"{hostile.D}._experimental.checkpoint_process", "Connection"), (f"{hostile.D}.filesystem", "Path"),
+    (f"{hostile.D}.metadata", "Metadata"), (f"{hostile.D}.metadata", "MetadataIndex"), ("torch", "Size"),
+    ("torch.serialization", "_get_layout"), ("torch._utils", "_rebuild_tensor_v2"), ("collections", "OrderedDict"),
+    ("argparse", "Namespace"), ("builtins", "eval"), ("builtins", "getattr"), ("os", "system"), ("posix", "system"),
+    ("subprocess", "Popen"), ("torch", "load"), ("io", "FileIO"), ("copyreg", "_reconstructor"),
+)
+
+
+def hostile_pickle(rng: random.Random, side_effect: Path) -> bytes:
+    """A generated hostile pickle: a name from HOSTILE_NAMES called with odd arguments (or
+    with the side-effect path), an amplification, or a deep nesting."""
+    kind = rng.random()
+    if kind < 0.15:
+        return hostile.amplified(levels=rng.randint(8, 40), width=rng.randint(2, 4), container=rng.choice((b"l", b"t")))
+    if kind < 0.25:
+        return hostile.nested_tuple_key(rng.choice((50, 5000, 300_000)))
+    if kind < 0.45:
+        return rng.choice(list(hostile.ATTACKS.values()))(
+            rng.choice((str(side_effect), 1, 2, 65000)))  # the path, a descriptor, a port
+    module, name = rng.choice(HOSTILE_NAMES)
+    args = b"".join(rng.choice((b"N", b"I1\n", b"I-1\n", b"L" + b"9" * 5000 + b"L\n", b"F nan\n".replace(b" ", b""),
+                                f"V{side_effect}\n".encode(), b"(t", b"(l", b"(d", b"Vtouch " + str(side_effect).encode() + b"\n"))
+                    for _ in range(rng.randint(0, 4)))
+    return f"c{module}\n{name}\n".encode() + b"(" + args + b"tR."
+
+
+def confused_metadata(rng: random.Random, data: bytes) -> bytes:
+    """Real DCP metadata (unpickled here, in the generator only) with one field of a wrong type."""
+    import pickle
+
+    try:
+        md = pickle.loads(data)  # the fuzz's own template, written by dcp.save
+        entries, storage = md.state_dict_metadata, md.storage_data
+    except Exception:  # an earlier mutation already replaced it
+        return data
+    value = odd_value(rng)
+    pick = rng.randrange(6)
+    if pick == 0:
+        object.__setattr__(md, "state_dict_metadata", value)
+    elif pick == 1:
+        object.__setattr__(md, "storage_data", value)
+    elif pick == 2 and entries:
+        key = rng.choice(list(entries))
+        entries[key if rng.random() < 0.5 else (value if isinstance(value, (int, str, float)) else 7)] = value
+    elif storage:
+        info = rng.choice(list(storage.values()))
+        object.__setattr__(info, rng.choice(("offset", "length", "relative_path")), value)
+    return pickle.dumps(md)
 
 
 def damage(rng: random.Random, run_dir: Path, secret: Path) -> list[str]:
@@ -209,6 +274,18 @@ def damage(rng: random.Random, run_dir: Path, secret: Path) -> list[str]:
             continue
         done.append(rel)
     return done
+
+
+def _read_checkpoint(directory: str) -> str:
+    """In the forked worker: the offline reader on one checkpoint; a note or 'ok', never an exception."""
+    from harness.history import dcp_optimizer_keys
+    from harness.optimizer_record import read_optimizer_record
+
+    rec = read_optimizer_record(Path(directory))
+    keys = dcp_optimizer_keys(Path(directory))
+    assert (rec.note is None) == (rec.steps is not None), rec
+    assert (keys[3] is None) == (keys[0] is not None), keys
+    return rec.note or "ok"
 
 
 def _judge(argv: list[str]) -> tuple[int, str]:
@@ -269,3 +346,44 @@ def test_fuzzed_run_directories_never_crash_hang_or_leak(tmp_path, bases):
         pool.join()
     assert not problems, f"{len(problems)} of {CASES} cases failed:\n" + "\n".join(problems[:10])
     assert {0, 1} <= seen_statuses or CASES < 50, seen_statuses  # the fuzz reaches verdicts, not only refusals
+
+
+def test_hostile_and_type_confused_checkpoints_are_refused_never_run(tmp_path, bases):
+    """Seeded generation over the reader of one checkpoint (NVRX_QUAL_FUZZ_PICKLES cases):
+    generated hostile pickles and type-confused DCP metadata give a record with a note, no
+    exception, no crash (a forked worker), no hang and no side effect of the pickle."""
+    rng = random.Random(SEED)
+    template = next(bases[0].glob("checkpoints/iter_*"))
+    ctx = multiprocessing.get_context("fork")
+    pool = ctx.Pool(1)
+    side_effect = tmp_path / "hostile-side-effect"
+    problems: list[str] = []
+    notes: set[str] = set()
+    try:
+        for case in range(int(os.environ.get("NVRX_QUAL_FUZZ_PICKLES", "120"))):
+            d = tmp_path / f"iter_{case:07d}"
+            shutil.copytree(template, d)
+            md = d / ".metadata"
+            confused = rng.random() < 0.4
+            md.write_bytes(confused_metadata(rng, md.read_bytes()) if confused else hostile_pickle(rng, side_effect))
+            replay = f"case {case} (NVRX_QUAL_FUZZ_SEED={SEED}), {md.read_bytes()[:120]!r}"
+            try:
+                note = pool.apply_async(_read_checkpoint, (str(d),)).get(timeout=CASE_TIMEOUT_S)
+                notes.add(note.split(" ")[0])
+            except multiprocessing.TimeoutError:
+                problems.append(f"{replay}: the reader hung")
+                pool.terminate()
+                pool = ctx.Pool(1)
+            except Exception as exc:  # noqa: BLE001 - the worker's exception or its death, as a finding
+                problems.append(f"{replay}: {type(exc).__name__}: {exc}")
+                pool.terminate()
+                pool = ctx.Pool(1)
+            if side_effect.exists():
+                problems.append(f"{replay}: the pickle acted ({side_effect} exists)")
+                shutil.rmtree(side_effect, ignore_errors=True)
+            shutil.rmtree(d, ignore_errors=True)
+    finally:
+        pool.terminate()
+        pool.join()
+    assert not problems, "\n".join(problems[:10])
+    assert len(notes) > 3, notes  # refusals of several kinds, not one
