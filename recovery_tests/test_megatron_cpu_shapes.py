@@ -8,7 +8,8 @@ verify` judges it.
   is rank 0, the rendezvous host's rank.
 - The distributed optimizer sharded over DP 2 restores its shards and Megatron prints every
   load line, yet Adam's step counter is reset (docs/megatron-cpu.md, "What it found"): the
-  suite must catch it (NOT QUALIFIED, optimizer_state and loss_continuity fail).
+  suite must catch it (NOT QUALIFIED, optimizer_state, loss_continuity and state_equivalence
+  fail).
 
 Each scenario launches once per session (fixtures/runs.py) and every criterion is its own test
 id. The workload's 12 iterations, a checkpoint every 4 (the fewest Megatron's learning-rate
@@ -22,12 +23,12 @@ import re
 import pytest
 
 from fixtures.runs import Scenario, explain
-from harness.criteria import CHECK_IDS, FAIL, LOSS_CONTINUITY, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
+from harness.criteria import CHECK_IDS, FAIL, LOSS_CONTINUITY, OPTIMIZER_STATE, PASS, STATE_EQUIVALENCE
 from recovery_tests.test_recovery_megatron_cpu import megatron_cpu  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.e2e
 
-CHECKS = (*CHECK_IDS, LOSS_CONTINUITY)
+CHECKS = (*CHECK_IDS, LOSS_CONTINUITY, STATE_EQUIVALENCE)
 # name -> (RunSpec knobs, Megatron's own layout line: world, DP, TP, PP)
 SHAPES: dict[str, tuple[tuple[tuple[str, object], ...], tuple[int, int, int, int]]] = {
     "tp2": ((("tp", 2),), (2, 1, 2, 1)),
@@ -68,10 +69,9 @@ def layout_line(outcome) -> str:
 def test_plain_optimizer_qualifies_at_every_shape(case, check, megatron_cpu, scenarios):  # noqa: F811
     shape, rank = QUALIFYING[case]
     outcome = scenarios.outcome(shape_scenario(shape, megatron_cpu, rank=rank))
-    # the plain optimizer's step counter lives in the pickled common state: the moments are
-    # checked, the step is left to loss continuity
-    expected = NOT_APPLICABLE if check == OPTIMIZER_STATE else PASS
-    assert outcome.verdict.criterion(check).status == expected, explain(outcome, check)
+    # the plain optimizer's step counter lives in Megatron's pickled common state, read through
+    # the restricted unpickler: optimizer_state judges it like every other criterion
+    assert outcome.verdict.criterion(check).status == PASS, explain(outcome, check)
     assert outcome.verdict.qualified and outcome.verdict.exit_status == 0, outcome.run_dir
 
 
@@ -94,14 +94,14 @@ def test_megatron_ran_the_shape_and_the_fault_hit_the_rank_asked(case, megatron_
     assert None not in (m.detection_s, m.restart_s, m.restore_s, m.first_step_s), m
 
 
-STEP_RESET_FAILS = {OPTIMIZER_STATE, LOSS_CONTINUITY}
+STEP_RESET_FAILS = {OPTIMIZER_STATE, LOSS_CONTINUITY, STATE_EQUIVALENCE}
 
 
 @pytest.mark.parametrize("check", CHECKS)
 def test_distributed_optimizer_sharded_over_dp2_is_caught(check, megatron_cpu, scenarios):  # noqa: F811
     """DP2 x TP2 with --use-distributed-optimizer: every log-based criterion passes (Megatron
     loads each DP shard and says so), the step reset is caught by the checkpoint's own
-    optimizer record and by the losses after the restore."""
+    optimizer record, by the losses after the restore and by the final tensors."""
     outcome = scenarios.outcome(shape_scenario("dp2-tp2", megatron_cpu, plain=False))
     expected = FAIL if check in STEP_RESET_FAILS else PASS
     assert outcome.verdict.criterion(check).status == expected, explain(outcome, check)
