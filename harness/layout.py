@@ -44,6 +44,10 @@ def marker_index(name: str) -> int | None:
     m = re.fullmatch(r"fault_injected\.([2-9]|[1-9][0-9])\.json", name)
     return int(m.group(1)) if m else None
 TRACKER_NAME = "latest_checkpointed_iteration.txt"
+VERDICT_NAME = "verdict.json"
+REPORT_NAME = "report.md"
+# {"qualified": false, "why": ...}: a negative scenario of the suite (written by its fixtures)
+EXPECTATION_NAME = "expectation.json"
 FT_STATE_NAME = "ft_state.json"
 CYCLE_LOG_STEM = "train_cycle"
 
@@ -122,11 +126,11 @@ class RunLayout:
 
     @property
     def verdict_json(self) -> Path:
-        return self.root / "verdict.json"
+        return self.root / VERDICT_NAME
 
     @property
     def report_md(self) -> Path:
-        return self.root / "report.md"
+        return self.root / REPORT_NAME
 
     @property
     def tracker(self) -> Path:

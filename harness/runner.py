@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from harness import discovery, launch, nvrx, ports, slurm
+from harness import discovery, evidence, launch, nvrx, ports, slurm
 from harness.plan import Plan
 from harness.prepare import prepare, release
 from harness.report import Verdict, write_outputs
@@ -142,8 +142,9 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
         result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
                                watch=watcher, base_env=base_env, on_stop=_step_canceller(plan, base_env))
         base = read_baseline(baseline) if baseline is not None else None
+        digest = evidence.digest(plan.layout.root)  # the launch has ended: what the final read sees
         read = reader.read(final=True, inspect_checkpoints=True)
-        verdict = verify_read(read, baseline=base)
+        verdict = verify_read(read, baseline=base, evidence_digest=digest)
         found, sections = triage(verdict, read)
         written = write_outputs(verdict, plan.layout.root, extra_sections=sections)
     finally:
