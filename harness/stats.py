@@ -70,6 +70,7 @@ class RunRecord:
     expected_qualified: bool = True
     source: str = JUDGED
     source_notes: tuple[str, ...] = ()  # what differed between verdict.json and the evidence, or why not trusted
+    picture_current: bool = True  # False: timeline.png shows a stored verdict that this record contradicts
 
     @property
     def run_id(self) -> str:
@@ -526,7 +527,7 @@ def load_run(run_dir: Path, warn: Callable[[str], None] | None = None) -> RunRec
                 f"gone ({str(exc).split(': ', 1)[-1].split(';')[0]}): it cannot be re-judged, so it is not counted as "
                 "qualified; copy the run's logs/, checkpoints/ and markers with it")
         say(note)
-        return _record(run_dir, _unverifiable(stored), source=UNVERIFIABLE, notes=(note,))
+        return _record(run_dir, _unverifiable(stored), source=UNVERIFIABLE, notes=(note,), picture_current=False)
     if why:
         say(f"{path} is unreadable ({why}): verified the run directory instead")
     verdict, _read = judge_run(run_dir, picture=False)
@@ -536,17 +537,22 @@ def load_run(run_dir: Path, warn: Callable[[str], None] | None = None) -> RunRec
     notes = _differences(path, stored, verdict)
     for note in notes:
         say(note)
-    return _record(run_dir, _with_stored_baseline(stored, verdict), source=REJUDGED, notes=notes)
+    counted = _with_stored_baseline(stored, verdict)
+    same = stored.qualified == counted.qualified and {c.id: c.status for c in stored.criteria} == {
+        c.id: c.status for c in counted.criteria}
+    return _record(run_dir, counted, source=REJUDGED, notes=notes, picture_current=same)
 
 
-def _record(run_dir: Path, verdict: Verdict, source: str = JUDGED, notes: tuple[str, ...] = ()) -> RunRecord:
+def _record(run_dir: Path, verdict: Verdict, source: str = JUDGED, notes: tuple[str, ...] = (),
+            picture_current: bool = True) -> RunRecord:
     run_json, _ = _read_json(run_dir / "run.json")
     launch_json, _ = _read_json(run_dir / "launch.json")
     spec = (run_json or {}).get("spec")
     workload = spec.get("workload") if isinstance(spec, dict) else None
     record = RunRecord.from_verdict(verdict, run_dir=run_dir.absolute(), workload=str(workload) if workload else None,
                                     stopped_early=_stopped(launch_json))
-    record = replace(record, expected_qualified=_expected_qualified(run_dir), source=source, source_notes=notes)
+    record = replace(record, expected_qualified=_expected_qualified(run_dir), source=source, source_notes=notes,
+                     picture_current=picture_current)
     if source in UNTRUSTED:
         record = replace(record, qualified=False)
     version = (run_json or {}).get("nvrx_version")
@@ -573,7 +579,8 @@ def _differences(path: Path, stored: Verdict, now: Verdict) -> tuple[str, ...]:
     if reasons:
         notes.append(f"{path} is stale ({'; '.join(reasons)}): re-judged from the evidence")
     said = {c.id: c.status for c in stored.criteria}
-    changed = [f"{c.id} {said[c.id].value} → {c.status.value}" for c in now.criteria if c.id in said and said[c.id] != c.status]
+    changed = [f"{c.id} {said[c.id].value if c.id in said else '(absent)'} → {c.status.value}" for c in now.criteria
+               if (c.id in said and said[c.id] != c.status) or (c.id not in said and not c.held)]
     if stored.qualified != now.qualified or changed:
         notes.append(f"{path} says {'qualified' if stored.qualified else 'not qualified'}, the evidence says "
                      f"{'qualified' if now.qualified else 'not qualified'}" + (f" ({', '.join(changed)})" if changed else "")
@@ -624,6 +631,8 @@ def timeline_links(records: Iterable[RunRecord], relative_to: Path) -> dict[str,
     Markdown is read from (so the summary and the runs can move together)."""
     links = {}
     for r in records:
+        if not r.picture_current:  # it shows the stored verdict, not the one counted
+            continue
         picture = Path(r.run_dir) / TIMELINE
         if picture.is_file():
             links[r.run_dir] = os.path.relpath(picture.absolute(), relative_to.absolute())

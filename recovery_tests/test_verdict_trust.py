@@ -90,6 +90,7 @@ def test_the_digest_tells_changed_evidence_from_a_copy_that_lost_its_times(runs)
 
 def test_an_old_release_verdict_is_re_judged_not_counted(runs, capsys):
     run = runs / "step-reset"
+    verify_run(run, write=True)  # timeline.png and report.md as a verify left them
     doc = old_release_verdict(run)
     assert doc["qualified"] is True  # what the earlier release said
     (run / "verdict.json").write_text(json.dumps(doc))
@@ -98,6 +99,8 @@ def test_an_old_release_verdict_is_re_judged_not_counted(runs, capsys):
     assert status == 1 and "0 of 1 runs qualified." in out
     assert "`optimizer_state` fail" in out
     assert "records no suite version" in err and "no result for optimizer_state" in err
+    assert "the evidence says not qualified (optimizer_state (absent) → fail)" in err
+    assert (run / "timeline.png").is_file() and "timeline.png" not in out  # it shows the stored verdict, not this one
     # without its evidence (a summary of stored verdicts), such a verdict is stale, not qualified
     record = stats.RunRecord.from_verdict_json(doc)
     assert record.qualified is False and record.source == stats.STALE
