@@ -27,7 +27,7 @@ from typing import Callable, Mapping, Sequence
 
 from harness import events as ev
 from harness.events import AppStart, Src, Timeline, iso_utc
-from harness.layout import MARKER_NAME
+from harness.layout import MARKER_NAME, TRACKER_NAME, parse_tracker
 from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
 from harness.verdict import CriterionResult, Status, qualified
 
@@ -290,8 +290,28 @@ def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
             return _result(cid, FAIL, f"The fault fired after the tracker named iteration {k}, but {disk.rel} has no "
                                       "metadata.json: that save was never committed (its async finalization did not "
                                       "complete), so the run had no complete checkpoint to recover from.", evidence)
+        tracked = parse_tracker(ck.tracker) if ck.tracker is not None else None
+        evidence.append(ck.tracker_src())
+        if ck.tracker is None:
+            return _result(cid, FAIL, f"{ck.path} has no readable {TRACKER_NAME} (absent, a link or not a regular "
+                                      f"file), although Megatron writes it after every committed save and the fault "
+                                      f"fired on its value {k}: this is not the checkpoint directory the run saved to, "
+                                      "or the tracker was removed; copy the checkpoint directory whole.", evidence)
+        if tracked is None:
+            return _result(cid, FAIL, f"{ck.path}/{TRACKER_NAME} holds {ck.tracker[:20]!r}, not an iteration number, "
+                                      f"although the fault fired on its value {k}: the tracker was damaged or written by "
+                                      "something else after the run.", evidence)
+        if tracked < k:
+            return _result(cid, FAIL, f"{ck.path}/{TRACKER_NAME} names iteration {tracked}, below checkpoint {k} that "
+                                      "the marker says was committed before the fault: Megatron's tracker only moves "
+                                      "forward, so it was rewritten, or this is not the run's checkpoint directory.",
+                           evidence)
+    elif ck is not None and ck.how.startswith("not followed"):
+        caveats.append(f"{ck.path} is a symbolic link, not followed, so neither metadata.json nor the tracker was "
+                       "checked")
     else:
-        caveats.append("the checkpoint directory is not in the run directory, so metadata.json was not checked")
+        caveats.append("the checkpoint directory is not in the run directory, so metadata.json and the tracker were "
+                       "not checked")
     if not tl.starts:
         return _result(cid, UNKNOWN, f"The marker names checkpoint {k}, but there is no application log to correlate it "
                                      "with Megatron's save lines: copy logs/ with the run directory.", evidence)
@@ -318,8 +338,10 @@ def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
         caveats.append(f"checkpoint {a.expected_k} was also committed before the injection")
     when = iso_utc(tl.utc(inj))
     extra = f" ({'; '.join(caveats)})" if caveats else ""
+    agree = "the marker, Megatron's save line, metadata.json and the tracker agree" if ck is not None and ck.exists \
+        else "the marker and Megatron's save line agree"
     return _result(cid, PASS, f"Checkpoint {k} was committed before the {a.fault} injection on rank {inj.rank} at "
-                              f"{when}: the marker, Megatron's save line and metadata.json agree{extra}.", evidence)
+                              f"{when}: {agree}{extra}.", evidence)
 
 
 CLOCK_SLACK_S = 60.0  # clocks of one cluster agree far better; more is a marker of another run or a broken clock
@@ -866,6 +888,28 @@ def _nothing_left_to_train(tl: Timeline, a: Analysis, k: int, t: int) -> Criteri
                               "optimizer_reload's, its exit clean_finish's).", evidence)
 
 
+def _restarts_ran_out(tl: Timeline, a: Analysis) -> tuple[str, list[object]] | None:
+    """For a fault run that never restarted and whose launcher's own give-up line is not in the
+    logs (NVRx 0.7.0's log server loses the last lines; no launch.json): (why its restarts ran
+    out, evidence), when the launcher recorded the failed cycle and either run.json's restart
+    budget is spent or it announced no restart ('N/M attempts left; will restart worker group',
+    which torch elastic prints only while attempts are left). None: nothing says so (no record
+    of the failure, the harness stopped the launch, or a restart was announced)."""
+    c = a.failed_cycle if a.failed_cycle is not None else 0
+    fails = a.failures.get(c, ())
+    if not fails or (tl.launch is not None and tl.launch.stopped_early):
+        return None
+    shown: list[object] = [a.injection, *fails[:2]]
+    budget = tl.run.max_restarts
+    if budget is not None and len(a.failures) > budget:
+        return (f"its restarts ran out (--max-restarts {budget} allows {budget} restart(s) and {len(a.failures)} "
+                f"cycle(s) failed; raise --max-restarts)", shown)
+    if not any(isinstance(e, ev.WorkerGroupFailed) and (e.attempts_left or 0) > 0 for e in fails):
+        return (f"its restarts ran out (it recorded the failure of cycle {c}, announced no restart and started no "
+                "later cycle; raise --max-restarts, which defaults to 0)", shown)
+    return None
+
+
 def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
     cid = "clean_finish"
     if a.is_fault_run and a.injection is not None and a.poisoned:
@@ -873,11 +917,19 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
     if a.is_fault_run and a.injection is not None and not a.restarted:
         gave_up = [e for e in tl.launcher_events() if isinstance(e, (ev.LauncherFailed, ev.RestartsExhausted))]
         launch = tl.launch
+        ran_out = _restarts_ran_out(tl, a)
+        why = f": {ran_out[0]}" if ran_out is not None else ""
+        if not why and any(isinstance(e, ev.RestartsExhausted) for e in gave_up):
+            why = ": its restarts ran out (it said no restart attempts were left; raise --max-restarts)"
         if gave_up or (launch is not None and launch.exit_code not in (None, 0)):
-            shown = [*gave_up[:2], launch.src if launch is not None and launch.exit_code not in (None, 0) else None]
-            return _result(cid, FAIL, "The launcher gave up after the fault without starting replacement workers "
-                                      "(see replacement_cycle): the job ended in failure, not cleanly.", shown,
+            shown = [*gave_up[:2], launch.src if launch is not None and launch.exit_code not in (None, 0) else None,
+                     *(ran_out[1] if ran_out is not None else ())]
+            return _result(cid, FAIL, f"The launcher gave up after the fault without starting replacement workers{why} "
+                                      "(see replacement_cycle), so the job ended in failure, not cleanly.", shown,
                            final=bool(gave_up))
+        if ran_out is not None:
+            return _result(cid, FAIL, f"The launcher gave up after the fault without starting replacement workers{why} "
+                                      "(see replacement_cycle), so the job ended in failure, not cleanly.", ran_out[1])
         return _result(cid, NOT_APPLICABLE, "The job never restarted after the fault (see replacement_cycle), so it "
                                              "could not finish cleanly.")
     problems: list[str] = []

@@ -1093,20 +1093,49 @@ class HistoryReader:
         candidates: list[tuple[Path, str]] = []
         spec = _spec(run_json)
         original = _original_root(spec, self.run_dir)  # where the run was written, when it was copied since
+        own = self.run_dir / "checkpoints"
         if spec.get("checkpoint_dir"):
-            candidates.append((_rebased(Path(str(spec["checkpoint_dir"])), original, self.run_dir),
-                               "run.json spec.checkpoint_dir"))
-        candidates.append((self.run_dir / "checkpoints", "<run>/checkpoints"))
+            recorded = _rebased(Path(str(spec["checkpoint_dir"])), original, self.run_dir)
+            if original is None and not spec.get("work_dir") and not _inside(recorded, self.run_dir):
+                # Without work_dir nothing tells whether this directory is a copy, so a recorded path
+                # outside it may be the original's checkpoints, not the ones copied with the run.
+                if os.path.lexists(own):  # a link there is refused below, not bypassed through the recorded path
+                    notes.append(f"run.json records no work_dir, so where this run was written cannot be told; its "
+                                 f"checkpoint_dir {recorded} lies outside this directory, which holds checkpoints/ of "
+                                 "its own: judged against those, not against "
+                                 f"{recorded} (record work_dir in run.json to have the recorded directory used)")
+                else:
+                    notes.append(f"run.json records no work_dir, so where this run was written cannot be told; its "
+                                 f"checkpoint_dir {recorded} lies outside this directory and was read where it is now, "
+                                 "which is this run's own only if the directory was not copied; copy the checkpoints "
+                                 "into <run>/checkpoints to judge the ones that came with it")
+                    candidates.append((recorded, "run.json spec.checkpoint_dir"))
+            else:
+                candidates.append((recorded, "run.json spec.checkpoint_dir"))
+        candidates.append((own, "<run>/checkpoints"))
         for start in starts:
             args = start.arguments
             for key in ("save", "load"):
                 value = args.get(key) if args else None
                 if value and value != "None":
                     candidates.append((_rebased(Path(value), original, self.run_dir), f"the arguments table's {key}"))
-        chosen = next(((p, how) for p, how in candidates if p.is_dir()), None)  # is_dir: False for a link loop
+        usable, refused = [], []
+        for p, how in candidates:
+            link = _link_below(p, self.run_dir)
+            if link is None:
+                usable.append((p, how))
+            elif link not in refused:
+                refused.append(link)
+                notes.append(f"{link.relative_to(self.run_dir)} is a symbolic link: links in a received run directory "
+                             "are never followed, so the checkpoints behind it were not read; copy them into the run "
+                             "directory (cp -rL) to have them judged")
+            if p == own and os.path.lexists(own):
+                break  # the run's own checkpoints/ is there: the arguments table's paths (maybe the original's) are not
+        chosen = next(((p, how) for p, how in usable if p.is_dir()), None)  # is_dir: False for a link loop
         if chosen is None:
             shown = _shown(candidates[0][0], self.run_dir) if candidates else None
-            return ev.CheckpointState(path=shown, how="not found", exists=False, tracker=None)
+            return ev.CheckpointState(path=shown, how="not followed: a symlink" if refused else "not found",
+                                      exists=False, tracker=None)
         path, how = chosen
         if candidates[0][0] != path and candidates[0][1] == "run.json spec.checkpoint_dir":
             notes.append(f"run.json's checkpoint_dir {candidates[0][0]} is not here; used {path} ({how})")
@@ -1416,6 +1445,28 @@ def _rebased(path: Path, original: Path | None, run_dir: Path) -> Path:
         return run_dir / path.relative_to(original)
     except ValueError:
         return path
+
+
+def _link_below(path: Path, run_dir: Path) -> Path | None:
+    """The first symbolic link on the way from the run directory down to `path` (lexically
+    inside it), or None (also for a path outside the run directory)."""
+    try:
+        rel = Path(os.path.normpath(path)).relative_to(os.path.normpath(run_dir))
+    except ValueError:
+        return None
+    current = run_dir
+    for part in rel.parts:
+        if part in ("", "."):
+            continue
+        if part == "..":
+            return None
+        current = current / part
+        try:
+            if stat.S_ISLNK(os.lstat(current).st_mode):
+                return current
+        except OSError:
+            return None
+    return None
 
 
 def _inside(path: Path, run_dir: Path) -> bool:

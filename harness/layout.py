@@ -12,12 +12,14 @@
       verdict.json, report.md  written by verify
 
 Pure path arithmetic: nothing here touches the filesystem except the read-only
-`existing_problem` check.
+`leftovers` listing.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,8 +46,25 @@ def marker_index(name: str) -> int | None:
     m = re.fullmatch(r"fault_injected\.([2-9]|[1-9][0-9])\.json", name)
     return int(m.group(1)) if m else None
 TRACKER_NAME = "latest_checkpointed_iteration.txt"
+VERDICT_NAME = "verdict.json"
+REPORT_NAME = "report.md"
+# {"qualified": false, "why": ...}: a negative scenario of the suite (written by its fixtures)
+EXPECTATION_NAME = "expectation.json"
 FT_STATE_NAME = "ft_state.json"
 CYCLE_LOG_STEM = "train_cycle"
+
+
+MAX_ITERATION_DIGITS = 18  # an iteration count far beyond any run, and far below Python's int-string limit
+
+
+def parse_tracker(text: str) -> int | None:
+    """The iteration in the text of Megatron's tracker: a bare non-negative integer (maybe with
+    a newline); else None ("release", a sign, anything else, a number of absurd length). The one
+    reading of a tracker's text: the nemesis, planning and the criteria all use it."""
+    stripped = text.strip()
+    if stripped.isascii() and stripped.isdigit() and len(stripped) <= MAX_ITERATION_DIGITS:
+        return int(stripped)
+    return None
 
 
 def is_valid_run_id(run_id: str) -> bool:
@@ -122,11 +141,11 @@ class RunLayout:
 
     @property
     def verdict_json(self) -> Path:
-        return self.root / "verdict.json"
+        return self.root / VERDICT_NAME
 
     @property
     def report_md(self) -> Path:
-        return self.root / "report.md"
+        return self.root / REPORT_NAME
 
     @property
     def tracker(self) -> Path:
@@ -135,6 +154,31 @@ class RunLayout:
     @property
     def ft_state(self) -> Path:
         return self.checkpoints / FT_STATE_NAME
+
+    def leftovers(self, limit: int = 4) -> tuple[str, ...]:
+        """What an earlier run left in this run directory's logs/, checkpoints/ and cycle_infos/
+        (at most `limit` names, relative to the root; read-only, no link followed). A
+        checkpoint directory outside the root (NVRX_CHECKPOINT_DIR) is the user's, not counted."""
+        found: list[str] = []
+        for directory in (self.checkpoints, self.logs, self.cycle_infos):
+            if directory != self.root and self.root not in directory.parents:
+                continue
+            rel = directory.relative_to(self.root)
+            try:
+                if not stat.S_ISDIR(os.lstat(directory).st_mode):
+                    found.append(f"{rel} (not a directory)")
+                    continue
+                with os.scandir(directory) as entries:
+                    for entry in entries:
+                        found.append(f"{rel}/{entry.name}")
+                        break
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                found.append(f"{rel} (unreadable: {exc.strerror})")
+            if len(found) >= limit:
+                break
+        return tuple(found[:limit])
 
     def artifact_dirs(self) -> tuple[Path, ...]:
         """Directories a launch needs before anything starts."""

@@ -53,7 +53,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from harness.layout import RunLayout, is_valid_run_id
+from harness.layout import RunLayout, is_valid_run_id, parse_tracker
 from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
 
 FAULT_SIGNALS = {k.name: getattr(signal, k.signal) for k in FAULT_KINDS.values()}
@@ -125,12 +125,7 @@ def utc_now_iso() -> str:
 # ---------------------------------------------------------------- tracker reading
 
 
-def parse_iteration(text: str) -> int | None:
-    """Megatron's tracker holds a bare non-negative integer (maybe a newline); else None."""
-    stripped = text.strip()
-    if stripped.isascii() and stripped.isdigit():
-        return int(stripped)
-    return None
+parse_iteration = parse_tracker  # the one reading of a tracker's text (harness.layout)
 
 
 def _read_tracker_text(tracker: Path) -> str:

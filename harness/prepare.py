@@ -13,7 +13,7 @@ from pathlib import Path
 from harness import __version__, atomic, baseline, safeio
 from harness.layout import RunLayout
 from harness.plan import Plan
-from harness.spec import SpecError
+from harness.spec import SpecError, leftovers_problem
 
 
 def utc_now_iso() -> str:
@@ -134,3 +134,6 @@ def _check_fresh(layout: RunLayout) -> None:
         if os.path.lexists(path):
             raise SpecError([f"run directory {layout.root} already holds {what} ({path.name}): use a new "
                              "NVRX_RUN_ID for every run; old runs are never overwritten"])
+    leftovers = layout.leftovers()
+    if leftovers:
+        raise SpecError([leftovers_problem(layout.root, leftovers)])

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Mapping, TextIO
 
 from harness import baseline as baselinemod
-from harness import discovery, launch, nvrx, ports, slurm
+from harness import discovery, evidence, launch, nvrx, ports, slurm
 from harness import plan as planmod
 from harness.plan import Plan
 from harness.prepare import prepare, release
@@ -209,11 +209,13 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
         result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
                                watch=watcher, base_env=base_env, on_stop=_step_canceller(plan, base_env))
         base = read_baseline(baseline) if baseline is not None else None
+        digest = evidence.digest(plan.layout.root)  # the launch has ended: what the final read sees
         read = reader.read(final=True, inspect_checkpoints=True)
         state = compare_end_states(read, base) if base is not None else None
         how = used.how if used is not None else "given"
         problem = (str(used.path), used.problem) if used is not None and used.problem is not None else None
-        verdict = verify_read(read, baseline=base, end_state=state, baseline_how=how, baseline_problem=problem)
+        verdict = verify_read(read, baseline=base, end_state=state, baseline_how=how, baseline_problem=problem,
+                              evidence_digest=digest)
         found, sections = triage(verdict, read)
         written = write_outputs(verdict, plan.layout.root, extra_sections=sections)
     finally:

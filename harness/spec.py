@@ -18,10 +18,10 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from harness import safeio, topology
-from harness.layout import FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_NAME, RunLayout, is_valid_run_id
+from harness.layout import FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_NAME, RunLayout, is_valid_run_id, parse_tracker
 
 WORKLOADS = ("megatron", "megatron-cpu", "reference")
 
@@ -584,13 +584,10 @@ def read_tracker(path: Path) -> int | None:
     if not text.strip():
         raise SpecError([f"tracker {path} is empty: restore the iteration number, or use a fresh checkpoint dir; "
                          "only an absent tracker means a fresh run"])
-    stripped = text.strip()
-    if not (stripped.isascii() and stripped.isdigit()):  # what the nemesis accepts in the workers: "+7" is not
-        raise SpecError([f"tracker {path} holds {stripped[:40]!r}, not an iteration number (bare digits): restore "
+    value = parse_tracker(text)  # what the nemesis accepts in the workers: "+7" is not
+    if value is None:
+        raise SpecError([f"tracker {path} holds {text.strip()[:40]!r}, not an iteration number (bare digits): restore "
                          "it, or use a fresh checkpoint dir"])
-    value = int(stripped)
-    if value < 0:
-        raise SpecError([f"tracker {path} holds a negative iteration {value}: restore it"])
     return value
 
 
@@ -629,6 +626,16 @@ def iterations_after(checkpoint_dir: Path, iteration: int) -> list[tuple[int, st
     return sorted(found)
 
 
+def leftovers_problem(root: Path, leftovers: Sequence[str]) -> str:
+    """The refusal of a run directory holding an earlier run's logs or checkpoints without its
+    records (no launch.json, no marker): a launch would resume from them and write over them."""
+    return (f"run directory {root} already holds {', '.join(leftovers)} from an earlier run that left no launch.json "
+            "or run.json of its own: a launch there would resume from those checkpoints and write over those logs, "
+            "and they are yours, so nothing is touched: use a new NVRX_RUN_ID, or move the directory away (mv "
+            f"{root} {root}.old); to resume from those checkpoints deliberately, copy them elsewhere and pass "
+            "NVRX_CHECKPOINT_DIR=<the copy>")
+
+
 def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool = True) -> int:
     """Check everything that can be checked before launch. Returns the restored iteration
     (0 for a fresh run). Raises SpecError with one line per problem. Creates nothing.
@@ -649,6 +656,8 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
     elif layout.launch_json.exists():
         problems.append(f"run directory {layout.root} already holds a launched run (launch.json): "
                         "use a new NVRX_RUN_ID for every test; old runs are never overwritten")
+    elif leftovers := layout.leftovers():
+        problems.append(leftovers_problem(layout.root, leftovers))
 
     blocker = next((p for p in (spec.work_dir, *spec.work_dir.parents) if p.exists() or p.is_symlink()), None)
     if blocker is not None and not blocker.is_dir():

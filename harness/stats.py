@@ -1,8 +1,12 @@
 """Statistics over several runs: pass rate per criterion and p50 / p95 / max per latency metric.
 
 One recovery proves little; operators signing off a stack want to know it holds every time.
-The input is each run's `Verdict` (harness.verdict; from verdict.json by `Verdict.from_json`), so the same
-code serves `nvrx-qual run --repeat N`, pytest's `--repeat N` and `nvrx-qual report RUN_DIR...`.
+The input is each run's `Verdict` (harness.verdict), so the same code serves `nvrx-qual run --repeat N`,
+pytest's `--repeat N` and `nvrx-qual report RUN_DIR...`. A verdict.json is never taken at its word:
+`load_run` re-judges the run's evidence (as `verify` does, writing nothing) and a verdict whose
+evidence is gone is `unverifiable`, never qualified; `RunRecord.from_verdict_json` (a stored
+verdict without its evidence) counts a stale one (an earlier release's, one lacking a criterion
+every run is judged by now) as not qualified.
 
 Percentiles interpolate linearly between the two nearest ranks (numpy.percentile's default,
 Hyndman & Fan type 7): over 1, 2, 3, 4, 10 the p50 is 3 and the p95 is 4 + 0.8 x 6 = 8.8.
@@ -20,10 +24,20 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from harness import atomic, safeio
-from harness.history import check_run_dir
+from harness.history import RunDirError, check_run_dir
+from harness.layout import EXPECTATION_NAME, VERDICT_NAME
 from harness.picture import FILE_NAME as TIMELINE
-from harness.criteria import CRITERIA_IDS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN
+from harness import __version__
+from harness.criteria import CHECK_IDS, CRITERIA_IDS, FAIL, LOSS_CONTINUITY, NOT_APPLICABLE, PASS, UNKNOWN
 from harness.verdict import CriterionResult, Verdict, qualified
+
+# Where a record's verdict came from (RunRecord.source; summary.json's `verdict_source`).
+JUDGED = "judged"  # judged now from the run's evidence (no verdict.json, or a fresh verdict)
+REJUDGED = "re-judged"  # verdict.json was there; the evidence was judged again and that counts
+RECORDED = "recorded"  # a current verdict.json taken as recorded, without its evidence (from_verdict_json)
+STALE = "stale"  # a verdict.json of an earlier release or another criteria set, without its evidence
+UNVERIFIABLE = "unverifiable"  # a verdict.json whose evidence is gone
+UNTRUSTED = (STALE, UNVERIFIABLE)  # never counted as qualified
 
 SCHEMA = 1
 # The latency split and lost work, in the order of the report (harness.metrics).
@@ -54,6 +68,9 @@ class RunRecord:
     # False for a negative scenario: a run that breaks the recovery on purpose, which the
     # suite must catch (expectation.json in the run directory, written by the pytest fixtures)
     expected_qualified: bool = True
+    source: str = JUDGED
+    source_notes: tuple[str, ...] = ()  # what differed between verdict.json and the evidence, or why not trusted
+    picture_current: bool = True  # False: timeline.png shows a stored verdict that this record contradicts
 
     @property
     def run_id(self) -> str:
@@ -66,6 +83,8 @@ class RunRecord:
     @property
     def verdict_cell(self) -> str:
         """The verdict as the summaries show it, with the expectation when it is negative."""
+        if self.source in UNTRUSTED:
+            return f"❔ {self.source} verdict.json (not counted as qualified)"
         if self.expected_qualified:
             if self.qualified and self.fault == "none":
                 return "✅ baseline (no fault: no recovery exercised)"
@@ -90,8 +109,19 @@ class RunRecord:
 
     @classmethod
     def from_verdict_json(cls, doc: Mapping, **where: object) -> "RunRecord":
-        """From verdict.json (or `Verdict.to_json()`), read by `Verdict.from_json`; missing keys read as unknown."""
-        return cls.from_verdict(Verdict.from_json(doc), **where)  # type: ignore[arg-type]
+        """From verdict.json (or `Verdict.to_json()`), read by `Verdict.from_json`, without its
+        evidence; missing keys read as unknown. A stale verdict (Verdict.stale_reasons: an
+        earlier release's, one without a criterion every run is judged by now) is never
+        counted as qualified; a current one counts as recorded (a run directory's verdict goes
+        through load_run, which re-judges the evidence)."""
+        verdict = Verdict.from_json(doc)
+        record = cls.from_verdict(verdict, **where)  # type: ignore[arg-type]
+        reasons = verdict.stale_reasons(CHECK_IDS, __version__)
+        if reasons:
+            return replace(record, qualified=False, source=STALE,
+                           source_notes=(f"verdict.json is stale ({'; '.join(reasons)}) and its evidence was not "
+                                         "judged again: not counted as qualified",))
+        return replace(record, source=RECORDED)
 
     def metric(self, name: str) -> float | None:
         return dict(self.metrics).get(name)
@@ -107,7 +137,8 @@ class RunRecord:
         return {"run_dir": self.run_dir, "run_id": self.run_id, "workload": self.workload, "fault": self.fault,
                 "nvrx_version": self.nvrx_version, "qualified": self.qualified,
                 "did_not_hold": [{"id": c.id, "status": c.status.value, "detail": c.detail} for c in self.failed], "metrics": dict(self.metrics),
-                "stopped_early": self.stopped_early, "expected_qualified": self.expected_qualified}
+                "stopped_early": self.stopped_early, "expected_qualified": self.expected_qualified,
+                "verdict_source": self.source, "verdict_notes": list(self.source_notes)}
 
 
 def _number(value: object) -> float | None:
@@ -387,6 +418,11 @@ def render_markdown(groups: Sequence[RepeatStats], title: str, links: Mapping[st
             out.append(f"| {i} | `{r.run_id}` | {_cell(g.label)} | {verdict} | {failed} | "
                        f"{_num(r.metric(HEADLINE))} | {shown} |")
     out.append("")
+    noted = [r for r in runs if r.source_notes]
+    if noted:  # a stored verdict.json that the evidence contradicts, that is stale, or whose evidence is gone
+        out += ["Stored verdicts (verdict.json) that were not counted as written:", ""]
+        out += [f"- `{r.run_id}` ({r.source}): {_cell(n)}" for r in noted for n in r.source_notes]
+        out.append("")
     for g in groups:
         out.append(render_group(g))
     out.append("Percentiles interpolate linearly between the nearest ranks; a criterion *holds* in a run when it "
@@ -425,7 +461,7 @@ def write_summary(groups: Sequence[RepeatStats], directory: str | os.PathLike, t
 TITLE = "Recovery qualification summary"
 
 
-EXPECTATION_FILE = "expectation.json"  # {"qualified": false, "why": "..."}: a negative scenario of the suite
+EXPECTATION_FILE = EXPECTATION_NAME  # {"qualified": false, "why": "..."}: a negative scenario of the suite
 EXPECTED_NEGATIVE = "expected not to qualify"
 
 
@@ -468,30 +504,57 @@ def _read_json(path: Path) -> tuple[dict | None, str | None]:
 
 
 def load_run(run_dir: Path, warn: Callable[[str], None] | None = None) -> RunRecord:
-    """One run as a RunRecord. Raises RunDirError for a path that is not a readable run
-    directory. Writes nothing: a run without verdict.json is verified in memory."""
-    from harness.verify import verify_run  # `report` over stored verdicts need not import the checkers
+    """One run as a RunRecord, judged from its evidence through verify's own judge
+    (harness.verify.judge_run; writes nothing). A verdict.json in the directory is compared
+    with that judgment, never counted instead of it: what differs is noted (`warn` and the
+    record's source_notes). A verdict.json whose evidence is gone (no logs, marker or
+    checkpoints) is `unverifiable`: its criteria read unknown, it is not qualified. Raises
+    RunDirError for a path that is neither a run directory nor holds a verdict.json."""
+    from harness.verify import judge_run  # the checkers only where a run is judged
 
-    check_run_dir(run_dir)
-    doc, why = _read_json(run_dir / "verdict.json")
+    say = warn or (lambda _message: None)
+    path = run_dir / VERDICT_NAME
+    doc, why = _read_json(path)
     if doc is not None and not isinstance(doc.get("criteria"), list):
         doc, why = None, "it holds no criteria"
+    try:
+        check_run_dir(run_dir)
+    except RunDirError as exc:
+        if doc is None:
+            raise
+        stored = Verdict.from_json(doc)
+        note = (f"{path} says {'qualified' if stored.qualified else 'not qualified'}, but the evidence it judged is "
+                f"gone ({str(exc).split(': ', 1)[-1].split(';')[0]}): it cannot be re-judged, so it is not counted as "
+                "qualified; copy the run's logs/, checkpoints/ and markers with it")
+        say(note)
+        return _record(run_dir, _unverifiable(stored), source=UNVERIFIABLE, notes=(note,), picture_current=False)
+    if why:
+        say(f"{path} is unreadable ({why}): verified the run directory instead")
+    verdict, _read = judge_run(run_dir, picture=False)
     if doc is None:
-        if why and warn is not None:
-            warn(f"{run_dir / 'verdict.json'} is unreadable ({why}): verified the run directory instead")
-        verdict = verify_run(run_dir, picture=False)
-    else:
-        verdict = Verdict.from_json(doc)
-        if warn is not None and isinstance(doc.get("qualified"), bool) and verdict.qualified != qualified(verdict.criteria):
-            warn(f"{run_dir / 'verdict.json'} says qualified: {str(verdict.qualified).lower()}, but its criteria say "
-                 "otherwise: the criteria were counted")
+        return _record(run_dir, verdict)
+    stored = Verdict.from_json(doc)
+    notes = _differences(path, stored, verdict)
+    for note in notes:
+        say(note)
+    counted = _with_stored_baseline(stored, verdict)
+    same = stored.qualified == counted.qualified and {c.id: c.status for c in stored.criteria} == {
+        c.id: c.status for c in counted.criteria}
+    return _record(run_dir, counted, source=REJUDGED, notes=notes, picture_current=same)
+
+
+def _record(run_dir: Path, verdict: Verdict, source: str = JUDGED, notes: tuple[str, ...] = (),
+            picture_current: bool = True) -> RunRecord:
     run_json, _ = _read_json(run_dir / "run.json")
     launch_json, _ = _read_json(run_dir / "launch.json")
     spec = (run_json or {}).get("spec")
     workload = spec.get("workload") if isinstance(spec, dict) else None
     record = RunRecord.from_verdict(verdict, run_dir=run_dir.absolute(), workload=str(workload) if workload else None,
                                     stopped_early=_stopped(launch_json))
-    record = replace(record, expected_qualified=_expected_qualified(run_dir))
+    record = replace(record, expected_qualified=_expected_qualified(run_dir), source=source, source_notes=notes,
+                     picture_current=picture_current)
+    if source in UNTRUSTED:
+        record = replace(record, qualified=False)
     version = (run_json or {}).get("nvrx_version")
     if version and not record.nvrx_version:  # a verdict.json without its launcher section
         record = replace(record, nvrx_version=str(version))
@@ -499,6 +562,49 @@ def load_run(run_dir: Path, warn: Callable[[str], None] | None = None) -> RunRec
     if isinstance(moment, str) and record.fault != "none":  # a kill in a save never mixes with one after a commit
         record = replace(record, fault=fault_label(record.fault, moment))
     return record
+
+
+def _unverifiable(stored: Verdict) -> Verdict:
+    """A stored verdict that cannot be re-judged: every criterion unknown (saying what the file
+    claimed), no latency (nothing measured them now), not qualified."""
+    criteria = tuple(CriterionResult(c.id, UNKNOWN, f"Not re-judged: the evidence is gone (verdict.json said "
+                                                    f"{c.status.value}).") for c in stored.criteria)
+    return replace(stored, qualified=False, criteria=criteria, metrics=type(stored.metrics)())
+
+
+def _differences(path: Path, stored: Verdict, now: Verdict) -> tuple[str, ...]:
+    """What verdict.json says that the evidence, judged again, does not: one note each."""
+    notes = []
+    reasons = stored.stale_reasons(CHECK_IDS, __version__)
+    if reasons:
+        notes.append(f"{path} is stale ({'; '.join(reasons)}): re-judged from the evidence")
+    said = {c.id: c.status for c in stored.criteria}
+    changed = [f"{c.id} {said[c.id].value if c.id in said else '(absent)'} → {c.status.value}" for c in now.criteria
+               if (c.id in said and said[c.id] != c.status) or (c.id not in said and not c.held)]
+    if stored.qualified != now.qualified or changed:
+        notes.append(f"{path} says {'qualified' if stored.qualified else 'not qualified'}, the evidence says "
+                     f"{'qualified' if now.qualified else 'not qualified'}" + (f" ({', '.join(changed)})" if changed else "")
+                     + ": the evidence was counted")
+    if stored.fault not in (now.fault, "?"):
+        notes.append(f"{path} was judged for fault {stored.fault[:20]} ({stored.fault_how[:40]}); re-judged for the fault "
+                     f"the run records, {now.fault} ({now.fault_how})")
+    if stored.evidence_digest is not None and now.evidence_digest is not None:
+        changed_evidence = stored.evidence_digest.compare(now.evidence_digest)
+        if changed_evidence:
+            notes.append(f"{path}: {changed_evidence}; re-judged from what is there now")
+    return tuple(notes)
+
+
+def _with_stored_baseline(stored: Verdict, now: Verdict) -> Verdict:
+    """A loss-continuity result needs the baseline `verify --baseline` was given, which the
+    record does not name: one that did not hold is kept (it can only hold a run back)."""
+    kept = tuple(c for c in stored.criteria if c.id == LOSS_CONTINUITY and not c.held
+                 and all(n.id != c.id for n in now.criteria))
+    if not kept:
+        return now
+    results = (*now.criteria, *(replace(c, detail=f"{c.detail} (from verdict.json: judged against a baseline at "
+                                                  "verify time, not re-judged)") for c in kept))
+    return replace(now, criteria=results, qualified=qualified(results))
 
 
 def fault_label(fault: str, fault_at: str | None) -> str:
@@ -525,6 +631,8 @@ def timeline_links(records: Iterable[RunRecord], relative_to: Path) -> dict[str,
     Markdown is read from (so the summary and the runs can move together)."""
     links = {}
     for r in records:
+        if not r.picture_current:  # it shows the stored verdict, not the one counted
+            continue
         picture = Path(r.run_dir) / TIMELINE
         if picture.is_file():
             links[r.run_dir] = os.path.relpath(picture.absolute(), relative_to.absolute())

@@ -3,6 +3,12 @@ fault a run was judged for (`Fault`), what the recovery cost (`Metrics`, `Recove
 whole verdict of one run (`Verdict`), with `to_json` / `from_json` for verdict.json
 (docs/contracts.md; the JSON is exactly today's schema, round trip included).
 
+A verdict records what judged it: the suite version, the set of criteria and a digest of
+the evidence files (`EvidenceDigest`), so that a reader can tell a verdict of an earlier
+release or of other evidence from a current one (`stale_reasons`); a reader of a received
+verdict.json re-judges the evidence instead of trusting the stored statuses
+(harness.stats.load_run).
+
 Statuses merge as Jepsen's checkers do: fail beats unknown beats pass, and not_applicable is
 the identity (a criterion whose premise is absent says nothing either way). A run qualifies
 when the merge of its criteria is pass or not_applicable, and it has criteria at all.
@@ -296,6 +302,50 @@ class BaselineRef:
 
 
 @dataclass(frozen=True)
+class EvidenceDigest:
+    """What a verdict judged, cheaply and honestly: every entry of the run directory except the
+    verdict's own outputs, walked without following a link, as (name, kind, size, mtime).
+    `sha256` covers names, kinds, sizes and modification times; `sizes_sha256` names, kinds and
+    sizes only (a copy that did not keep the times changes the first, not the second).
+    `complete` is False when the walk stopped at its bound (harness.evidence)."""
+
+    method: str
+    entries: int
+    bytes: int
+    sha256: str
+    sizes_sha256: str
+    complete: bool = True
+
+    def to_json(self) -> dict:
+        return {"method": self.method, "entries": self.entries, "bytes": self.bytes, "sha256": self.sha256,
+                "sizes_sha256": self.sizes_sha256, "complete": self.complete}
+
+    @classmethod
+    def from_json(cls, doc: object) -> "EvidenceDigest | None":
+        """None unless every field has its type (a damaged digest proves nothing)."""
+        if not isinstance(doc, Mapping):
+            return None
+        entries, size = _int(doc.get("entries")), _int(doc.get("bytes"))
+        method, sha, sizes, complete = doc.get("method"), doc.get("sha256"), doc.get("sizes_sha256"), doc.get("complete")
+        if (entries is None or size is None or not all(isinstance(v, str) for v in (method, sha, sizes))
+                or not isinstance(complete, bool)):
+            return None
+        return cls(str(method), entries, size, str(sha), str(sizes), complete)
+
+    def compare(self, now: "EvidenceDigest") -> str | None:
+        """None when `now` is the evidence this digest describes; else one sentence of what differs."""
+        if self.method != now.method:
+            return f"its evidence digest was made another way ({self.method[:40]!r}), so it cannot be compared"
+        if self.sha256 == now.sha256:
+            return None
+        if self.sizes_sha256 == now.sizes_sha256:
+            return ("the run directory holds the same files with the same sizes but other modification times "
+                    "(copied without keeping times, or rewritten in place)")
+        return (f"the run directory changed since it was judged: {self.entries} entries, {self.bytes} bytes then; "
+                f"{now.entries} entries, {now.bytes} bytes now")
+
+
+@dataclass(frozen=True)
 class Verdict:
     run_dir: str
     fault: str  # a Fault's value
@@ -308,6 +358,10 @@ class Verdict:
     notes: tuple[str, ...] = ()
     verified_at: str | None = None
     baseline: BaselineRef | None = None  # verdict.json's `baseline`, present only when one was used
+    # what judged it (None / empty: a verdict.json of a release before verdicts recorded them)
+    suite_version: str | None = None
+    criteria_set: tuple[str, ...] = ()  # the criteria ids the suite judged this run with
+    evidence_digest: EvidenceDigest | None = None
     # what timeline.png shows (harness.picture); not part of verdict.json
     picture: "TimelinePicture | None" = field(default=None, compare=False, repr=False)
 
@@ -347,6 +401,9 @@ class Verdict:
             "deadlines": self.deadlines.to_json(),
             "notes": list(self.notes),
             "verified_at": self.verified_at,
+            "suite_version": self.suite_version,
+            "criteria_set": list(self.criteria_set),
+            "evidence_digest": self.evidence_digest.to_json() if self.evidence_digest is not None else None,
         }
 
     @classmethod
@@ -370,7 +427,32 @@ class Verdict:
             notes=_strs(doc.get("notes")),
             verified_at=None if doc.get("verified_at") is None else str(doc.get("verified_at")),
             baseline=BaselineRef.from_json(doc["baseline"]) if isinstance(doc.get("baseline"), Mapping) else None,
+            suite_version=doc.get("suite_version") if isinstance(doc.get("suite_version"), str) else None,
+            criteria_set=_strs(doc.get("criteria_set")),
+            evidence_digest=EvidenceDigest.from_json(doc.get("evidence_digest")),
         )
+
+    def stale_reasons(self, required: Iterable[str], suite_version: str) -> tuple[str, ...]:
+        """Why this verdict (read from verdict.json) cannot stand for what this suite would say:
+        no record of what judged it (an earlier release), another suite version, a criterion
+        this suite judges every run with missing, results that are not the recorded set, or a
+        `qualified` flag its own criteria contradict. Empty: current (which is still no proof:
+        a file can be edited; only re-judging the evidence is)."""
+        reasons: list[str] = []
+        if self.suite_version is None or not self.criteria_set:
+            reasons.append("it records no suite version or criteria set (written by a release before verdicts "
+                           "recorded what judged them)")
+        elif self.suite_version != suite_version:
+            reasons.append(f"it was judged by nvrx-qual {self.suite_version[:40]}, not by this {suite_version}")
+        ids = [c.id for c in self.criteria]
+        missing = [cid for cid in required if cid not in ids]
+        if missing:
+            reasons.append(f"it has no result for {', '.join(missing)}, which every run is judged by now")
+        if self.criteria_set and sorted(set(ids)) != sorted(set(self.criteria_set)):
+            reasons.append("its criteria are not the set it records judging with")
+        if self.qualified != qualified(self.criteria):
+            reasons.append(f"it says qualified: {str(self.qualified).lower()}, but its own criteria say otherwise")
+        return tuple(reasons)
 
 
 def verdict_json(verdict: Verdict) -> str:

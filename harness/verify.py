@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from harness import criteria, end_state, metrics, picture
+from harness import __version__, criteria, end_state, evidence, metrics, picture
 from harness import events as ev
 from harness.events import Timeline
 from harness import safeio
@@ -29,7 +29,7 @@ from harness.layout import MARKER_NAME
 from harness.render.diagnosis import render_markdown
 from harness.report import write_outputs
 from harness.triage import Triage, diagnose
-from harness.verdict import BaselineRef, Deadlines, Launcher, Verdict
+from harness.verdict import BaselineRef, Deadlines, EvidenceDigest, Launcher, Verdict
 
 __all__ = ["RunDirError", "Verdict", "check_baseline", "compare_end_states", "judge_run", "read_baseline", "stored_verdict", "triage", "verify_read",
            "verify_run", "verify_timeline"]
@@ -43,14 +43,17 @@ def verify_timeline(timeline: Timeline, fault: str | None = None,
 
 def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | None = None,
                 end_state: ev.StateComparison | None = None, *, baseline_how: str = "given",
-                baseline_problem: tuple[str, str] | None = None) -> Verdict:
+                baseline_problem: tuple[str, str] | None = None,
+                evidence_digest: EvidenceDigest | None = None) -> Verdict:
     """The verdict of one read of a run (writes nothing, reads nothing). With the read of a
     baseline run (an uninterrupted run of the same configuration, read with its losses:
     read_baseline) and the comparison of the two final checkpoints (compare_end_states) loss
     continuity and end-state equivalence are checked too. With the sampled progress of its
     starts the verdict carries what timeline.png shows. `baseline_how` says how the baseline
     came (verdict.json's baseline.how); `baseline_problem` (its run directory, why) makes both
-    baseline checks unknown: the baseline meant for them is unusable."""
+    baseline checks unknown: the baseline meant for them is unusable. `evidence_digest`
+    (harness.evidence.digest of the run directory, taken just before the read) is recorded in
+    the verdict with the suite version and the criteria it was judged with."""
     timeline, progress = read.timeline, read.progress
     analysis = criteria.analyze(timeline, fault)
     losses = None
@@ -96,6 +99,7 @@ def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | Non
         deadlines=_deadlines(timeline.run),
         notes=tuple(notes), verified_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
         baseline=ref,
+        suite_version=__version__, criteria_set=tuple(r.id for r in results), evidence_digest=evidence_digest,
     )
 
 
@@ -173,9 +177,10 @@ def judge_run(run_dir: str | os.PathLike, fault: str | None = None, *, inspect_c
     if fault is not None and fault not in criteria.FAULTS:
         raise ValueError(f"fault {fault!r} is not one of {', '.join(criteria.FAULTS)}: pass one of them")
     base = read_baseline(baseline) if baseline is not None else None
+    digest = evidence.digest(run_dir)  # before the read: what the read could have seen
     read = read_run(run_dir, inspect_checkpoints=inspect_checkpoints, losses=base is not None, progress=picture)
     state = compare_end_states(read, base) if base is not None else None
-    return verify_read(read, fault, base, state), read
+    return verify_read(read, fault, base, state, evidence_digest=digest), read
 
 
 def stored_verdict(run_dir: Path) -> dict | None:

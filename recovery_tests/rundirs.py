@@ -65,6 +65,7 @@ class Scenario:
     distributed_optimizer: bool = True
     load_iteration: int | None = None  # the replacement loads this instead of K
     restarts_exhausted: bool = False
+    give_up_logged: bool = True  # False: the launcher's last lines are lost (NVRx 0.7.0's log server)
     second_failure_at: int | None = None  # the replacement dies again after logging this iteration
     second_injection: bool = False  # ... and the nemesis says it injected again
     moment: str | None = None  # run.json spec.fault_at (e.g. in-restore: the second injection was planned)
@@ -267,6 +268,8 @@ class _Run:
             self.l041(ms + 30, "INFO", "Agent exits with exit code = 0.")
 
     def give_up(self, ms: int) -> None:
+        if not self.s.give_up_logged:
+            return
         msg = ("Some rank(s) exited with non-zero exit code: {1: ProcessFailure(local_rank=1, exitcode=-9)}. "
                "Agent's exit code = 1")
         if self.s.nvrx == "0.7.0":

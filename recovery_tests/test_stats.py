@@ -9,12 +9,13 @@ import pytest
 
 from harness import stats
 from harness.render import terminal
-from harness.criteria import CRITERIA_IDS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN
+from harness import __version__
+from harness.criteria import CHECK_IDS, CRITERIA_IDS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN
 from harness.stats import RunRecord
 from harness.verify import verify_run
 from recovery_tests import rundirs
 
-ALL_PASS = {cid: PASS for cid in CRITERIA_IDS}
+ALL_PASS = {cid: PASS for cid in CHECK_IDS}
 
 
 def verdict_doc(name: str, statuses: dict[str, str] = ALL_PASS, fault: str = "kill", **metrics) -> dict:
@@ -24,7 +25,8 @@ def verdict_doc(name: str, statuses: dict[str, str] = ALL_PASS, fault: str = "ki
             "criteria": [{"id": cid, "status": s, "detail": f"{cid} was {s} in {name}", "evidence": []}
                          for cid, s in statuses.items()],
             "metrics": {name: None for name in stats.METRICS} | metrics,
-            "launcher": {"nvrx_version": "0.7.0"}}
+            "launcher": {"nvrx_version": "0.7.0"},
+            "suite_version": __version__, "criteria_set": list(statuses)}
 
 
 def record(name: str, statuses: dict[str, str] = ALL_PASS, **metrics) -> RunRecord:
@@ -92,7 +94,7 @@ def test_pass_rate_and_failures_name_run_criterion_and_detail():
 
 
 def test_not_applicable_counts_as_held():
-    quiet = {cid: NOT_APPLICABLE for cid in CRITERIA_IDS[:3]} | {cid: PASS for cid in CRITERIA_IDS[3:]}
+    quiet = {cid: NOT_APPLICABLE for cid in CHECK_IDS[:3]} | {cid: PASS for cid in CHECK_IDS[3:]}
     s = stats.summarize("none", [record("n1", quiet), record("n2", quiet)])
     pre = s.criterion("pre_fault_checkpoint")
     assert (pre.passed, pre.not_applicable, pre.held, pre.rate) == (0, 2, 2, 1.0)
@@ -109,9 +111,9 @@ def test_unknown_and_unheard_of_statuses_do_not_hold():
 
 
 def test_five_criteria_first_then_further_checks_and_not_checked_counted():
-    odd_order = {"loss_continuity": PASS, **{cid: PASS for cid in reversed(CRITERIA_IDS)}}
+    odd_order = {"loss_continuity": PASS, **{cid: PASS for cid in reversed(CHECK_IDS)}}
     s = stats.summarize("kill", [record("with-baseline", odd_order), record("without")])
-    assert [c.id for c in s.criteria] == [*CRITERIA_IDS, "loss_continuity"]
+    assert [c.id for c in s.criteria] == [*CRITERIA_IDS, "loss_continuity", "optimizer_state"]
     lc = s.criterion("loss_continuity")
     assert (lc.runs, lc.not_checked, lc.rate) == (1, 1, 1.0)
 

@@ -1,5 +1,6 @@
 """`nvrx-qual report RUN_DIR... [--output FILE.md] [--json PATH]`: one Markdown summary over
-several runs (each read by harness.stats.load_run).
+several runs (each judged again from its evidence by harness.stats.load_run; a verdict.json is
+compared, never trusted).
 
 Exit status: 0 every run qualified, 1 some run did not, 2 a path is not a readable run
 directory or an output file is refused (the message names it and the fix).
@@ -23,8 +24,10 @@ from harness.stats import TITLE, group_runs, load_run, refuse_existing, timeline
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = ("One Markdown summary over several run directories: a row per run (verdict, what did not "
                           "hold, its timeline picture) and per scenario (workload, fault, NVRx version) the pass rate "
-                          "of every criterion and p50 / p95 / max of every latency. Reads verdict.json, else verifies "
-                          "the run read-only. A directory without a launched run (a dry run's, an empty one) is "
+                          "of every criterion and p50 / p95 / max of every latency. Every run is judged again from its "
+                          "evidence, as verify does, writing nothing; a stored verdict.json that disagrees, is stale "
+                          "or has lost its evidence is noted, and one that cannot be judged again is never counted "
+                          "as qualified. A directory without a launched run (a dry run's, an empty one) is "
                           "skipped with a note. Exit status: 0 all qualified, 1 some run did not, 2 a path is not a "
                           "readable directory, or no run was given.")
     parser.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help="run directories ($NVRX_WORK_DIR/runs/<run-id>)")
