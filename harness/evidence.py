@@ -16,9 +16,8 @@ import os
 import stat
 from pathlib import Path
 
-from harness.layout import EXPECTATION_NAME, REPORT_NAME, VERDICT_NAME
+from harness.layout import CLAIM_NAME, EXPECTATION_NAME, REPORT_NAME, VERDICT_NAME
 from harness.picture import FILE_NAME as TIMELINE_NAME
-from harness.prepare import CLAIM_NAME
 from harness.verdict import EvidenceDigest
 
 METHOD = "run-dir entries: name, kind, size, mtime_ns (outputs excluded, links not followed)"

@@ -50,6 +50,7 @@ VERDICT_NAME = "verdict.json"
 REPORT_NAME = "report.md"
 # {"qualified": false, "why": ...}: a negative scenario of the suite (written by its fixtures)
 EXPECTATION_NAME = "expectation.json"
+CLAIM_NAME = ".nvrx-qual.lock"  # flock'ed by the one process that prepares or runs this run ID (harness.prepare)
 FT_STATE_NAME = "ft_state.json"
 CYCLE_LOG_STEM = "train_cycle"
 

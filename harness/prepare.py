@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness import __version__, atomic, baseline, safeio
-from harness.layout import RunLayout
+from harness.layout import CLAIM_NAME, RunLayout
 from harness.plan import Plan
 from harness.spec import SpecError, leftovers_problem
 
@@ -44,7 +44,6 @@ def run_record(plan: Plan, dry_run: bool) -> dict:
     }
 
 
-CLAIM_NAME = ".nvrx-qual.lock"  # flock'ed by the one process that prepares or runs this run ID
 _CLAIMS: dict[Path, int] = {}  # run root -> the descriptor holding its lock, in this process
 
 
