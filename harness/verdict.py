@@ -21,7 +21,7 @@ from harness.events import iso_utc
 from harness.spec import FAULTS
 
 if TYPE_CHECKING:
-    from harness.picture import TimelinePicture
+    from harness.picture_data import TimelinePicture
 
 SCHEMA = 1
 
@@ -281,7 +281,7 @@ class Verdict:
     deadlines: Deadlines = field(default_factory=Deadlines)
     notes: tuple[str, ...] = ()
     verified_at: str | None = None
-    # what timeline.png shows (harness.picture); not part of verdict.json
+    # what timeline.png shows (harness.picture_data; drawn by harness.picture); not part of verdict.json
     picture: "TimelinePicture | None" = field(default=None, compare=False, repr=False)
 
     @property
