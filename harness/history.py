@@ -1202,6 +1202,17 @@ class HistoryReader:
         return self._dcp_cache[key]
 
 
+def warm_up() -> None:
+    """Import what reading a checkpoint's DCP metadata and optimizer record needs (torch: a few
+    seconds of CPU) ahead of time, e.g. while a launch is running; nothing without torch."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import torch.distributed.checkpoint  # noqa: F401
+    except ImportError:
+        pass
+
+
 def dcp_optimizer_keys(directory: Path) -> tuple[int | None, int | None, str | None, str | None]:
     """(optimizer keys, all keys, a sample optimizer key, why not known) of one DCP checkpoint,
     read with harness.optimizer_record.read_dcp_metadata. Optimizer tensors are keys under `optimizer.` holding

@@ -156,16 +156,17 @@ def _colour(cycle: int | None) -> str:
 
 
 def draw(picture: TimelinePicture, path: str | os.PathLike) -> Path:
-    """Render the picture to a PNG at path (atomically). PictureUnavailable without matplotlib."""
-    fig = render(picture)
+    """Render the picture to a PNG at path (atomically). PictureUnavailable without matplotlib.
+    savefig lays the figure out itself: one draw, not two (bench/harness_overhead.py)."""
+    fig = render(picture, laid_out=False)
     with atomic.replacing_file(path, binary=True) as f:  # never through a link at path
         fig.savefig(f, dpi=DPI, format="png")
     return Path(path)
 
 
-def render(picture: TimelinePicture):
-    """The matplotlib Figure of the picture (laid out, not saved). Every legend stands beside
-    its panel, never on the data."""
+def render(picture: TimelinePicture, *, laid_out: bool = True):
+    """The matplotlib Figure of the picture (laid out unless laid_out=False; not saved). Every
+    legend stands beside its panel, never on the data."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -186,8 +187,21 @@ def render(picture: TimelinePicture):
         _recovery_window(picture, window, bars, Line2D, Patch)
     else:
         _whole_run(picture, fig.subplots(1, 1), Line2D, Patch)
-    fig.canvas.draw()  # lay out now, so that callers (and tests) see the final positions
+    if laid_out:
+        fig.canvas.draw()  # lay out now, so that callers (and tests) see the final positions
     return fig
+
+
+def warm_up() -> None:
+    """Import what draw() needs (matplotlib's Figure and Agg canvas: about a second of CPU)
+    ahead of time, e.g. while a launch is running; nothing without matplotlib."""
+    try:
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import matplotlib.figure  # noqa: F401
+        import matplotlib.lines  # noqa: F401
+        import matplotlib.patches  # noqa: F401
+    except ImportError:
+        pass
 
 
 _FAILED_SPAN = dict(facecolor="none", edgecolor="#8b0000", hatch="//", alpha=0.5, lw=0)
