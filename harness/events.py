@@ -486,6 +486,13 @@ class RunConfig:
     nnodes: int | None = None
     shape: tuple[tuple[str, int], ...] = ()
     created_at: float | None = None  # UTC epoch seconds
+    # What the known-defect table (harness.findings) matches on: run.json's workload, the
+    # Megatron version the plan found, and the optimizer configuration (None: not recorded).
+    workload: str | None = None
+    megatron_version: str | None = None
+    distributed_optimizer: bool | None = None
+    transformer_engine: bool | None = None
+    apex: bool | None = None
 
 
 RUN_SHAPE_KEYS = ("micro_batch_size", "global_batch_size", "global_batch_size_effective", "seq_length", "tp", "pp",

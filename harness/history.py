@@ -1333,6 +1333,9 @@ def _run_config(run_json: _JsonFile | None, launch_json: _JsonFile | None, start
         nnodes=spec.get("nnodes") if _whole(spec.get("nnodes")) else None,
         shape=tuple((k, spec[k]) for k in ev.RUN_SHAPE_KEYS if _whole(spec.get(k))),
         created_at=parse_iso_utc(data.get("created_at")),
+        workload=_str(spec.get("workload")), megatron_version=_str(data.get("megatron_version")),
+        distributed_optimizer=_bool(spec.get("distributed_optimizer")),
+        transformer_engine=_bool(spec.get("transformer_engine")), apex=_bool(spec.get("apex")),
     )
 
 
@@ -1488,6 +1491,10 @@ def _int(value: object) -> int | None:
 
 def _str(value: object) -> str | None:
     return clip(str(value), 200) if value is not None and value != "" else None
+
+
+def _bool(value: object) -> bool | None:
+    return value if isinstance(value, bool) else None
 
 
 def read_history(run_dir: str | os.PathLike, **kwargs) -> ev.Timeline:

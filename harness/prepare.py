@@ -14,6 +14,7 @@ from harness import __version__, atomic, safeio
 from harness.layout import RunLayout
 from harness.plan import Plan
 from harness.spec import SpecError
+from harness.workloads import megatron_version
 
 
 def utc_now_iso() -> str:
@@ -33,6 +34,7 @@ def run_record(plan: Plan, dry_run: bool) -> dict:
         "harness_version": __version__,
         "dry_run": dry_run,
         "nvrx_version": plan.nvrx.version,
+        "megatron_version": megatron_version(plan.spec) if plan.spec.workload != "reference" else None,
         "spec": plan.spec.to_json(),
         "cuda_device_max_connections": {"value": plan.connections.value, "reason": plan.connections.reason},
         "captures_console": plan.captures_console,

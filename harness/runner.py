@@ -19,7 +19,8 @@ from harness.report import Verdict, write_outputs
 from harness.spec import RunSpec, SpecError
 from harness.history import HistoryReader
 from harness.triage import Triage
-from harness.verify import read_baseline, triage, verify_read
+from harness.findings import KnownMatch
+from harness.verify import known_defects, read_baseline, triage, verify_read
 from harness.watch import Watcher
 
 
@@ -30,6 +31,7 @@ class Outcome:
     verdict: Verdict
     triage: Triage | None  # only for a run that did not qualify
     picture_problem: str | None = None  # why timeline.png was not drawn (matplotlib missing)
+    known: tuple[KnownMatch, ...] = ()  # known defects of the software under test its failure matches
 
     @property
     def run_dir(self) -> Path:
@@ -154,7 +156,7 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
         written = write_outputs(verdict, plan.layout.root, extra_sections=sections)
     finally:
         release(plan.layout)
-    return Outcome(plan, result, verdict, found, written.picture_problem)
+    return Outcome(plan, result, verdict, found, written.picture_problem, known_defects(verdict, read))
 
 
 def _warm_up() -> None:

@@ -88,6 +88,21 @@ def test_step_reset_is_reported_with_the_checkpoint_key_and_values(fault, megatr
         outcome.verdict.criterion("optimizer_reload").evidence)
 
 
+@pytest.mark.parametrize("fault", ("kill", "hang"))
+def test_step_reset_is_named_as_a_known_megatron_defect_with_the_qualifying_configuration(fault, megatron_cpu,
+                                                                                         scenarios):
+    """The failure is a documented defect of megatron-core 0.19.2 (harness.findings): the run says
+    so, on the terminal and in report.md, and names the configuration that qualifies."""
+    outcome = scenarios.outcome(scenario(fault, megatron_cpu))
+    assert [m.defect.id for m in outcome.known] == ["megatron-distopt-adam-step"], outcome.run_dir
+    sentence = outcome.known[0].sentence
+    assert sentence.startswith("known defect in Megatron 0.19.2: ") and "qualifying configuration: Megatron's plain " \
+        "optimizer (--distributed-optimizer 0" in sentence
+    report = (outcome.run_dir / "report.md").read_text(encoding="utf-8")
+    assert "## Known defect" in report and sentence in report
+    assert not scenarios.outcome(scenario("kill", megatron_cpu, plain=True)).known
+
+
 @pytest.mark.parametrize("check", CHECKS)
 def test_megatron_cpu_plain_optimizer_qualifies(check, megatron_cpu, scenarios):
     """Without --use-distributed-optimizer Megatron 0.19.2 restores torch Adam correctly: every
