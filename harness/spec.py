@@ -273,6 +273,11 @@ def parse_bool(text: str) -> bool:
     raise ValueError(text)
 
 
+def _parse_optional_path(text: str) -> Path | None:
+    """A path; the empty string is None (`--nvrx-path ''`: the one pip installed)."""
+    return Path(text) if text.strip() else None
+
+
 def _parse_choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text.strip() not in choices:
@@ -385,8 +390,9 @@ KNOBS: tuple[Knob, ...] = (
          "can land inside it (default: 400 with --fault-at in-save, else none)", None, "a non-negative integer"),
     Knob("nvrx_version", "--nvrx-version", str, "NVRx version the commands are for (default: installed)",
          "NVRX_VERSION", "e.g. 0.7.0"),
-    Knob("nvrx_path", "--nvrx-path", Path, "directory holding the NVRx to use (a pip --target install)",
-         "NVRX_QUAL_NVRX_PATH"),
+    Knob("nvrx_path", "--nvrx-path", _parse_optional_path,
+         "directory holding the NVRx to use (a pip --target install); '' for the one pip installed (default: the "
+         "newest installed, pip's or .nvrx/VERSION in the working directory or this checkout)", "NVRX_QUAL_NVRX_PATH"),
     Knob("gpu_arch", "--gpu-arch", str, "GPU architecture (hopper, blackwell, 9.0, ...; default: detected)",
          "NVRX_GPU_ARCH"),
     Knob("transformer_engine", "--transformer-engine", parse_bool,

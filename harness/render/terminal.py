@@ -22,9 +22,20 @@ def announce(plan: "Plan", which: str = "") -> str:
     fault = "no fault" if spec.fault == "none" else f"{spec.fault} on rank {spec.fault_rank}" + (
         "" if spec.fault_at == "after-commit" else f" at {spec.fault_at}")
     return (f"nvrx-qual: run {spec.run_id}{f' ({which})' if which else ''}: {spec.workload} workload, {fault}, "
-            f"NVRx {plan.nvrx.version}, {spec.nnodes}x{spec.gpus_per_node} ranks, deadline profile "
+            f"NVRx {plan.nvrx.version}{f' ({_shown_path(plan.nvrx.path)})' if plan.nvrx.path else ''}, "
+            f"{spec.nnodes}x{spec.gpus_per_node} ranks, deadline profile "
             f"{spec.deadline_profile} ({spec.section_timeouts_arg}, out of section {spec.out_of_section_timeout:g} s)"
             f"\n  run directory: {plan.layout.root}")
+
+
+def _shown_path(path) -> str:
+    """A path relative to the working directory when it lies below it."""
+    from pathlib import Path
+
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def run_outcome(outcome: "Outcome") -> str:
