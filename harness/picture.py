@@ -124,6 +124,7 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
         checkpoints_committed=sum(s.saves_committed for s in timeline.starts), cycle_marks=tuple(sorted(cycle_marks, key=lambda m: m.t)),
         moments=moments, segments=segments, recovery_s=metrics.failure_to_first_step_s, faults=faults,
         qualified=qualified, did_not_hold=tuple(failed),
+        origin=timeline.launch.started_at if timeline.launch is not None else None,
     )
 
 
@@ -261,7 +262,8 @@ def _whole_run(p: TimelinePicture, ax, Line2D, Patch) -> None:
             ax.axvspan(x(moments["injected"].t), x(span_end), **_FAILED_SPAN)
             why = f": {', '.join(p.did_not_hold)} did not hold" if p.did_not_hold else ""
             handles.append(Patch(**_FAILED_SPAN, label=f"recovery FAILED{why}"))
-    ax.set_xlabel(f"time ({unit}) since {iso_utc(t0)}")
+    since = "the launch started, as on the console" if p.origin is not None and t0 == p.origin else iso_utc(t0)
+    ax.set_xlabel(f"time ({unit}) since {since}" + (f" ({iso_utc(t0)})" if since != iso_utc(t0) else ""))
     ax.set_ylabel("iteration")
     _plain_integer_axis(ax)
     ax.set_title("whole run", fontsize=10, loc="left")

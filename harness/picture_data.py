@@ -71,14 +71,21 @@ class TimelinePicture:
     qualified: bool = True  # False: the recovery is drawn as failed, not shaded like a good one
     did_not_hold: tuple[str, ...] = ()
     faults: tuple[Moment, ...] = ()  # every injected fault (a multi-fault plan has several), in fault order
+    # The launch's start (launch.json's started_at): the zero of the console's progress lines,
+    # and so of the whole-run axis; None for a run directory without launch.json.
+    origin: float | None = None
 
     def _times(self) -> list[float]:
         return [p.t for c in self.curves for p in c.points] + [m.t for m in (*self.moments, *self.cycle_marks)]
 
     @property
     def t0(self) -> float | None:
-        """Origin of the whole-run axis: the first record (worker start, iteration, ...)."""
-        return min(self._times(), default=None)
+        """Origin of the whole-run axis: the launch's start, the console's zero (`origin`), else the
+        first record (worker start, iteration, ...)."""
+        first = min(self._times(), default=None)
+        if self.origin is not None and (first is None or self.origin <= first):
+            return self.origin
+        return first
 
     @property
     def t_end(self) -> float | None:
