@@ -109,3 +109,12 @@ def test_dry_run_is_a_flag_and_still_takes_a_value(tmp_path, capsys):
     assert parser.parse_known_args(["run", "--local-nodes"])[0].local_nodes == "1"
     assert cli.main([*base, "--run-id", "flag", "--dry-run"]) == 0
     assert "# dry run: nothing launched" in capsys.readouterr().out
+
+
+def test_the_docs_list_every_deadline_profile():
+    from pathlib import Path
+
+    from harness.spec import DEADLINE_PROFILES
+
+    usage = (Path(__file__).resolve().parent.parent / "docs" / "usage.md").read_text(encoding="utf-8")
+    assert [name for name in DEADLINE_PROFILES if f"| `{name}` |" not in usage] == []

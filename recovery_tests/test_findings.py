@@ -77,3 +77,27 @@ def test_every_row_points_at_a_doc_page_that_exists():
         page, _, anchor = row.doc.partition("#")
         text = (root / page).read_text(encoding="utf-8")
         assert anchor.replace("-", " ") in text.lower(), row.id
+
+
+def test_verify_prints_the_known_defect_and_report_md_holds_it(tmp_path, capsys):
+    """A run directory with the distributed optimizer's step reset on torch Adam, planned with
+    Megatron 0.19.2: `nvrx-qual verify` says it is the known defect and which configuration
+    qualifies; report.md carries the same sentence."""
+    import json
+
+    from harness import cli
+    from recovery_tests import rundirs
+
+    run = rundirs.build(tmp_path / "run", rundirs.Scenario(optimizer_steps="ahead")).run_dir
+    doc = json.loads((run / "run.json").read_text())
+    doc["megatron_version"] = "0.19.2"
+    doc["spec"].update(workload="megatron-cpu", distributed_optimizer=True, transformer_engine=False, apex=False)
+    (run / "run.json").write_text(json.dumps(doc))
+    status = cli.main(["verify", str(run)])
+    out = capsys.readouterr().out
+    assert status == 1
+    advice = [line for line in out.splitlines() if line.strip().startswith("advice: ")]
+    assert len(advice) == 1 and "known defect in Megatron 0.19.2: " in advice[0], out
+    assert "qualifying configuration: Megatron's plain optimizer" in advice[0]
+    report = (run / "report.md").read_text(encoding="utf-8")
+    assert "## Known defect" in report and "known defect in Megatron 0.19.2" in report
