@@ -223,11 +223,6 @@ class RepeatStats:
         """Every run of this group was stopped by the person (Ctrl-C): it says nothing either way."""
         return bool(self.runs) and all(r.stopped_by_user for r in self.runs)
 
-    @property
-    def good(self) -> bool:
-        """Every run came out as it should: qualified, or caught when its recovery is broken on purpose."""
-        return self.all_qualified or (self.expected_negative and self.as_expected)
-
     def qualified_sentence(self) -> str:
         n = len(self.runs)
         runs = f"run{'s' if n != 1 else ''}"

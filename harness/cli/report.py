@@ -108,5 +108,6 @@ def _emit(groups: list[RepeatStats], records: list[RunRecord], output: str | Non
               file=sys.stderr)
     else:
         print(text, end="")
-    # 0 when every counted run came out as it should (an expected negative caught counts as such)
-    return ExitStatus.of_verdict(bool(counted) and all(g.good for g in counted))
+    # the exit status says what qualified (an expected negative caught is still not qualified);
+    # runs the person stopped are not counted either way
+    return ExitStatus.of_verdict(bool(counted) and all(g.all_qualified for g in counted))
