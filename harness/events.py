@@ -534,6 +534,12 @@ class RunConfig:
     min_nnodes: int | None = None  # --nnodes MIN:MAX of an elastic launcher: the job may shrink to MIN nodes
     shape: tuple[tuple[str, int], ...] = ()
     created_at: float | None = None  # UTC epoch seconds
+    # What the known-defect table (harness.findings) matches on besides the workload: the
+    # Megatron version the plan found, and the optimizer configuration (None: not recorded).
+    megatron_version: str | None = None
+    distributed_optimizer: bool | None = None
+    transformer_engine: bool | None = None
+    apex: bool | None = None
 
 
 RUN_SHAPE_KEYS = ("micro_batch_size", "global_batch_size", "global_batch_size_effective", "seq_length", "tp", "pp",

@@ -1231,6 +1231,17 @@ class HistoryReader:
         return self._dcp_cache[key]
 
 
+def warm_up() -> None:
+    """Import what reading a checkpoint's DCP metadata and optimizer record needs (torch: a few
+    seconds of CPU) ahead of time, e.g. while a launch is running; nothing without torch."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import torch.distributed.checkpoint  # noqa: F401
+    except ImportError:
+        pass
+
+
 def dcp_optimizer_keys(directory: Path) -> tuple[int | None, int | None, str | None, str | None]:
     """(optimizer keys, all keys, a sample optimizer key, why not known) of one DCP checkpoint,
     read with harness.optimizer_record.read_dcp_metadata. Optimizer tensors are keys under `optimizer.` holding
@@ -1342,7 +1353,7 @@ def _run_config(run_json: _JsonFile | None, launch_json: _JsonFile | None, start
     profile, deadlines = _deadlines(spec)
     return ev.RunConfig(
         deadline_profile=profile, deadlines=deadlines,
-        requested_fault=_str(spec.get("fault")), workload=_str(spec.get("workload")),
+        requested_fault=_str(spec.get("fault")),
         config_hash=_str(data.get("config_hash")),
         fault_rank=_int(spec.get("fault_rank")),
         fault_at=_str(spec.get("fault_at")), max_restarts=_int(spec.get("max_restarts")),
@@ -1354,6 +1365,9 @@ def _run_config(run_json: _JsonFile | None, launch_json: _JsonFile | None, start
         min_nnodes=spec.get("min_nnodes") if _whole(spec.get("min_nnodes")) else None,
         shape=tuple((k, spec[k]) for k in ev.RUN_SHAPE_KEYS if _whole(spec.get(k))),
         created_at=parse_iso_utc(data.get("created_at")),
+        workload=_str(spec.get("workload")), megatron_version=_str(data.get("megatron_version")),
+        distributed_optimizer=_bool(spec.get("distributed_optimizer")),
+        transformer_engine=_bool(spec.get("transformer_engine")), apex=_bool(spec.get("apex")),
     )
 
 
@@ -1531,6 +1545,10 @@ def _int(value: object) -> int | None:
 
 def _str(value: object) -> str | None:
     return clip(str(value), 200) if value is not None and value != "" else None
+
+
+def _bool(value: object) -> bool | None:
+    return value if isinstance(value, bool) else None
 
 
 def read_history(run_dir: str | os.PathLike, **kwargs) -> ev.Timeline:

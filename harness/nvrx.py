@@ -82,6 +82,52 @@ def installed_version(extra_path: Path | None = None) -> str | None:
     return None
 
 
+# Side-by-side installs (tools/install-nvrx-target.sh VERSION .nvrx/VERSION), looked for in the
+# working directory and in this checkout, as the test suite's ini option nvrx_launcher_dirs does.
+SIDE_BY_SIDE_DIR = ".nvrx"
+
+
+def side_by_side(roots: tuple[Path, ...] | None = None) -> list[tuple[str, Path]]:
+    """(version, directory) of every NVRx install under ROOT/.nvrx/* (a directory holding
+    nvidia_resiliency_ext and its dist-info), for the working directory and this checkout."""
+    if roots is None:
+        roots = (Path.cwd(), Path(__file__).resolve().parents[1])
+    found: dict[Path, str] = {}
+    for root in roots:
+        base = root / SIDE_BY_SIDE_DIR
+        try:
+            candidates = sorted(p for p in base.iterdir() if (p / "nvidia_resiliency_ext").is_dir())
+        except OSError:
+            continue
+        for directory in candidates:
+            for dist in importlib.metadata.distributions(path=[str(directory)]):
+                if (dist.metadata["Name"] or "").lower() == DIST_NAME:
+                    found.setdefault(directory.resolve(), dist.version)
+                    break
+    return [(version, directory) for directory, version in found.items()]
+
+
+def newest(roots: tuple[Path, ...] | None = None) -> NvrxTarget | None:
+    """The newest NVRx this machine has: the one pip installed, or a side-by-side install
+    (`.nvrx/VERSION`); pip's wins a tie. None when there is none."""
+    candidates: list[tuple[tuple[int, int, int], int, str, Path | None]] = []
+    pip = installed_version(None)
+    if pip is not None:
+        candidates.append((_sortable(pip), 1, pip, None))
+    candidates += [(_sortable(v), 0, v, p) for v, p in side_by_side(roots)]
+    if not candidates:
+        return None
+    _, _, version, path = max(candidates, key=lambda c: (c[0], c[1]))
+    return NvrxTarget(version=version, path=path)
+
+
+def _sortable(version: str) -> tuple[int, int, int]:
+    try:
+        return parse_version(version)
+    except NvrxError:
+        return (0, 0, 0)
+
+
 def resolve(declared: str | None, extra_path: Path | None) -> NvrxTarget:
     """The declared version wins (dry run for another machine); else what is installed."""
     if declared:

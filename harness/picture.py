@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -25,6 +24,10 @@ from harness import events as ev
 from harness.criteria import NOT_APPLICABLE, PASS, Analysis, CriterionResult, headline
 from harness.events import ProgressPoint, Timeline, iso_utc
 from harness.metrics import Metrics
+from harness.picture_data import CheckpointMark, Curve, CycleMark, Moment, Segment, TimelinePicture
+
+__all__ = ["CheckpointMark", "Curve", "CycleMark", "Moment", "Segment", "TimelinePicture", "PictureUnavailable",
+           "build", "draw", "render", "FILE_NAME"]
 
 FILE_NAME = "timeline.png"
 MAX_CHECKPOINT_MARKS = 60  # more diamonds than this is a smear: show an even selection
@@ -35,82 +38,6 @@ INSTALL_HINT = "pip install 'nvrx-qual[plot]' (matplotlib)"
 
 class PictureUnavailable(RuntimeError):
     """timeline.png cannot be drawn here (matplotlib missing); the message says what to install."""
-
-
-@dataclass(frozen=True)
-class Curve:
-    cycle: int | None
-    points: tuple[ProgressPoint, ...]
-
-    @property
-    def label(self) -> str:
-        return "cycle ?" if self.cycle is None else f"cycle {self.cycle}"
-
-
-@dataclass(frozen=True)
-class CheckpointMark:
-    iteration: int
-    t: float
-    cycle: int | None
-
-
-@dataclass(frozen=True)
-class CycleMark:
-    """What the launcher recorded of one cycle: its workers started, or it failed."""
-
-    kind: str  # "started" | "failed"
-    cycle: int
-    t: float
-
-
-@dataclass(frozen=True)
-class Moment:
-    key: str
-    label: str
-    t: float
-
-
-@dataclass(frozen=True)
-class Segment:
-    label: str
-    start: float
-    end: float
-
-    @property
-    def seconds(self) -> float:
-        return round(self.end - self.start, 3)
-
-
-@dataclass(frozen=True)
-class TimelinePicture:
-    title: str
-    subtitle: str
-    curves: tuple[Curve, ...]
-    checkpoints: tuple[CheckpointMark, ...]  # the marks drawn (at most MAX_CHECKPOINT_MARKS + the key ones)
-    checkpoints_committed: int  # all committed saves seen in the logs
-    cycle_marks: tuple[CycleMark, ...]  # every cycle's start and failure, as the launcher logged them
-    moments: tuple[Moment, ...]  # in recovery order, only those with a timestamp
-    segments: tuple[Segment, ...]  # the latency split, only the measured phases
-    recovery_s: float | None  # failure -> first committed step
-    qualified: bool = True  # False: the recovery is drawn as failed, not shaded like a good one
-    did_not_hold: tuple[str, ...] = ()
-    faults: tuple[Moment, ...] = ()  # every injected fault (a multi-fault plan has several), in fault order
-
-    def _times(self) -> list[float]:
-        return [p.t for c in self.curves for p in c.points] + [m.t for m in (*self.moments, *self.cycle_marks)]
-
-    @property
-    def t0(self) -> float | None:
-        """Origin of the whole-run axis: the first record (worker start, iteration, ...)."""
-        return min(self._times(), default=None)
-
-    @property
-    def t_end(self) -> float | None:
-        return max(self._times(), default=None)
-
-    @property
-    def has_recovery(self) -> bool:
-        return any(m.key == "injected" for m in self.moments)
 
 
 # ---------------------------------------------------------------- the data (pure)
@@ -197,6 +124,7 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
         checkpoints_committed=sum(s.saves_committed for s in timeline.starts), cycle_marks=tuple(sorted(cycle_marks, key=lambda m: m.t)),
         moments=moments, segments=segments, recovery_s=metrics.failure_to_first_step_s, faults=faults,
         qualified=qualified, did_not_hold=tuple(failed),
+        origin=timeline.launch.started_at if timeline.launch is not None else None,
     )
 
 
@@ -229,16 +157,17 @@ def _colour(cycle: int | None) -> str:
 
 
 def draw(picture: TimelinePicture, path: str | os.PathLike) -> Path:
-    """Render the picture to a PNG at path (atomically). PictureUnavailable without matplotlib."""
-    fig = render(picture)
+    """Render the picture to a PNG at path (atomically). PictureUnavailable without matplotlib.
+    savefig lays the figure out itself: one draw, not two (bench/harness_overhead.py)."""
+    fig = render(picture, laid_out=False)
     with atomic.replacing_file(path, binary=True) as f:  # never through a link at path
         fig.savefig(f, dpi=DPI, format="png")
     return Path(path)
 
 
-def render(picture: TimelinePicture):
-    """The matplotlib Figure of the picture (laid out, not saved). Every legend stands beside
-    its panel, never on the data."""
+def render(picture: TimelinePicture, *, laid_out: bool = True):
+    """The matplotlib Figure of the picture (laid out unless laid_out=False; not saved). Every
+    legend stands beside its panel, never on the data."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -259,8 +188,21 @@ def render(picture: TimelinePicture):
         _recovery_window(picture, window, bars, Line2D, Patch)
     else:
         _whole_run(picture, fig.subplots(1, 1), Line2D, Patch)
-    fig.canvas.draw()  # lay out now, so that callers (and tests) see the final positions
+    if laid_out:
+        fig.canvas.draw()  # lay out now, so that callers (and tests) see the final positions
     return fig
+
+
+def warm_up() -> None:
+    """Import what draw() needs (matplotlib's Figure and Agg canvas: about a second of CPU)
+    ahead of time, e.g. while a launch is running; nothing without matplotlib."""
+    try:
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import matplotlib.figure  # noqa: F401
+        import matplotlib.lines  # noqa: F401
+        import matplotlib.patches  # noqa: F401
+    except ImportError:
+        pass
 
 
 _FAILED_SPAN = dict(facecolor="none", edgecolor="#8b0000", hatch="//", alpha=0.5, lw=0)
@@ -320,7 +262,8 @@ def _whole_run(p: TimelinePicture, ax, Line2D, Patch) -> None:
             ax.axvspan(x(moments["injected"].t), x(span_end), **_FAILED_SPAN)
             why = f": {', '.join(p.did_not_hold)} did not hold" if p.did_not_hold else ""
             handles.append(Patch(**_FAILED_SPAN, label=f"recovery FAILED{why}"))
-    ax.set_xlabel(f"time ({unit}) since {iso_utc(t0)}")
+    since = "the launch started, as on the console" if p.origin is not None and t0 == p.origin else iso_utc(t0)
+    ax.set_xlabel(f"time ({unit}) since {since}" + (f" ({iso_utc(t0)})" if since != iso_utc(t0) else ""))
     ax.set_ylabel("iteration")
     _plain_integer_axis(ax)
     ax.set_title("whole run", fontsize=10, loc="left")

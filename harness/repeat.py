@@ -106,7 +106,8 @@ def record_of(outcome: runner.Outcome) -> stats.RunRecord:
     record = stats.RunRecord.from_verdict(outcome.verdict, run_dir=outcome.run_dir,
                                           workload=outcome.plan.spec.workload,
                                           stopped_early=outcome.launch.stopped_early)
-    return dataclasses.replace(record, fault=stats.fault_label(record.fault, outcome.plan.spec.fault_at))
+    return dataclasses.replace(record, fault=stats.fault_label(record.fault, outcome.plan.spec.fault_at),
+                               configuration=stats.run_configuration(outcome.plan.spec.to_json()))
 
 
 def write_summary(rp: RepeatPlan, records: Sequence[stats.RunRecord], ended_early: str | None = None

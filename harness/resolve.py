@@ -30,6 +30,12 @@ def _declared(field: str, flags: Mapping[str, object], env: Mapping[str, str]) -
     return given
 
 
+def _given(field: str, flags: Mapping[str, object], env: Mapping[str, str]) -> bool:
+    """The knob was given at all (a flag, even an empty one, or a non-empty environment name)."""
+    knob = specmod.KNOBS_BY_FIELD[field]
+    return flags.get(field) is not None or bool(knob.env and env.get(knob.env, "") != "")
+
+
 def detected_defaults(flags: Mapping[str, object], env: Mapping[str, str], *,
                       probe: Callable[[list[str]], discovery.WorkerImports] = discovery.worker_imports) -> dict:
     """Facts of this machine that feed RunSpec defaults (declared values always win).
@@ -64,7 +70,11 @@ def resolve_spec(flags: Mapping[str, object], extra: tuple[str, ...] = (), env: 
     env = dict(os.environ if env is None else env)
     flags = dict(flags)
     spec = specmod.from_sources(flags, env, extra, detected_defaults(flags, env))
-    target = nvrx.resolve(spec.nvrx_version, spec.nvrx_path)
+    if _given("nvrx_path", flags, env) or _given("nvrx_version", flags, env):
+        target = nvrx.resolve(spec.nvrx_version, spec.nvrx_path)  # `--nvrx-path ''`: the one pip installed
+    else:  # neither given: the newest this machine has, pip's or a side-by-side .nvrx/VERSION
+        target = nvrx.newest() or nvrx.resolve(None, None)
+        spec = dataclasses.replace(spec, nvrx_path=target.path)
     rdzv_port, log_port = ports.free_ports(2)
     if (spec.nnodes == 1 or spec.local_nodes) and not spec.rdzv_endpoint:
         spec = dataclasses.replace(spec, rdzv_endpoint=f"127.0.0.1:{rdzv_port}")

@@ -212,6 +212,24 @@ DEADLINE_PROFILES: dict[str, dict[str, Any]] = {
     "megatron-cpu": dict(section_timeouts=(("setup", 90.0), ("step", 15.0), ("checkpointing", 15.0)),
                          out_of_section_timeout=15.0, workload_check_interval=1.0),
 }
+DEADLINE_PROFILE_USE = {
+    "walkthrough": "the NVRx walkthrough's, Megatron's default",
+    "short": "a GPU qualification inside minutes",
+    "reference": "the CPU reference workload's default",
+    "megatron-cpu": "Megatron's own loop on CPU, its default",
+}
+
+
+def profile_text(name: str) -> str:
+    """One profile's deadlines in words, for --help and the docs: 'setup:60,step:10,... ; use'."""
+    p = DEADLINE_PROFILES[name]
+    sections = ",".join(f"{s}:{_num(v)}" for s, v in p["section_timeouts"])
+    check = p["workload_check_interval"]
+    check_text = "NVRx's check interval" if check is None else f"check interval {_num(check)}"
+    use = DEADLINE_PROFILE_USE.get(name)
+    return f"{sections}, out of section {_num(p['out_of_section_timeout'])}, {check_text}" + (f": {use}" if use else "")
+
+
 DEADLINE_FIELDS = ("section_timeouts", "out_of_section_timeout", "workload_check_interval")
 CUSTOM_PROFILE = "custom"
 # Where tools/install-megatron-cpu.sh installs by default (relative to the working directory,
@@ -259,13 +277,18 @@ def _parse_float(text: str) -> float:
     return float(text.strip())
 
 
-def _parse_bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
     low = text.strip().lower()
     if low in ("1", "true", "yes", "on"):
         return True
     if low in ("", "0", "false", "no", "off"):
         return False
     raise ValueError(text)
+
+
+def _parse_optional_path(text: str) -> Path | None:
+    """A path; the empty string is None (`--nvrx-path ''`: the one pip installed)."""
+    return Path(text) if text.strip() else None
 
 
 def _parse_choice(choices: tuple[str, ...]) -> Callable[[str], str]:
@@ -306,6 +329,7 @@ class Knob:
     help: str
     env: str | None = None
     fix: str = ""  # what a valid value looks like, for the error message
+    group: str = ""  # its --help group (HELP_GROUPS); empty: the group HELP_GROUPS lists it in
 
 
 KNOBS: tuple[Knob, ...] = (
@@ -353,18 +377,19 @@ KNOBS: tuple[Knob, ...] = (
     Knob("rdzv_join_timeout", "--rdzv-join-timeout", _parse_float,
          "seconds a launcher waits for enough nodes to rejoin the rendezvous (default: NVRx's)", None,
          "a number of seconds"),
-    Knob("local_nodes", "--local-nodes", _parse_bool,
+    Knob("local_nodes", "--local-nodes", parse_bool,
          "1: start every node's launcher (NNODES + hot spares) on this machine, without Slurm, to test multi-node "
          "recovery such as node loss", None, "1 or 0"),
     Knob("checkpoint_dir", "--checkpoint-dir", Path, "existing checkpoint dir to resume into (default: the run's)",
          "NVRX_CHECKPOINT_DIR"),
     Knob("rdzv_endpoint", "--rdzv-endpoint", str, "HOST:PORT every node reaches (needed with NNODES>1)",
          "RDZV_ENDPOINT"),
-    Knob("dry_run", "--dry-run", _parse_bool, "validate and print the commands only", "NVRX_DRY_RUN", "1 or 0"),
+    Knob("dry_run", "--dry-run", parse_bool, "validate, create the run directory and print the exact commands; "
+         "launch nothing (a flag; --dry-run 1 / 0 work too)", "NVRX_DRY_RUN", "1 or 0"),
     Knob("deadline_profile", "--deadline-profile", _parse_choice(tuple(DEADLINE_PROFILES)),
-         "ft_launcher deadlines by name: walkthrough (setup:900,step:120,checkpointing:600, out of section 180; "
-         "Megatron's default), short (setup:600,step:60,checkpointing:60, out of section 60, check interval 1) or "
-         "reference (the CPU workload's default)", "NVRX_DEADLINE_PROFILE", ", ".join(DEADLINE_PROFILES)),
+         "ft_launcher deadlines by name: " + "; ".join(
+             f"{name} ({profile_text(name)})" for name in DEADLINE_PROFILES),
+         "NVRX_DEADLINE_PROFILE", ", ".join(DEADLINE_PROFILES)),
     Knob("section_timeouts", "--section-timeouts", parse_section_timeouts,
          "ft_launcher section deadlines, seconds (overrides the profile's)", None,
          "setup:900,step:120,checkpointing:600"),
@@ -388,17 +413,18 @@ KNOBS: tuple[Knob, ...] = (
          "can land inside it (default: 400 with --fault-at in-save, else none)", None, "a non-negative integer"),
     Knob("nvrx_version", "--nvrx-version", str, "NVRx version the commands are for (default: installed)",
          "NVRX_VERSION", "e.g. 0.7.0"),
-    Knob("nvrx_path", "--nvrx-path", Path, "directory holding the NVRx to use (a pip --target install)",
-         "NVRX_QUAL_NVRX_PATH"),
+    Knob("nvrx_path", "--nvrx-path", _parse_optional_path,
+         "directory holding the NVRx to use (a pip --target install); '' for the one pip installed (default: the "
+         "newest installed, pip's or .nvrx/VERSION in the working directory or this checkout)", "NVRX_QUAL_NVRX_PATH"),
     Knob("gpu_arch", "--gpu-arch", str, "GPU architecture (hopper, blackwell, 9.0, ...; default: detected)",
          "NVRX_GPU_ARCH"),
-    Knob("transformer_engine", "--transformer-engine", _parse_bool,
+    Knob("transformer_engine", "--transformer-engine", parse_bool,
          "1: use Transformer Engine; 0: --transformer-impl local (default: imported in the workers' interpreter)",
          None, "1 or 0"),
-    Knob("apex", "--apex", _parse_bool,
+    Knob("apex", "--apex", parse_bool,
          "1: apex and its CUDA extensions import in the workers' interpreter; 0: plan Megatron's non-apex "
          "fallbacks (default: imported in the workers' interpreter)", None, "1 or 0"),
-    Knob("distributed_optimizer", "--distributed-optimizer", _parse_bool,
+    Knob("distributed_optimizer", "--distributed-optimizer", parse_bool,
          "1: Megatron's --use-distributed-optimizer (default); 0: its plain optimizer", None, "1 or 0"),
     Knob("baseline", "--baseline", _parse_baseline,
          "what loss_continuity and state_equivalence compare with: auto (reuse an uninterrupted run of the same "
@@ -406,11 +432,36 @@ KNOBS: tuple[Knob, ...] = (
          "the run directory of an uninterrupted run", "NVRX_QUAL_BASELINE", "auto, none or a run directory"),
     Knob("python", "--python", str, "interpreter that runs the launcher on the nodes (default: this one)",
          "NVRX_QUAL_PYTHON"),
-    Knob("uv", "--uv", _parse_bool, "1: launch through `uv run python` (default: detected)", None, "1 or 0"),
-    Knob("assume_shared_storage", "--assume-shared-storage", _parse_bool,
+    Knob("uv", "--uv", parse_bool, "1: launch through `uv run python` (default: detected)", None, "1 or 0"),
+    Knob("assume_shared_storage", "--assume-shared-storage", parse_bool,
          "1: trust that work/checkpoint paths are shared across nodes", None, "1 or 0"),
 )
 KNOBS_BY_FIELD = {k.field: k for k in KNOBS}
+
+# The --help groups of `nvrx-qual plan | run | sbatch`, in the order shown, and the knobs in
+# each (a knob can also name its group itself: Knob.group). The command layer adds its own
+# options to these groups by title (run's --repeat and --deadline, sbatch's Slurm options).
+HELP_GROUPS: dict[str, tuple[str, ...]] = {
+    "what to run": ("workload", "megatron_path", "megatron_cpu_dir", "nvrx_path", "nvrx_version", "python", "uv",
+                    "train_iters", "save_interval", "num_layers", "hidden_size", "num_attention_heads",
+                    "seq_length", "vocab_size", "micro_batch_size", "global_batch_size", "distributed_optimizer",
+                    "transformer_engine", "apex", "step_time_ms", "save_delay_ms", "checkpoint_dir", "dry_run"),
+    "faults": ("fault", "fault_at", "fault_rank", "max_restarts", "max_no_progress_cycles", "poll_interval"),
+    "deadlines": ("deadline_profile", "section_timeouts", "out_of_section_timeout", "workload_check_interval",
+                  "monitor_interval"),
+    "GPU and cluster": ("nnodes", "gpus_per_node", "tp", "pp", "cp", "gpu_arch", "hot_spares", "local_nodes",
+                        "rdzv_endpoint", "rdzv_join_timeout", "assume_shared_storage"),
+    "Slurm": (),
+    "output": ("work_dir", "run_id"),
+}
+OTHER_GROUP = "other options"
+
+
+def knob_group(knob: Knob) -> str:
+    """The --help group of a knob: its own, else the one HELP_GROUPS lists it in, else OTHER_GROUP."""
+    if knob.group:
+        return knob.group
+    return next((title for title, fields in HELP_GROUPS.items() if knob.field in fields), OTHER_GROUP)
 
 
 def generated_run_id(workload: str, fault: str, now: datetime | None = None) -> str:

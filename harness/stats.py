@@ -71,6 +71,14 @@ class RunRecord:
     source: str = JUDGED
     source_notes: tuple[str, ...] = ()  # what differed between verdict.json and the evidence, or why not trusted
     picture_current: bool = True  # False: timeline.png shows a stored verdict that this record contradicts
+    # what else makes two runs different scenarios: the optimizer and the parallel shape
+    # (run_configuration of run.json's spec); None: not recorded
+    configuration: str | None = None
+
+    @property
+    def stopped_by_user(self) -> bool:
+        """The person stopped the run (Ctrl-C, SIGTERM, SIGHUP to the harness): no verdict on the recovery."""
+        return bool(self.stopped_early) and self.stopped_early.startswith(INTERRUPTED_PREFIX)
 
     @property
     def run_id(self) -> str:
@@ -83,6 +91,8 @@ class RunRecord:
     @property
     def verdict_cell(self) -> str:
         """The verdict as the summaries show it, with the expectation when it is negative."""
+        if self.stopped_by_user:
+            return "⏹ stopped by the user (not counted)"
         if self.source in UNTRUSTED:
             return f"❔ {self.source} verdict.json (not counted as qualified)"
         if self.expected_qualified:
@@ -138,7 +148,8 @@ class RunRecord:
                 "nvrx_version": self.nvrx_version, "qualified": self.qualified,
                 "did_not_hold": [{"id": c.id, "status": c.status.value, "detail": c.detail} for c in self.failed], "metrics": dict(self.metrics),
                 "stopped_early": self.stopped_early, "expected_qualified": self.expected_qualified,
-                "verdict_source": self.source, "verdict_notes": list(self.source_notes)}
+                "verdict_source": self.source, "verdict_notes": list(self.source_notes),
+                "configuration": self.configuration, "stopped_by_user": self.stopped_by_user}
 
 
 def _number(value: object) -> float | None:
@@ -238,13 +249,22 @@ class RepeatStats:
     def as_expected(self) -> bool:
         return bool(self.runs) and all(r.as_expected for r in self.runs)
 
+    @property
+    def stopped_by_user(self) -> bool:
+        """Every run of this group was stopped by the person (Ctrl-C): it says nothing either way."""
+        return bool(self.runs) and all(r.stopped_by_user for r in self.runs)
+
     def qualified_sentence(self) -> str:
         n = len(self.runs)
-        text = f"{self.qualified_runs} of {n} run{'s' if n != 1 else ''} qualified"
+        runs = f"run{'s' if n != 1 else ''}"
+        if self.stopped_by_user:
+            return f"{n} {runs} stopped by the user before a verdict on the recovery (not counted)."
+        text = f"{self.qualified_runs} of {n} {runs} qualified"
         if not self.expected_negative:
             return text + "."
         if self.as_expected:
-            return text + ", as expected: this scenario's recovery is broken (on purpose or by a known defect) and every run was caught."
+            return (f"as expected: {n} of {n} {runs} caught not qualifying (this scenario's recovery is broken, on "
+                    "purpose or by a known defect).")
         return text + " although this scenario's recovery is broken (on purpose or by a known defect): the suite did not catch it."
 
     @property
@@ -395,8 +415,11 @@ def render_markdown(groups: Sequence[RepeatStats], title: str, links: Mapping[st
     `links` maps a run directory to the path to show for its timeline picture."""
     runs = [r for g in groups for r in g.runs]
     qualified = sum(r.qualified for r in runs)
-    negative = [r for r in runs if not r.expected_qualified]
-    head = f"{qualified} of {len(runs)} runs qualified."
+    negative = [r for r in runs if not r.expected_qualified and not r.stopped_by_user]
+    stopped = [r for r in runs if r.stopped_by_user]
+    head = f"{qualified} of {len(runs) - len(stopped)} runs qualified."
+    if stopped:
+        head += f" {len(stopped)} run{'s were' if len(stopped) != 1 else ' was'} stopped by the user (Ctrl-C), not counted."
     if negative:
         caught = sum(not r.qualified for r in negative)
         head += (f" {len(negative)} of them had a broken recovery to catch (expected not to qualify); "
@@ -465,17 +488,50 @@ EXPECTATION_FILE = EXPECTATION_NAME  # {"qualified": false, "why": "..."}: a neg
 EXPECTED_NEGATIVE = "expected not to qualify"
 
 
+INTERRUPTED_PREFIX = "interrupted:"  # launch.json's stopped_early when the person stopped the harness
+STOPPED_BY_USER = "stopped by the user"
+
+
 @dataclass(frozen=True)
 class ScenarioKey:
     workload: str | None
     fault: str
     nvrx_version: str | None
     expected_qualified: bool = True
+    configuration: str | None = None
+    stopped_by_user: bool = False
 
 
-def scenario_label(workload: str | None, fault: str, nvrx_version: str | None, expected_qualified: bool = True) -> str:
-    label = f"{workload or 'unknown'} workload, fault {fault}, NVRx {nvrx_version or 'unknown'}"
+def scenario_label(workload: str | None, fault: str, nvrx_version: str | None, expected_qualified: bool = True,
+                   configuration: str | None = None, stopped_by_user: bool = False) -> str:
+    label = f"{workload or 'unknown'} workload" + (f" ({configuration})" if configuration else "") + \
+        f", fault {fault}, NVRx {nvrx_version or 'unknown'}"
+    if stopped_by_user:
+        return f"{label} ({STOPPED_BY_USER})"
     return label if expected_qualified else f"{label} ({EXPECTED_NEGATIVE})"
+
+
+def run_configuration(spec: Mapping) -> str | None:
+    """The optimizer (Megatron workloads) and the parallel shape of a run, as run.json's spec
+    (or RunSpec.to_json()) records them: 'distributed optimizer, 1x2 ranks, TP 1, PP 1'."""
+    if not isinstance(spec, Mapping):
+        return None
+    parts = []
+    optimizer = spec.get("distributed_optimizer")
+    if spec.get("workload") in ("megatron", "megatron-cpu") and isinstance(optimizer, bool):
+        parts.append("distributed optimizer" if optimizer else "plain optimizer")
+    nodes, per_node = spec.get("nnodes"), spec.get("gpus_per_node")
+    if _whole(nodes) and _whole(per_node):
+        parts.append(f"{nodes}x{per_node} ranks")
+    for key, name in (("tp", "TP"), ("pp", "PP"), ("cp", "CP")):
+        value = spec.get(key)
+        if _whole(value) and (value != 1 or key != "cp"):
+            parts.append(f"{name} {value}")
+    return ", ".join(parts) or None
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1_000_000
 
 
 def expectation_record(why: str) -> str:
@@ -552,7 +608,7 @@ def _record(run_dir: Path, verdict: Verdict, source: str = JUDGED, notes: tuple[
     record = RunRecord.from_verdict(verdict, run_dir=run_dir.absolute(), workload=str(workload) if workload else None,
                                     stopped_early=_stopped(launch_json))
     record = replace(record, expected_qualified=_expected_qualified(run_dir), source=source, source_notes=notes,
-                     picture_current=picture_current)
+                     picture_current=picture_current, configuration=run_configuration(spec))
     if source in UNTRUSTED:
         record = replace(record, qualified=False)
     version = (run_json or {}).get("nvrx_version")
@@ -621,8 +677,10 @@ def group_runs(records: Iterable[RunRecord]) -> list[RepeatStats]:
     """One RepeatStats per scenario, in order of first appearance."""
     groups: dict[ScenarioKey, list[RunRecord]] = {}
     for r in records:
-        groups.setdefault(ScenarioKey(r.workload, r.fault, r.nvrx_version, r.expected_qualified), []).append(r)
-    return [summarize(scenario_label(k.workload, k.fault, k.nvrx_version, k.expected_qualified), runs)
+        key = ScenarioKey(r.workload, r.fault, r.nvrx_version, r.expected_qualified, r.configuration, r.stopped_by_user)
+        groups.setdefault(key, []).append(r)
+    return [summarize(scenario_label(k.workload, k.fault, k.nvrx_version, k.expected_qualified, k.configuration,
+                                     k.stopped_by_user), runs)
             for k, runs in groups.items()]
 
 

@@ -27,7 +27,7 @@ from harness.events import iso_utc
 from harness.spec import FAULTS
 
 if TYPE_CHECKING:
-    from harness.picture import TimelinePicture
+    from harness.picture_data import TimelinePicture
 
 SCHEMA = 1
 
@@ -362,7 +362,7 @@ class Verdict:
     suite_version: str | None = None
     criteria_set: tuple[str, ...] = ()  # the criteria ids the suite judged this run with
     evidence_digest: EvidenceDigest | None = None
-    # what timeline.png shows (harness.picture); not part of verdict.json
+    # what timeline.png shows (harness.picture_data; drawn by harness.picture); not part of verdict.json
     picture: "TimelinePicture | None" = field(default=None, compare=False, repr=False)
 
     @property

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from harness import __version__, criteria, end_state, evidence, metrics, picture
+from harness import __version__, criteria, end_state, evidence, findings, metrics, picture
 from harness import events as ev
 from harness.events import Timeline
 from harness import safeio
@@ -145,14 +145,21 @@ def read_baseline(baseline: str | os.PathLike) -> RunRead:
     return read_run(baseline, inspect_checkpoints=False, losses=True, progress=False)
 
 
+def known_defects(verdict: Verdict, read: RunRead | None) -> tuple[findings.KnownMatch, ...]:
+    """The known defects of the software under test (harness.findings) this run's failure matches."""
+    return findings.known_defects(verdict, read.timeline.run) if read is not None else ()
+
+
 def triage(verdict: Verdict, read: RunRead | None = None) -> tuple[Triage | None, tuple[str, ...]]:
-    """A run that did not qualify gets the cross-rank failure triage as a report section.
-    `read`, the read the verdict was made from, gives triage the run's facts (run.json,
-    launch.json, the markers) so that it only scans the log lines itself."""
+    """A run that did not qualify gets the cross-rank failure triage as a report section,
+    after the known defect it matches, if any. `read`, the read the verdict was made from,
+    gives triage the run's facts (run.json, launch.json, the markers) so that it only scans the
+    log lines itself."""
     if verdict.qualified and not any(c.id == criteria.LOOP_STOPPED for c in verdict.criteria):
         return None, ()  # a stopped restart loop qualifies and still gets its triage: the repeating error
     found = diagnose(Path(verdict.run_dir), history=read)
-    return found, (render_markdown(found),)
+    known = findings.markdown(known_defects(verdict, read))
+    return found, ((known,) if known else ()) + (render_markdown(found),)
 
 
 def verify_run(run_dir: str | os.PathLike, fault: str | None = None, *, write: bool = False,

@@ -21,6 +21,7 @@ from harness.spec import RunSpec
 # After the launcher reported success, how long it may take to exit on its own (NVRx 0.7.0
 # waits a few seconds for other agents and its log server) before the harness stops it.
 EXIT_GRACE_S = 60.0
+HANG_NOTE_S = 5.0  # during an injected hang, a line every this many seconds: what it waits for, how long so far
 
 
 def certain_failure(tl: ev.Timeline, a: Analysis) -> str | None:
@@ -150,12 +151,37 @@ class Watcher:
         self._start = clock()
         self._progress: Progress | None = None
         self._evidence_in_at: float | None = None
+        self._hang_seen_at: float | None = None  # when the watcher first saw the injected hang
+        self._hang_said_at: float | None = None
         self.stop_reason: str | None = None
 
     def say(self, text: str) -> None:
         """One progress line, stamped with the seconds since the watcher was made."""
         if self._out is not None:
             print(f"  [{self._clock() - self._start:7.1f}s] {text}", file=self._out, flush=True)
+
+    def hang_wait(self) -> str:
+        """What a hang waits for: the first rank monitor timeout that can fire (a peer blocked in a
+        step, or the stopped rank out of its sections), plus one check interval."""
+        sections = dict(self._spec.section_timeouts)
+        step, outside = sections.get("step"), self._spec.out_of_section_timeout
+        check = self._spec.workload_check_interval
+        which, seconds = min((("step", step), ("out-of-section", outside)), key=lambda w: (w[1] is None, w[1] or 0))
+        extra = f" + a {check:g} s check interval" if check else ""
+        return f"the rank monitor's {which} timeout ({seconds:g} s{extra})"
+
+    def _say_hang_wait(self, progress: "Progress") -> None:
+        """During an injected hang, every HANG_NOTE_S: what the run waits for, and how long so far."""
+        if self._spec.fault != "hang" or not progress.injected or progress.failure_detected:
+            return
+        now = self._clock()
+        if self._hang_seen_at is None:
+            self._hang_seen_at = self._hang_said_at = now
+            self.say(f"waiting for {self.hang_wait()} to notice the stopped rank")
+            return
+        if now - (self._hang_said_at or now) >= HANG_NOTE_S:
+            self._hang_said_at = now
+            self.say(f"waiting for {self.hang_wait()}, {now - self._hang_seen_at:.0f} s so far")
 
     def __call__(self) -> str | None:
         try:
@@ -167,6 +193,7 @@ class Watcher:
         for line in progress.changes(self._progress):
             self.say(line)
         self._progress = progress
+        self._say_hang_wait(progress)
         elapsed = self._clock() - self._start
         reason = None
         if self._fail_fast:

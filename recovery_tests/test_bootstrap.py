@@ -49,7 +49,7 @@ def bootstrap(*args: str, env: dict[str, str]):
 def test_check_on_a_prepared_machine_says_ready(tmp_path):
     proc = bootstrap("--check", env=stand_ins(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
+    lines = [line for line in proc.stdout.splitlines() if not line.startswith("bootstrap:   ")]  # no detail lines
     assert [line.split(": ", 2)[1] for line in lines[:5]] == ["ready"] * 5, lines
     assert lines[-1] == "bootstrap: everything is ready"
 
@@ -59,7 +59,7 @@ def test_check_on_a_fresh_machine_lists_every_step_and_creates_nothing(tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     missing = [line for line in proc.stdout.splitlines() if line.startswith("bootstrap: missing: ")]
     assert len(missing) == 5 and all(step in line for step, line in zip(STEPS, missing)), missing
-    assert "would run: pip install torch==2.13.0" in missing[1]
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu, else plain pip" in missing[1]
     assert "would run: tools/install-nvrx-target.sh 0.7.0" in missing[3]
     assert list(tmp_path.iterdir()) == []
 
@@ -85,7 +85,100 @@ def test_a_prepared_machine_goes_straight_to_the_main_job_with_the_arguments(tmp
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "preparing" not in proc.stdout
     assert proc.stdout.splitlines()[-1] == \
-        "stand-in nvrx-qual: run --workload reference --fault kill --fault hang -- --no-load-optim"
+        "stand-in nvrx-qual: run --workload reference --fault hang -- --no-load-optim"
+
+
+@pytest.mark.parametrize("args, expected", [
+    ((), "run --workload reference --fault kill"),
+    (("--fault=term",), "run --workload reference --fault=term"),
+    (("--workload", "megatron-cpu", "--fault", "hang"), "run --workload megatron-cpu --fault hang"),
+    (("--", "--fault", "x"), "run --workload reference --fault kill -- --fault x"),  # workload args are not ours
+])
+def test_the_users_workload_and_fault_replace_the_defaults(tmp_path, args, expected):
+    proc = bootstrap(*args, env=stand_ins(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == f"stand-in nvrx-qual: {expected}"
+
+
+INSTALL_TORCH = REPO / "tools" / "install-torch-cpu.sh"
+
+
+def fake_python(root: Path, cuda: str | None) -> Path:
+    """An interpreter stand-in: runs the index probe for real (this python), records every pip
+    call instead of installing, and reports the torch build given."""
+    log = root / "pip.log"
+    script = root / "python"
+    script.write_text(f"""#!/bin/sh
+case "$1" in
+  -m) echo "$*" >> "{log}"; exit 0 ;;
+  -c) echo "2.13.0{'+cpu' if cuda is None else ''} {cuda or 'cpu'}"; exit 0 ;;
+  *) exec "{sys.executable}" "$@" ;;
+esac
+""")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("cuda", [None, "12.8"])
+def test_an_unreachable_torch_index_falls_back_to_plain_pip_and_says_which_build(tmp_path, cuda):
+    """This machine reaches only PyPI; a closed local port stands for download.pytorch.org."""
+    from harness.ports import free_port
+
+    index = f"http://127.0.0.1:{free_port()}/whl/cpu"
+    python = fake_python(tmp_path, cuda)
+    proc = run_in_session([str(INSTALL_TORCH), "2.13.0"], timeout_s=60,
+                          env={**os.environ, "PYTHON": str(python), "NVRX_QUAL_TORCH_INDEX": index})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{index} cannot be reached: falling back to plain pip install torch==2.13.0" in proc.stdout
+    assert (tmp_path / "pip.log").read_text().splitlines() == ["-m pip install --quiet torch==2.13.0"]
+    if cuda is None:
+        assert "installed torch 2.13.0+cpu, the CPU build" in proc.stdout
+    else:
+        assert "WARNING: installed torch 2.13.0, a CUDA 12.8 build" in proc.stdout
+
+
+def test_a_reachable_torch_index_is_used(tmp_path):
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    (tmp_path / "torch").mkdir()
+    server.RequestHandlerClass = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path), **k)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        index = f"http://127.0.0.1:{server.server_address[1]}/"
+        python = fake_python(tmp_path, None)
+        proc = run_in_session([str(INSTALL_TORCH)], timeout_s=60,
+                              env={**os.environ, "PYTHON": str(python), "NVRX_QUAL_TORCH_INDEX": index})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "pip.log").read_text().splitlines() == [
+        f"-m pip install --quiet torch==2.13.0 --index-url {index}"]
+
+
+def test_an_empty_torch_index_means_plain_pip(tmp_path):
+    python = fake_python(tmp_path, None)
+    proc = run_in_session([str(INSTALL_TORCH)], timeout_s=60,
+                          env={**os.environ, "PYTHON": str(python), "NVRX_QUAL_TORCH_INDEX": ""})
+    assert proc.returncode == 0 and "NVRX_QUAL_TORCH_INDEX is empty" in proc.stdout
+    assert (tmp_path / "pip.log").read_text().splitlines() == ["-m pip install --quiet torch==2.13.0"]
+
+
+def test_check_names_the_installed_torch_build(tmp_path):
+    proc = bootstrap("--check", env=stand_ins(tmp_path))
+    assert "bootstrap:   torch " in proc.stdout and ("(the CPU build)" in proc.stdout or "CUDA" in proc.stdout)
+
+
+def test_the_readme_names_what_bootstrap_check_reports():
+    """tools/bootstrap --check and the README agree on what is installed."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    text = " ".join(readme.split())
+    for named in ("`.venv`", "CPU build of PyTorch", "plot extra", "NVRx 0.7.0", "`.nvrx/0.7.0`",
+                  "Megatron for the CPU tier", "`.megatron-cpu/`", "NVRX_QUAL_TORCH_INDEX", "download.pytorch.org/whl/cpu"):
+        assert named in text, named
 
 
 def test_check_takes_no_run_arguments(tmp_path):

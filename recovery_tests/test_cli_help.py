@@ -52,3 +52,69 @@ def test_run_help_names_the_workload_defaults(capsys):
                   "megatron-cpu setup:90,step:15,checkpointing:15)",
                   "(default: 1)", "(default 1: one plain run)"):
         assert shown in out, shown
+
+
+GROUPS = ("what to run", "faults", "deadlines", "GPU and cluster", "output")
+
+
+def _help(capsys, *argv) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([*argv, "--help"])
+    assert exit_.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ("plan", "run", "sbatch"))
+def test_spec_commands_group_their_options(command, capsys):
+    """Every RunSpec option sits in one named group, never in a catch-all, and the groups come in
+    the order of spec.HELP_GROUPS."""
+    from harness import spec
+
+    out = _help(capsys, command)
+    positions = [out.index(f"\n{title}:\n") for title in GROUPS]
+    assert positions == sorted(positions)
+    assert f"\n{spec.OTHER_GROUP}:" not in out
+    assert [k.field for k in KNOBS if spec.knob_group(k) == spec.OTHER_GROUP] == []
+    if command == "sbatch":
+        assert "\nSlurm:\n" in out and out.index("\nSlurm:\n") < out.index("\noutput:\n")
+
+
+def test_run_help_lists_every_deadline_profile(capsys):
+    from harness.spec import DEADLINE_PROFILES
+
+    out = " ".join(_help(capsys, "run").split())
+    for name in DEADLINE_PROFILES:
+        assert f"{name} (setup:" in out, name
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["run", "--falt", "kill"], "unknown option --falt; did you mean --fault?"),
+    (["plan", "--workload=reference", "--deadline-profle=short"], "did you mean --deadline-profile?"),
+    (["plan", "--zzzz"], "unknown option --zzzz; see nvrx-qual plan --help"),
+    (["verify", "RUN", "--no-wirte"], "did you mean --no-write?"),
+])
+def test_an_unknown_option_is_answered_with_the_closest_known_one(argv, expected, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err and f"nvrx-qual {argv[0]}" in err
+
+
+def test_dry_run_is_a_flag_and_still_takes_a_value(tmp_path, capsys):
+    base = ["plan", "--workload", "reference", "--work-dir", str(tmp_path)]
+    parser = cli.build_parser()
+    assert parser.parse_known_args(["run", "--dry-run", "--fault", "hang"])[0].dry_run == "1"
+    assert parser.parse_known_args(["run", "--dry-run", "0"])[0].dry_run == "0"
+    assert parser.parse_known_args(["run", "--local-nodes"])[0].local_nodes == "1"
+    assert cli.main([*base, "--run-id", "flag", "--dry-run"]) == 0
+    assert "# dry run: nothing launched" in capsys.readouterr().out
+
+
+def test_the_docs_list_every_deadline_profile():
+    from pathlib import Path
+
+    from harness.spec import DEADLINE_PROFILES
+
+    usage = (Path(__file__).resolve().parent.parent / "docs" / "usage.md").read_text(encoding="utf-8")
+    assert [name for name in DEADLINE_PROFILES if f"| `{name}` |" not in usage] == []

@@ -814,3 +814,58 @@ def test_a_received_run_json_with_an_impossible_utc_offset_is_ignored(tmp_path, 
     (run_dir / "run.json").write_text(json.dumps(doc))
     triage = diagnose(run_dir)
     assert triage.injected, render_markdown(triage)
+
+
+# ----------------------------------------------------------------------------- the harness's own fault, the backend
+
+HARDWARE_WORDS = ("OOM killer", "oom_kill", "Xid", "dmesg", "node or GPU fault")
+
+
+def test_the_injected_kill_gets_no_hardware_advice(tmp_path: Path) -> None:
+    """The harness's own SIGKILL is no OOM kill and no Xid: advising to look for them sends the
+    user after a fault that never happened."""
+    sample_run(tmp_path, "nvrx-0.4.1-kill/launcher-console.log", {
+        "fault": "kill", "signal": "SIGKILL", "rank": 1, "local_rank": 1, "cycle": 0, "iteration": 10,
+        "injected_at": "2026-11-29T17:05:47.650Z",
+    })  # fmt: skip
+    t = diagnose(tmp_path)
+    assert t.injected and t.category == "exit"
+    assert not [w for w in HARDWARE_WORDS if w in t.advice], t.advice
+    assert "injected" in t.advice and "verify" in t.advice
+
+
+def test_the_injected_hang_gets_no_hunt_for_the_stuck_rank(tmp_path: Path) -> None:
+    sample_run(tmp_path, "nvrx-0.4.1-hang/launcher-console.log", {"fault": "hang", "signal": "SIGSTOP", "rank": 1, "local_rank": 1})
+    t = diagnose(tmp_path)
+    assert t.injected and "py-spy" not in t.advice and "SIGSTOP" in t.advice
+
+
+def test_a_death_the_harness_did_not_cause_still_gets_hardware_advice(tmp_path: Path) -> None:
+    sample_run(tmp_path, "nvrx-0.7.0-kill/launcher.log", None)
+    t = diagnose(tmp_path)
+    assert not t.injected and "Xid" in t.advice and "OOM killer" in t.advice
+
+
+GLOO_RESET = [
+    "2026-12-01T10:00:00.000Z out [default0]:Traceback (most recent call last):",
+    '2026-12-01T10:00:00.000Z out [default0]:  File "/x/reference.py", line 10, in <module>',
+    "2026-12-01T10:00:00.000Z out [default0]:    dist.all_reduce(t)",
+    "2026-12-01T10:00:00.000Z out [default0]:RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+    "Read error [127.0.0.1]:29500: Connection reset by peer",
+]
+
+
+@pytest.mark.parametrize("command, backend", [
+    ({"argv": ["python", "-m", "x.launcher", "--", "/r/harness/workloads/reference.py", "--lr", "1"]}, "gloo"),
+    ({"argv": ["python", "pretrain_gpt.py", "--distributed-backend", "gloo"]}, "gloo"),
+    ({"argv": ["python", "pretrain_gpt.py", "--tensor-model-parallel-size", "2"]}, "NCCL"),
+])
+def test_the_collective_backend_is_named_from_the_runs_own_command(tmp_path: Path, command, backend) -> None:
+    write(tmp_path, "logs/console.log", GLOO_RESET)
+    write_json(tmp_path, "run.json", {"spec": {}, "commands": [command]})
+    write_json(tmp_path, "launch.json", {"launcher_exit_code": 1})
+    t = diagnose(tmp_path)
+    assert t.config.backend == backend
+    other = {"gloo": "NCCL", "NCCL": "gloo"}[backend]
+    assert t.summary.startswith(f"{backend} / collective failure") and f"non-{other}" not in t.summary, t.summary
+    assert t.advice.startswith(f"{backend} failure") and other not in t.advice, t.advice

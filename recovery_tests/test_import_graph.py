@@ -3,8 +3,11 @@
 - the command layer `harness.cli` is imported by nobody outside it (no library -> CLI and
   no fixtures -> CLI arrow);
 - the module import graph of harness/ and fixtures/ has no cycle (every import counts, also
-  one inside a function: a lazy import hides a circle, it does not remove it; only imports
-  under `if TYPE_CHECKING:`, which never run, are left out);
+  one inside a function: a lazy import hides a circle, it does not remove it; and one under
+  `if TYPE_CHECKING:`: it never runs, but a type named in a lower module's annotations ties
+  that module to the higher one all the same — verdict's `picture: TimelinePicture` once
+  closed verdict -> picture -> criteria -> verdict that way. The vocabulary belongs at the
+  bottom);
 - the library never prints, exits or parses a command line: `print(` (unless to a stream
   the caller injected, `file=out`), `sys.exit(`,
   `exit(`, `quit(`, `raise SystemExit`, `os._exit(` and `import argparse` appear only in
@@ -73,11 +76,12 @@ def _runtime_nodes(tree: ast.AST):
                 todo.append(child)
 
 
-def imports(module: str, tree: ast.AST, known: dict[str, Path]) -> set[str]:
-    """Every module of ours that `module` imports, anywhere in its body."""
+def imports(module: str, tree: ast.AST, known: dict[str, Path], *, type_only: bool = True) -> set[str]:
+    """Every module of ours that `module` imports, anywhere in its body (with type_only=False,
+    not those under `if TYPE_CHECKING:`)."""
     out: set[str] = set()
     package = module if known[module].name == "__init__.py" else module.rpartition(".")[0]
-    for node in _runtime_nodes(tree):
+    for node in (ast.walk(tree) if type_only else _runtime_nodes(tree)):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -93,9 +97,10 @@ def imports(module: str, tree: ast.AST, known: dict[str, Path]) -> set[str]:
     return out
 
 
-def graph(root: Path = ROOT) -> dict[str, set[str]]:
+def graph(root: Path = ROOT, *, type_only: bool = True) -> dict[str, set[str]]:
     known = modules(root)
-    return {m: imports(m, ast.parse(p.read_text(encoding="utf-8"), str(p)), known) for m, p in known.items()}
+    return {m: imports(m, ast.parse(p.read_text(encoding="utf-8"), str(p)), known, type_only=type_only)
+            for m, p in known.items()}
 
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:
@@ -234,4 +239,19 @@ def test_the_cycle_finder_finds_a_lazy_import_circle(tmp_path):
     assert cycles(graph(tmp_path)) == [["harness.cli", "harness.repeat"]]
     assert cli_importers(tmp_path) == ["harness.repeat -> harness.cli"]
     (pkg / "repeat.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from harness import cli\n")
-    assert cycles(graph(tmp_path)) == []
+    assert cycles(graph(tmp_path, type_only=False)) == []
+
+
+def test_the_cycle_finder_finds_a_circle_closed_by_an_annotation(tmp_path):
+    """The shape verdict -> picture -> criteria -> verdict had: the vocabulary (verdict) named a
+    higher module's type under `if TYPE_CHECKING:`."""
+    pkg = tmp_path / "harness"
+    pkg.mkdir()
+    (tmp_path / "fixtures").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "verdict.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                    "    from harness.picture import TimelinePicture\n")
+    (pkg / "picture.py").write_text("from harness.criteria import Analysis\n")
+    (pkg / "criteria.py").write_text("from harness.verdict import Status\n")
+    assert cycles(graph(tmp_path)) == [["harness.criteria", "harness.picture", "harness.verdict"]]
+    assert cycles(graph(tmp_path, type_only=False)) == []

@@ -272,3 +272,17 @@ def test_failed_recovery_is_drawn_as_failed(tmp_path: Path):
     assert "FAILED" in fig.axes[1].get_title(loc="left")
     spans, labels, _ = top_spans(Scenario())
     assert [hatch for hatch, _ in spans] == [None] and any(label.startswith("recovery:") for label in labels)
+
+
+def test_the_whole_run_axis_starts_where_the_console_does(tmp_path: Path):
+    """The console counts from the launch's start; so does the picture (launch.json's started_at),
+    not from the first record a second later. Without launch.json: the first record."""
+    run = rundirs.build(tmp_path / "run", Scenario()).run_dir
+    started = history.parse_iso_utc(json.loads((run / "launch.json").read_text())["started_at"])
+    p = verify.verify_run(run).picture
+    first = min(pt.t for c in p.curves for pt in c.points)
+    assert started is not None and started < first
+    assert p.origin == started and p.t0 == started
+    (run / "launch.json").unlink()
+    q = verify.verify_run(run).picture
+    assert q.origin is None and q.t0 == min(q._times())

@@ -6,7 +6,7 @@ a tiny GPT, and a real kill / hang / none from the nemesis, judged by the same v
 
 What it finds: with the distributed optimizer on torch's Adam (no apex, no Transformer
 Engine), Megatron 0.19.2 restores a checkpoint, prints every load line, and yet loses Adam's
-step counter (README, "Findings"): optimizer_state and loss_continuity fail while the five
+step counter (docs/megatron-cpu.md, "Findings"): optimizer_state and loss_continuity fail while the five
 log-based criteria pass. The plain optimizer restores correctly and qualifies.
 
 Needs `tools/install-megatron-cpu.sh` (CI runs it); skipped with that instruction otherwise."""
@@ -96,6 +96,21 @@ def test_step_reset_is_reported_with_the_checkpoint_key_and_values(fault, megatr
     assert outcome.verdict.criterion("optimizer_reload").status == PASS
     assert "Loading distributed optimizer sharded state" in "\n".join(
         outcome.verdict.criterion("optimizer_reload").evidence)
+
+
+@pytest.mark.parametrize("fault", ("kill", "hang"))
+def test_step_reset_is_named_as_a_known_megatron_defect_with_the_qualifying_configuration(fault, megatron_cpu,
+                                                                                         scenarios):
+    """The failure is a documented defect of megatron-core 0.19.2 (harness.findings): the run says
+    so, on the terminal and in report.md, and names the configuration that qualifies."""
+    outcome = scenarios.outcome(scenario(fault, megatron_cpu))
+    assert [m.defect.id for m in outcome.known] == ["megatron-distopt-adam-step"], outcome.run_dir
+    sentence = outcome.known[0].sentence
+    assert sentence.startswith("known defect in Megatron 0.19.2: ") and "qualifying configuration: Megatron's plain " \
+        "optimizer (--distributed-optimizer 0" in sentence
+    report = (outcome.run_dir / "report.md").read_text(encoding="utf-8")
+    assert "## Known defect" in report and sentence in report
+    assert not scenarios.outcome(scenario("kill", megatron_cpu, plain=True)).known
 
 
 @pytest.mark.parametrize("check", CHECKS)

@@ -15,8 +15,8 @@ from harness.criteria import CRITERIA_IDS
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 
-KILL = "megatron workload, fault kill, NVRx 0.7.0"
-HANG = "megatron workload, fault hang, NVRx 0.7.0"
+KILL = "megatron workload (1x2 ranks), fault kill, NVRx 0.7.0"
+HANG = "megatron workload (1x2 ranks), fault hang, NVRx 0.7.0"
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +175,39 @@ def test_only_directories_without_a_launched_run_is_refused(runs, capsys):
     (runs / "plan-only" / "run.json").write_text(json.dumps({"dry_run": True}))
     status, out, err = report(capsys, runs / "plan-only")
     assert status == 2 and out == "" and "no launched run among the 1 directory given" in err
+
+
+def _edit_json(path: Path, change) -> None:
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
+
+
+def test_runs_of_another_configuration_are_another_scenario(runs, capsys):
+    """The distributed and the plain optimizer (or another parallel shape) never pool into one
+    pass rate: the megatron-cpu distributed-optimizer run and a plain-optimizer run are two scenarios."""
+    for name, distributed in (("kill-ok", False), ("kill-random", True)):
+        _edit_json(runs / name / "run.json", lambda d, v=distributed: d["spec"].update(
+            workload="megatron-cpu", distributed_optimizer=v, tp=1, pp=1))
+    status, out, _ = report(capsys, runs / "kill-ok", runs / "kill-random")
+    plain = "## megatron-cpu workload (plain optimizer, 1x2 ranks, TP 1, PP 1), fault kill, NVRx 0.7.0"
+    dist = "## megatron-cpu workload (distributed optimizer, 1x2 ranks, TP 1, PP 1), fault kill, NVRx 0.7.0"
+    assert plain in out and dist in out, out
+    assert out.count("\n## ") == 2 and status == 1
+
+
+def test_a_run_stopped_by_the_user_is_shown_apart_and_not_counted_as_a_failure(runs, capsys):
+    _edit_json(runs / "kill-random" / "launch.json",
+               lambda d: d.update(stopped_early="interrupted: the harness received SIGINT", ended_by="signal SIGINT"))
+    status, out, _ = report(capsys, runs / "kill-ok", runs / "kill-random")
+    assert out.startswith("# Recovery qualification summary\n\n1 of 1 runs qualified. 1 run was stopped by the user "
+                          "(Ctrl-C), not counted."), out[:300]
+    assert f"## {KILL} (stopped by the user)" in out and "⏹ stopped by the user (not counted)" in out
+    assert status == 0  # the one counted run qualified
+
+
+def test_an_expected_negative_caught_reads_as_expected(runs, capsys):
+    (runs / "kill-random" / "expectation.json").write_text(json.dumps({"qualified": False, "why": "negative"}))
+    status, out, _ = report(capsys, runs / "kill-random")
+    assert "as expected: 1 of 1 run caught not qualifying" in out and "✅ not qualified, as expected" in out
+    assert status == 1  # the exit status still says what qualified

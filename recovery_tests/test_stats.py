@@ -184,4 +184,7 @@ def test_verdict_cells_say_baseline_and_expected_negative():
     group = stats.summarize("no-load-optim (expected not to qualify)", [caught, missed])
     assert group.expected_negative and not group.as_expected
     assert group.qualified_sentence().endswith("the suite did not catch it.")
+    only_caught = stats.summarize("no-load-optim (expected not to qualify)", [caught])
+    assert only_caught.qualified_sentence().startswith("as expected: 1 of 1 run caught not qualifying")
+    assert only_caught.as_expected and not only_caught.all_qualified
     assert terminal.scenario_lines(group)[0].startswith("no-load-optim (expected not to qualify): 1 of 2 runs qualified although")

@@ -13,6 +13,7 @@ a concurrently growing directory never yields a premature or spurious stop.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -551,3 +552,29 @@ def test_progress_of_names_how_the_replacement_restored(kwargs, restored, tmp_pa
     assert p.restored == restored
     assert (p.workers_started, p.failure_detected, p.injected) == ((0, 1), True, "SIGKILL on rank 1 after checkpoint 10")
     assert (certain_failure(tl, analyze(tl, s.fault)) is None) == (" with optimizer" in restored)
+
+
+def test_an_injected_hang_says_what_it_waits_for_and_how_long(tmp_path):
+    """While the stopped rank goes unnoticed the console is not silent: it names the rank
+    monitor timeout it waits for and counts the seconds, until the launcher detects the failure."""
+    spec = RunSpec(workload="reference", work_dir=tmp_path, run_id="live", fault="hang",
+                   section_timeouts=(("setup", 60.0), ("step", 10.0), ("checkpointing", 10.0)),
+                   out_of_section_timeout=12.0, workload_check_interval=1.0)
+    out, clock = io.StringIO(), FakeClock()
+    watcher = Watcher(spec, tmp_path / "live", out=out, clock=clock)
+    hung = progress(injected="SIGSTOP on rank 1 after checkpoint 5")
+    for step, p in ((0, progress()), (0, hung), (4, hung), (2, hung), (5, hung),
+                    (1, dataclasses.replace(hung, failure_detected=True)), (9, dataclasses.replace(hung, failure_detected=True))):
+        clock.now += step
+        watcher._say_hang_wait(p)
+    wait = "the rank monitor's step timeout (10 s + a 1 s check interval)"
+    assert said(out) == [f"waiting for {wait} to notice the stopped rank", f"waiting for {wait}, 6 s so far",
+                         f"waiting for {wait}, 11 s so far"]
+
+
+def test_a_kill_says_nothing_about_waiting(tmp_path):
+    spec = RunSpec(workload="reference", work_dir=tmp_path, run_id="live", fault="kill")
+    out, clock = io.StringIO(), FakeClock()
+    watcher = Watcher(spec, tmp_path / "live", out=out, clock=clock)
+    watcher._say_hang_wait(progress(injected="SIGKILL on rank 1 after checkpoint 5"))
+    assert said(out) == []

@@ -8,7 +8,9 @@
 # What goes into DIR (see docs/megatron-cpu.md):
 #   megatron/                 megatron-core 0.19.2, unpacked from its cp312 wheel; its code runs on 3.11
 #   nvidia_resiliency_ext/    NVRx 0.7.0 (Megatron's --enable-ft-package and async strategy `nvrx`)
-#   triton/                   imported (never run) by megatron.core
+#   triton/                   a stub (tools/triton_stub.py): megatron.core imports triton and decorates
+#                             kernels with it at module level, and nothing runs them on CPU; the real
+#                             package is about 1 GB
 #   sitecustomize.py          the one Python 3.11 alias Megatron needs (typing.override), and the hook
 #                             that loads the CUDA->CPU shim (harness/workloads/megatron_cpu_worker.py)
 #                             into megatron-cpu workers
@@ -21,14 +23,15 @@ dir=${1:-.megatron-cpu}
 python=${PYTHON:-python}
 megatron_version=0.19.2
 nvrx_version=0.7.0
-triton_version=3.9.0
+triton_stub="$(cd "$(dirname "$0")" && pwd)/triton_stub.py"
+triton_sum=$(sha256sum "$triton_stub" | cut -c1-12)
 
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 stamp="$dir/.installed"
 ext_suffix=$("$python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 script_sum=$(sha256sum "$0" | cut -c1-12)
-want="megatron-core $megatron_version, nvidia-resiliency-ext $nvrx_version, triton $triton_version, helpers$ext_suffix, script $script_sum"
+want="megatron-core $megatron_version, nvidia-resiliency-ext $nvrx_version, triton stub $triton_sum, helpers$ext_suffix, script $script_sum"
 # Written every time (cheap, and an older install gets the current hook).
 # Python 3.11: megatron/training/models/{gpt,hybrid}.py import typing.override (3.12); and
 #    the hook that loads nvrx-qual's CUDA->CPU shim into the megatron-cpu workload's workers.
@@ -76,9 +79,13 @@ if [ ! -e "$dir/nvidia_resiliency_ext" ]; then
 fi
 # NVRx's fault_tolerance/config.py imports yaml.
 "$python" -m pip install --quiet pyyaml
-# megatron.core imports triton at module level (moe/paged_stash); nothing runs it on CPU. It goes
-# into DIR, not the environment, so only the workers of this workload see it.
-"$python" -m pip install --quiet --no-deps --upgrade --target "$dir" "triton==$triton_version"
+# megatron.core imports triton at module level (moe/paged_stash, inference and SSM kernels) and
+# decorates kernels with triton.jit; nothing runs them on CPU. A stub that allows exactly that (and
+# raises when anything would run) goes into DIR, not the environment, so only the workers of this
+# workload see it; a real triton of an earlier install is removed (about 1 GB).
+rm -rf "$dir/triton" "$dir"/triton-*.dist-info
+mkdir -p "$dir/triton"
+cp "$triton_stub" "$dir/triton/__init__.py"
 
 # 3. The dataset helpers for this interpreter, and the Makefile initialize runs `make` on.
 "$python" -m pip install --quiet --upgrade --target "$dir/.build/pybind11" pybind11

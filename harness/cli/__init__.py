@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import sys
 from typing import Sequence
 
@@ -27,6 +28,8 @@ from harness.cli import run as cmd_run
 from harness.cli import verify as cmd_verify
 from harness.cli.guard import guarded
 from harness.spec import RunSpec
+
+SPEC_USAGE = "nvrx-qual {command} [OPTIONS] [-- WORKLOAD_ARGS...]   (options by group: --help)"
 
 # Commands whose arguments are all their own (no `--` workload arguments to split off).
 WHOLE_ARGV = ("verify", "diagnose", "report", "kit")
@@ -78,16 +81,36 @@ def knob_defaults(field: str) -> str | None:
     return ", ".join(f"{w} {_shown(v)}" for w, v in by_workload.items())
 
 
-def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
-    """The RunSpec flags (one per KNOBS row); each defaults to None so that 'not given' falls
-    through to the environment, and --help shows the real default."""
-    group = parser.add_argument_group("run specification (flags win over the environment names shown)")
+def add_spec_arguments(parser: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
+    """The RunSpec flags (one per KNOBS row), in the --help groups of spec.HELP_GROUPS; each
+    defaults to None so that 'not given' falls through to the environment, and --help shows the
+    real default. A yes/no knob is also a bare flag (`--dry-run` is `--dry-run 1`). Returns the
+    groups by title, for the command's own options."""
+    titles = [*specmod.HELP_GROUPS, specmod.OTHER_GROUP]
+    groups = {title: parser.add_argument_group(title) for title in titles}
+    groups["what to run"].description = "flags win over the environment names shown as [env NAME]"
     for knob in specmod.KNOBS:
         helptext = knob.help + (f" [env {knob.env}]" if knob.env else "")
         shown = knob_defaults(knob.field)
         if shown is not None and "default" not in helptext:
             helptext = f"{helptext} (default: {shown})"
-        group.add_argument(knob.flag, dest=knob.field, default=None, metavar=knob.field.upper(), help=helptext)
+        yes_no = knob.parse is specmod.parse_bool
+        flag_like = {"nargs": "?", "const": "1", "metavar": "0|1"} if yes_no else {"metavar": knob.field.upper()}
+        groups[specmod.knob_group(knob)].add_argument(knob.flag, dest=knob.field, default=None, help=helptext,
+                                                      **flag_like)
+    return groups
+
+
+def suggestion(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> str:
+    """'unknown option --falt; did you mean --fault?' for the first unknown option (difflib)."""
+    options = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
+    first = next((u for u in unknown if u.startswith("-")), unknown[0] if unknown else "")
+    name = first.split("=", 1)[0]
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+    if not name.startswith("-"):
+        return f"unexpected argument {first!r} (workload arguments go after `--`)"
+    hint = f"; did you mean {close[0]}?" if close else f"; see {parser.prog} --help"
+    return f"unknown option {name}{hint}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,26 +126,24 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show the traceback of an internal error here instead of only in a log file")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p_plan = sub.add_parser("plan", formatter_class=DefaultsHelpFormatter, help="validate, create the run directory, print the exact commands (dry run)",
+    p_plan = sub.add_parser("plan", usage=SPEC_USAGE.format(command='plan'), formatter_class=DefaultsHelpFormatter, help="validate, create the run directory, print the exact commands (dry run)",
                             description="Dry run: validates, creates the run's artifact directories, writes "
                                         "run.json and prints the exact commands. Allocates nothing. "
                                         "Workload arguments follow `--`.")
     add_spec_arguments(p_plan)
     p_plan.set_defaults(handler=cmd_run.plan)
 
-    p_run = sub.add_parser("run", formatter_class=DefaultsHelpFormatter, help="plan, launch, watch and verify one scenario",
+    p_run = sub.add_parser("run", usage=SPEC_USAGE.format(command='run'), formatter_class=DefaultsHelpFormatter, help="plan, launch, watch and verify one scenario",
                            description="Plans, launches, watches and verifies one scenario (N times with "
                                        "--repeat N); arguments after `--` are appended to the workload's command "
                                        "line (e.g. -- --no-load-optim). NVRX_DRY_RUN=1 makes it a dry run.")
-    add_spec_arguments(p_run)
-    cmd_run.add_run_arguments(p_run)
+    cmd_run.add_run_arguments(add_spec_arguments(p_run))
     p_run.set_defaults(handler=cmd_run.run)
 
-    p_sb = sub.add_parser("sbatch", formatter_class=DefaultsHelpFormatter, help="render a complete sbatch script for this run",
+    p_sb = sub.add_parser("sbatch", usage=SPEC_USAGE.format(command='sbatch'), formatter_class=DefaultsHelpFormatter, help="render a complete sbatch script for this run",
                           description="Validates, creates the run directory and renders an sbatch script in the "
                                       "Slurm guide's shape; written to RUN_DIR/sbatch.sh and printed.")
-    add_spec_arguments(p_sb)
-    cmd_run.add_sbatch_arguments(p_sb)
+    cmd_run.add_sbatch_arguments(add_spec_arguments(p_sb))
     p_sb.set_defaults(handler=cmd_run.sbatch)
 
     for name, module, text in (("verify", cmd_verify, "check the five recovery criteria of a run directory"),
@@ -136,6 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser | None:
+    action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    return action.choices.get(name) if action is not None and name else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = bool(argv) and argv[0] == "--debug"
@@ -144,7 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     own, extra = _split_workload_args(argv)
     if own and own[0] in WHOLE_ARGV:
         own, extra = argv, ()
-    args = build_parser().parse_args((["--debug"] if debug else []) + own)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args((["--debug"] if debug else []) + own)
+    if unknown:
+        command = _subparser(parser, getattr(args, "command", None)) or parser
+        command.error(suggestion(command, unknown))  # exit 2, with the command's own usage
     return guarded(lambda: args.handler(args, extra), "nvrx-qual", debug=args.debug)
 
 

@@ -102,9 +102,15 @@ def _emit(groups: list[RepeatStats], records: list[RunRecord], output: str | Non
     except OSError as exc:
         _error(f"cannot write the summary ({exc}): choose another path")
         return ExitStatus.REFUSED
+    counted = [g for g in groups if not g.stopped_by_user]
     if output:
-        qualified = sum(r.qualified for r in records)
-        print(f"nvrx-qual report: {qualified} of {len(records)} runs qualified; written to {output}", file=sys.stderr)
+        qualified = sum(r.qualified for g in counted for r in g.runs)
+        stopped = len(records) - sum(len(g.runs) for g in counted)
+        print(f"nvrx-qual report: {qualified} of {len(records) - stopped} runs qualified"
+              + (f" ({stopped} stopped by the user, not counted)" if stopped else "") + f"; written to {output}",
+              file=sys.stderr)
     else:
         print(text, end="")
-    return ExitStatus.of_verdict(all(g.all_qualified for g in groups))
+    # the exit status says what qualified (an expected negative caught is still not qualified);
+    # runs the person stopped are not counted either way
+    return ExitStatus.of_verdict(bool(counted) and all(g.all_qualified for g in counted))

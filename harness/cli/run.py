@@ -23,26 +23,30 @@ def spec_flags(args: argparse.Namespace) -> dict:
     return {k.field: getattr(args, k.field, None) for k in specmod.KNOBS}
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quiet", action="store_true", help="no progress lines while the job runs")
-    parser.add_argument("--deadline", type=float, default=None,
-                        help="seconds before the whole job is stopped (default: derived from the section timeouts)")
-    parser.add_argument("--repeat", type=int, default=1, metavar="N",
-                        help="run the same scenario N times, each with a fresh run ID <run-id>-r<i>, then print the "
-                             "pass rate per criterion and p50/p95/max of every latency and write them to "
-                             "WORK_DIR/repeats/<run-id>/summary.{json,md} (default 1: one plain run)")
+def add_run_arguments(groups: dict[str, argparse._ArgumentGroup]) -> None:
+    groups["output"].add_argument("--quiet", action="store_true",
+                                  help="no progress lines while the job runs (default: off)")
+    groups["deadlines"].add_argument(
+        "--deadline", type=float, default=None,
+        help="seconds before the whole job is stopped (default: derived from the section timeouts)")
+    groups["what to run"].add_argument(
+        "--repeat", type=int, default=1, metavar="N",
+        help="run the same scenario N times, each with a fresh run ID <run-id>-r<i>, then print the pass rate per "
+             "criterion and p50/p95/max of every latency and write them to WORK_DIR/repeats/<run-id>/summary."
+             "{json,md} (default 1: one plain run)")
 
 
-def add_sbatch_arguments(parser: argparse.ArgumentParser) -> None:
-    slurm = parser.add_argument_group("Slurm")
-    slurm.add_argument("--account")
-    slurm.add_argument("--partition")
+def add_sbatch_arguments(groups: dict[str, argparse._ArgumentGroup]) -> None:
+    slurm = groups["Slurm"]
+    slurm.add_argument("--account", help="sbatch --account (default: the cluster's)")
+    slurm.add_argument("--partition", help="sbatch --partition (default: the cluster's)")
     slurm.add_argument("--time", default="01:00:00", help="HH:MM:SS (default 01:00:00)")
-    slurm.add_argument("--job-name")
-    slurm.add_argument("--container-image", help="pyxis/enroot image for srun --container-image")
-    slurm.add_argument("--container-mounts", help="srun --container-mounts (shared storage must be mounted)")
-    slurm.add_argument("--container-workdir")
-    slurm.add_argument("--output", help="also write the script to this new file")
+    slurm.add_argument("--job-name", help="sbatch --job-name (default: nvrx-qual-<run-id>)")
+    slurm.add_argument("--container-image", help="pyxis/enroot image for srun --container-image (default: none)")
+    slurm.add_argument("--container-mounts",
+                       help="srun --container-mounts; shared storage must be mounted (default: none)")
+    slurm.add_argument("--container-workdir", help="srun --container-workdir (default: none)")
+    groups["output"].add_argument("--output", help="also write the script to this new file (default: none)")
 
 
 def plan(args: argparse.Namespace, extra: tuple[str, ...]) -> int:

@@ -99,5 +99,5 @@ def run(args: argparse.Namespace) -> int:
         if written_note:
             print(written_note, file=sys.stderr if to_stdout else sys.stdout)
         if not to_stdout:
-            print(terminal.verification(verdict))
+            print(terminal.verification(verdict, verify.known_defects(verdict, read)))
     return ExitStatus.of_verdict(verdict.qualified)

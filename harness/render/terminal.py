@@ -4,12 +4,13 @@ command layer (harness.cli) decides where they go."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from harness import stats
 from harness.criteria import headline
 
 if TYPE_CHECKING:
+    from harness.findings import KnownMatch
     from harness.plan import Plan
     from harness.report import Verdict
     from harness.runner import Outcome
@@ -21,9 +22,20 @@ def announce(plan: "Plan", which: str = "") -> str:
     fault = "no fault" if spec.fault == "none" else f"{spec.fault} on rank {spec.fault_rank}" + (
         "" if spec.fault_at == "after-commit" else f" at {spec.fault_at}")
     return (f"nvrx-qual: run {spec.run_id}{f' ({which})' if which else ''}: {spec.workload} workload, {fault}, "
-            f"NVRx {plan.nvrx.version}, {spec.nnodes}x{spec.gpus_per_node} ranks, deadline profile "
+            f"NVRx {plan.nvrx.version}{f' ({_shown_path(plan.nvrx.path)})' if plan.nvrx.path else ''}, "
+            f"{spec.nnodes}x{spec.gpus_per_node} ranks, deadline profile "
             f"{spec.deadline_profile} ({spec.section_timeouts_arg}, out of section {spec.out_of_section_timeout:g} s)"
             f"\n  run directory: {plan.layout.root}")
+
+
+def _shown_path(path) -> str:
+    """A path relative to the working directory when it lies below it."""
+    from pathlib import Path
+
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def run_outcome(outcome: "Outcome") -> str:
@@ -48,6 +60,7 @@ def run_outcome(outcome: "Outcome") -> str:
         lines.append(f"logs incomplete: {outcome.launch.capture_error}")
     if outcome.triage is not None and outcome.triage.failed:
         lines.append(f"triage: {outcome.triage.summary}")
+    lines += [f"advice: {m.sentence}" for m in outcome.known]
     if outcome.picture_problem:
         lines.append(f"timeline.png not drawn: {outcome.picture_problem}")
     verdict = headline(v.qualified, v.fault)
@@ -61,8 +74,9 @@ def run_outcome(outcome: "Outcome") -> str:
     return "\n".join(lines)
 
 
-def verification(verdict: "Verdict") -> str:
-    """`nvrx-qual verify`'s lines: every criterion, the latencies, the verdict."""
+def verification(verdict: "Verdict", known: Sequence["KnownMatch"] = ()) -> str:
+    """`nvrx-qual verify`'s lines: every criterion, the latencies, the known defects its failure
+    matches, the verdict."""
     lines = [f"nvrx-qual verify: {verdict.run_dir} (fault {verdict.fault}: {verdict.fault_how})"]
     width = max(len(c.id) for c in verdict.criteria)
     for c in verdict.criteria:
@@ -75,6 +89,7 @@ def verification(verdict: "Verdict") -> str:
                      f"restart {s(m.restart_s)}, restore {s(m.restore_s)}, first step {s(m.first_step_s)}); "
                      f"lost iterations {m.lost_iterations if m.lost_iterations is not None else '?'}")
     lines += [f"  warning: {w}" for w in m.warnings]
+    lines += [f"  advice: {k.sentence}" for k in known]
     lines.append(headline(verdict.qualified, verdict.fault))
     return "\n".join(lines)
 

@@ -29,6 +29,13 @@ def _advice(category: str, rank: int | None, config: ParallelConfig, item: objec
             "in the Megatron-LM worktree before submitting) or a stale PYTHONPATH; confirm the job does "
             "`cd <MEGATRON_WORKTREE>` before launch and that every node sees the same path."
         )
+    if category == "nccl" and config.backend == "gloo":
+        return (
+            "gloo failure without another Python traceback: a gloo 'Connection reset' or 'Connection closed by "
+            "peer' means a peer process died or was stopped first; find that rank in the other logs. Otherwise "
+            "check that MASTER_PORT is reachable from every node, that MASTER_ADDR resolves to the same host "
+            "everywhere, and that every rank runs the identical command."
+        )
     if category == "nccl":
         return (
             "NCCL failure without a non-NCCL Python traceback: check the allocation (every node and GPU present), "
@@ -49,10 +56,10 @@ def _advice(category: str, rank: int | None, config: ParallelConfig, item: objec
                 "workers down after a failure that left no other trace in these logs): check the scheduler's "
                 "accounting (sacct -j JOBID) and the launcher log."
             )
-        if injected:
+        if injected:  # the harness's own SIGKILL: no hardware, OOM killer or outside signal to look for
             return (
                 f"This is the fault the harness injected ({MARKER_NAME}); whether training recovered is what "
-                "`nvrx-qual verify` decides. " + base
+                "`nvrx-qual verify` decides: see its criteria, not this rank's death."
             )
         return base
     if category == "hang":
@@ -61,14 +68,16 @@ def _advice(category: str, rank: int | None, config: ParallelConfig, item: objec
             "each rank, the last log line of each rank, NCCL's flight recorder) before raising the section "
             "timeouts; a collective waiting on a dead or stopped peer is the usual cause."
         )
-        if injected:
-            return f"This is the hang the harness injected ({MARKER_NAME}, SIGSTOP). " + base
+        if injected:  # the harness's own SIGSTOP: nothing to find
+            return (f"This is the hang the harness injected ({MARKER_NAME}, SIGSTOP), detected by the rank monitor; "
+                    "whether training recovered is what `nvrx-qual verify` decides.")
         return base
     if category == "traceback":
         exception = item.exception if isinstance(item, _Traceback) else None
+        b = config.backend
         text = (
-            f"Start from this traceback on {who}: it is the first non-NCCL error; NCCL timeouts on other "
-            "ranks after it are downstream symptoms."
+            f"Start from this traceback on {who}: it is the first non-{b} error; {b} errors and timeouts on "
+            "other ranks after it are downstream symptoms."
         )
         if exception and "CUDA_DEVICE_MAX_CONNECTIONS" in exception:
             text += (

@@ -78,6 +78,22 @@ class _RunFacts:
     markers: tuple[dict, ...] = ()  # every planned fault's marker (fault_injected.json, fault_injected.2.json, ...)
     launcher_failed: bool = False  # launch.json: the launcher exited non-zero
     stopped_early: str | None = None  # launch.json: why the harness stopped the job, if it did
+    backend: str = "NCCL"  # the collective backend: collective_backend() of run.json's command
+
+
+def collective_backend(argv: Sequence[str], extra_args: Sequence[str] = (), workload: str | None = None) -> str:
+    """'gloo' or 'NCCL': what the run's ranks talk through, from its own command line
+    (Megatron's --distributed-backend, else the CPU workloads, which run over gloo); NCCL,
+    Megatron's default on GPUs, when nothing says otherwise."""
+    words = [*argv, *extra_args]
+    for i, word in enumerate(words):
+        value = words[i + 1] if word == "--distributed-backend" and i + 1 < len(words) else (
+            word.split("=", 1)[1] if word.startswith("--distributed-backend=") else None)
+        if value:
+            return "gloo" if value.strip().lower() == "gloo" else "NCCL"
+    cpu = workload in ("reference", "megatron-cpu") or any(
+        w.replace("\\", "/").endswith(("workloads/reference.py", "entrypoints/pretrain_gpt_cpu.py")) for w in words)
+    return "gloo" if cpu else "NCCL"
 
 
 def _read_json(path: Path) -> dict | None:
@@ -131,8 +147,15 @@ def _run_facts(layout: RunLayout, files: Sequence[Path], utc_offset_s: int | Non
         markers.append(found)
     code = launch.get("launcher_exit_code")
     stopped = launch.get("stopped_early")
+    commands = run.get("commands") if isinstance(run.get("commands"), list) else []
+    argv = commands[0].get("argv") if commands and isinstance(commands[0], dict) else None
+    extra = spec.get("extra_args")
+    backend = collective_backend([str(a) for a in argv] if isinstance(argv, list) else [],
+                                 [str(a) for a in extra] if isinstance(extra, list) else [],
+                                 spec.get("workload") if isinstance(spec.get("workload"), str) else None)
     return _RunFacts(offset, ref, nnodes, spec, marker, tuple(markers),
-                     launcher_failed=isinstance(code, int) and code != 0, stopped_early=str(stopped) if stopped else None)
+                     launcher_failed=isinstance(code, int) and code != 0, stopped_early=str(stopped) if stopped else None,
+                     backend=backend)
 
 
 def _marker_record(inj: ev_types.Injection) -> dict:
@@ -155,7 +178,8 @@ def _timeline_facts(tl: ev_types.Timeline, files: Sequence[Path], utc_offset_s: 
     code = launch.exit_code if launch else None
     return _RunFacts(_offset(utc_offset_s, run.utc_offset_s), ref, run.nnodes, dict(run.shape), marker, markers,
                      launcher_failed=code is not None and code != 0,
-                     stopped_early=launch.stopped_early if launch else None)
+                     stopped_early=launch.stopped_early if launch else None,
+                     backend=collective_backend(run.argv, run.extra_args))
 
 
 def _log_files(layout: RunLayout) -> list[Path]:
@@ -397,7 +421,8 @@ def _event_triage(
         if rank is not None:
             summary += f"; rank {rank} is the one the harness stopped"
     else:
-        summary = f"NCCL failure without a non-NCCL Python traceback on {who}: {ev.what}"
+        b = config.backend
+        summary = f"{b} failure without a non-{b} Python traceback on {who}: {ev.what}"
     if ev.cycle is not None:
         summary += f" (cycle {ev.cycle})"
     if injected:
@@ -466,7 +491,7 @@ def _config(scanner: _Scanner, facts: _RunFacts, root_item: object | None) -> Pa
         model = tp * pp * (cp or 1)
         if world % model == 0:
             values["data_parallel_size"] = world // model
-    return ParallelConfig(source=source, **values)
+    return ParallelConfig(source=source, backend=facts.backend, **values)
 
 
 def _traceback_triage(
@@ -508,9 +533,10 @@ def _traceback_triage(
     elif category == "exit":  # only teardown tracebacks: the job was stopped from outside
         summary = f"{who[0].upper()}{who[1:]} was stopped by a signal{cycle}: {_short(shown)}."
     elif category == "nccl":
-        summary = f"NCCL / collective failure on {who}{cycle} and no non-NCCL traceback on any rank: {_short(shown)}."
+        summary = (f"{config.backend} / collective failure on {who}{cycle} and no non-{config.backend} traceback on "
+                   f"any rank: {_short(shown)}.")
     else:
-        summary = f"First non-NCCL traceback on {who}{cycle}: {_short(shown)}" + (
+        summary = f"First non-{config.backend} traceback on {who}{cycle}: {_short(shown)}" + (
             f" at {location}." if location else ".")
     same = sorted({s.rank for s in symptoms if s.rank is not None and s.kind == category})
     later = sorted({s.rank for s in symptoms if s.rank is not None} - set(same))

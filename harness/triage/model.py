@@ -30,6 +30,7 @@ class ParallelConfig:
     num_attention_heads: int | None = None
     num_layers: int | None = None
     source: str | None = None  # where the values were read, "file:line" or "run.json"
+    backend: str = "NCCL"  # the collective backend the run used ("gloo" on CPU), from the run's own facts
 
     def describe(self) -> str:
         parts = [

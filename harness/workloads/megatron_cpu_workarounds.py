@@ -1,7 +1,7 @@
 """CPU-tier-only workarounds for Megatron defects that stop the megatron-cpu run from
 starting at all. Nothing here touches what a restore restores: a defect in the restored
 state (such as the Adam `step` reset of the DistributedOptimizer, docs/megatron-cpu.md) is left alone
-for the suite to catch. Each workaround is listed in the README with its upstream reference.
+for the suite to catch. Each workaround is listed in docs/megatron-cpu.md with its upstream reference.
 
 Applied, like the CUDA->CPU shim, only in the megatron-cpu workload's workers (see
 harness/workloads/megatron_cpu_worker.py), by a post-import hook on the Megatron module it

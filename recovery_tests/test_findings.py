@@ -1,0 +1,103 @@
+"""The known-defect table (harness.findings): a failure that matches a documented defect of the
+version and configuration in use is named, with the configuration that qualifies; anything else
+is left alone."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness import findings
+from harness.events import RunConfig
+from harness.verdict import CriterionResult, Metrics, Status, Verdict
+
+STEP_FAIL = CriterionResult("optimizer_state", Status.FAIL,
+                            "checkpoints/iter_0000008, the first checkpoint committed after the restore of checkpoint "
+                            "4, holds Adam's step counter 64 in optimizer.distributed... : it ran ahead")
+DISTOPT = RunConfig(workload="megatron-cpu", megatron_version="0.19.2", distributed_optimizer=True,
+                    transformer_engine=False, apex=False, nvrx_version="0.7.0")
+
+
+def verdict(*criteria: CriterionResult) -> Verdict:
+    ok = all(c.status in (Status.PASS, Status.NOT_APPLICABLE) for c in criteria)
+    return Verdict("runs/x", "kill", "run.json", ok, tuple(criteria), Metrics())
+
+
+def ids(matches) -> list[str]:
+    return [m.defect.id for m in matches]
+
+
+def test_the_distributed_optimizer_step_reset_is_named_with_the_qualifying_configuration():
+    matches = findings.known_defects(verdict(STEP_FAIL), DISTOPT)
+    assert ids(matches) == ["megatron-distopt-adam-step"]
+    sentence = matches[0].sentence
+    assert sentence.startswith("known defect in Megatron 0.19.2: ")
+    assert "qualifying configuration: Megatron's plain optimizer (--distributed-optimizer 0" in sentence
+    assert "docs/megatron-cpu.md" in sentence
+    assert "## Known defect" in findings.markdown(matches) and "still not qualified" in findings.markdown(matches)
+
+
+@pytest.mark.parametrize("change", [
+    {"distributed_optimizer": False},  # the plain optimizer: a step failure there is something else
+    {"transformer_engine": True},  # TE's fused Adam: not torch's
+    {"megatron_version": "0.20.0"},  # another version: not known to have it
+])
+def test_another_configuration_or_version_is_not_this_defect(change):
+    assert findings.known_defects(verdict(STEP_FAIL), dataclasses.replace(DISTOPT, **change)) == ()
+
+
+def test_an_unrecorded_version_matches_and_says_so():
+    matches = findings.known_defects(verdict(STEP_FAIL), dataclasses.replace(DISTOPT, megatron_version=None))
+    assert ids(matches) == ["megatron-distopt-adam-step"]
+    assert "known defect in Megatron 0.19.x (this run did not record its Megatron version)" in matches[0].sentence
+
+
+def test_a_qualified_run_or_another_failure_gets_no_known_defect():
+    assert findings.known_defects(verdict(dataclasses.replace(STEP_FAIL, status=Status.PASS)), DISTOPT) == ()
+    other = CriterionResult("replacement_cycle", Status.FAIL, "no replacement workers")
+    assert findings.known_defects(verdict(other), DISTOPT) == ()
+
+
+def test_the_fully_reshardable_keyerror():
+    run = dataclasses.replace(DISTOPT, extra_args=("--dist-ckpt-optim-fully-reshardable",))
+    reload_fail = CriterionResult("optimizer_reload", Status.FAIL, "the replacement workers never loaded checkpoint 4")
+    matches = findings.known_defects(verdict(reload_fail), run)
+    assert ids(matches) == ["megatron-fully-reshardable-keyerror"]
+    assert "KeyError: 'step'" in matches[0].sentence and "leave out --dist-ckpt-optim-fully-reshardable" in \
+        matches[0].sentence
+    assert findings.known_defects(verdict(reload_fail), DISTOPT) == ()  # without the flag: not this defect
+
+
+def test_every_row_points_at_a_doc_page_that_exists():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for row in findings.KNOWN_DEFECTS:
+        page, _, anchor = row.doc.partition("#")
+        text = (root / page).read_text(encoding="utf-8")
+        assert anchor.replace("-", " ") in text.lower(), row.id
+
+
+def test_verify_prints_the_known_defect_and_report_md_holds_it(tmp_path, capsys):
+    """A run directory with the distributed optimizer's step reset on torch Adam, planned with
+    Megatron 0.19.2: `nvrx-qual verify` says it is the known defect and which configuration
+    qualifies; report.md carries the same sentence."""
+    import json
+
+    from harness import cli
+    from recovery_tests import rundirs
+
+    run = rundirs.build(tmp_path / "run", rundirs.Scenario(optimizer_steps="ahead")).run_dir
+    doc = json.loads((run / "run.json").read_text())
+    doc["megatron_version"] = "0.19.2"
+    doc["spec"].update(workload="megatron-cpu", distributed_optimizer=True, transformer_engine=False, apex=False)
+    (run / "run.json").write_text(json.dumps(doc))
+    status = cli.main(["verify", str(run)])
+    out = capsys.readouterr().out
+    assert status == 1
+    advice = [line for line in out.splitlines() if line.strip().startswith("advice: ")]
+    assert len(advice) == 1 and "known defect in Megatron 0.19.2: " in advice[0], out
+    assert "qualifying configuration: Megatron's plain optimizer" in advice[0]
+    report = (run / "report.md").read_text(encoding="utf-8")
+    assert "## Known defect" in report and "known defect in Megatron 0.19.2" in report

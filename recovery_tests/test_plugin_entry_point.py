@@ -1,0 +1,63 @@
+"""The pytest plugin as an installed package gives it: pyproject's `pytest11` entry point loads
+fixtures/plugin.py in a repository of the user's own, without a conftest.py; and in this
+checkout, whose conftest.py names the same plugin, it is registered once, not twice.
+
+The installation is simulated the way pip leaves it: a dist-info directory with the
+entry_points.txt that pyproject.toml declares, on the path of a fresh pytest process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def entry_points() -> dict[str, str]:
+    doc = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    return doc["project"]["entry-points"]["pytest11"]
+
+
+def installed(site: Path, points: dict[str, str]) -> dict[str, str]:
+    info = site / "nvrx_qual-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvrx-qual\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text("[pytest11]\n" + "".join(f"{k} = {v}\n" for k, v in points.items()))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT)])  # ROOT: the package itself, as pip would install it
+    return env
+
+
+def pytest_in(where: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=where, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_pyproject_registers_the_plugin_under_its_module_name():
+    assert entry_points() == {"fixtures.plugin": "fixtures.plugin"}
+
+
+def test_a_users_repository_gets_the_fixtures_without_a_conftest(tmp_path):
+    repo = tmp_path / "user-repo"
+    repo.mkdir()
+    (repo / "test_mine.py").write_text("def test_uses_the_plugin(work_dir, run_allocator):\n"
+                                       "    assert work_dir.is_dir()\n")
+    env = installed(tmp_path / "site", entry_points())
+    proc = pytest_in(repo, env, "-q", "test_mine.py")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "1 passed" in proc.stdout
+    helped = pytest_in(repo, env, "--help")
+    assert "--work-dir" in helped.stdout and "--deadline-profile" in helped.stdout
+    # without the entry point, the same repository has no such fixture: the test can fail
+    bare = pytest_in(repo, installed(tmp_path / "bare", {}), "-q", "test_mine.py")
+    assert bare.returncode != 0 and "fixture 'work_dir' not found" in bare.stdout
+
+
+def test_this_checkouts_conftest_and_the_entry_point_register_it_once(tmp_path):
+    env = installed(tmp_path / "site", entry_points())
+    proc = pytest_in(ROOT, env, "-q", "--co", "recovery_tests/test_exitcodes.py")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "already registered" not in proc.stdout + proc.stderr
