@@ -796,10 +796,13 @@ class _TrackedFile:
         try:
             with safeio.open_binary(self.path) as f:
                 f.seek(self.offset)
-                while True:
-                    got = f.readinto(view[kept:kept + chunk_size])
+                # up to the size at opening: what a live writer appends meanwhile waits for the next poll
+                left = os.fstat(f.fileno()).st_size - self.offset
+                while left > 0:
+                    got = f.readinto(view[kept:kept + min(chunk_size, left)])
                     if not got:
                         break
+                    left -= got
                     end = kept + got
                     cut = buf.rfind(b"\n", 0, end)
                     if cut < 0:

@@ -71,8 +71,9 @@ def _clean(chunk: bytes) -> str:
 
 
 def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) without ever holding more than one capped line in memory."""
-    with safeio.open_binary(path) as fh:  # never a link, FIFO or device
+    """(line number, text) without ever holding more than one capped line in memory; read
+    in buffered chunks up to the file's size at opening (safeio.open_log)."""
+    with safeio.open_log(path) as fh:  # never a link, FIFO or device
         lineno = 0
         while True:
             chunk = fh.readline(_MAX_LINE)
@@ -88,7 +89,7 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def _looks_binary(path: Path) -> bool:
-    with safeio.open_binary(path) as fh:
+    with safeio.open_log(path, 4096) as fh:
         head = fh.read(4096)
     if not head:
         return False
