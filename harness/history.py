@@ -146,37 +146,72 @@ SAVES_HEAD = 8
 SAVES_TAIL = 32
 SAVES_SAMPLE = 64
 _SAVE_KINDS = (ev.SaveCommitted, ev.SaveScheduled, ev.SaveStarted)
+# Every other line kind may repeat without end too (every rank's `FT: initialized`, a
+# profiling event per node and cycle, a log that repeats one launcher line): each is kept the
+# same way, per start and kind for application lines (EVENTS_*), per kind, cycle and
+# profiling event name for launcher lines (LAUNCHER_*, at most LAUNCHER_KEYS groups, later
+# groups share one per kind), and a log opens at most MAX_STARTS starts (later ones are read
+# as part of its last, with a note). Memory is then a constant plus the cycles.
+EVENTS_HEAD, EVENTS_TAIL, EVENTS_SAMPLE = 8, 8, 16
+ARGS_HEAD, ARGS_TAIL, ARGS_SAMPLE = 1, 1, 0  # an arguments table holds up to MAX_ARGS_LINES lines
+LAUNCHER_HEAD, LAUNCHER_TAIL, LAUNCHER_SAMPLE = 32, 32, 32
+LAUNCHER_KEYS = 512
+MAX_STARTS = 256
 
 
-class _SaveLines:
-    """The bounded record of one kind of save line of one start (see SAVES_HEAD)."""
+class _Kept:
+    """The bounded record of one kind of repeated line: its first `head` entries, its last
+    `tail`, an evenly thinned selection of at most `sample` between, and the count. Entries are
+    lists or tuples whose item `order` gives their place (the line number of a save entry, a
+    sequence number otherwise)."""
 
-    __slots__ = ("count", "head", "tail", "sample", "stride")
+    __slots__ = ("count", "head", "tail", "sample", "stride", "head_max", "sample_max", "order")
 
-    def __init__(self) -> None:
+    def __init__(self, head: int = SAVES_HEAD, tail: int = SAVES_TAIL, sample: int = SAVES_SAMPLE,
+                 order: int = 1) -> None:
         self.count = 0
-        self.head: list[list] = []  # [raw line, line number, event or None]: parsed when first needed
-        self.tail: deque[list] = deque(maxlen=SAVES_TAIL)
-        self.sample: list[list] = []
+        self.head: list = []
+        self.tail: deque = deque(maxlen=tail)
+        self.sample: list = []
         self.stride = 1
+        self.head_max = head
+        self.sample_max = sample
+        self.order = order
 
-    def add(self, entry: list) -> None:
+    def add(self, entry) -> None:  # noqa: ANN001 - a save entry [raw, line, event] or (seq, event)
         self.count += 1
-        if len(self.head) < SAVES_HEAD:
+        if len(self.head) < self.head_max:
             self.head.append(entry)
             return
         self.tail.append(entry)
-        if self.count % self.stride == 0:
+        if self.sample_max and self.count % self.stride == 0:
             self.sample.append(entry)
-            if len(self.sample) > SAVES_SAMPLE:
+            if len(self.sample) > self.sample_max:
                 self.sample = self.sample[::2]
                 self.stride *= 2
 
-    def kept(self) -> list[list]:
-        seen: dict[int, list] = {}
+    def kept(self) -> list:
+        seen: dict[int, object] = {}
+        at = self.order
         for entry in (*self.head, *self.sample, *self.tail):
-            seen.setdefault(entry[1], entry)
+            seen.setdefault(entry[at], entry)
         return [seen[k] for k in sorted(seen)]
+
+    def replace(self, old: object, new: object) -> None:
+        """Put `new` in place of every kept (seq, old) entry."""
+        for box in (self.head, self.sample, self.tail):
+            for i, entry in enumerate(box):
+                if entry[1] is old:
+                    box[i] = (entry[0], new)
+
+
+_SaveLines = _Kept
+
+
+def _app_record(kind: type) -> _Kept:
+    if kind is ev.ArgumentsPrinted:
+        return _Kept(ARGS_HEAD, ARGS_TAIL, ARGS_SAMPLE, order=0)
+    return _Kept(EVENTS_HEAD, EVENTS_TAIL, EVENTS_SAMPLE, order=0)
 
 
 class _StartBuilder:
@@ -184,7 +219,8 @@ class _StartBuilder:
 
     def __init__(self) -> None:
         self.phase = PH_NONE
-        self.events: list[object] = []  # AppEvent, or an _ArgsBuilder while its table is open
+        # per kind: (sequence number, AppEvent, or an _ArgsBuilder while its table is open)
+        self.events: dict[type, _Kept] = {}
         self.first: ev.Iteration | None = None
         self._last: ev.Iteration | None = None
         self._last_raw: tuple[bytes, int] | None = None  # the last iteration line, parsed when asked for
@@ -196,12 +232,18 @@ class _StartBuilder:
         self.next_at = 0  # the file offset from which the next sample is taken
         self.stride = 0  # 0: every iteration line, until the first thinning
 
-    def save_lines(self, kind: type) -> _SaveLines:
+    def save_lines(self, kind: type) -> _Kept:
         """This start's record of one kind of save line (made on first use)."""
         record = self.saves.get(kind)
         if record is None:
-            record = self.saves[kind] = _SaveLines()
+            record = self.saves[kind] = _Kept()
         return record
+
+    def add(self, kind: type, seq: int, event: object) -> None:
+        record = self.events.get(kind)
+        if record is None:
+            record = self.events[kind] = _app_record(kind)
+        record.add((seq, event))
 
     def last(self, parser: "LogParser") -> ev.Iteration | None:
         if self._last_raw is not None:
@@ -231,7 +273,10 @@ class LogParser:
         self.lineno = 0
         self.fed = 0  # bytes fed so far: the file offset of the next feed's first byte
         self.starts: list[_StartBuilder] = []
-        self.launcher: list[ev.LauncherEvent] = []
+        self.starts_merged = 0  # starts past MAX_STARTS, read as part of the last
+        self._seq = 0  # events in the order read
+        self._launcher: dict[tuple, _Kept] = {}  # (kind, cycle, profiling event name) -> its lines
+        self._launcher_list: list[ev.LauncherEvent] | None = []  # what `launcher` gives; None: to be merged
         self.year: int | None = None
         self.launcher_cycle = 0
         self.dialect: str | None = None
@@ -314,23 +359,54 @@ class LogParser:
 
     def _close_args(self) -> None:
         args, self._args = self._args, None
+        if args is None:
+            return
+        built = args.build()
         for start in self.starts:
-            for i, item in enumerate(start.events):
-                if item is args:
-                    start.events[i] = args.build()
+            record = start.events.get(ev.ArgumentsPrinted)
+            if record is not None:
+                record.replace(args, built)
 
     # ---- starts
 
     def _start(self, opener: int | None = None, phase: int = PH_NONE) -> _StartBuilder:
         cur = self.starts[-1] if self.starts else None
         if cur is None or (opener is not None and self.split_starts and cur.phase >= opener):
-            cur = _StartBuilder()
-            self.starts.append(cur)
+            if len(self.starts) < MAX_STARTS:
+                cur = _StartBuilder()
+                self.starts.append(cur)
+            else:
+                self.starts_merged += 1
         cur.phase = max(cur.phase, opener if opener is not None else phase)
         return cur
 
     def _app(self, event: ev.AppEvent, opener: int | None = None, phase: int = PH_NONE) -> None:
-        self._start(opener, phase).events.append(event)
+        self._seq += 1
+        self._start(opener, phase).add(type(event), self._seq, event)
+
+    # ---- launcher lines, bounded per (kind, cycle, profiling event name)
+
+    def _emit(self, event: ev.LauncherEvent) -> None:
+        self._seq += 1
+        key = (type(event), event.cycle, event.name if isinstance(event, ev.ProfilingEvent) else None)
+        record = self._launcher.get(key)
+        if record is None:
+            if len(self._launcher) >= LAUNCHER_KEYS:
+                key = (type(event), None, "more groups than LAUNCHER_KEYS")
+                record = self._launcher.get(key)
+            if record is None:
+                record = self._launcher[key] = _Kept(LAUNCHER_HEAD, LAUNCHER_TAIL, LAUNCHER_SAMPLE, order=0)
+        record.add((self._seq, event))
+        self._launcher_list = None
+
+    @property
+    def launcher(self) -> list[ev.LauncherEvent]:
+        """The launcher events kept, in the order read."""
+        if self._launcher_list is None:
+            entries = [entry for record in self._launcher.values() for entry in record.kept()]
+            entries.sort(key=lambda entry: entry[0])
+            self._launcher_list = [event for _seq, event in entries]
+        return self._launcher_list
 
     # ---- iteration lines (the bulk of a training log)
 
@@ -575,7 +651,8 @@ class LogParser:
                 if self._args is not None:
                     self._close_args()
                 self._args = _ArgsBuilder(rank, src)
-                self._start(opener=PH_ARGS).events.append(self._args)
+                self._seq += 1
+                self._start(opener=PH_ARGS).add(ev.ArgumentsPrinted, self._seq, self._args)
                 return True
             return False
         if "FT: initialized" in b:
@@ -599,7 +676,7 @@ class LogParser:
                 self.dialect = "0.7.0"
             elif "[ft_launcher" in b or "[RankMonServer" in b:
                 self.dialect = "0.4.1"
-        emit = self.launcher.append
+        emit = self._emit
         if "Timeout is" in b or "heartbeat" in b:
             timeout = self._timeout(b, src)
             if timeout is not None:
@@ -698,7 +775,8 @@ class LogParser:
         the iterations with skipped or NaN steps, and the number of committed saves."""
         out = []
         for s in self.starts:
-            events = [e.build() if isinstance(e, _ArgsBuilder) else e for e in s.events]
+            events = [e.build() if isinstance(e, _ArgsBuilder) else e
+                      for record in s.events.values() for _seq, e in record.kept()]
             for kind, record in s.saves.items():
                 events.extend(e for entry in record.kept() if (e := self._saved_event(kind, entry)) is not None)
             events.sort(key=lambda e: e.src.line)
@@ -888,6 +966,9 @@ class HistoryReader:
         for f in files:
             if f.error:
                 notes.append(f"{f.rel} could not be read completely ({f.error}); its remaining lines are missing")
+            if f.parser.starts_merged and f in app_files:
+                notes.append(f"{f.rel} opens more than {MAX_STARTS} application starts; the lines of the "
+                             f"{f.parser.starts_merged} later ones were read as part of its last start")
         if not app_files:
             notes.append("no application log lines found (no logs/*_cycle<N>.log or other training log)")
         if not launcher_files:
