@@ -35,7 +35,7 @@ from harness.dialect import CYCLE_INFO_RE as _CYCLE_INFO_RE
 from harness.dialect import MAX_UTC_OFFSET_S, RunDirError, check_readable_dir, parse_iso_utc, utc_offset_problem
 from harness.dialect import HEARTBEAT_MISSED_RE, OUT_OF_SECTION_RE, SECTION_TIMEOUT_RE
 from harness.dialect import PROFILING_RE, RANKMON_RE, RENDEZVOUS_JOINED_RE, WORKER_FAILED_RE, WORKLOAD_RE
-from harness.dialect import glog_stamp, line_stamp, megatron_datetime
+from harness.dialect import decimal, glog_stamp, line_stamp, megatron_datetime, number
 from harness.dialect import classify_logs as _classify_logs
 from harness.dialect import epoch as _epoch
 from harness.dialect import strip_prefix as _strip_prefix
@@ -283,6 +283,17 @@ class LogParser:
         self.offset_pairs: list[tuple[float, float]] = []  # (local stamp, UTC stamp) of one line
         self.first_local_ts: float | None = None
         self._args: _ArgsBuilder | None = None
+        self.out_of_range = 0  # numbers outside dialect.BOUNDS, read as no value
+        self.out_of_range_first: str | None = None  # the first, for the note
+
+    def _num(self, text: str | None, quantity: str, src: Src, read=number):  # noqa: ANN001 - number or decimal
+        """dialect.number (or .decimal) of a field of the line at `src`, counting what is out of range."""
+        value = read(text, quantity)
+        if value is None and text is not None and text not in ("?", "<none>"):
+            self.out_of_range += 1
+            if self.out_of_range_first is None:
+                self.out_of_range_first = f"{quantity} {clip(text, 24)} at {src.path}:{src.line}"
+        return value
 
     # ---- driving
 
@@ -516,18 +527,19 @@ class LogParser:
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
         rank, body, _ = _strip_prefix(text)
         m = _ITER_RE.search(body)
-        if not m:
+        iteration, train_iters = (number(m.group(1), "iteration"), number(m.group(2), "iteration")) if m else (None, None)
+        if iteration is None or train_iters is None:  # not an iteration line, or numbers no run has
             return None
         return ev.Iteration(
             src=Src(self.rel, lineno, clip(text)),
             ts=self._stamp(body),
             rank=rank,
-            iteration=int(m.group(1)),
-            train_iters=int(m.group(2)),
-            consumed_samples=_int_of(_CONSUMED_RE.search(body)),
+            iteration=iteration,
+            train_iters=train_iters,
+            consumed_samples=_int_of(_CONSUMED_RE.search(body), "samples"),
             lm_loss=_float_of(_LOSS_RE.search(body)),
-            skipped=_int_of(_SKIPPED_RE.search(body)),
-            nan=_int_of(_NAN_RE.search(body)),
+            skipped=_int_of(_SKIPPED_RE.search(body), "count"),
+            nan=_int_of(_NAN_RE.search(body), "count"),
         )
 
     def point(self, raw: bytes) -> tuple[int, float | None] | None:
@@ -536,9 +548,10 @@ class LogParser:
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
         _rank, body, _ = _strip_prefix(text)
         m = _ITER_RE.search(body)
-        if not m:
+        iteration = number(m.group(1), "iteration") if m else None
+        if iteration is None:
             return None
-        return int(m.group(1)), self._read_stamp(body)[0]
+        return iteration, self._read_stamp(body)[0]
 
     # ---- stamps
 
@@ -586,9 +599,10 @@ class LogParser:
             text = entry[0].decode("utf-8", "replace").rstrip("\r\n")
             rank, b, _ = _strip_prefix(text)
             m = _SAVE_PARSE[kind].search(b)
-            if m is not None:
+            iteration = number(m.group(1), "iteration") if m is not None else None
+            if iteration is not None:
                 entry[2] = kind(src=Src(self.rel, entry[1], clip(text)), ts=self._stamp(b), rank=rank,
-                                iteration=int(m.group(1)), path=m.group(2))
+                                iteration=iteration, path=m.group(2))
             entry[0] = None  # parsed (or not a save after all): the raw line is no longer needed
         return entry[2]
 
@@ -609,26 +623,26 @@ class LogParser:
     def _app_line(self, b: str, src: Src, rank: int | None) -> bool:  # noqa: C901 - one flat dispatch
         if "nemesis" in b:  # before "checkpoint": its lines say "after checkpoint iteration N"
             if m := _NEMESIS_INJECT_RE.search(b):
-                self._app(ev.NemesisInjected(src=src, rank=rank, target_rank=int(m.group(1)), signal=m.group(2),
-                                             iteration=int(m.group(3))))
+                target, iteration = self._num(m.group(1), "rank", src), self._num(m.group(3), "iteration", src)
+                if target is not None and iteration is not None:
+                    self._app(ev.NemesisInjected(src=src, rank=rank, target_rank=target, signal=m.group(2),
+                                                 iteration=iteration))
                 return True
             if m := _NEMESIS_NEVER_RE.search(b):
                 self._app(ev.NemesisNeverFired(src=src, rank=rank, reason=m.group(1)))
                 return True
         if "checkpoint" in b:
-            if m := _SAVE_DONE_RE.search(b):
-                self._save(ev.SaveCommitted, [None, src.line, ev.SaveCommitted(
-                    src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2))])
-            elif m := _SAVE_SCHED_RE.search(b):
-                self._save(ev.SaveScheduled, [None, src.line, ev.SaveScheduled(
-                    src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2))])
-            elif m := _SAVE_START_RE.search(b):
-                self._save(ev.SaveStarted, [None, src.line, ev.SaveStarted(
-                    src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2))])
+            if m := (_SAVE_DONE_RE.search(b) or _SAVE_SCHED_RE.search(b) or _SAVE_START_RE.search(b)):
+                kind = next(k for k, rx in _SAVE_PARSE.items() if rx is m.re)
+                if (iteration := self._num(m.group(1), "iteration", src)) is not None:
+                    self._save(kind, [None, src.line, kind(src=src, ts=self._stamp(b), rank=rank, iteration=iteration,
+                                                           path=m.group(2))])
             elif m := _LOAD_START_RE.search(b):
-                self._app(ev.LoadStarted(src=src, rank=rank, iteration=int(m.group(2)), path=m.group(1)), opener=PH_LOAD)
+                if (iteration := self._num(m.group(2), "iteration", src)) is not None:
+                    self._app(ev.LoadStarted(src=src, rank=rank, iteration=iteration, path=m.group(1)), opener=PH_LOAD)
             elif m := _LOAD_DONE_RE.search(b):
-                self._app(ev.CheckpointLoaded(src=src, rank=rank, iteration=int(m.group(2)), path=m.group(1)), phase=PH_LOAD)
+                if (iteration := self._num(m.group(2), "iteration", src)) is not None:
+                    self._app(ev.CheckpointLoaded(src=src, rank=rank, iteration=iteration, path=m.group(1)), phase=PH_LOAD)
             elif "could not find the metadata file" in b:
                 self._app(ev.StartedFromRandom(src=src, rank=rank), opener=PH_LOAD)
             elif m := _SCHED_RE.search(b):
@@ -684,8 +698,8 @@ class LogParser:
             return
         if "Cycle" in b:
             m = PROFILING_RE.search(b)
-            if m:
-                cycle, name = int(m.group(1)), m.group(2)
+            if m and (cycle := self._num(m.group(1), "cycle", src)) is not None:
+                name = m.group(2)
                 utc = _epoch(*map(int, m.groups()[3:9]), m.group(10))
                 local = self._stamp(b)
                 if local is not None and utc is not None and len(self.offset_pairs) < 16:
@@ -696,13 +710,16 @@ class LogParser:
             return
         if "FT timeout" in b and "FT timeout elapsed" in b:
             m = RANKMON_RE.search(b)
-            rank = int(m.group(2)) if m and m.group(2).isdigit() else None
+            rank = self._num(m.group(2), "rank", src) if m else None
             emit(ev.FtTimeoutElapsed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, rank=rank))
             return
         if "joined" in b:
             m = RENDEZVOUS_JOINED_RE.search(b)
-            if m and m.group("round") is not None:
-                self.launcher_cycle = int(m.group("round"))
+            joined_round = self._num(m.group("round"), "cycle", src) if m else None
+            if m and m.group("round") is not None and joined_round is None:
+                return  # a round no run reaches
+            if joined_round is not None:
+                self.launcher_cycle = joined_round
                 emit(ev.RendezvousJoined(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, round=self.launcher_cycle))
             elif "has joined the rendezvous" in b:
                 emit(ev.RendezvousJoined(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, round=None,
@@ -711,14 +728,18 @@ class LogParser:
         if "(exitcode" in b:
             m = WORKER_FAILED_RE.search(b)
             if m:
-                emit(ev.WorkerFailed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, exitcode=int(m.group(1)),
-                                     local_rank=int(m.group(2)), pid=int(m.group(3))))
+                code, local = self._num(m.group(1), "exit_code", src), self._num(m.group(2), "rank", src)
+                pid = self._num(m.group(3), "pid", src)
+                if code is not None and local is not None and pid is not None:
+                    emit(ev.WorkerFailed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, exitcode=code,
+                                         local_rank=local, pid=pid))
             return
         if "orker group" in b:
             m = _GROUP_RE.search(b)
             if m:
                 emit(ev.WorkerGroupFailed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, state=m.group(1),
-                                          attempts_left=int(m.group(2)), max_restarts=int(m.group(3))))
+                                          attempts_left=self._num(m.group(2), "count", src),
+                                          max_restarts=self._num(m.group(3), "count", src)))
             elif "worker group successfully finished" in b:
                 emit(ev.WorkerGroupSucceeded(src=src, ts=self._stamp(b), cycle=self.launcher_cycle))
             return
@@ -728,14 +749,15 @@ class LogParser:
                 emit(ev.RestartsExhausted(src=src, ts=self._stamp(b), cycle=self.launcher_cycle))
             elif m:
                 emit(ev.WorkerGroupFailed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, state="FAILED",
-                                          attempts_left=int(m.group(1)), max_restarts=int(m.group(2))))
+                                          attempts_left=self._num(m.group(1), "count", src),
+                                          max_restarts=self._num(m.group(2), "count", src)))
             return
         if "Agent" in b:
             ts = self._stamp(b)
             if "Agent .run() is OK" in b:
                 emit(ev.LauncherSucceeded(src=src, ts=ts, cycle=self.launcher_cycle))
-            if m := _EXIT_RE.search(b):
-                emit(ev.LauncherExit(src=src, ts=ts, cycle=self.launcher_cycle, code=int(m.group(1))))
+            if (m := _EXIT_RE.search(b)) and (code := self._num(m.group(1), "exit_code", src)) is not None:
+                emit(ev.LauncherExit(src=src, ts=ts, cycle=self.launcher_cycle, code=code))
             if any(k in b for k in ("Agent .run() raised", "terminal worker-group failure",
                                     "Some rank(s) exited with non-zero", "Agent run ended with exception")):
                 emit(ev.LauncherFailed(src=src, ts=ts, cycle=self.launcher_cycle, message=clip(b, 160)))
@@ -747,23 +769,25 @@ class LogParser:
 
     def _timeout(self, b: str, src: Src) -> ev.RankTimeout | None:
         if m := SECTION_TIMEOUT_RE.search(b):
-            kind, section, elapsed, timeout = "section", m.group(1), float(m.group(2)), float(m.group(3))
+            kind, section, elapsed, timeout = ("section", m.group(1), self._num(m.group(2), "seconds", src, decimal),
+                                               self._num(m.group(3), "seconds", src, decimal))
         elif m := OUT_OF_SECTION_RE.search(b):
-            kind, section, elapsed, timeout = "out_of_section", None, float(m.group(1)), float(m.group(2))
+            kind, section, elapsed, timeout = ("out_of_section", None, self._num(m.group(1), "seconds", src, decimal),
+                                               self._num(m.group(2), "seconds", src, decimal))
         elif m := HEARTBEAT_MISSED_RE.search(b):
-            kind, section, elapsed, timeout = "heartbeat", None, None, float(m.group(2))
+            kind, section, elapsed, timeout = "heartbeat", None, None, self._num(m.group(2), "seconds", src, decimal)
         else:
             return None
         rank = local_rank = node = None
         if m := RANKMON_RE.search(b):  # 0.4.1: the monitored global rank
             node = m.group(1)
-            rank = int(m.group(2)) if m.group(2).isdigit() else None
+            rank = self._num(m.group(2), "rank", src)
         elif m := WORKLOAD_RE.search(b):  # 0.6+: [node] [workload:<rank>(<local rank>) ...]
             node = m.group(1)
-            rank = int(m.group(2)) if m.group(2).isdigit() else None
-            local_rank = int(m.group(3)) if m.group(3).isdigit() else None
+            rank = self._num(m.group(2), "rank", src)
+            local_rank = self._num(m.group(3), "rank", src)
         tag = _CYCLE_TAG_RE.search(b)
-        cycle = int(tag.group(1)) if tag else self.launcher_cycle
+        cycle = self._num(tag.group(1), "cycle", src) if tag else self.launcher_cycle
         return ev.RankTimeout(src=src, ts=self._stamp(b), cycle=cycle, kind=kind, section=section, rank=rank,
                               local_rank=local_rank, node=node, elapsed=elapsed, timeout=timeout)
 
@@ -811,17 +835,12 @@ def _keyword_lines(data: bytes, n: int, keywords: tuple[bytes, ...]) -> list[tup
     return [found[k] for k in sorted(found)]
 
 
-def _int_of(m: re.Match | None) -> int | None:
-    return int(m.group(1)) if m else None
+def _int_of(m: re.Match | None, quantity: str) -> int | None:
+    return number(m.group(1), quantity) if m else None
 
 
 def _float_of(m: re.Match | None) -> float | None:
-    if not m:
-        return None
-    try:
-        return float(m.group(1))
-    except ValueError:
-        return None
+    return decimal(m.group(1), "loss") if m else None
 
 
 # ---------------------------------------------------------------- files, incrementally
@@ -966,6 +985,9 @@ class HistoryReader:
         for f in files:
             if f.error:
                 notes.append(f"{f.rel} could not be read completely ({f.error}); its remaining lines are missing")
+            if f.parser.out_of_range:
+                notes.append(f"{f.rel}: {f.parser.out_of_range} number(s) outside what any run prints were read as no "
+                             f"value (the first: {f.parser.out_of_range_first})")
             if f.parser.starts_merged and f in app_files:
                 notes.append(f"{f.rel} opens more than {MAX_STARTS} application starts; the lines of the "
                              f"{f.parser.starts_merged} later ones were read as part of its last start")
@@ -1136,9 +1158,14 @@ class HistoryReader:
                 continue
             d = jf.data
             cycle = _int(d.get("cycle_number"))
+            if cycle is None or cycle < 0:
+                cycle = number(m.group(3), "cycle")
+            if cycle is None:
+                notes.append(f"cycle_infos/{clip(name, 80)} names no cycle a run can have; ignored")
+                continue
             out.append(ev.CycleInfo(
                 src=jf.src, ts=parse_iso_utc(d.get("cycle_start_time")), ts_utc=True,
-                cycle=cycle if cycle is not None else int(m.group(3)), attempt=_int(d.get("attempt_index")),
+                cycle=cycle, attempt=_int(d.get("attempt_index")),
                 ended=parse_iso_utc(d.get("cycle_end_time")), log_file=_str(d.get("cycle_log_file")),
                 active_ranks=_str(d.get("active_ranks")), active_nodes=_str(d.get("active_nodes")),
                 standby_nodes=_str(d.get("standby_nodes")),
@@ -1212,9 +1239,9 @@ class HistoryReader:
             entries = []
         for entry in entries:
             m = re.fullmatch(r"iter_(\d{7,})", entry.name)
-            if not m:
+            it = number(m.group(1), "iteration") if m else None
+            if it is None:
                 continue
-            it = int(m.group(1))
             try:
                 real_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
@@ -1598,7 +1625,8 @@ def iteration_loss(text: str) -> tuple[int, str] | None:
     """(iteration, lm loss as printed) of one Megatron iteration line, whatever its prefixes."""
     _rank, body, _ = _strip_prefix(text)
     it, loss = _ITER_RE.search(body), _LOSS_RE.search(body)
-    return (int(it.group(1)), loss.group(1)) if it and loss else None
+    iteration = number(it.group(1), "iteration") if it else None
+    return (iteration, loss.group(1)) if iteration is not None and loss else None
 
 
 # ---------------------------------------------------------------- the progress curve
