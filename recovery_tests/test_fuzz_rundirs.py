@@ -12,6 +12,7 @@ with a per-case timeout, so a hang is reported as one, with the seed and case to
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import multiprocessing
@@ -477,9 +478,13 @@ JSON_FIELDS = {
 
 
 def _json_cases() -> list[tuple[str, tuple[str, ...], object]]:
-    """Each field with one odd value (turn by turn), and each odd value in every field at once."""
-    one = [(name, (key,), WRONG_TYPES[i % len(WRONG_TYPES)])
-           for name, keys in JSON_FIELDS.items() for i, key in enumerate(keys)]
+    """Each field of verdict.json with each odd value (only `report` reads it: cheap); each
+    field of the other records with one odd value (turn by turn); each odd value in every
+    field of a record at once."""
+    one = [(name, (key,), value) for key in JSON_FIELDS["verdict.json"] for value in WRONG_TYPES
+           for name in ("verdict.json",)]
+    one += [(name, (key,), WRONG_TYPES[i % len(WRONG_TYPES)])
+            for name, keys in JSON_FIELDS.items() if name != "verdict.json" for i, key in enumerate(keys)]
     every = [(name, keys, value) for name, keys in JSON_FIELDS.items() for value in WRONG_TYPES]
     return one + every
 
@@ -504,7 +509,7 @@ def test_wrong_json_types_in_every_record_field(tmp_path, judged_run, name, keys
         holder = doc.get(target) if target else doc
         if not isinstance(holder, dict):
             holder = doc[target] = {}
-        holder[leaf] = value
+        holder[leaf] = copy.deepcopy(value)  # one object per field: no record refers to itself
     path.write_text(json.dumps(doc, allow_nan=True))
     statuses = {"report": _judge(["report", str(run_dir)])} if name == "verdict.json" else _statuses(run_dir, tmp_path)
     _assert_no_crash(statuses, f"{name} {', '.join(keys)[:60]} = {str(value)[:30]}")
