@@ -49,6 +49,7 @@ MAX_BAD_ITERATIONS = 64  # per start: skipped / NaN iteration lines kept as evid
 MAX_MARKER_RECORDS = 64  # one record per injection: more is junk  # time zones span UTC-12..UTC+14
 DCP_METADATA_LIMIT = 1 << 30  # a checkpoint's .metadata lists keys: far smaller than this
 MAX_ARGS_LINES = 4000  # an arguments table that never ends is closed after this many lines
+MAX_IGNORED_NOTES = 10  # checkpoint-dir entries named in a note each; the rest are counted
 
 # Lines worth decoding contain one of these (iteration lines are handled separately).
 # Every keyword costs one bytes.find pass over the data, so a per-cycle application log is
@@ -1237,6 +1238,7 @@ class HistoryReader:
         except OSError as exc:
             notes.append(f"checkpoint dir {shown} unreadable ({exc.strerror})")
             entries = []
+        ignored = 0
         for entry in entries:
             m = re.fullmatch(r"iter_(\d{7,})", entry.name)
             it = number(m.group(1), "iteration") if m else None
@@ -1247,6 +1249,9 @@ class HistoryReader:
             except OSError:
                 real_dir = False
             if entry.name != f"iter_{it:07d}" or not real_dir:
+                ignored += 1
+                if ignored > MAX_IGNORED_NOTES:
+                    continue
                 what = "a symlink" if entry.is_symlink() else ("not Megatron's iter_%07d name" if real_dir
                                                               else "not a directory")
                 notes.append(f"ignored {shown}/{entry.name}: {what}; only the directory Megatron writes for an "
@@ -1263,6 +1268,8 @@ class HistoryReader:
             iters.append(ev.CheckpointOnDisk(iteration=it, rel=f"{shown}/{entry.name}", committed=safeio.is_regular(d / "metadata.json"),
                                              has_dcp_metadata=has_md, optimizer_keys=opt, total_keys=total,
                                              sample_key=sample, inspect_note=note, optimizer_record=record))
+        if ignored > MAX_IGNORED_NOTES:
+            notes.append(f"ignored {ignored - MAX_IGNORED_NOTES} more entries of {shown} for the same reasons")
         iters.sort(key=lambda c: c.iteration)
         return ev.CheckpointState(path=shown, how=how, exists=True, tracker=tracker, iterations=tuple(iters))
 

@@ -591,7 +591,10 @@ class _Scanner:
                     if started_cycle is not None:
                         cycle_state = started_cycle
             line.cycle = cycle_state
-            stream = streams.setdefault(line.key, _Stream())
+            stream = streams.get(line.key)
+            if stream is None:  # one per writing process; a log naming more shares the last one
+                stream = streams[line.key if len(streams) < _MAX_RANKS else ("more processes",)] = (
+                    streams.get(("more processes",)) or _Stream())
             if line.time is not None or line.stamped:
                 stream.last_stamped = line
                 if stream.waiting and self._time(line) is not None:
