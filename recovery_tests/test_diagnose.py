@@ -862,3 +862,24 @@ def test_a_log_that_grows_while_read_is_read_up_to_its_size_at_opening(tmp_path:
     t = diagnose(tmp_path)
     assert seen == total
     assert (t.category, t.rank) == ("oom", 1)
+
+
+def test_per_process_state_is_bounded_by_the_number_of_ranks_kept(tmp_path: Path, monkeypatch) -> None:
+    """A log naming more writing processes than _MAX_RANKS shares one state for the rest, and
+    keeps memory reports of at most that many ranks."""
+    made = []
+
+    class CountedStream(scan._Stream):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(scan, "_MAX_RANKS", 4)
+    monkeypatch.setattr(scan, "_Stream", CountedStream)
+    lines = [f"[rank{r}]: [Rank {r}] (after 10 iterations) memory (MB) | allocated: 1.0 | max allocated: 2.0"
+             for r in range(50)]
+    path = write(tmp_path, "logs/job.err", lines)
+    scanner = scan._Scanner(tmp_path, scan._Context(timedelta(0), 2026, 11))
+    scanner.scan([path])
+    assert len(made) == 5  # four processes and the one the others share
+    assert len(scanner.memory) == 4

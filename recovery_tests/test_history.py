@@ -553,3 +553,15 @@ def test_memory_does_not_grow_with_repeated_event_lines(tmp_path: Path):
         assert {type(e) for e in tl.launcher_events()} >= {ev.RankTimeout, ev.FtTimeoutElapsed, ev.RendezvousJoined,
                                                           ev.WorkerFailed, ev.WorkerGroupFailed, ev.RestartsExhausted,
                                                           ev.LauncherSucceeded, ev.LauncherExit, ev.NoProgressStop}
+
+
+def test_notes_on_ignored_checkpoint_entries_are_bounded(tmp_path: Path):
+    """Each odd entry of the checkpoint dir costs a note up to ten; the rest are counted."""
+    from harness.history import MAX_IGNORED_NOTES
+
+    run = rundirs.build(tmp_path / "run", Scenario()).run_dir
+    for zeros in range(7, 22):  # 15 names of iteration 1 that are not Megatron's iter_0000001
+        (run / "checkpoints" / ("iter_" + "0" * zeros + "1")).mkdir()
+    notes = [n for n in read_history(run).notes if n.startswith("ignored")]
+    assert len(notes) == MAX_IGNORED_NOTES + 1
+    assert notes[-1].endswith(f"ignored {15 - MAX_IGNORED_NOTES} more entries of checkpoints for the same reasons")
