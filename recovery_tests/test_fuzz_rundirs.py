@@ -305,11 +305,11 @@ LINE_KINDS = (
     "    world_size ...................................... {}",
     "using world size: {}, data-parallel size: {}, context-parallel size: {}, tensor-model-parallel size: {}, "
     "pipeline-model-parallel size: {}",
-    '  File "/opt/megatron/train.py", line {}, in train_step',
+    'Traceback (most recent call last):\n  File "/opt/megatron/train.py", line {}, in train_step\n    step()\n'
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {} GiB. GPU {} has a total capacity of {} GiB",
     "[Rank {}] NCCL WARN Watchdog caught collective operation timeout",
     # NVRx and torch elastic
-    "profiling.py:93 Cycle: {} Event: worker_start_completed Node: n_1_0 Rank: {} Time: 2026-11-29 16:32:{}.{} UTC",
+    "profiling.py:93 Cycle: {} Event: worker_start_completed Node: n_1_0 Rank: {} Time: 2026-11-29 16:32:05.{} UTC",
     "[Cycle {}] Section 'step' has been open for {} seconds. Timeout is {} seconds.",
     "[RankMonServer{}@vm:{}] Was out of section for {} seconds. Timeout is {} seconds.",
     "[node7] [workload:{}({}) infra:?(?)] Did not get initial heartbeat. Waited {} seconds.",
@@ -320,8 +320,9 @@ LINE_KINDS = (
     "{}/{} restart attempts left. Exiting...",
     "[ft_launcher1@vm] Agent's exit code = {}",
     "srun: error: node{}: tasks {}: Exited with exit code {}",
-    "  rank      : {} (local_rank: {})",
-    "  exitcode  : {} (pid: 1)",
+    "Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-29_17:32:09\n  host      : vm\n"
+    "  rank      : {} (local_rank: {})\n  exitcode  : {} (pid: 1)\n  error_file: <N/A>\n"
+    "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n" + "=" * 60,
 )
 # names whose numbers discovery and history read
 FILE_NAMES = ("logs/train_cycle{}.log", "logs/attempt_{}/{}/stderr.log", "cycle_infos/cycle_info.job.{}.{}",
@@ -370,11 +371,12 @@ def _copy(base: Path, tmp_path: Path) -> Path:
 
 
 def _append_everywhere(run_dir: Path, line: str) -> None:
-    """The line in the launcher log, in each per-cycle log (labelled) and in a single log."""
+    """The line (or block) in the launcher log, in each per-cycle log (each line labelled) and
+    in a single log."""
     for path in sorted((run_dir / "logs").glob("*.log")):
         prefix = "" if path.name == "launcher.log" else "0: "
         with open(path, "a") as fh:
-            fh.write(prefix + line + "\n")
+            fh.write("".join(prefix + part + "\n" for part in line.split("\n")))
     with open(run_dir / "job.out", "a") as fh:
         fh.write(line + "\n")
 
