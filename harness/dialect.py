@@ -14,6 +14,9 @@ one writer of the harness's own console capture (launch.py) use these definition
   (`attempt_<N>/<local rank>/`) and NVRx's cycle_info file names;
 - log discovery: which files of a run directory are logs, of which kind; links, FIFOs and
   devices are never listed (reads go through harness.safeio, which refuses them too);
+- numbers: `number` / `decimal`, the one range check of every number a line or a file name
+  states, with the bound of each quantity (BOUNDS); a number outside it, or a run of digits
+  longer than any real one (Python refuses to convert more than 4300), is no value (None);
 - the UTC offset: one bound and one validation with one message;
 - RunDirError, the one error for a path that is not a readable run directory.
 
@@ -52,6 +55,65 @@ def utc_offset_problem(value: object) -> str | None:
         return (f"{value} is no time zone (more than 14 h from UTC): give local time minus UTC in seconds, "
                 f"between -{MAX_UTC_OFFSET_S} and {MAX_UTC_OFFSET_S}")
     return None
+
+
+# ---------------------------------------------------------------- numbers
+
+# The range of each quantity the logs and file names state (inclusive). Far wider than any
+# real run; what lies outside is damage or a hostile file, and reads as no value.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "iteration": (0, 10 ** 12),  # iterations, train_iters, checkpoint iterations
+    "samples": (0, 10 ** 18),  # consumed samples
+    "count": (0, 10 ** 12),  # skipped / NaN iteration counts, restart attempts, frame line numbers
+    "rank": (0, 1 << 24),  # global and local ranks, GPU indices, node labels
+    "world": (1, 1 << 24),  # world sizes and parallel sizes
+    "cycle": (0, 10 ** 6),  # NVRx cycles, torch elastic attempts and rendezvous rounds
+    "exit_code": (-255, 255),  # a process's status, or minus the signal that killed it
+    "pid": (0, (1 << 31) - 1),
+    "port": (0, 65535),
+    "seconds": (0.0, 1e9),  # timeouts and elapsed times
+    "megabytes": (0.0, 1e12),  # memory reports
+    "loss": (-1e300, 1e300),  # a finite loss (NaN and inf read as no value)
+}
+_MAX_DIGITS = 24  # longer than any bound above: never handed to int() (whose limit is 4300 digits)
+
+
+def number(text: str | bytes | None, quantity: str) -> int | None:
+    """The whole number `text` states (optional sign, decimal digits) when it lies within
+    BOUNDS[quantity]; None when absent, not a number, or outside the bound."""
+    if text is None:
+        return None
+    if isinstance(text, bytes):
+        text = text.decode("ascii", "replace")
+    text = text.strip()
+    digits = text[1:] if text[:1] in "+-" else text
+    if not digits or len(digits) > _MAX_DIGITS or not (digits.isascii() and digits.isdigit()):
+        return None
+    value = int(text)
+    low, high = BOUNDS[quantity]
+    return value if low <= value <= high else None
+
+
+def record_number(value: object, quantity: str) -> int | None:
+    """A whole number of a JSON record (an int, not a bool, not a string) within
+    BOUNDS[quantity]; None otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    low, high = BOUNDS[quantity]
+    return value if low <= value <= high else None
+
+
+def decimal(text: str | bytes | None, quantity: str) -> float | None:
+    """The finite decimal number `text` states within BOUNDS[quantity]; None otherwise
+    (`inf`, `nan`, 1e400, a run of thousands of digits)."""
+    if text is None or len(text) > 64:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    low, high = BOUNDS[quantity]
+    return value if low <= value <= high else None  # NaN fails both comparisons
 
 
 # ---------------------------------------------------------------- time stamps
@@ -233,7 +295,7 @@ def peel(text: str) -> Prefixes:
     if text[:1] == "[" and text[:5] != "[rank":
         m = ROLE_RE.match(text)
         if m:
-            role, local = m.group(1), int(m.group(2))
+            role, local = m.group(1), number(m.group(2), "rank")
             text = text[m.end():]
     if text[:1].isdigit() or text[:1] in " ?":
         m = LABEL_RE.match(text)
@@ -241,17 +303,17 @@ def peel(text: str) -> Prefixes:
             if m.group(1) == "?":
                 unknown = True
             else:
-                label = int(m.group(1))
+                label = number(m.group(1), "rank")
             text = text[m.end():]
             if role is None and text[:1] == "[" and text[:5] != "[rank":
                 m = ROLE_RE.match(text)
                 if m:
-                    role, local = m.group(1), int(m.group(2))
+                    role, local = m.group(1), number(m.group(2), "rank")
                     text = text[m.end():]
     if text[:5] == "[rank":
         m = TORCH_RANK_RE.match(text)
         if m:
-            torch_rank = int(m.group(1))
+            torch_rank = number(m.group(1), "rank")
             text = text[m.end():]
     return Prefixes(text, console, stream, label, unknown, role, local, torch_rank)
 
@@ -312,22 +374,26 @@ def cycle_of_name(name: str) -> int | None:
     to the stem of --ft-per-cycle-applog-prefix); None for any other name."""
     m = CYCLE_FILE_RE.search(name)
     if m and (m.group(2) is None or name.endswith(LOG_SUFFIXES)):
-        return int(m.group(1))
+        return number(m.group(1), "cycle")
     return None
 
 
 def attempt_of_path(rel: str) -> tuple[int, int | None] | None:
     """(attempt, local rank or None) of a file in torch elastic's attempt directories."""
     m = ATTEMPT_DIR_RE.search(rel)
-    if not m:
+    attempt = number(m.group(1), "cycle") if m else None
+    if attempt is None:
         return None
-    return int(m.group(1)), int(m.group(2)) if m.group(2) else None
+    return attempt, number(m.group(2), "rank")
 
 
 def cycle_info_name(name: str) -> tuple[str, int, int] | None:
     """(job, attempt, cycle) of an NVRx cycle_info file name."""
     m = CYCLE_INFO_RE.match(name)
-    return (m.group(1), int(m.group(2)), int(m.group(3))) if m else None
+    if not m:
+        return None
+    attempt, cycle = number(m.group(2), "cycle"), number(m.group(3), "cycle")
+    return (m.group(1), attempt, cycle) if attempt is not None and cycle is not None else None
 
 
 # ---------------------------------------------------------------- discovery
@@ -358,21 +424,28 @@ def _kind(rel: str, name: str, in_logs_top: bool) -> tuple[str, int | None, int 
     return "other", None, None
 
 
+MAX_LOG_DEPTH = 16  # folders below the run directory that discovery enters (torch elastic's need 4)
+MAX_LOG_FILES = 100_000  # log files listed at most
+
+
 def discover(run_dir: str | os.PathLike, *, nested: bool = True) -> list[LogFile]:
     """Every log file of a run directory: each regular file under logs/ (any name; in
     subfolders too when `nested`) and each file named *.log/*.out/*.err/*.txt or
     *_cycle<N> in the run directory itself (and, when `nested`, in its other subfolders,
     outside checkpoints/, cycle_infos/ and hidden ones). Files in logs/ come first, each
-    folder's entries sorted by name. Links (to files or folders), FIFOs and devices are never
-    listed nor entered."""
+    folder's entries sorted by name, depth first. Links (to files or folders), FIFOs and
+    devices are never listed nor entered. Bounded: folders more than MAX_LOG_DEPTH below the
+    run directory are not entered and at most MAX_LOG_FILES files are listed (a walk with its
+    own stack, so no depth of folders exhausts the interpreter's)."""
     root = Path(run_dir)
     found: list[LogFile] = []
 
-    def walk(directory: Path, rel_dir: str) -> None:
+    def listing(directory: Path, rel_dir: str) -> list[tuple[Path, str]]:
+        """Lists one folder's log files into `found`; returns its subfolders to enter."""
         try:
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
         except OSError:
-            return
+            return []
         inside_logs = rel_dir == "logs" or rel_dir.startswith("logs/")
         subdirs = []
         for entry in entries:
@@ -389,11 +462,17 @@ def discover(run_dir: str | os.PathLike, *, nested: bool = True) -> list[LogFile
                 continue
             suffixed = name.endswith(LOG_SUFFIXES)
             kind, cycle, local = _kind(rel, name, rel_dir == "logs")
-            if inside_logs or suffixed or kind == "cycle":
+            if (inside_logs or suffixed or kind == "cycle") and len(found) < MAX_LOG_FILES:
                 found.append(LogFile(Path(entry.path), rel, kind, cycle, local, rel_dir in ("", "logs"), suffixed))
-        if nested:
-            for path, rel in subdirs:
-                walk(path, rel)
+        return subdirs
+
+    def walk(directory: Path, rel_dir: str) -> None:
+        stack = [(directory, rel_dir)]
+        while stack:
+            path, rel = stack.pop()
+            subdirs = listing(path, rel)
+            if nested and rel.count("/") + 1 < MAX_LOG_DEPTH:
+                stack.extend(reversed(subdirs))  # the first by name is entered first
 
     if safeio.is_real_dir(root / "logs"):  # a link named logs is not followed
         walk(root / "logs", "logs")

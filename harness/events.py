@@ -579,7 +579,8 @@ class AppStart:
     Iteration lines are summarised (first, last, and any with skipped or NaN steps) and
     save lines bounded (each kind's first few, last few and an even selection between:
     harness.history.SAVES_HEAD), so that memory stays bounded whatever the length of the
-    run and the number of its checkpoints; `saves_committed` counts them all."""
+    run and the number of its checkpoints; `saves_committed` counts them all. Every other
+    event kind that may repeat is kept the same way (harness.history.EVENTS_HEAD)."""
 
     index: int
     cycle: int | None

@@ -35,7 +35,7 @@ from harness.dialect import CYCLE_INFO_RE as _CYCLE_INFO_RE
 from harness.dialect import MAX_UTC_OFFSET_S, RunDirError, check_readable_dir, parse_iso_utc, utc_offset_problem
 from harness.dialect import HEARTBEAT_MISSED_RE, OUT_OF_SECTION_RE, SECTION_TIMEOUT_RE
 from harness.dialect import PROFILING_RE, RANKMON_RE, RENDEZVOUS_JOINED_RE, WORKER_FAILED_RE, WORKLOAD_RE
-from harness.dialect import glog_stamp, line_stamp, megatron_datetime
+from harness.dialect import decimal, glog_stamp, line_stamp, megatron_datetime, number
 from harness.dialect import classify_logs as _classify_logs
 from harness.dialect import epoch as _epoch
 from harness.dialect import strip_prefix as _strip_prefix
@@ -49,6 +49,7 @@ MAX_BAD_ITERATIONS = 64  # per start: skipped / NaN iteration lines kept as evid
 MAX_MARKER_RECORDS = 64  # one record per injection: more is junk  # time zones span UTC-12..UTC+14
 DCP_METADATA_LIMIT = 1 << 30  # a checkpoint's .metadata lists keys: far smaller than this
 MAX_ARGS_LINES = 4000  # an arguments table that never ends is closed after this many lines
+MAX_IGNORED_NOTES = 10  # checkpoint-dir entries named in a note each; the rest are counted
 
 # Lines worth decoding contain one of these (iteration lines are handled separately).
 # Every keyword costs one bytes.find pass over the data, so a per-cycle application log is
@@ -146,37 +147,72 @@ SAVES_HEAD = 8
 SAVES_TAIL = 32
 SAVES_SAMPLE = 64
 _SAVE_KINDS = (ev.SaveCommitted, ev.SaveScheduled, ev.SaveStarted)
+# Every other line kind may repeat without end too (every rank's `FT: initialized`, a
+# profiling event per node and cycle, a log that repeats one launcher line): each is kept the
+# same way, per start and kind for application lines (EVENTS_*), per kind, cycle and
+# profiling event name for launcher lines (LAUNCHER_*, at most LAUNCHER_KEYS groups, later
+# groups share one per kind), and a log opens at most MAX_STARTS starts (later ones are read
+# as part of its last, with a note). Memory is then a constant plus the cycles.
+EVENTS_HEAD, EVENTS_TAIL, EVENTS_SAMPLE = 8, 8, 16
+ARGS_HEAD, ARGS_TAIL, ARGS_SAMPLE = 1, 1, 0  # an arguments table holds up to MAX_ARGS_LINES lines
+LAUNCHER_HEAD, LAUNCHER_TAIL, LAUNCHER_SAMPLE = 32, 32, 32
+LAUNCHER_KEYS = 512
+MAX_STARTS = 256
 
 
-class _SaveLines:
-    """The bounded record of one kind of save line of one start (see SAVES_HEAD)."""
+class _Kept:
+    """The bounded record of one kind of repeated line: its first `head` entries, its last
+    `tail`, an evenly thinned selection of at most `sample` between, and the count. Entries are
+    lists or tuples whose item `order` gives their place (the line number of a save entry, a
+    sequence number otherwise)."""
 
-    __slots__ = ("count", "head", "tail", "sample", "stride")
+    __slots__ = ("count", "head", "tail", "sample", "stride", "head_max", "sample_max", "order")
 
-    def __init__(self) -> None:
+    def __init__(self, head: int = SAVES_HEAD, tail: int = SAVES_TAIL, sample: int = SAVES_SAMPLE,
+                 order: int = 1) -> None:
         self.count = 0
-        self.head: list[list] = []  # [raw line, line number, event or None]: parsed when first needed
-        self.tail: deque[list] = deque(maxlen=SAVES_TAIL)
-        self.sample: list[list] = []
+        self.head: list = []
+        self.tail: deque = deque(maxlen=tail)
+        self.sample: list = []
         self.stride = 1
+        self.head_max = head
+        self.sample_max = sample
+        self.order = order
 
-    def add(self, entry: list) -> None:
+    def add(self, entry) -> None:  # noqa: ANN001 - a save entry [raw, line, event] or (seq, event)
         self.count += 1
-        if len(self.head) < SAVES_HEAD:
+        if len(self.head) < self.head_max:
             self.head.append(entry)
             return
         self.tail.append(entry)
-        if self.count % self.stride == 0:
+        if self.sample_max and self.count % self.stride == 0:
             self.sample.append(entry)
-            if len(self.sample) > SAVES_SAMPLE:
+            if len(self.sample) > self.sample_max:
                 self.sample = self.sample[::2]
                 self.stride *= 2
 
-    def kept(self) -> list[list]:
-        seen: dict[int, list] = {}
+    def kept(self) -> list:
+        seen: dict[int, object] = {}
+        at = self.order
         for entry in (*self.head, *self.sample, *self.tail):
-            seen.setdefault(entry[1], entry)
+            seen.setdefault(entry[at], entry)
         return [seen[k] for k in sorted(seen)]
+
+    def replace(self, old: object, new: object) -> None:
+        """Put `new` in place of every kept (seq, old) entry."""
+        for box in (self.head, self.sample, self.tail):
+            for i, entry in enumerate(box):
+                if entry[1] is old:
+                    box[i] = (entry[0], new)
+
+
+_SaveLines = _Kept
+
+
+def _app_record(kind: type) -> _Kept:
+    if kind is ev.ArgumentsPrinted:
+        return _Kept(ARGS_HEAD, ARGS_TAIL, ARGS_SAMPLE, order=0)
+    return _Kept(EVENTS_HEAD, EVENTS_TAIL, EVENTS_SAMPLE, order=0)
 
 
 class _StartBuilder:
@@ -184,7 +220,8 @@ class _StartBuilder:
 
     def __init__(self) -> None:
         self.phase = PH_NONE
-        self.events: list[object] = []  # AppEvent, or an _ArgsBuilder while its table is open
+        # per kind: (sequence number, AppEvent, or an _ArgsBuilder while its table is open)
+        self.events: dict[type, _Kept] = {}
         self.first: ev.Iteration | None = None
         self._last: ev.Iteration | None = None
         self._last_raw: tuple[bytes, int] | None = None  # the last iteration line, parsed when asked for
@@ -196,12 +233,18 @@ class _StartBuilder:
         self.next_at = 0  # the file offset from which the next sample is taken
         self.stride = 0  # 0: every iteration line, until the first thinning
 
-    def save_lines(self, kind: type) -> _SaveLines:
+    def save_lines(self, kind: type) -> _Kept:
         """This start's record of one kind of save line (made on first use)."""
         record = self.saves.get(kind)
         if record is None:
-            record = self.saves[kind] = _SaveLines()
+            record = self.saves[kind] = _Kept()
         return record
+
+    def add(self, kind: type, seq: int, event: object) -> None:
+        record = self.events.get(kind)
+        if record is None:
+            record = self.events[kind] = _app_record(kind)
+        record.add((seq, event))
 
     def last(self, parser: "LogParser") -> ev.Iteration | None:
         if self._last_raw is not None:
@@ -231,13 +274,27 @@ class LogParser:
         self.lineno = 0
         self.fed = 0  # bytes fed so far: the file offset of the next feed's first byte
         self.starts: list[_StartBuilder] = []
-        self.launcher: list[ev.LauncherEvent] = []
+        self.starts_merged = 0  # starts past MAX_STARTS, read as part of the last
+        self._seq = 0  # events in the order read
+        self._launcher: dict[tuple, _Kept] = {}  # (kind, cycle, profiling event name) -> its lines
+        self._launcher_list: list[ev.LauncherEvent] | None = []  # what `launcher` gives; None: to be merged
         self.year: int | None = None
         self.launcher_cycle = 0
         self.dialect: str | None = None
         self.offset_pairs: list[tuple[float, float]] = []  # (local stamp, UTC stamp) of one line
         self.first_local_ts: float | None = None
         self._args: _ArgsBuilder | None = None
+        self.out_of_range = 0  # numbers outside dialect.BOUNDS, read as no value
+        self.out_of_range_first: str | None = None  # the first, for the note
+
+    def _num(self, text: str | None, quantity: str, src: Src, read=number):  # noqa: ANN001 - number or decimal
+        """dialect.number (or .decimal) of a field of the line at `src`, counting what is out of range."""
+        value = read(text, quantity)
+        if value is None and text is not None and text not in ("?", "<none>"):
+            self.out_of_range += 1
+            if self.out_of_range_first is None:
+                self.out_of_range_first = f"{quantity} {clip(text, 24)} at {src.path}:{src.line}"
+        return value
 
     # ---- driving
 
@@ -314,23 +371,54 @@ class LogParser:
 
     def _close_args(self) -> None:
         args, self._args = self._args, None
+        if args is None:
+            return
+        built = args.build()
         for start in self.starts:
-            for i, item in enumerate(start.events):
-                if item is args:
-                    start.events[i] = args.build()
+            record = start.events.get(ev.ArgumentsPrinted)
+            if record is not None:
+                record.replace(args, built)
 
     # ---- starts
 
     def _start(self, opener: int | None = None, phase: int = PH_NONE) -> _StartBuilder:
         cur = self.starts[-1] if self.starts else None
         if cur is None or (opener is not None and self.split_starts and cur.phase >= opener):
-            cur = _StartBuilder()
-            self.starts.append(cur)
+            if len(self.starts) < MAX_STARTS:
+                cur = _StartBuilder()
+                self.starts.append(cur)
+            else:
+                self.starts_merged += 1
         cur.phase = max(cur.phase, opener if opener is not None else phase)
         return cur
 
     def _app(self, event: ev.AppEvent, opener: int | None = None, phase: int = PH_NONE) -> None:
-        self._start(opener, phase).events.append(event)
+        self._seq += 1
+        self._start(opener, phase).add(type(event), self._seq, event)
+
+    # ---- launcher lines, bounded per (kind, cycle, profiling event name)
+
+    def _emit(self, event: ev.LauncherEvent) -> None:
+        self._seq += 1
+        key = (type(event), event.cycle, event.name if isinstance(event, ev.ProfilingEvent) else None)
+        record = self._launcher.get(key)
+        if record is None:
+            if len(self._launcher) >= LAUNCHER_KEYS:
+                key = (type(event), None, "more groups than LAUNCHER_KEYS")
+                record = self._launcher.get(key)
+            if record is None:
+                record = self._launcher[key] = _Kept(LAUNCHER_HEAD, LAUNCHER_TAIL, LAUNCHER_SAMPLE, order=0)
+        record.add((self._seq, event))
+        self._launcher_list = None
+
+    @property
+    def launcher(self) -> list[ev.LauncherEvent]:
+        """The launcher events kept, in the order read."""
+        if self._launcher_list is None:
+            entries = [entry for record in self._launcher.values() for entry in record.kept()]
+            entries.sort(key=lambda entry: entry[0])
+            self._launcher_list = [event for _seq, event in entries]
+        return self._launcher_list
 
     # ---- iteration lines (the bulk of a training log)
 
@@ -440,18 +528,19 @@ class LogParser:
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
         rank, body, _ = _strip_prefix(text)
         m = _ITER_RE.search(body)
-        if not m:
+        iteration, train_iters = (number(m.group(1), "iteration"), number(m.group(2), "iteration")) if m else (None, None)
+        if iteration is None or train_iters is None:  # not an iteration line, or numbers no run has
             return None
         return ev.Iteration(
             src=Src(self.rel, lineno, clip(text)),
             ts=self._stamp(body),
             rank=rank,
-            iteration=int(m.group(1)),
-            train_iters=int(m.group(2)),
-            consumed_samples=_int_of(_CONSUMED_RE.search(body)),
+            iteration=iteration,
+            train_iters=train_iters,
+            consumed_samples=_int_of(_CONSUMED_RE.search(body), "samples"),
             lm_loss=_float_of(_LOSS_RE.search(body)),
-            skipped=_int_of(_SKIPPED_RE.search(body)),
-            nan=_int_of(_NAN_RE.search(body)),
+            skipped=_int_of(_SKIPPED_RE.search(body), "count"),
+            nan=_int_of(_NAN_RE.search(body), "count"),
         )
 
     def point(self, raw: bytes) -> tuple[int, float | None] | None:
@@ -460,9 +549,10 @@ class LogParser:
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
         _rank, body, _ = _strip_prefix(text)
         m = _ITER_RE.search(body)
-        if not m:
+        iteration = number(m.group(1), "iteration") if m else None
+        if iteration is None:
             return None
-        return int(m.group(1)), self._read_stamp(body)[0]
+        return iteration, self._read_stamp(body)[0]
 
     # ---- stamps
 
@@ -510,9 +600,10 @@ class LogParser:
             text = entry[0].decode("utf-8", "replace").rstrip("\r\n")
             rank, b, _ = _strip_prefix(text)
             m = _SAVE_PARSE[kind].search(b)
-            if m is not None:
+            iteration = number(m.group(1), "iteration") if m is not None else None
+            if iteration is not None:
                 entry[2] = kind(src=Src(self.rel, entry[1], clip(text)), ts=self._stamp(b), rank=rank,
-                                iteration=int(m.group(1)), path=m.group(2))
+                                iteration=iteration, path=m.group(2))
             entry[0] = None  # parsed (or not a save after all): the raw line is no longer needed
         return entry[2]
 
@@ -533,26 +624,26 @@ class LogParser:
     def _app_line(self, b: str, src: Src, rank: int | None) -> bool:  # noqa: C901 - one flat dispatch
         if "nemesis" in b:  # before "checkpoint": its lines say "after checkpoint iteration N"
             if m := _NEMESIS_INJECT_RE.search(b):
-                self._app(ev.NemesisInjected(src=src, rank=rank, target_rank=int(m.group(1)), signal=m.group(2),
-                                             iteration=int(m.group(3))))
+                target, iteration = self._num(m.group(1), "rank", src), self._num(m.group(3), "iteration", src)
+                if target is not None and iteration is not None:
+                    self._app(ev.NemesisInjected(src=src, rank=rank, target_rank=target, signal=m.group(2),
+                                                 iteration=iteration))
                 return True
             if m := _NEMESIS_NEVER_RE.search(b):
                 self._app(ev.NemesisNeverFired(src=src, rank=rank, reason=m.group(1)))
                 return True
         if "checkpoint" in b:
-            if m := _SAVE_DONE_RE.search(b):
-                self._save(ev.SaveCommitted, [None, src.line, ev.SaveCommitted(
-                    src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2))])
-            elif m := _SAVE_SCHED_RE.search(b):
-                self._save(ev.SaveScheduled, [None, src.line, ev.SaveScheduled(
-                    src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2))])
-            elif m := _SAVE_START_RE.search(b):
-                self._save(ev.SaveStarted, [None, src.line, ev.SaveStarted(
-                    src=src, ts=self._stamp(b), rank=rank, iteration=int(m.group(1)), path=m.group(2))])
+            if m := (_SAVE_DONE_RE.search(b) or _SAVE_SCHED_RE.search(b) or _SAVE_START_RE.search(b)):
+                kind = next(k for k, rx in _SAVE_PARSE.items() if rx is m.re)
+                if (iteration := self._num(m.group(1), "iteration", src)) is not None:
+                    self._save(kind, [None, src.line, kind(src=src, ts=self._stamp(b), rank=rank, iteration=iteration,
+                                                           path=m.group(2))])
             elif m := _LOAD_START_RE.search(b):
-                self._app(ev.LoadStarted(src=src, rank=rank, iteration=int(m.group(2)), path=m.group(1)), opener=PH_LOAD)
+                if (iteration := self._num(m.group(2), "iteration", src)) is not None:
+                    self._app(ev.LoadStarted(src=src, rank=rank, iteration=iteration, path=m.group(1)), opener=PH_LOAD)
             elif m := _LOAD_DONE_RE.search(b):
-                self._app(ev.CheckpointLoaded(src=src, rank=rank, iteration=int(m.group(2)), path=m.group(1)), phase=PH_LOAD)
+                if (iteration := self._num(m.group(2), "iteration", src)) is not None:
+                    self._app(ev.CheckpointLoaded(src=src, rank=rank, iteration=iteration, path=m.group(1)), phase=PH_LOAD)
             elif "could not find the metadata file" in b:
                 self._app(ev.StartedFromRandom(src=src, rank=rank), opener=PH_LOAD)
             elif m := _SCHED_RE.search(b):
@@ -575,7 +666,8 @@ class LogParser:
                 if self._args is not None:
                     self._close_args()
                 self._args = _ArgsBuilder(rank, src)
-                self._start(opener=PH_ARGS).events.append(self._args)
+                self._seq += 1
+                self._start(opener=PH_ARGS).add(ev.ArgumentsPrinted, self._seq, self._args)
                 return True
             return False
         if "FT: initialized" in b:
@@ -599,7 +691,7 @@ class LogParser:
                 self.dialect = "0.7.0"
             elif "[ft_launcher" in b or "[RankMonServer" in b:
                 self.dialect = "0.4.1"
-        emit = self.launcher.append
+        emit = self._emit
         if "Timeout is" in b or "heartbeat" in b:
             timeout = self._timeout(b, src)
             if timeout is not None:
@@ -607,8 +699,8 @@ class LogParser:
             return
         if "Cycle" in b:
             m = PROFILING_RE.search(b)
-            if m:
-                cycle, name = int(m.group(1)), m.group(2)
+            if m and (cycle := self._num(m.group(1), "cycle", src)) is not None:
+                name = m.group(2)
                 utc = _epoch(*map(int, m.groups()[3:9]), m.group(10))
                 local = self._stamp(b)
                 if local is not None and utc is not None and len(self.offset_pairs) < 16:
@@ -619,13 +711,16 @@ class LogParser:
             return
         if "FT timeout" in b and "FT timeout elapsed" in b:
             m = RANKMON_RE.search(b)
-            rank = int(m.group(2)) if m and m.group(2).isdigit() else None
+            rank = self._num(m.group(2), "rank", src) if m else None
             emit(ev.FtTimeoutElapsed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, rank=rank))
             return
         if "joined" in b:
             m = RENDEZVOUS_JOINED_RE.search(b)
-            if m and m.group("round") is not None:
-                self.launcher_cycle = int(m.group("round"))
+            joined_round = self._num(m.group("round"), "cycle", src) if m else None
+            if m and m.group("round") is not None and joined_round is None:
+                return  # a round no run reaches
+            if joined_round is not None:
+                self.launcher_cycle = joined_round
                 emit(ev.RendezvousJoined(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, round=self.launcher_cycle))
             elif "has joined the rendezvous" in b:
                 emit(ev.RendezvousJoined(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, round=None,
@@ -634,14 +729,18 @@ class LogParser:
         if "(exitcode" in b:
             m = WORKER_FAILED_RE.search(b)
             if m:
-                emit(ev.WorkerFailed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, exitcode=int(m.group(1)),
-                                     local_rank=int(m.group(2)), pid=int(m.group(3))))
+                code, local = self._num(m.group(1), "exit_code", src), self._num(m.group(2), "rank", src)
+                pid = self._num(m.group(3), "pid", src)
+                if code is not None and local is not None and pid is not None:
+                    emit(ev.WorkerFailed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, exitcode=code,
+                                         local_rank=local, pid=pid))
             return
         if "orker group" in b:
             m = _GROUP_RE.search(b)
             if m:
                 emit(ev.WorkerGroupFailed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, state=m.group(1),
-                                          attempts_left=int(m.group(2)), max_restarts=int(m.group(3))))
+                                          attempts_left=self._num(m.group(2), "count", src),
+                                          max_restarts=self._num(m.group(3), "count", src)))
             elif "worker group successfully finished" in b:
                 emit(ev.WorkerGroupSucceeded(src=src, ts=self._stamp(b), cycle=self.launcher_cycle))
             return
@@ -651,14 +750,15 @@ class LogParser:
                 emit(ev.RestartsExhausted(src=src, ts=self._stamp(b), cycle=self.launcher_cycle))
             elif m:
                 emit(ev.WorkerGroupFailed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, state="FAILED",
-                                          attempts_left=int(m.group(1)), max_restarts=int(m.group(2))))
+                                          attempts_left=self._num(m.group(1), "count", src),
+                                          max_restarts=self._num(m.group(2), "count", src)))
             return
         if "Agent" in b:
             ts = self._stamp(b)
             if "Agent .run() is OK" in b:
                 emit(ev.LauncherSucceeded(src=src, ts=ts, cycle=self.launcher_cycle))
-            if m := _EXIT_RE.search(b):
-                emit(ev.LauncherExit(src=src, ts=ts, cycle=self.launcher_cycle, code=int(m.group(1))))
+            if (m := _EXIT_RE.search(b)) and (code := self._num(m.group(1), "exit_code", src)) is not None:
+                emit(ev.LauncherExit(src=src, ts=ts, cycle=self.launcher_cycle, code=code))
             if any(k in b for k in ("Agent .run() raised", "terminal worker-group failure",
                                     "Some rank(s) exited with non-zero", "Agent run ended with exception")):
                 emit(ev.LauncherFailed(src=src, ts=ts, cycle=self.launcher_cycle, message=clip(b, 160)))
@@ -670,23 +770,25 @@ class LogParser:
 
     def _timeout(self, b: str, src: Src) -> ev.RankTimeout | None:
         if m := SECTION_TIMEOUT_RE.search(b):
-            kind, section, elapsed, timeout = "section", m.group(1), float(m.group(2)), float(m.group(3))
+            kind, section, elapsed, timeout = ("section", m.group(1), self._num(m.group(2), "seconds", src, decimal),
+                                               self._num(m.group(3), "seconds", src, decimal))
         elif m := OUT_OF_SECTION_RE.search(b):
-            kind, section, elapsed, timeout = "out_of_section", None, float(m.group(1)), float(m.group(2))
+            kind, section, elapsed, timeout = ("out_of_section", None, self._num(m.group(1), "seconds", src, decimal),
+                                               self._num(m.group(2), "seconds", src, decimal))
         elif m := HEARTBEAT_MISSED_RE.search(b):
-            kind, section, elapsed, timeout = "heartbeat", None, None, float(m.group(2))
+            kind, section, elapsed, timeout = "heartbeat", None, None, self._num(m.group(2), "seconds", src, decimal)
         else:
             return None
         rank = local_rank = node = None
         if m := RANKMON_RE.search(b):  # 0.4.1: the monitored global rank
             node = m.group(1)
-            rank = int(m.group(2)) if m.group(2).isdigit() else None
+            rank = self._num(m.group(2), "rank", src)
         elif m := WORKLOAD_RE.search(b):  # 0.6+: [node] [workload:<rank>(<local rank>) ...]
             node = m.group(1)
-            rank = int(m.group(2)) if m.group(2).isdigit() else None
-            local_rank = int(m.group(3)) if m.group(3).isdigit() else None
+            rank = self._num(m.group(2), "rank", src)
+            local_rank = self._num(m.group(3), "rank", src)
         tag = _CYCLE_TAG_RE.search(b)
-        cycle = int(tag.group(1)) if tag else self.launcher_cycle
+        cycle = self._num(tag.group(1), "cycle", src) if tag else self.launcher_cycle
         return ev.RankTimeout(src=src, ts=self._stamp(b), cycle=cycle, kind=kind, section=section, rank=rank,
                               local_rank=local_rank, node=node, elapsed=elapsed, timeout=timeout)
 
@@ -698,7 +800,8 @@ class LogParser:
         the iterations with skipped or NaN steps, and the number of committed saves."""
         out = []
         for s in self.starts:
-            events = [e.build() if isinstance(e, _ArgsBuilder) else e for e in s.events]
+            events = [e.build() if isinstance(e, _ArgsBuilder) else e
+                      for record in s.events.values() for _seq, e in record.kept()]
             for kind, record in s.saves.items():
                 events.extend(e for entry in record.kept() if (e := self._saved_event(kind, entry)) is not None)
             events.sort(key=lambda e: e.src.line)
@@ -733,17 +836,12 @@ def _keyword_lines(data: bytes, n: int, keywords: tuple[bytes, ...]) -> list[tup
     return [found[k] for k in sorted(found)]
 
 
-def _int_of(m: re.Match | None) -> int | None:
-    return int(m.group(1)) if m else None
+def _int_of(m: re.Match | None, quantity: str) -> int | None:
+    return number(m.group(1), quantity) if m else None
 
 
 def _float_of(m: re.Match | None) -> float | None:
-    if not m:
-        return None
-    try:
-        return float(m.group(1))
-    except ValueError:
-        return None
+    return decimal(m.group(1), "loss") if m else None
 
 
 # ---------------------------------------------------------------- files, incrementally
@@ -796,10 +894,13 @@ class _TrackedFile:
         try:
             with safeio.open_binary(self.path) as f:
                 f.seek(self.offset)
-                while True:
-                    got = f.readinto(view[kept:kept + chunk_size])
+                # up to the size at opening: what a live writer appends meanwhile waits for the next poll
+                left = os.fstat(f.fileno()).st_size - self.offset
+                while left > 0:
+                    got = f.readinto(view[kept:kept + min(chunk_size, left)])
                     if not got:
                         break
+                    left -= got
                     end = kept + got
                     cut = buf.rfind(b"\n", 0, end)
                     if cut < 0:
@@ -885,6 +986,12 @@ class HistoryReader:
         for f in files:
             if f.error:
                 notes.append(f"{f.rel} could not be read completely ({f.error}); its remaining lines are missing")
+            if f.parser.out_of_range:
+                notes.append(f"{f.rel}: {f.parser.out_of_range} number(s) outside what any run prints were read as no "
+                             f"value (the first: {f.parser.out_of_range_first})")
+            if f.parser.starts_merged and f in app_files:
+                notes.append(f"{f.rel} opens more than {MAX_STARTS} application starts; the lines of the "
+                             f"{f.parser.starts_merged} later ones were read as part of its last start")
         if not app_files:
             notes.append("no application log lines found (no logs/*_cycle<N>.log or other training log)")
         if not launcher_files:
@@ -1052,9 +1159,14 @@ class HistoryReader:
                 continue
             d = jf.data
             cycle = _int(d.get("cycle_number"))
+            if cycle is None or cycle < 0:
+                cycle = number(m.group(3), "cycle")
+            if cycle is None:
+                notes.append(f"cycle_infos/{clip(name, 80)} names no cycle a run can have; ignored")
+                continue
             out.append(ev.CycleInfo(
                 src=jf.src, ts=parse_iso_utc(d.get("cycle_start_time")), ts_utc=True,
-                cycle=cycle if cycle is not None else int(m.group(3)), attempt=_int(d.get("attempt_index")),
+                cycle=cycle, attempt=_int(d.get("attempt_index")),
                 ended=parse_iso_utc(d.get("cycle_end_time")), log_file=_str(d.get("cycle_log_file")),
                 active_ranks=_str(d.get("active_ranks")), active_nodes=_str(d.get("active_nodes")),
                 standby_nodes=_str(d.get("standby_nodes")),
@@ -1155,16 +1267,20 @@ class HistoryReader:
         except OSError as exc:
             notes.append(f"checkpoint dir {shown} unreadable ({exc.strerror})")
             entries = []
+        ignored = 0
         for entry in entries:
             m = re.fullmatch(r"iter_(\d{7,})", entry.name)
-            if not m:
+            it = number(m.group(1), "iteration") if m else None
+            if it is None:
                 continue
-            it = int(m.group(1))
             try:
                 real_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
                 real_dir = False
             if entry.name != f"iter_{it:07d}" or not real_dir:
+                ignored += 1
+                if ignored > MAX_IGNORED_NOTES:
+                    continue
                 what = "a symlink" if entry.is_symlink() else ("not Megatron's iter_%07d name" if real_dir
                                                               else "not a directory")
                 notes.append(f"ignored {shown}/{entry.name}: {what}; only the directory Megatron writes for an "
@@ -1181,6 +1297,8 @@ class HistoryReader:
             iters.append(ev.CheckpointOnDisk(iteration=it, rel=f"{shown}/{entry.name}", committed=safeio.is_regular(d / "metadata.json"),
                                              has_dcp_metadata=has_md, optimizer_keys=opt, total_keys=total,
                                              sample_key=sample, inspect_note=note, optimizer_record=record))
+        if ignored > MAX_IGNORED_NOTES:
+            notes.append(f"ignored {ignored - MAX_IGNORED_NOTES} more entries of {shown} for the same reasons")
         iters.sort(key=lambda c: c.iteration)
         return ev.CheckpointState(path=shown, how=how, exists=True, tracker=tracker, iterations=tuple(iters))
 
@@ -1586,7 +1704,8 @@ def iteration_loss(text: str) -> tuple[int, str] | None:
     """(iteration, lm loss as printed) of one Megatron iteration line, whatever its prefixes."""
     _rank, body, _ = _strip_prefix(text)
     it, loss = _ITER_RE.search(body), _LOSS_RE.search(body)
-    return (int(it.group(1)), loss.group(1)) if it and loss else None
+    iteration = number(it.group(1), "iteration") if it else None
+    return (iteration, loss.group(1)) if iteration is not None and loss else None
 
 
 # ---------------------------------------------------------------- the progress curve

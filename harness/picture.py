@@ -14,6 +14,7 @@ PictureUnavailable and everything else works.
 
 from __future__ import annotations
 
+import math
 import os
 from bisect import bisect_left
 from pathlib import Path
@@ -31,6 +32,14 @@ __all__ = ["CheckpointMark", "Curve", "CycleMark", "Moment", "Segment", "Timelin
 
 FILE_NAME = "timeline.png"
 MAX_CHECKPOINT_MARKS = 60  # more diamonds than this is a smear: show an even selection
+_DRAWABLE = 2.0 ** 53  # an iteration or a time beyond this cannot be a float exactly, nor a point of a run
+
+
+def _drawable(*values: float | int | None) -> bool:
+    """Every value a finite number a float holds exactly (what history parses is range-checked
+    already; the picture keeps its own guard, as matplotlib would overflow on the rest)."""
+    return all(v is not None and -_DRAWABLE <= v <= _DRAWABLE and (not isinstance(v, float) or math.isfinite(v))
+               for v in values)
 FIGSIZE_IN = (11.0, 7.5)
 DPI = 110
 INSTALL_HINT = "pip install 'nvrx-qual[plot]' (matplotlib)"
@@ -76,6 +85,7 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
     curves: list[Curve] = []
     marks: list[CheckpointMark] = []
     for start, points in zip(timeline.starts, progress):
+        points = [p for p in points if _drawable(p.iteration, p.t)]
         ordered = tuple(sorted(points, key=lambda p: (p.iteration, p.t)))
         if ordered:
             curves.append(Curve(start.cycle, tuple(sorted(points, key=lambda p: p.t))))
@@ -83,7 +93,7 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
             t = timeline.utc(save)
             if t is None:  # Megatron prints no time on its save lines
                 t = _time_at(ordered, save.iteration)
-            if t is not None:
+            if t is not None and _drawable(save.iteration, t):
                 marks.append(CheckpointMark(save.iteration, t, start.cycle))
     cycle_marks = [CycleMark("started", c, t) for c, e in analysis.workers_started.items()
                    if (t := timeline.utc(e)) is not None]

@@ -5,7 +5,9 @@ A run directory may come from someone else (a tarball off a cluster, verified as
 - reading: opened with O_NOFOLLOW | O_NONBLOCK and refused unless it is a regular file (a
   symlink, FIFO, socket or device is never read: a FIFO would block for ever, a link could
   point at a secret), of bounded size for whole-file reads (`read_bytes`, `read_text`,
-  `read_json`); logs are streamed from `open_regular`;
+  `read_json`); logs are streamed from `open_log`: buffered reads of large chunks (never a
+  system call per byte), ending at the size the file had when it was opened (a log that keeps
+  growing does not keep its reader reading);
 - writing a new file: `create_new` / `open_new` (O_CREAT | O_EXCL | O_NOFOLLOW): an existing
   file or link is never overwritten or followed;
 - replacing one of the suite's own files (run.json, launch.json, verdict.json, report.md,
@@ -21,6 +23,7 @@ Errors are OSError (with errno), so every caller's existing OSError handling app
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import stat
@@ -73,6 +76,53 @@ def open_regular(path: str | os.PathLike) -> int:
 def open_binary(path: str | os.PathLike) -> BinaryIO:
     """An unbuffered binary reader of a regular file (for streaming logs)."""
     return os.fdopen(open_regular(path), "rb", buffering=0)
+
+
+LOG_BUFFER = 1 << 16  # bytes per read system call of a streamed log
+
+
+class _UpToSize(io.RawIOBase):
+    """The bytes of a descriptor up to the size the file had when it was opened."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        super().__init__()
+        self._fd = fd
+        self._left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # noqa: ANN001 - any writable buffer
+        if self._left <= 0:
+            return 0
+        view = memoryview(buffer).cast("B")
+        want = min(len(view), self._left)
+        got = os.readv(self._fd, [view[:want]])
+        self._left -= got
+        return got
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                os.close(self._fd)
+            finally:
+                super().close()
+
+
+def open_log(path: str | os.PathLike, buffer_size: int = LOG_BUFFER) -> io.BufferedReader:
+    """A buffered binary reader of a regular file (a log): `buffer_size` bytes per system
+    call, and no further than the file's size at opening (what is appended later is left for
+    the next read, so a log written without end cannot keep the reader reading)."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        return io.BufferedReader(_UpToSize(fd, size), buffer_size)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_bytes(path: str | os.PathLike, limit: int = RECORD_LIMIT) -> bytes:

@@ -115,12 +115,22 @@ def _ts(value: object) -> float | None:
     return parse_iso_utc(value)
 
 
+_MAX_NUMBER = 2 ** 53  # every count, code, iteration or second a verdict records is far below
+
+
 def _num(value: object) -> float | None:
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A finite JSON number of plausible size, else None (inf, NaN, 1e308 read as not measured)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if -_MAX_NUMBER <= value <= _MAX_NUMBER else None  # NaN fails both comparisons
 
 
 def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _MAX_NUMBER else None
+
+
+def _list(value: object) -> list:
+    return value if isinstance(value, list) else []
 
 
 def _map(value: object) -> Mapping[str, Any]:
@@ -221,7 +231,7 @@ class Metrics:
             first_step_iteration=_int(iterations.get("first_after_restore")),
             evidence={str(k): str(v) for k, v in _map(doc.get("evidence")).items()},
             notes=_strs(doc.get("notes")), warnings=_strs(doc.get("warnings")),
-            recoveries=tuple(Recovery.from_json(r) for r in doc.get("recoveries") or () if isinstance(r, Mapping)),
+            recoveries=tuple(Recovery.from_json(r) for r in _list(doc.get("recoveries")) if isinstance(r, Mapping)),
         )
 
 
@@ -412,7 +422,7 @@ class Verdict:
         this suite writes. A value of the wrong type reads as missing; `qualified` is the
         stored flag (a reader that must not trust an edited file recomputes it with
         `qualified(verdict.criteria)`)."""
-        criteria = tuple(CriterionResult.from_json(c) for c in doc.get("criteria") or () if isinstance(c, Mapping))
+        criteria = tuple(CriterionResult.from_json(c) for c in _list(doc.get("criteria")) if isinstance(c, Mapping))
         launcher = _map(doc.get("launcher"))
         stated = doc.get("qualified")
         return cls(

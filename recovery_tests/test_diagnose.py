@@ -869,3 +869,72 @@ def test_the_collective_backend_is_named_from_the_runs_own_command(tmp_path: Pat
     other = {"gloo": "NCCL", "NCCL": "gloo"}[backend]
     assert t.summary.startswith(f"{backend} / collective failure") and f"non-{other}" not in t.summary, t.summary
     assert t.advice.startswith(f"{backend} failure") and other not in t.advice, t.advice
+
+
+def _read_syscalls() -> int | None:
+    """read(2)-family system calls this process has made so far (Linux /proc/self/io)."""
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("syscr:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def test_logs_are_read_in_chunks_not_a_system_call_per_byte(tmp_path: Path) -> None:
+    """A 2 MiB log costs a few dozen read calls (64 KiB each), not one per byte (issue 24, 3c)."""
+    if _read_syscalls() is None:
+        pytest.skip("this kernel keeps no per-process I/O accounting (/proc/self/io)")
+    line = "[rank0]: " + "x" * 100
+    path = write(tmp_path, "logs/job.err", [line] * 20_000 + prefixed("[rank1]: ", tb_lines(OOM_BACKWARD_FRAMES, oom_message(1))))
+    size = path.stat().st_size
+    before = _read_syscalls()
+    t = diagnose(tmp_path)
+    calls = _read_syscalls() - before
+    assert (t.category, t.rank) == ("oom", 1)
+    assert calls < size // 4096, f"{calls} read system calls for a {size}-byte log"
+
+
+def test_a_log_that_grows_while_read_is_read_up_to_its_size_at_opening(tmp_path: Path, monkeypatch) -> None:
+    """A writer that appends a line for each line read cannot keep the scan reading (issue 24, 3c)."""
+    lines = [f"[rank0]: step {i}" for i in range(200)]
+    path = write(tmp_path, "logs/job.err", lines + prefixed("[rank1]: ", tb_lines(OOM_BACKWARD_FRAMES, oom_message(1))))
+    total = len(path.read_text().splitlines())
+    seen = 0
+    real = scan._clean
+
+    def clean_and_grow(chunk: bytes) -> str:
+        nonlocal seen
+        seen += 1
+        if seen > 2 * total:
+            raise AssertionError(f"read {seen} lines of a {total}-line log that grows as it is read")
+        with open(path, "ab") as fh:
+            fh.write(b"[rank0]: appended while the scan reads\n")
+        return real(chunk)
+
+    monkeypatch.setattr(scan, "_clean", clean_and_grow)
+    t = diagnose(tmp_path)
+    assert seen == total
+    assert (t.category, t.rank) == ("oom", 1)
+
+
+def test_per_process_state_is_bounded_by_the_number_of_ranks_kept(tmp_path: Path, monkeypatch) -> None:
+    """A log naming more writing processes than _MAX_RANKS shares one state for the rest, and
+    keeps memory reports of at most that many ranks."""
+    made = []
+
+    class CountedStream(scan._Stream):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(scan, "_MAX_RANKS", 4)
+    monkeypatch.setattr(scan, "_Stream", CountedStream)
+    lines = [f"[rank{r}]: [Rank {r}] (after 10 iterations) memory (MB) | allocated: 1.0 | max allocated: 2.0"
+             for r in range(50)]
+    path = write(tmp_path, "logs/job.err", lines)
+    scanner = scan._Scanner(tmp_path, scan._Context(timedelta(0), 2026, 11))
+    scanner.scan([path])
+    assert len(made) == 5  # four processes and the one the others share
+    assert len(scanner.memory) == 4

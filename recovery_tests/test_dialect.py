@@ -307,3 +307,52 @@ def test_history_and_triage_read_the_launcher_lines_alike(tmp_path: Path, line: 
     assert len(found) == 1, scanner.events
     x = found[0]
     assert (kind, x.exitcode if kind == "exit" else x.rank, x.local_rank) == triage_reads
+
+
+# ---------------------------------------------------------------- numbers and discovery bounds (issue 24, class 4)
+
+
+def test_every_number_is_range_checked_where_it_is_parsed():
+    from harness.dialect import BOUNDS, decimal, number, record_number
+
+    assert number("  42 ", "iteration") == 42 and number("-9", "exit_code") == -9
+    for text, quantity in (("9" * 5000, "iteration"), ("1" + "0" * 400, "rank"), ("-1", "iteration"),
+                           (str(10 ** 12 + 1), "iteration"), ("256", "exit_code"), ("0", "world"), ("1e3", "cycle"),
+                           ("", "rank"), (None, "rank"), ("?", "rank"), ("١٢", "rank")):
+        assert number(text, quantity) is None, (text[:20] if text else text, quantity)
+    assert decimal("14.35", "seconds") == 14.35
+    for text in ("1e400", "-1e400", "inf", "nan", "NaN", "9" * 5000, "x"):
+        assert decimal(text, "loss") is None, text[:20]
+    assert record_number(7, "cycle") == 7
+    assert [record_number(v, "cycle") for v in (True, 7.0, "7", 10 ** 400, -1, None)] == [None] * 6
+    assert all(low <= high for low, high in BOUNDS.values())
+
+
+def test_discovery_is_bounded_in_depth_and_never_recurses(tmp_path):
+    """A tree under logs/ deeper than the interpreter's recursion limit: the logs near the top
+    are listed, those below MAX_LOG_DEPTH are not, and nothing raises."""
+    import os
+    import sys
+
+    from harness.dialect import MAX_LOG_DEPTH, discover
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "top.log").write_text("x\n")
+    depth = sys.getrecursionlimit() + 100
+    fd = os.open(tmp_path / "logs", os.O_RDONLY | os.O_DIRECTORY)
+    chain = [fd]
+    try:
+        for level in range(1, depth + 1):
+            os.mkdir("d", dir_fd=fd)
+            fd = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            chain.append(fd)
+            os.close(os.open(f"at{level}.log", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+        found = {f.rel.rsplit("/", 1)[-1] for f in discover(tmp_path)}
+    finally:
+        for level in range(len(chain) - 1, 0, -1):  # remove bottom-up, by descriptor (deeper than PATH_MAX)
+            os.unlink(f"at{level}.log", dir_fd=chain[level])
+            os.close(chain[level])
+            os.rmdir("d", dir_fd=chain[level - 1])
+        os.close(chain[0])
+    assert "top.log" in found
+    assert f"at{MAX_LOG_DEPTH - 1}.log" in found and f"at{MAX_LOG_DEPTH}.log" not in found

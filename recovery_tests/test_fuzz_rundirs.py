@@ -14,6 +14,7 @@ with a per-case timeout, so a hang is reported as one, with the seed and case to
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import multiprocessing
@@ -387,3 +388,248 @@ def test_hostile_and_type_confused_checkpoints_are_refused_never_run(tmp_path, b
         pool.join()
     assert not problems, "\n".join(problems[:10])
     assert len(notes) > 3, notes  # refusals of several kinds, not one
+
+
+# ---------------------------------------------------------------- generators by class (issue 24, class 4)
+# Each class of odd input the first fuzz reached only by chance, enumerated: a number in every
+# numeric field of every line kind the dialect, history and triage parse, longer than Python's
+# int-string limit (4300 digits) or beyond a float's range; losses and seconds of inf, NaN and
+# 1e400; directory trees under logs/ deeper than the interpreter's recursion limit; a value of
+# the wrong JSON type in every field of run.json, launch.json, the marker and verdict.json.
+# Every case runs verify, report and diagnose in this process and wants a status in {0, 1, 2}.
+
+HUGE_INTS = ("9" * 5000, "1" + "0" * 400)  # past the int-string limit; past a float's range
+ODD_FLOATS = ("1e400", "-1e400", "inf", "nan", "NaN", "9" * 5000, "1" + "0" * 400 + ".5")
+# `{}` marks each numeric field; lines are written as they appear in the launcher log and in
+# a per-cycle application log (with the `0: ` label NVRx puts before them).
+LINE_KINDS = (
+    # prefixes history and triage peel off every line
+    "{}: [rank{}]: plain text",
+    "[default{}]:[rank{}]: text",
+    "2026-11-29T16:32:{}.123Z out text",
+    "[2026-11-29 17:32:09.{}] text",
+    "I1129 17:32:09.{} 1 text",
+    # Megatron
+    " [2026-11-29 17:32:09.310000] iteration {}/ {} | consumed samples: {} | lm loss: {} | "
+    "number of skipped iterations: {} | number of nan iterations: {} |",
+    "saving checkpoint at iteration {} to /ckpt in torch_dist format",
+    "  scheduled an async checkpoint save at iteration {} to /ckpt",
+    "  successfully saved checkpoint from iteration {} to /ckpt [ t 1/1, gtp_remat 1/1, p 1/1 ]",
+    " loading distributed checkpoint from /ckpt at iteration {}",
+    "  successfully loaded checkpoint from /ckpt [ t 1/1 ] at iteration {}",
+    "[nemesis] rank {} injecting SIGKILL after checkpoint iteration {} (baseline 0)",
+    "[after training is done] datetime: 2026-11-29 17:32:{}.{}",
+    "[Rank {}] (after {} iterations) memory (MB) | allocated: {} | max allocated: {} | reserved: {} | max reserved: {}",
+    "    world_size ...................................... {}",
+    "using world size: {}, data-parallel size: {}, context-parallel size: {}, tensor-model-parallel size: {}, "
+    "pipeline-model-parallel size: {}",
+    'Traceback (most recent call last):\n  File "/opt/megatron/train.py", line {}, in train_step\n    step()\n'
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {} GiB. GPU {} has a total capacity of {} GiB",
+    "[Rank {}] NCCL WARN Watchdog caught collective operation timeout",
+    # NVRx and torch elastic
+    "profiling.py:93 Cycle: {} Event: worker_start_completed Node: n_1_0 Rank: {} Time: 2026-11-29 16:32:05.{} UTC",
+    "[Cycle {}] Section 'step' has been open for {} seconds. Timeout is {} seconds.",
+    "[RankMonServer{}@vm:{}] Was out of section for {} seconds. Timeout is {} seconds.",
+    "[node7] [workload:{}({}) infra:?(?)] Did not get initial heartbeat. Waited {} seconds.",
+    "[RankMonServer{}@vm:{}] FT timeout elapsed",
+    "The node 'n_1_0' has joined round {} of the rendezvous 'job' as rank {} in a world of size {}.",
+    "failed (exitcode: {}) local_rank: {} (pid: {}) of binary: /usr/bin/python3",
+    "Worker group FAILED. {}/{} attempts left; will restart worker group",
+    "{}/{} restart attempts left. Exiting...",
+    "[ft_launcher1@vm] Agent's exit code = {}",
+    "srun: error: node{}: tasks {}: Exited with exit code {}",
+    "Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-29_17:32:09\n  host      : vm\n"
+    "  rank      : {} (local_rank: {})\n  exitcode  : {} (pid: 1)\n  error_file: <N/A>\n"
+    "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n" + "=" * 60,
+)
+# names whose numbers discovery and history read
+FILE_NAMES = ("logs/train_cycle{}.log", "logs/attempt_{}/{}/stderr.log", "cycle_infos/cycle_info.job.{}.{}",
+              "checkpoints/iter_{}")
+
+
+def _field_lines(template: str) -> list[str]:
+    """The line once per numeric field and odd value (the other fields ordinary)."""
+    lines = []
+    for i in range(template.count("{}")):
+        for value in HUGE_INTS + ODD_FLOATS[:3]:
+            lines.append(_fill(template, i, value))
+    return lines
+
+
+def _fill(template: str, field: int, value: str) -> str:
+    ordinary = ("1", "2", "3", "4", "5", "6")
+    parts = [value if i == field else ordinary[i % len(ordinary)] for i in range(template.count("{}"))]
+    return template.format(*parts)
+
+
+def _statuses(run_dir: Path, tmp_path: Path) -> dict[str, tuple[int, str]]:
+    """verify (with a verdict written, then report on it) and diagnose, in this process."""
+    out = {}
+    for name, argv in (("verify", ["verify", str(run_dir), "--quiet", "--json", str(tmp_path / "v.json")]),
+                       ("report", ["report", str(run_dir)]), ("diagnose", ["diagnose", str(run_dir)])):
+        out[name] = _judge(argv)
+    return out
+
+
+def _assert_no_crash(statuses: dict[str, tuple[int, str]], what: str) -> None:
+    bad = {name: (status, err.strip()[-600:]) for name, (status, err) in statuses.items()
+           if status not in (0, 1, 2) or "Traceback" in err}
+    assert not bad, f"{what}: {bad}"
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory) -> Path:
+    return rundirs.build(tmp_path_factory.mktemp("class4") / "base", rundirs.Scenario()).run_dir
+
+
+def _copy(base: Path, tmp_path: Path) -> Path:
+    run_dir = tmp_path / "run"
+    shutil.copytree(base, run_dir, symlinks=True)
+    return run_dir
+
+
+def _append_everywhere(run_dir: Path, line: str) -> None:
+    """The line (or block) in the launcher log, in each per-cycle log (each line labelled) and
+    in a single log."""
+    for path in sorted((run_dir / "logs").glob("*.log")):
+        prefix = "" if path.name == "launcher.log" else "0: "
+        with open(path, "a") as fh:
+            fh.write("".join(prefix + part + "\n" for part in line.split("\n")))
+    with open(run_dir / "job.out", "a") as fh:
+        fh.write(line + "\n")
+
+
+@pytest.mark.parametrize("template", LINE_KINDS, ids=lambda t: t.strip()[:28])
+def test_odd_numbers_in_every_field_of_every_line_kind(tmp_path, base_run, template):
+    run_dir = _copy(base_run, tmp_path)
+    for line in _field_lines(template):
+        _append_everywhere(run_dir, line)
+    _assert_no_crash(_statuses(run_dir, tmp_path), f"odd numbers in each field of {template!r}")
+
+
+@pytest.mark.parametrize("loss", ODD_FLOATS)
+def test_odd_losses_and_iterations_in_the_progress_curve(tmp_path, base_run, loss):
+    """Iteration lines whose loss and numbers are inf, NaN or beyond a float reach the curve
+    timeline.png draws, and the loss comparison."""
+    run_dir = _copy(base_run, tmp_path)
+    for path in sorted((run_dir / "logs").glob("*cycle*.log")):
+        with open(path, "a") as fh:
+            for it in ("31", "1" + "0" * 400, "9" * 5000):
+                fh.write(f"0:  [2026-11-29 17:40:09.310000] iteration {it}/ {it} | consumed samples: 1 | "
+                         f"lm loss: {loss} | number of skipped iterations:   0 | number of nan iterations:   0 |\n")
+    _assert_no_crash(_statuses(run_dir, tmp_path), f"loss {loss[:20]}")
+
+
+@pytest.mark.parametrize("name", FILE_NAMES)
+@pytest.mark.parametrize("value", HUGE_INTS[1:])  # a file name holds at most 255 bytes
+def test_odd_numbers_in_file_names(tmp_path, base_run, name, value):
+    run_dir = _copy(base_run, tmp_path)
+    rel = name.format(value[:200], value[:20])
+    path = run_dir / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if name.startswith("checkpoints/"):
+        path.mkdir()
+        (path / "metadata.json").write_text("{}")
+    elif name.startswith("cycle_infos/"):
+        path.write_text(json.dumps({"cycle_number": value, "attempt_index": int(value), "cycle_start_time": value}))
+    else:
+        path.write_text("0:  loading distributed checkpoint from /ckpt at iteration 10\n")
+    _assert_no_crash(_statuses(run_dir, tmp_path), rel[:80])
+
+
+@pytest.mark.parametrize("depth", (1200, 3000))
+def test_deeply_nested_directories_under_logs(tmp_path, base_run, depth):
+    """Deeper than the recursion limit; the deeper one also past PATH_MAX from the run dir."""
+    run_dir = _copy(base_run, tmp_path)
+    fd = os.open(run_dir / "logs", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        with os.fdopen(os.open("deep.log", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as fh:
+            fh.write("Traceback (most recent call last):\nRuntimeError: deep\n")
+    finally:
+        os.close(fd)
+    try:
+        _assert_no_crash(_statuses(run_dir, tmp_path), f"logs/ {depth} folders deep")
+    finally:
+        _remove_deep(run_dir / "logs")
+
+
+def _remove_deep(top: Path) -> None:
+    """rmtree for a tree deeper than PATH_MAX (shutil.rmtree walks by descriptor, but recurses)."""
+    path = top
+    chain = []
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    while "d" in os.listdir(fd):
+        inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        chain.append(fd)
+        fd = inner
+    os.close(fd)
+    while chain:
+        parent = chain.pop()
+        inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=parent)
+        for name in os.listdir(inner):
+            os.unlink(name, dir_fd=inner)
+        os.close(inner)
+        os.rmdir("d", dir_fd=parent)
+        os.close(parent)
+
+
+WRONG_TYPES = (None, True, -1, 2 ** 70, "9" * 5000, 1e308, float("nan"), float("inf"), "",
+               "x", [], [1, "a"], {}, {"a": [None]})
+JSON_FIELDS = {
+    "run.json": ("run_id", "dry_run", "utc_offset_s", "created_at", "commands", "nvrx_version", "spec",
+                 "spec.fault", "spec.fault_rank", "spec.fault_at", "spec.train_iters", "spec.save_interval",
+                 "spec.max_restarts", "spec.max_no_progress_cycles", "spec.nnodes", "spec.work_dir", "spec.run_id",
+                 "spec.checkpoint_dir", "spec.extra_args", "spec.section_timeouts", "spec.deadline_profile",
+                 "spec.micro_batch_size", "spec.tp"),
+    "launch.json": ("launcher_exit_code", "started_at", "ended_at", "stopped_early", "nvrx_version", "clock_jumps",
+                    "capture_error"),
+    "fault_injected.json": ("fault", "signal", "rank", "local_rank", "cycle", "iteration", "baseline_iteration",
+                            "injected_at", "pid", "launcher_pid", "host", "fault_at", "committed_iteration",
+                            "poisoned"),
+    "verdict.json": ("schema", "run_dir", "fault", "fault_source", "qualified", "criteria", "metrics",
+                     "metrics.lost_iterations", "metrics.recoveries", "metrics.iterations", "launcher",
+                     "launcher.exit_code", "launcher.nvrx_version", "deadlines", "notes", "verified_at"),
+}
+
+
+def _json_cases() -> list[tuple[str, tuple[str, ...], object]]:
+    """Each field of verdict.json with each odd value (only `report` reads it: cheap); each
+    field of the other records with one odd value (turn by turn); each odd value in every
+    field of a record at once."""
+    one = [(name, (key,), value) for key in JSON_FIELDS["verdict.json"] for value in WRONG_TYPES
+           for name in ("verdict.json",)]
+    one += [(name, (key,), WRONG_TYPES[i % len(WRONG_TYPES)])
+            for name, keys in JSON_FIELDS.items() if name != "verdict.json" for i, key in enumerate(keys)]
+    every = [(name, keys, value) for name, keys in JSON_FIELDS.items() for value in WRONG_TYPES]
+    return one + every
+
+
+@pytest.fixture(scope="module")
+def judged_run(tmp_path_factory, base_run) -> Path:
+    """The base run with a verdict.json written by verify, for report to read."""
+    run_dir = tmp_path_factory.mktemp("judged") / "run"
+    shutil.copytree(base_run, run_dir, symlinks=True)
+    status, err = _judge(["verify", str(run_dir), "--quiet"])
+    assert status in (0, 1) and (run_dir / "verdict.json").is_file(), err
+    return run_dir
+
+
+@pytest.mark.parametrize("name,keys,value", _json_cases(), ids=lambda v: str(v)[:16])
+def test_wrong_json_types_in_every_record_field(tmp_path, judged_run, name, keys, value):
+    run_dir = _copy(judged_run, tmp_path)
+    path = run_dir / name
+    doc = json.loads(path.read_text())
+    for key in keys:
+        target, _, leaf = key.rpartition(".")
+        holder = doc.get(target) if target else doc
+        if not isinstance(holder, dict):
+            holder = doc[target] = {}
+        holder[leaf] = copy.deepcopy(value)  # one object per field: no record refers to itself
+    path.write_text(json.dumps(doc, allow_nan=True))
+    statuses = {"report": _judge(["report", str(run_dir)])} if name == "verdict.json" else _statuses(run_dir, tmp_path)
+    _assert_no_crash(statuses, f"{name} {', '.join(keys)[:60]} = {str(value)[:30]}")

@@ -472,3 +472,96 @@ def test_losses_of_a_live_read_equal_those_of_one_read(tmp_path: Path):
                 except RunDirError:  # nothing readable yet
                     pass
     assert reader.read().losses == read_run(built, losses=True).losses
+
+
+# ---------------------------------------------------------------- bounded with every repeated line kind
+
+# One line of each kind history turns into an event; the launcher's profiling, timeout,
+# rendezvous and exit lines and Megatron's FT, optimizer, scheduler and load lines may repeat
+# without end in a received log.
+FLOOD_APP = (
+    "0: FT: initialized. Timeouts=RankMonitorConfig(...)",
+    "0: INFO:megatron.core.optimizer.distrib_optimizer:Loading distributed optimizer sharded state of type dp_reshardable",
+    "0: INFO:megatron.core.optimizer_param_scheduler: > using checkpoint value 0.0001 for learning rate",
+    "0:  loading distributed checkpoint from /ckpt at iteration 10",
+    "0:   successfully loaded checkpoint from /ckpt [ t 1/1 ] at iteration 10",
+    "0: [after model, optimizer, and learning rate scheduler are built] datetime: 2026-11-29 17:32:08 ",
+    "0: WARNING: could not find the metadata file /ckpt/latest_checkpointed_iteration.txt",
+    "0: WARNING:megatron.core.dist_checkpointing.serialization:Overwriting old incomplete / corrupted checkpoint...",
+    "1: [nemesis] rank 1 injecting SIGKILL after checkpoint iteration 20 (baseline 0)",
+    "1: nemesis: requested fault kill on rank 1 never happened: too few iterations",
+    "0: [after training is done] datetime: 2026-11-29 17:32:13 ",
+)
+FLOOD_LAUNCHER = (
+    "2026-11-29 17:09:20,881 [INFO] [vm] profiling.py:88 Cycle: 1 Event: worker_start_completed Node: n_1_0 Rank: 0 "
+    "Time: 2026-11-29 17:09:20.881 UTC",
+    "2026-11-29 17:16:04,303 [WARNING] [vm] [workload:?(0) infra:?(?)] rank_monitor_server.py:522 [Cycle 0] "
+    "Section 'step' has been open for 14.46 seconds. Timeout is 10.00 seconds.",
+    "[2026-11-29 17:05:40,000] [INFO] [RankMonServer16902@vm:0] FT timeout elapsed",
+    "[2026-11-29 17:05:41,000] [INFO] The node 'n_1_0' has joined round 1 of the rendezvous 'job' as rank 0 "
+    "in a world of size 2.",
+    "[2026-11-29 17:05:42,000] [ERROR] failed (exitcode: -9) local_rank: 1 (pid: 4242) of binary: /usr/bin/python",
+    "[2026-11-29 17:05:43,000] [INFO] Worker group FAILED. 2/3 attempts left; will restart worker group",
+    "[2026-11-29 17:05:44,000] [INFO] 0/2 restart attempts left. Exiting...",
+    "[2026-11-29 17:05:45,000] [INFO] [ft_launcher1@vm] Agent .run() is OK. Agent's exit code = 0",
+    "[2026-11-29 17:05:46,000] [ERROR] Progress tracker detected no progress across restarts.",
+)
+
+
+def _flood_run(path: Path, lines: int) -> Path:
+    """A run whose per-cycle log and launcher log repeat every event line kind `lines` times in
+    all; the launcher log carries application lines too, without prefixes, as a user's single
+    log does (every FT line there opens a start)."""
+    logs = path / "logs"
+    logs.mkdir(parents=True)
+    with open(logs / "train_cycle0.log", "w") as fh:
+        for _ in range(lines // len(FLOOD_APP) + 1):
+            fh.write("\n".join(FLOOD_APP) + "\n")
+    with open(logs / "launcher.log", "w") as fh:
+        block = FLOOD_LAUNCHER + tuple(line[3:] for line in FLOOD_APP)
+        for _ in range(lines // len(block) + 1):
+            fh.write("\n".join(block) + "\n")
+    return path
+
+
+def _peak_of_read(run: Path) -> tuple[int, ev.Timeline]:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:  # 1 MiB chunks: what one chunk's keyword lines cost is the same for both sizes
+        read = HistoryReader(run, inspect_checkpoints=False, chunk_size=1 << 20).read()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak, read.timeline
+
+
+def test_memory_does_not_grow_with_repeated_event_lines(tmp_path: Path):
+    """Ten times the lines of every event kind cost far less than ten times the memory
+    (issue 24, 3d: FT initialisation, profiling and optimizer lines kept one event per line)."""
+    small_peak, small = _peak_of_read(_flood_run(tmp_path / "small", 20_000))
+    large_peak, large = _peak_of_read(_flood_run(tmp_path / "large", 200_000))
+    assert large_peak < 2 * small_peak, f"peak {large_peak} bytes for 200k lines against {small_peak} for 20k"
+    # what the criteria read is still there: the first and last of each kind, and the cycle's start
+    for tl in (small, large):
+        app = next(s for s in tl.starts if s.source == "logs/train_cycle0.log")
+        assert app.first(ev.WorkersInitialized).src.line == 1
+        assert app.first(ev.OptimizerLoaded).src.line == 2
+        assert app.first(ev.TrainingDone) is not None
+        profiling = tl.of(ev.ProfilingEvent)
+        assert profiling[0].src.line == 1 and profiling[0].cycle == 1
+        assert {type(e) for e in tl.launcher_events()} >= {ev.RankTimeout, ev.FtTimeoutElapsed, ev.RendezvousJoined,
+                                                          ev.WorkerFailed, ev.WorkerGroupFailed, ev.RestartsExhausted,
+                                                          ev.LauncherSucceeded, ev.LauncherExit, ev.NoProgressStop}
+
+
+def test_notes_on_ignored_checkpoint_entries_are_bounded(tmp_path: Path):
+    """Each odd entry of the checkpoint dir costs a note up to ten; the rest are counted."""
+    from harness.history import MAX_IGNORED_NOTES
+
+    run = rundirs.build(tmp_path / "run", Scenario()).run_dir
+    for zeros in range(7, 22):  # 15 names of iteration 1 that are not Megatron's iter_0000001
+        (run / "checkpoints" / ("iter_" + "0" * zeros + "1")).mkdir()
+    notes = [n for n in read_history(run).notes if n.startswith("ignored")]
+    assert len(notes) == MAX_IGNORED_NOTES + 1
+    assert notes[-1].endswith(f"ignored {15 - MAX_IGNORED_NOTES} more entries of checkpoints for the same reasons")

@@ -286,3 +286,21 @@ def test_the_whole_run_axis_starts_where_the_console_does(tmp_path: Path):
     (run / "launch.json").unlink()
     q = verify.verify_run(run).picture
     assert q.origin is None and q.t0 == min(q._times())
+
+
+def test_values_beyond_a_float_are_left_out_of_the_picture(tmp_path: Path):
+    """History bounds what it parses; the picture keeps its own guard: a point whose iteration
+    no float holds or whose time is not finite is not drawn (matplotlib would overflow)."""
+    from harness import criteria, metrics
+
+    read = read_run(rundirs.build(tmp_path / "kill", Scenario()).run_dir)
+    tl = read.timeline
+    analysis = criteria.analyze(tl)
+    results = criteria.evaluate(tl, analysis, None)
+    t0 = read.progress[0][0].t
+    odd = (ProgressPoint(10 ** 400, t0 + 1), ProgressPoint(12, float("inf")), ProgressPoint(13, float("nan")))
+    progress = (tuple(read.progress[0]) + odd, *read.progress[1:])
+    p = picture.build(tl, analysis, metrics.compute(tl, analysis), results, progress, criteria.qualified(results))
+    assert [q.iteration for q in p.curves[0].points] == list(range(1, 12))
+    picture.draw(p, tmp_path / "timeline.png")
+    assert (tmp_path / "timeline.png").stat().st_size > 0

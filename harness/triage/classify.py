@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 from harness import events as ev_types
 from harness import safeio
-from harness.dialect import check_readable_dir, discover, utc_offset_problem
+from harness.dialect import check_readable_dir, discover, record_number, utc_offset_problem
 from harness.layout import MARKER_NAME, RunLayout, marker_name
 from harness.triage.advice import _advice
 from harness.triage.model import ROOT_TRACEBACK_KINDS, ParallelConfig, Symptom, Triage, _rank_ranges, _short
@@ -137,7 +137,7 @@ def _run_facts(layout: RunLayout, files: Sequence[Path], utc_offset_s: int | Non
                 pass
     if ref is None:
         ref = _newest_log(files)
-    nnodes = spec.get("nnodes") if isinstance(spec.get("nnodes"), int) else None
+    nnodes = record_number(spec.get("nnodes"), "world")
     marker = _read_json(layout.marker)
     markers: list[dict] = []
     for index in range(1, 10):  # one marker per planned fault, numbered without gaps
@@ -154,8 +154,8 @@ def _run_facts(layout: RunLayout, files: Sequence[Path], utc_offset_s: int | Non
                                  [str(a) for a in extra] if isinstance(extra, list) else [],
                                  spec.get("workload") if isinstance(spec.get("workload"), str) else None)
     return _RunFacts(offset, ref, nnodes, spec, marker, tuple(markers),
-                     launcher_failed=isinstance(code, int) and code != 0, stopped_early=str(stopped) if stopped else None,
-                     backend=backend)
+                     launcher_failed=record_number(code, "exit_code") not in (None, 0),
+                     stopped_early=str(stopped)[:200] if stopped else None, backend=backend)
 
 
 def _marker_record(inj: ev_types.Injection) -> dict:
@@ -329,11 +329,8 @@ def _choose_root(found: _Findings) -> tuple[object, str] | None:
 def _injected_rank(category: str, ev: _Event, rank: int | None, marker: dict) -> tuple[bool, int | None]:
     """Whether the event is the fault the nemesis injected (fault_injected.json): same
     cycle, same rank and, for a kill, death by the marker's signal; and the rank to name."""
-    def number(key: str) -> int | None:
-        value = marker.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-    marker_rank, marker_local, marker_cycle = number("rank"), number("local_rank"), number("cycle")
+    marker_rank, marker_local = record_number(marker.get("rank"), "rank"), record_number(marker.get("local_rank"), "rank")
+    marker_cycle = record_number(marker.get("cycle"), "cycle")
     if marker_cycle is not None and ev.cycle is not None and marker_cycle != ev.cycle:
         return False, rank
     fault = marker.get("fault")
@@ -482,7 +479,7 @@ def _config(scanner: _Scanner, facts: _RunFacts, root_item: object | None) -> Pa
         "num_layers": spec.get("num_layers"),
     }
     for key, value in fallback.items():
-        if key not in values and isinstance(value, int) and not isinstance(value, bool):
+        if key not in values and record_number(value, "count") is not None:
             values[key] = value
             source = source or "run.json"
     world, tp = values.get("world_size"), values.get("tensor_model_parallel_size")

@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Sequence
 from harness import safeio
 from harness.dialect import (PROFILING_RE, RANK_TIMEOUT_RES, RANKMON_RE, RENDEZVOUS_JOINED_RE, WORKER_FAILED_RE,
                              WORKLOAD_RE, attempt_of_path, cycle_of_name, glog_month, glog_stamp, glog_year, line_stamp,
-                             maybe_stamped, peel)
+                             maybe_stamped, number, peel)
 from harness.triage.model import OomMemory
 
 _MAX_LINE = 64 * 1024  # longer lines keep their head; the rest is skipped, never buffered
@@ -23,6 +23,7 @@ _TEXT_CAP = 400  # characters of a log line kept in evidence
 _MAX_FRAMES = 256  # a runaway recursion keeps its outermost frames and its innermost ones
 _MAX_CHAIN = 16
 _MAX_KEPT = 20_000  # tracebacks / failure lines kept after per-file de-duplication
+_MAX_RANKS = 1 << 16  # ranks whose memory report is kept
 _SCAN_EXTENSIONS = (".log", ".err", ".out")
 _EPOCH = datetime(1970, 1, 1)
 
@@ -71,8 +72,9 @@ def _clean(chunk: bytes) -> str:
 
 
 def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) without ever holding more than one capped line in memory."""
-    with safeio.open_binary(path) as fh:  # never a link, FIFO or device
+    """(line number, text) without ever holding more than one capped line in memory; read
+    in buffered chunks up to the file's size at opening (safeio.open_log)."""
+    with safeio.open_log(path) as fh:  # never a link, FIFO or device
         lineno = 0
         while True:
             chunk = fh.readline(_MAX_LINE)
@@ -88,7 +90,7 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def _looks_binary(path: Path) -> bool:
-    with safeio.open_binary(path) as fh:
+    with safeio.open_log(path, 4096) as fh:
         head = fh.read(4096)
     if not head:
         return False
@@ -183,7 +185,8 @@ class _TracebackBuilder:
         frame = _FRAME_RE.match(text)
         if frame:
             frames = self.current.frames
-            frames.append(_Frame(frame.group(2), int(frame.group(3)), frame.group(4).strip(), "", line.evidence()))
+            frames.append(_Frame(frame.group(2), number(frame.group(3), "count") or 0, frame.group(4).strip(), "",
+                                 line.evidence()))
             if len(frames) > _MAX_FRAMES:
                 del frames[8]
             return done
@@ -345,7 +348,7 @@ def _oom_memory(message: str, peak: str | None) -> OomMemory:
             if match:
                 values[name] = match.group(1)
     gpu = _OOM_GPU.search(message)
-    return OomMemory(gpu=int(gpu.group(1)) if gpu else None, peak=peak, **values)
+    return OomMemory(gpu=number(gpu.group(1), "rank") if gpu else None, peak=peak, **values)
 
 
 # ============================================================================ other failure lines
@@ -576,14 +579,22 @@ class _Scanner:
             if file_cycle is None and ("joined" in line.text or "Event: worker_start" in line.text):
                 joined = RENDEZVOUS_JOINED_RE.search(line.text)
                 if joined and joined.group("world") is not None:
-                    if joined.group("round") is not None:
-                        cycle_state = int(joined.group("round"))
-                    self.world_of_nodes = int(joined.group("world"))
+                    joined_round = number(joined.group("round"), "cycle")
+                    if joined_round is not None:
+                        cycle_state = joined_round
+                    world = number(joined.group("world"), "world")
+                    if world is not None:
+                        self.world_of_nodes = world
                 started = PROFILING_RE.search(line.text)
                 if started and started.group(2) in ("worker_start_started", "worker_start_completed"):
-                    cycle_state = int(started.group(1))
+                    started_cycle = number(started.group(1), "cycle")
+                    if started_cycle is not None:
+                        cycle_state = started_cycle
             line.cycle = cycle_state
-            stream = streams.setdefault(line.key, _Stream())
+            stream = streams.get(line.key)
+            if stream is None:  # one per writing process; a log naming more shares the last one
+                stream = streams[line.key if len(streams) < _MAX_RANKS else ("more processes",)] = (
+                    streams.get(("more processes",)) or _Stream())
             if line.time is not None or line.stamped:
                 stream.last_stamped = line
                 if stream.waiting and self._time(line) is not None:
@@ -674,10 +685,10 @@ class _Scanner:
     def _finish_summary(self, entry: _SummaryEntry, file_rank: int) -> None:
         fields = entry.fields
         rank_match = _SUMMARY_RANK.match(fields.get("rank", ""))
-        rank = int(rank_match.group(1)) if rank_match else None
-        local = int(rank_match.group(2)) if rank_match else None
+        rank = number(rank_match.group(1), "rank") if rank_match else None
+        local = number(rank_match.group(2), "rank") if rank_match else None
         exit_match = _SUMMARY_EXIT.match(fields.get("exitcode", ""))
-        exitcode = int(exit_match.group(1)) if exit_match else None
+        exitcode = number(exit_match.group(1), "exit_code") if exit_match else None
         when = self._own_time(fields["time"]) if fields.get("time") else None
         line = entry.first
         for tb in entry.tracebacks:
@@ -753,12 +764,12 @@ class _Scanner:
                 when = self._stream_time(stream)
                 rank, local = line.rank, line.local_rank
                 monitor = RANKMON_RE.search(text)
-                if monitor and monitor.group(2).isdigit():
-                    rank = int(monitor.group(2))
+                if monitor and number(monitor.group(2), "rank") is not None:
+                    rank = number(monitor.group(2), "rank")
                 workload = WORKLOAD_RE.search(text)
-                if workload and workload.group(3).isdigit():
-                    local = int(workload.group(3))
-                    rank = int(workload.group(2)) if workload.group(2).isdigit() else rank
+                if workload and number(workload.group(3), "rank") is not None:
+                    local = number(workload.group(3), "rank")
+                    rank = number(workload.group(2), "rank") if workload.group(2).isdigit() else rank
                 what = "rank monitor timeout: " + text[hang.start():].strip()
                 self._add_event(_Event("hang", what, line, when, rank, local, line.cycle, file_rank))
         if "exitcode" in text or "srun:" in text or "slurmstepd:" in text:
@@ -775,13 +786,13 @@ class _Scanner:
                 self._config_value(line, _WORLD_LINE_KEYS[name], value)
         if "memory (MB)" in text:
             report = _MEMORY_REPORT.search(text)
-            if report:
+            if report and number(report.group(1), "rank") is not None and len(self.memory) < _MAX_RANKS:
                 rank, iters, _alloc, max_alloc, _res, max_res = report.groups()
                 peak = f"max allocated {max_alloc} MB"
                 if max_res:
                     peak += f", max reserved {max_res} MB"
                 where = f"{line.file}:{line.lineno}"
-                self.memory[int(rank)] = f"{peak} (Megatron's report after {iters} iterations, {where})"
+                self.memory[number(rank, "rank")] = f"{peak} (Megatron's report after {_clip_number(iters)} iterations, {where})"
 
     def _nccl_event(self, line: _Line, when: datetime | None, file_rank: int) -> None:
         text = line.text
@@ -801,14 +812,14 @@ class _Scanner:
         rank = line.rank
         if rank is None:
             named = _NCCL_RANK.search(text)
-            rank = int(named.group(1)) if named else None
+            rank = number(named.group(1), "rank") if named else None
         self._add_event(_Event(kind, what, line, when, rank, line.local_rank, line.cycle, file_rank))
 
     def _exit_event(self, line: _Line, when: datetime | None, file_rank: int) -> None:
         text = line.text
         failed = WORKER_FAILED_RE.search(text)
-        if failed:
-            code, local = int(failed.group(1)), int(failed.group(2))
+        if failed and None not in (number(failed.group(1), "exit_code"), number(failed.group(2), "rank")):
+            code, local = number(failed.group(1), "exit_code"), number(failed.group(2), "rank")
             self._add_event(
                 _Event("exit", _exit_what(code), line, when, None, local, line.cycle, file_rank, code)
             )
@@ -817,7 +828,7 @@ class _Scanner:
         srun = _SRUN_EXIT.search(text)
         if srun:
             host, tasks, status, code = srun.groups()
-            exitcode = int(code) if code else None
+            exitcode = number(code, "exit_code") if code else None
             what = f"srun: task {tasks} on {host}: {status}"
             self._add_event(_Event("exit", what, line, when, None, None, line.cycle, file_rank, exitcode))
             self._failure_sign(line)
@@ -835,15 +846,18 @@ class _Scanner:
             self._failure_sign(line)
 
     def _config_value(self, line: _Line, key: str, value: str) -> None:
-        try:
-            number = int(value)
-        except ValueError:
+        number_ = number(value, "count")
+        if number_ is None:
             return
         per_file = self.configs.get(line.file)
         if per_file is None:
             per_file = self.configs[line.file] = {}
             self.config_order.append(line.file)
-        per_file.setdefault(key, (number, line.lineno))
+        per_file.setdefault(key, (number_, line.lineno))
+
+
+def _clip_number(digits: str) -> str:
+    return digits if len(digits) <= 24 else digits[:12] + "..."
 
 
 def _tail(text: str, start: int, limit: int = 200) -> str:
