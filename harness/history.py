@@ -150,13 +150,13 @@ _SAVE_KINDS = (ev.SaveCommitted, ev.SaveScheduled, ev.SaveStarted)
 # Every other line kind may repeat without end too (every rank's `FT: initialized`, a
 # profiling event per node and cycle, a log that repeats one launcher line): each is kept the
 # same way, per start and kind for application lines (EVENTS_*), per kind, cycle and
-# profiling event name for launcher lines (LAUNCHER_*, at most LAUNCHER_KEYS groups, later
+# profiling event name or joining node for launcher lines (LAUNCHER_*, at most LAUNCHER_KEYS groups, later
 # groups share one per kind), and a log opens at most MAX_STARTS starts (later ones are read
 # as part of its last, with a note). Memory is then a constant plus the cycles.
 EVENTS_HEAD, EVENTS_TAIL, EVENTS_SAMPLE = 8, 8, 16
 ARGS_HEAD, ARGS_TAIL, ARGS_SAMPLE = 1, 1, 0  # an arguments table holds up to MAX_ARGS_LINES lines
 LAUNCHER_HEAD, LAUNCHER_TAIL, LAUNCHER_SAMPLE = 32, 32, 32
-LAUNCHER_KEYS = 512
+LAUNCHER_KEYS = 16_384  # groups: enough for every node of a 10,000-GPU job's cycles to keep its join line
 MAX_STARTS = 256
 
 
@@ -400,7 +400,11 @@ class LogParser:
 
     def _emit(self, event: ev.LauncherEvent) -> None:
         self._seq += 1
-        key = (type(event), event.cycle, event.name if isinstance(event, ev.ProfilingEvent) else None)
+        # one group per joining node too: node_replacement compares the nodes of two cycles, and a
+        # cluster of thousands of nodes must not lose some to the sampling (LAUNCHER_KEYS bounds it)
+        sub = event.name if isinstance(event, ev.ProfilingEvent) else (
+            event.node if isinstance(event, ev.RendezvousJoined) else None)
+        key = (type(event), event.cycle, sub)
         record = self._launcher.get(key)
         if record is None:
             if len(self._launcher) >= LAUNCHER_KEYS:

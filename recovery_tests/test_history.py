@@ -565,3 +565,18 @@ def test_notes_on_ignored_checkpoint_entries_are_bounded(tmp_path: Path):
     notes = [n for n in read_history(run).notes if n.startswith("ignored")]
     assert len(notes) == MAX_IGNORED_NOTES + 1
     assert notes[-1].endswith(f"ignored {15 - MAX_IGNORED_NOTES} more entries of checkpoints for the same reasons")
+
+
+def test_every_joining_node_of_a_large_cluster_is_kept(tmp_path: Path):
+    """The bounded record samples repeated lines, but the nodes that joined a cycle are what
+    node_replacement compares: 2,000 nodes joining one cycle keep their 2,000 join lines (a
+    10,000-GPU job has about 1,250 nodes), while the same line repeated keeps a sample."""
+    logs = tmp_path / "run" / "logs"
+    logs.mkdir(parents=True)
+    nodes = [f"node{i:05d}" for i in range(2000)]
+    lines = [f"[I] The node '{n}' has joined the rendezvous" for n in nodes]
+    lines += ["[I] The node 'node00000' has joined the rendezvous"] * 5000
+    (logs / "launcher.log").write_text("\n".join(lines) + "\n")
+    joined = [e for e in read_history(tmp_path / "run").launcher_events() if isinstance(e, ev.RendezvousJoined)]
+    assert {e.node for e in joined} == set(nodes)
+    assert len(joined) < 2000 + 200  # the repeats of one node's line are sampled, not all kept
