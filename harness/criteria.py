@@ -1,4 +1,5 @@
-"""The five recovery criteria: pure functions of a Timeline (Jepsen-style checkers).
+"""The recovery criteria (the walkthrough's five, then the further checks): pure functions of
+the run's evidence (Jepsen-style checkers).
 
 Each checker takes the Timeline and the `Analysis` derived from it once (which fault, which
 cycle failed, which start replaced it, which checkpoint K it had to load) and returns a

@@ -1,7 +1,7 @@
 """Verify a run directory (`nvrx-qual verify`).
 
 Reads only the run directory (it works on a directory produced by a user's own sbatch
-script and copied off a cluster), checks the five recovery criteria, times the recovery and
+script and copied off a cluster), checks the recovery criteria and further checks, times the recovery and
 writes timeline.png (with matplotlib), verdict.json and report.md into the run directory.
 
 The command (`nvrx-qual verify`: options, lines printed, exit status) is harness.cli.verify.

@@ -6,8 +6,8 @@ a tiny GPT, and a real kill / hang / none from the nemesis, judged by the same v
 
 What it finds: with the distributed optimizer on torch's Adam (no apex, no Transformer
 Engine), Megatron 0.19.2 restores a checkpoint, prints every load line, and yet loses Adam's
-step counter (docs/megatron-cpu.md, "Findings"): optimizer_state and loss_continuity fail while the five
-log-based criteria pass. The plain optimizer restores correctly and qualifies.
+step counter (docs/megatron-cpu.md, "What it found"): optimizer_state, loss_continuity and
+state_equivalence fail while the five log-based criteria pass. The plain optimizer restores correctly and qualifies.
 
 Needs `tools/install-megatron-cpu.sh` (CI runs it); skipped with that instruction otherwise."""
 

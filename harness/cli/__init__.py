@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_run.add_sbatch_arguments(add_spec_arguments(p_sb))
     p_sb.set_defaults(handler=cmd_run.sbatch)
 
-    for name, module, text in (("verify", cmd_verify, "check the five recovery criteria of a run directory"),
+    for name, module, text in (("verify", cmd_verify, "check the recovery criteria of a run directory"),
                                ("diagnose", cmd_diagnose, "find the root cause of a failed run across ranks"),
                                ("report", cmd_report, "one Markdown summary over several run directories"),
                                ("kit", cmd_kit, "assemble an offline GPU kit: wheels, Megatron-LM's three "

@@ -21,7 +21,7 @@ from harness.report import Verdict, verdict_json, write_outputs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = ("Check the five recovery criteria of a run directory from its files alone and time the "
+    parser.description = ("Check the recovery criteria of a run directory from its files alone and time the "
                           "recovery. Exit status: 0 qualified, 1 a criterion failed, 2 not a readable run directory.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run directory ($NVRX_WORK_DIR/runs/<run-id>)")
     parser.add_argument("--json", metavar="PATH", dest="json_path",
