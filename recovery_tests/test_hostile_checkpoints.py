@@ -13,7 +13,6 @@ import pickle
 import socket
 import sys
 import textwrap
-import warnings
 from pathlib import Path
 
 import pytest
@@ -41,21 +40,7 @@ def _checkpoint(directory: Path, raw: dict[str, bytes] | None = None, step_objec
     state: dict[str, object] = {f"{BUCKET}.{n}": torch.zeros(8) for n in ("param", "exp_avg", "exp_avg_sq")}
     if step_object:
         state[STEP_KEY] = ({"param_groups": [{"step": 8.0}]},)
-    for key in raw or {}:
-        state[key] = ({"placeholder": 1},)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        dcp.save(state, storage_writer=dcp.FileSystemWriter(str(directory)), no_dist=True)
-    if raw:
-        md = dcp.FileSystemReader(str(directory)).read_metadata()
-        blob = bytearray()
-        for idx, info in md.storage_data.items():
-            if idx.fqn in raw:
-                info.relative_path, info.offset, info.length = "__1_0.distcp", len(blob), len(raw[idx.fqn])
-                blob += raw[idx.fqn]
-        (directory / "__1_0.distcp").write_bytes(bytes(blob))
-        (directory / ".metadata").write_bytes(pickle.dumps(md))
-    return directory
+    return hostile.write_dcp(directory, state, raw)
 
 
 def _free_port() -> int:
