@@ -21,69 +21,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from harness import safeio, topology
+from harness.faults import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, WORKLOAD_MOMENTS  # noqa: F401 (re-exported)
 from harness.layout import FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_NAME, RunLayout, is_valid_run_id, parse_tracker
 
 WORKLOADS = ("megatron", "megatron-cpu", "reference")
 
 
-@dataclass(frozen=True)
-class FaultKind:
-    """What the nemesis does to the selected rank. `signal`: what it sends itself;
-    `poisons_checkpoint`: it first truncates one `.distcp` of the newest committed checkpoint,
-    so that every replacement fails its load (the restart loop NVRx must stop)."""
-
-    name: str
-    signal: str
-    help: str
-    poisons_checkpoint: bool = False
-    moments: tuple[str, ...] | None = None  # the moments it can be injected at; None: every one
-
-    def allows(self, moment: str) -> bool:
-        return self.moments is None or moment in self.moments
-
-
-@dataclass(frozen=True)
-class FaultMoment:
-    """When the fault fires. `faults`: how many faults the plan holds (each claims its own
-    marker); `needs_async_save`: the moment exists only while an async save is in flight."""
-
-    name: str
-    help: str
-    faults: int = 1
-    needs_async_save: bool = False
-
-
-# The fault vocabulary: one table per axis, so a new kind (Slurm's `node`) or moment joins here.
-FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
-    FaultKind("kill", "SIGKILL", "SIGKILL the rank's process (a crash)"),
-    FaultKind("hang", "SIGSTOP", "SIGSTOP the rank's process (a hang the rank monitor must detect)"),
-    FaultKind("term", "SIGTERM", "SIGTERM the rank's process (a preemption or an operator's kill)"),
-    FaultKind("poison", "SIGKILL", "truncate one .distcp of the newest committed checkpoint, then SIGKILL: every "
-              "replacement fails its load, a restart loop NVRx's no-progress rule must stop", poisons_checkpoint=True,
-              moments=("after-commit",)),
-    FaultKind("node", "SIGKILL", "SIGKILL of the fault rank's whole node: its launcher and every process under it "
-              "(the failure a large job meets most; --hot-spares gives the launcher a standby node)",
-              moments=("after-commit",)),
-)}
-FAULT_MOMENTS: dict[str, FaultMoment] = {m.name: m for m in (
-    FaultMoment("after-commit", "right after the first checkpoint of the run is committed (the walkthrough's)"),
-    FaultMoment("in-save", "while an async save is in flight: iter_N/ holds data, metadata.json and the tracker "
-                "are not written yet (after one committed checkpoint)", needs_async_save=True),
-    FaultMoment("in-restore", "a second fault in the replacement cycle, after its checkpoint load started and "
-                "before its first step (the run needs two restarts)", faults=2),
-    FaultMoment("last-iteration", "after the final checkpoint is committed, before the clean exit"),
-)}
-DEFAULT_FAULT_AT = "after-commit"
-FAULTS = (*FAULT_KINDS, "none")
-# Moments each workload can show. All save asynchronously and load through Python's open(),
-# which is what the nemesis watches (iter_N/ contents; the audit hook of the load). Megatron's
-# own loop shows every moment on CPU (recovery_tests/test_recovery_megatron_cpu.py): its
-# persistent checkpoint worker leaves iter_N/ uncommitted until a later iteration finalizes it.
-WORKLOAD_MOMENTS: dict[str, tuple[str, ...]] = {
-    "reference": tuple(FAULT_MOMENTS),
-    "megatron": tuple(FAULT_MOMENTS),
-    "megatron-cpu": tuple(FAULT_MOMENTS),
-}
 SECTIONS = ("setup", "step", "checkpointing")
 
 
