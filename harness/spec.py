@@ -20,9 +20,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from harness import safeio, topology
+from harness import topology
 from harness.faults import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, WORKLOAD_MOMENTS  # noqa: F401 (re-exported)
-from harness.layout import FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_NAME, RunLayout, is_valid_run_id, parse_tracker
+from harness.layout import (FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_ABSENT, TRACKER_EMPTY, TRACKER_NAME,
+                            TRACKER_UNREADABLE, RunLayout, is_valid_run_id, parse_iter_name, read_tracker_file)
 
 WORKLOADS = ("megatron", "megatron-cpu", "reference")
 
@@ -569,21 +570,19 @@ def _nearest_existing(path: Path) -> Path:
 
 def read_tracker(path: Path) -> int | None:
     """Megatron's tracker as the seed reads it: absent -> None (fresh run). Raises SpecError otherwise."""
-    try:
-        text = safeio.read_text(path, limit=4096, errors="strict")  # never a FIFO, a device or a link
-    except FileNotFoundError:
+    read = read_tracker_file(path)  # never a FIFO, a device or a link
+    if read.state == TRACKER_ABSENT:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([f"tracker {path} is unreadable ({exc}): fix its permissions or restore it; "
-                         "an unreadable tracker is never treated as iteration 0"]) from exc
-    if not text.strip():
+    if read.state == TRACKER_UNREADABLE:
+        raise SpecError([f"tracker {path} is unreadable ({read.error}): fix its permissions or restore it; "
+                         "an unreadable tracker is never treated as iteration 0"])
+    if read.state == TRACKER_EMPTY:
         raise SpecError([f"tracker {path} is empty: restore the iteration number, or use a fresh checkpoint dir; "
                          "only an absent tracker means a fresh run"])
-    value = parse_tracker(text)  # what the nemesis accepts in the workers: "+7" is not
-    if value is None:
-        raise SpecError([f"tracker {path} holds {text.strip()[:40]!r}, not an iteration number (bare digits): restore "
-                         "it, or use a fresh checkpoint dir"])
-    return value
+    if read.value is None:  # what the nemesis accepts in the workers: "+7" is not
+        raise SpecError([f"tracker {path} holds {(read.text or '').strip()[:40]!r}, not an iteration number (bare "
+                         "digits): restore it, or use a fresh checkpoint dir"])
+    return read.value
 
 
 MAX_RUN_ID_LEN = 128
@@ -613,9 +612,9 @@ def iterations_after(checkpoint_dir: Path, iteration: int) -> list[tuple[int, st
     try:
         with os.scandir(checkpoint_dir) as entries:
             for entry in entries:
-                name = entry.name
-                if name.startswith("iter_") and name[5:].isascii() and name[5:].isdigit() and int(name[5:]) > iteration:
-                    found.append((int(name[5:]), name))
+                number = parse_iter_name(entry.name)
+                if number is not None and number > iteration:
+                    found.append((number, entry.name))
     except OSError:
         return []
     return sorted(found)
