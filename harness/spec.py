@@ -40,6 +40,35 @@ class SpecError(ValueError):
         super().__init__("\n".join(self.problems))
 
 
+# Deadline profiles: the ft_launcher deadlines of a run, chosen by name (--deadline-profile);
+# an explicit --section-timeouts / --out-of-section-timeout / --workload-check-interval wins
+# and makes the profile "custom". run.json, verdict.json and report.md name the one that ran.
+# - walkthrough: the NVRx walkthrough's deadlines (the Megatron default);
+# - short: GPU qualification inside minutes; a hang is detected 60-61 s after the stop whichever
+#   section it lands in (setup stays long: Megatron's start on a cold node can take minutes);
+# - reference: the CPU reference workload's (hang detection = 10 s + one check interval);
+# - megatron-cpu: Megatron's own loop on CPU; setup covers Megatron's init and, on a restart,
+#   the load (about 12 s on an idle 2-core machine).
+# Step, checkpointing and out-of-section deadlines are equal in short and reference, so the
+# stopped rank's own monitor fires about when its blocked peers' do; replacement_cycle does
+# not depend on that (a peer's timeout counts when the marker proves which rank was stopped).
+DEADLINE_PROFILES: dict[str, dict[str, Any]] = {
+    "walkthrough": dict(section_timeouts=(("setup", 900.0), ("step", 120.0), ("checkpointing", 600.0)),
+                        out_of_section_timeout=180.0, workload_check_interval=None),
+    "short": dict(section_timeouts=(("setup", 600.0), ("step", 60.0), ("checkpointing", 60.0)),
+                  out_of_section_timeout=60.0, workload_check_interval=1.0),
+    "reference": dict(section_timeouts=(("setup", 60.0), ("step", 10.0), ("checkpointing", 10.0)),
+                      out_of_section_timeout=10.0, workload_check_interval=1.0),
+    "megatron-cpu": dict(section_timeouts=(("setup", 90.0), ("step", 15.0), ("checkpointing", 15.0)),
+                         out_of_section_timeout=15.0, workload_check_interval=1.0),
+}
+# The deadlines a RunSpec has when nothing chose others (Megatron's default): the numbers are
+# stated once, in DEADLINE_PROFILES; RunSpec's defaults, the --section-timeouts example, the
+# --help texts (profile_text) and pytest's --deadline-profile help are derived from them, and
+# test_knobs.py holds docs/usage.md's table to them.
+DEFAULT_DEADLINE_PROFILE = "walkthrough"
+_DEFAULT_DEADLINES = DEADLINE_PROFILES[DEFAULT_DEADLINE_PROFILE]
+
 @dataclass(frozen=True)
 class RunSpec:
     workload: str
@@ -75,11 +104,11 @@ class RunSpec:
     checkpoint_dir: Path | None = None
     rdzv_endpoint: str | None = None
     dry_run: bool = False
-    section_timeouts: tuple[tuple[str, float], ...] = (("setup", 900.0), ("step", 120.0), ("checkpointing", 600.0))
-    out_of_section_timeout: float = 180.0
+    section_timeouts: tuple[tuple[str, float], ...] = _DEFAULT_DEADLINES["section_timeouts"]
+    out_of_section_timeout: float = _DEFAULT_DEADLINES["out_of_section_timeout"]
     max_restarts: int = 2
     monitor_interval: float | None = None
-    workload_check_interval: float | None = None
+    workload_check_interval: float | None = _DEFAULT_DEADLINES["workload_check_interval"]
     poll_interval: float | None = None  # nemesis tracker poll; None: its default
     step_time_ms: int | None = None  # reference workload only
     nvrx_version: str | None = None  # declared; None: detect the installed one
@@ -88,7 +117,7 @@ class RunSpec:
     gpu_arch: str | None = None
     transformer_engine: bool = True
     apex: bool = False  # apex with the CUDA extensions Megatron's fused paths import
-    deadline_profile: str = "walkthrough"  # DEADLINE_PROFILES name, or "custom" when a deadline was overridden
+    deadline_profile: str = DEFAULT_DEADLINE_PROFILE  # DEADLINE_PROFILES name, or "custom" when a deadline was overridden
     distributed_optimizer: bool = True  # Megatron workloads: --use-distributed-optimizer
     baseline: str = "none"  # auto | none | the run directory of an uninterrupted run (harness.baseline)
     uv: bool = False
@@ -135,28 +164,6 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-# Deadline profiles: the ft_launcher deadlines of a run, chosen by name (--deadline-profile);
-# an explicit --section-timeouts / --out-of-section-timeout / --workload-check-interval wins
-# and makes the profile "custom". run.json, verdict.json and report.md name the one that ran.
-# - walkthrough: the NVRx walkthrough's deadlines (the Megatron default);
-# - short: GPU qualification inside minutes; a hang is detected 60-61 s after the stop whichever
-#   section it lands in (setup stays long: Megatron's start on a cold node can take minutes);
-# - reference: the CPU reference workload's (hang detection = 10 s + one check interval);
-# - megatron-cpu: Megatron's own loop on CPU; setup covers Megatron's init and, on a restart,
-#   the load (about 12 s on an idle 2-core machine).
-# Step, checkpointing and out-of-section deadlines are equal in short and reference, so the
-# stopped rank's own monitor fires about when its blocked peers' do; replacement_cycle does
-# not depend on that (a peer's timeout counts when the marker proves which rank was stopped).
-DEADLINE_PROFILES: dict[str, dict[str, Any]] = {
-    "walkthrough": dict(section_timeouts=(("setup", 900.0), ("step", 120.0), ("checkpointing", 600.0)),
-                        out_of_section_timeout=180.0, workload_check_interval=None),
-    "short": dict(section_timeouts=(("setup", 600.0), ("step", 60.0), ("checkpointing", 60.0)),
-                  out_of_section_timeout=60.0, workload_check_interval=1.0),
-    "reference": dict(section_timeouts=(("setup", 60.0), ("step", 10.0), ("checkpointing", 10.0)),
-                      out_of_section_timeout=10.0, workload_check_interval=1.0),
-    "megatron-cpu": dict(section_timeouts=(("setup", 90.0), ("step", 15.0), ("checkpointing", 15.0)),
-                         out_of_section_timeout=15.0, workload_check_interval=1.0),
-}
 DEADLINE_PROFILE_USE = {
     "walkthrough": "the NVRx walkthrough's, Megatron's default",
     "short": "a GPU qualification inside minutes",
@@ -165,10 +172,15 @@ DEADLINE_PROFILE_USE = {
 }
 
 
+def sections_text(name: str) -> str:
+    """A profile's section deadlines as --section-timeouts takes them: 'setup:900,step:120,...'."""
+    return ",".join(f"{s}:{_num(v)}" for s, v in DEADLINE_PROFILES[name]["section_timeouts"])
+
+
 def profile_text(name: str) -> str:
     """One profile's deadlines in words, for --help and the docs: 'setup:60,step:10,... ; use'."""
     p = DEADLINE_PROFILES[name]
-    sections = ",".join(f"{s}:{_num(v)}" for s, v in p["section_timeouts"])
+    sections = sections_text(name)
     check = p["workload_check_interval"]
     check_text = "NVRx's check interval" if check is None else f"check interval {_num(check)}"
     use = DEADLINE_PROFILE_USE.get(name)
@@ -185,7 +197,7 @@ MEGATRON_CPU_INSTALL = "tools/install-megatron-cpu.sh"
 # Workload defaults. Megatron: the seed's default run. Reference: the CPU workload, sized to
 # finish kill + hang + none in a few minutes on two cores.
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "megatron": dict(deadline_profile="walkthrough"),
+    "megatron": dict(deadline_profile=DEFAULT_DEADLINE_PROFILE),
     "reference": dict(
         gpus_per_node=2, num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=256,
         train_iters=30, save_interval=5, deadline_profile="reference", monitor_interval=0.3, step_time_ms=100,
@@ -447,7 +459,7 @@ KNOBS: tuple[Knob, ...] = (
          "NVRX_DEADLINE_PROFILE", ", ".join(DEADLINE_PROFILES)),
     Knob("section_timeouts", "--section-timeouts", parse_section_timeouts,
          "ft_launcher section deadlines, seconds (overrides the profile's)", None,
-         "setup:900,step:120,checkpointing:600", check=_seconds("--section-timeouts", "section_timeouts")),
+         sections_text(DEFAULT_DEADLINE_PROFILE), check=_seconds("--section-timeouts", "section_timeouts")),
     Knob("out_of_section_timeout", "--out-of-section-timeout", _parse_float, "seconds out of any section", None,
          "a number of seconds", check=_seconds("--out-of-section-timeout", "out_of_section_timeout")),
     Knob("max_restarts", "--max-restarts", _parse_int, "worker-group restarts the launcher may do", None,
