@@ -527,6 +527,9 @@ def log(message: str) -> None:
         pass
 
 
+MOMENTS: dict[str, type[Moment]] = {}  # every Moment subclass, by its name (filled as they are defined)
+
+
 @dataclass(frozen=True)
 class Trigger:
     """What made a moment come: `iteration` triggered the fault (the marker's), `committed` the
@@ -542,10 +545,15 @@ class Moment:
     runs `wait` and fires what it returns), `wait` blocks until the moment comes (its Trigger) or
     `stop` is set (None), `at_exit` is called when the entrypoint returned normally. `waits_for`
     and `during` are its words in the arm line and the injection line. A new moment is one
-    subclass here (and its row in harness.faults)."""
+    subclass here, which registers itself in MOMENTS (and its row in harness.faults)."""
 
     name: ClassVar[str]
     fires_after_disarm: ClassVar[bool] = False  # it comes after the entrypoint returned (disarmed)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:  # a moment registers itself: MOMENTS[cls.name]
+            MOMENTS[cls.name] = cls
 
     def __init__(self, injector: Injector) -> None:
         self.injector = injector
@@ -685,7 +693,6 @@ class LastIteration(Moment):
         return ", the final one, before the clean exit"
 
 
-MOMENTS: dict[str, type[Moment]] = {m.name: m for m in (AfterCommit, InSave, InRestore, LastIteration)}
 
 
 def schedule(fault_at: str) -> tuple[type[Moment], ...]:

@@ -292,6 +292,8 @@ def test_a_new_moment_is_one_class_and_its_row(tmp_path: Path, monkeypatch: pyte
 
     from harness.layout import RunLayout
 
+    monkeypatch.setattr(nemesis, "MOMENTS", dict(nemesis.MOMENTS))  # the class below registers itself here
+
     class AtArm(nemesis.Moment):
         name = "at-arm"
 
@@ -306,7 +308,7 @@ def test_a_new_moment_is_one_class_and_its_row(tmp_path: Path, monkeypatch: pyte
 
     done = threading.Event()
     monkeypatch.setitem(faults.FAULT_MOMENTS, "at-arm", faults.FaultMoment("at-arm", "as soon as armed"))
-    monkeypatch.setitem(nemesis.MOMENTS, "at-arm", AtArm)
+    assert nemesis.MOMENTS["at-arm"] is AtArm
     monkeypatch.setitem(faults.FAULT_KINDS, "note", faults.FaultKind("note", None, "records", injects=faults.IN_PROCESS))
     monkeypatch.setitem(nemesis.IN_PROCESS_ACTIONS, "note", done.set)
     layout = RunLayout.of_dir(tmp_path / "run")
