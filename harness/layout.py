@@ -14,7 +14,8 @@
 Path arithmetic, and the one reading of the two names Megatron gives a checkpoint directory's
 contents: the tracker (`read_tracker_file`, `parse_tracker`) and an `iter_N` entry
 (`parse_iter_name`, `iter_name`). Nothing here touches the filesystem except those read-only
-looks and the `leftovers` listing. Stdlib only: the nemesis imports it in every worker.
+looks and the `leftovers` listing. Stdlib and harness.safeio only: the nemesis imports it in
+every worker.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness import safeio
 
 RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _RUN_ID_RE = re.compile(RUN_ID_PATTERN + r"\Z")
@@ -98,15 +101,12 @@ def read_tracker_file(path: str | os.PathLike) -> TrackerRead:
     blocks on a FIFO (O_NONBLOCK), never reads more than TRACKER_READ_LIMIT + 1 bytes, one read
     system call; never raises for what the file holds or is."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+        fd = safeio.open_regular(path)  # no link followed, no FIFO or device read; says which it was
     except FileNotFoundError:
         return TrackerRead(TRACKER_ABSENT)
     except OSError as exc:
-        # a link at the path: ELOOP; a path through a non-directory: ENOTDIR
         return TrackerRead(TRACKER_UNREADABLE, error=exc.strerror or str(exc))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return TrackerRead(TRACKER_UNREADABLE, error="not a regular file")
         data = os.read(fd, TRACKER_READ_LIMIT + 1)
     except OSError as exc:
         return TrackerRead(TRACKER_UNREADABLE, error=exc.strerror or str(exc))
