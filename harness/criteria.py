@@ -29,7 +29,7 @@ from typing import Callable, Mapping, Sequence
 from harness import events as ev
 from harness.events import AppStart, Src, Timeline, iso_utc
 from harness.layout import MARKER_NAME, TRACKER_NAME, parse_tracker
-from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
+from harness.faults import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
 from harness.verdict import CriterionResult, Status, qualified
 
 # The vocabulary is harness.verdict's; these names stay for the checkers and their tests.

@@ -1,4 +1,4 @@
-"""The fault vocabulary (harness.spec FAULT_KINDS / FAULT_MOMENTS) from the spec to the nemesis:
+"""The fault vocabulary (harness.faults FAULT_KINDS / FAULT_MOMENTS) from the spec to the nemesis:
 validation before launch, the plan's flags, and each moment fired by a real wrapper around the
 stand-in worker (the same helpers as test_nemesis)."""
 
@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import faults
+from harness import nemesis
 from harness import plan as planmod
 from harness import spec as specmod
 from harness.layout import MARKER_NAME, TRACKER_NAME, marker_index, marker_name
@@ -29,6 +31,42 @@ def problems(spec: specmod.RunSpec) -> str:
     with pytest.raises(specmod.SpecError) as err:
         specmod.validate(spec)
     return str(err.value)
+
+
+def test_the_vocabulary_is_one_table_per_axis_at_the_bottom_of_the_house() -> None:
+    # spec re-exports the same objects, it does not restate them
+    assert specmod.FAULT_KINDS is faults.FAULT_KINDS and specmod.FAULT_MOMENTS is faults.FAULT_MOMENTS
+    assert faults.FAULTS == (*faults.FAULT_KINDS, "none")
+    for name, moment in faults.FAULT_MOMENTS.items():
+        assert moment.moments[-1] == name, "a plan's own moment is its last fault"
+        assert set(moment.moments) <= set(faults.FAULT_MOMENTS), (name, moment.moments)
+    for kind in faults.FAULT_KINDS.values():
+        assert set(kind.moments or ()) <= set(faults.FAULT_MOMENTS), kind
+
+
+def test_every_kind_says_how_the_nemesis_injects_it() -> None:
+    for kind in faults.FAULT_KINDS.values():
+        assert kind.injects in faults.INJECTIONS
+        if kind.injects == faults.IN_PROCESS:
+            assert kind.name in nemesis.IN_PROCESS_ACTIONS, f"{kind.name}: no in-process action in the nemesis"
+        else:
+            assert kind.name in nemesis.FAULT_SIGNALS, f"{kind.name}: no signal for the nemesis to send"
+        if kind.damage is not None:
+            assert kind.damage in nemesis.CHECKPOINT_DAMAGE, f"{kind.name}: the nemesis cannot do {kind.damage}"
+    assert faults.FAULT_KINDS["node"].loses_node and faults.FAULT_KINDS["poison"].poisons_checkpoint
+    assert not faults.FAULT_KINDS["kill"].loses_node and not faults.FAULT_KINDS["kill"].poisons_checkpoint
+
+
+def test_a_row_that_cannot_be_injected_is_refused_when_declared() -> None:
+    with pytest.raises(ValueError, match="needs its signal"):
+        faults.FaultKind("x", None, "x")
+    with pytest.raises(ValueError, match="injects='teleport'"):
+        faults.FaultKind("x", "SIGKILL", "x", injects="teleport")
+    with pytest.raises(ValueError, match="damage='shred'"):
+        faults.FaultKind("x", "SIGKILL", "x", damage="shred")
+    with pytest.raises(ValueError, match="SIGWHATEVER"):
+        faults.FaultKind("x", "SIGWHATEVER", "x")
+    assert faults.FaultKind("x", None, "x", injects=faults.IN_PROCESS).signal is None
 
 
 def test_every_kind_and_moment_is_a_valid_flag(tmp_path: Path) -> None:
@@ -232,3 +270,54 @@ def test_triage_of_a_two_fault_run_names_the_second_marker(tmp_path: Path) -> No
                                                              second_marker=True, moment="in-restore"))
     found = diagnose(built.run_dir)
     assert "this is the fault the harness injected (fault_injected.2.json: SIGKILL)" in found.summary, found.summary
+
+
+# ---------------------------------------------------------------- the nemesis's moments: one class each
+
+
+def test_every_moment_of_the_vocabulary_has_its_class_in_the_nemesis() -> None:
+    assert set(nemesis.MOMENTS) == set(faults.FAULT_MOMENTS)
+    for name, cls in nemesis.MOMENTS.items():
+        assert cls.name == name
+    # the schedule's index is the marker number: fault i of in-restore claims marker i at its moment
+    assert [m.name for m in nemesis.schedule("in-restore")] == ["after-commit", "in-restore"]
+    assert [m.name for m in nemesis.schedule("in-save")] == ["in-save"]
+
+
+def test_a_new_moment_is_one_class_and_its_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What adding a moment takes: its Moment subclass (and its vocabulary row); arm(), the marker,
+    the record and the injection need nothing else. Here with an in-process kind, whose action
+    stands in for the signal (a signal would end pytest)."""
+    import threading
+
+    from harness.layout import RunLayout
+
+    monkeypatch.setattr(nemesis, "MOMENTS", dict(nemesis.MOMENTS))  # the class below registers itself here
+
+    class AtArm(nemesis.Moment):
+        name = "at-arm"
+
+        def waits_for(self) -> str:
+            return "at once"
+
+        def wait(self, stop: threading.Event) -> nemesis.Trigger:
+            return nemesis.Trigger(7)
+
+        def during(self, trigger: nemesis.Trigger) -> str:
+            return ", at arm time"
+
+    done = threading.Event()
+    monkeypatch.setitem(faults.FAULT_MOMENTS, "at-arm", faults.FaultMoment("at-arm", "as soon as armed"))
+    assert nemesis.MOMENTS["at-arm"] is AtArm
+    monkeypatch.setitem(faults.FAULT_KINDS, "note", faults.FaultKind("note", None, "records", injects=faults.IN_PROCESS))
+    monkeypatch.setitem(nemesis.IN_PROCESS_ACTIONS, "note", done.set)
+    layout = RunLayout.of_dir(tmp_path / "run")
+    layout.checkpoints.mkdir(parents=True)
+    config = nemesis.NemesisConfig(fault="note", fault_rank=0, rank=0, local_rank=0, cycle=0, layout=layout,
+                                   poll_interval=0.01, fault_at="at-arm")
+    injector = nemesis.arm(config)
+    assert injector is not None and isinstance(injector.moment, AtArm)
+    assert done.wait(30), "the new moment never fired"
+    record = json.loads(layout.marker_for(1).read_text())
+    assert (record["fault"], record["fault_at"], record["iteration"], record["signal"]) == ("note", "at-arm", 7, None)
+    injector.disarm()
