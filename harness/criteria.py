@@ -27,10 +27,11 @@ from pathlib import PurePath
 from typing import Callable, Mapping, Sequence
 
 from harness import events as ev
-from harness.events import AppStart, Src, Timeline, iso_utc
+from harness.episodes import Episode, committed_before, episodes, launcher_cycles
+from harness.events import Src, Timeline, iso_utc
 from harness.layout import MARKER_NAME, TRACKER_NAME, parse_tracker
 from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
-from harness.verdict import CriterionResult, Status, qualified
+from harness.verdict import CriterionResult, Status, merge, qualified
 
 # The vocabulary is harness.verdict's; these names stay for the checkers and their tests.
 PASS, FAIL, NOT_APPLICABLE, UNKNOWN = Status.PASS, Status.FAIL, Status.NOT_APPLICABLE, Status.UNKNOWN
@@ -52,7 +53,8 @@ for _kind in FAULT_KINDS.values():
 MAX_EVIDENCE = 12
 
 
-def _result(cid: str, status: str, detail: str, evidence: Sequence[object] = (), *, final: bool = False) -> CriterionResult:
+def _result(cid: str, status: str, detail: str, evidence: Sequence[object] = (), *, final: bool = False,
+            values: Mapping[str, object] | None = None) -> CriterionResult:
     lines: list[str] = []
     for item in evidence:
         if item is None:
@@ -62,7 +64,7 @@ def _result(cid: str, status: str, detail: str, evidence: Sequence[object] = (),
             lines.append(text)
     if len(lines) > MAX_EVIDENCE:
         lines = lines[: MAX_EVIDENCE - 1] + [f"... {len(lines) - MAX_EVIDENCE + 1} more"]
-    return CriterionResult(cid, status, detail, tuple(lines), final=final and status == FAIL)
+    return CriterionResult(cid, status, detail, tuple(lines), final=final and status == FAIL, values=dict(values or {}))
 
 
 # ---------------------------------------------------------------- the analysis shared by checkers
@@ -70,30 +72,34 @@ def _result(cid: str, status: str, detail: str, evidence: Sequence[object] = (),
 
 @dataclass(frozen=True)
 class Analysis:
-    """Facts every checker needs, derived once from the Timeline (pure)."""
+    """Facts every checker needs, derived once from the Timeline (pure): what is true of the
+    whole run, and its recovery episodes (harness.episodes: one per injection)."""
 
     fault: str
     fault_how: str
-    injection: ev.Injection | None
     injection_count: int
     injection_evidence: tuple[ev.Event, ...]
     never_fired: tuple[ev.NemesisNeverFired, ...]
-    failed_cycle: int | None
-    fault_start: AppStart | None
-    post_starts: tuple[AppStart, ...]
-    failures: dict[int, tuple[ev.LauncherEvent, ...]]  # launcher cycle -> failure records
-    workers_started: dict[int, ev.LauncherEvent]  # launcher cycle -> workers-started record
-    replacement_cycle: int | None  # first launcher cycle after the failed one whose workers started
-    expected_k: int | None  # the latest checkpoint committed at fault time
-    expected_k_evidence: tuple[ev.Event, ...]
+    failures: Mapping[int, tuple[ev.LauncherEvent, ...]]  # launcher cycle -> failure records
+    workers_started: Mapping[int, ev.LauncherEvent]  # launcher cycle -> workers-started record
     notes: tuple[str, ...] = field(default=())
     fault_at: str = DEFAULT_FAULT_AT  # the plan's moment (run.json, else the markers)
     planned_faults: int = 1  # faults the plan holds (in-restore: 2), each with its own marker
-    injections: tuple[ev.Injection, ...] = ()  # every marker, in fault order; `injection` is the last one
+    episodes: tuple[Episode, ...] = ()  # one per injection, in marker order
 
     @property
-    def first_injection(self) -> ev.Injection | None:
-        return self.injections[0] if self.injections else self.injection
+    def opening(self) -> Episode | None:
+        """The run's first episode (what the first fault interrupted)."""
+        return self.episodes[0] if self.episodes else None
+
+    @property
+    def closing(self) -> Episode | None:
+        """The episode the run's recovery ends with (no later fault cut it)."""
+        return self.episodes[-1] if self.episodes else None
+
+    @property
+    def markers(self) -> tuple[ev.Injection, ...]:
+        return tuple(e.marker for e in self.episodes)
 
     @property
     def poisoned(self) -> bool:
@@ -102,17 +108,8 @@ class Analysis:
         return kind is not None and kind.poisons_checkpoint
 
     @property
-    def replacement(self) -> AppStart | None:
-        return self.post_starts[0] if self.post_starts else None
-
-    @property
     def is_fault_run(self) -> bool:
         return self.fault != "none"
-
-    @property
-    def restarted(self) -> bool:
-        """Any evidence that workers started again after the failed cycle."""
-        return self.replacement is not None or self.replacement_cycle is not None
 
 
 def resolve_fault(timeline: Timeline, override: str | None) -> tuple[str, str]:
@@ -134,90 +131,20 @@ def resolve_fault(timeline: Timeline, override: str | None) -> tuple[str, str]:
 
 def analyze(timeline: Timeline, fault: str | None = None) -> Analysis:
     fault_name, how = resolve_fault(timeline, fault)
-    notes: list[str] = []
     nemesis_lines = [e for s in timeline.starts for e in s.of(ev.NemesisInjected)]
     never = tuple(e for s in timeline.starts for e in s.of(ev.NemesisNeverFired))
-    injections = tuple(sorted(timeline.injections, key=lambda i: i.fault_index))
-    fault_at = timeline.run.fault_at or (injections[-1].fault_at if injections else None) or DEFAULT_FAULT_AT
+    cycles = launcher_cycles(timeline)
+    found, notes = episodes(timeline, cycles)
+    moments = [e.marker.fault_at for e in found]
+    fault_at = timeline.run.fault_at or (moments[-1] if moments else None) or DEFAULT_FAULT_AT
     planned = FAULT_MOMENTS[fault_at].faults if fault_at in FAULT_MOMENTS else 1
-    # The recovery judged is the one from the plan's last fault (in-restore: the second).
-    injection = injections[-1] if injections else None
     count = max(len(timeline.injections), len(nemesis_lines))
     evidence: tuple[ev.Event, ...] = (*timeline.injections, *nemesis_lines)
-
-    failed_cycle: int | None = None
-    if injection is not None:
-        failed_cycle = injection.cycle
-        if failed_cycle is None:
-            failed_cycle = next((s.cycle for s in timeline.starts if s.of(ev.NemesisInjected)), 0)
-            notes.append(f"the marker records no cycle; took cycle {failed_cycle} as the injected one")
-
-    failures: dict[int, list[ev.LauncherEvent]] = {}
-    started: dict[int, ev.LauncherEvent] = {}
-    joined: dict[int, ev.LauncherEvent] = {}
-    for e in timeline.launcher_events():
-        if isinstance(e, ev.ProfilingEvent):
-            if e.name == "failure_detected" and e.subject_cycle is not None:
-                failures.setdefault(e.subject_cycle, []).append(e)
-            elif e.name == "worker_start_completed" and e.cycle is not None:
-                started.setdefault(e.cycle, e)
-        elif isinstance(e, (ev.WorkerFailed, ev.WorkerGroupFailed, ev.RestartsExhausted)) and e.cycle is not None:
-            failures.setdefault(e.cycle, []).append(e)
-        elif isinstance(e, ev.RendezvousJoined):
-            cycle = e.round if e.round is not None else e.cycle
-            if cycle is not None:
-                joined.setdefault(cycle, e)
-    for cycle, e in joined.items():  # 0.4.1: joining round N is the start of cycle N's workers
-        started.setdefault(cycle, e)
-
-    post: tuple[AppStart, ...] = ()
-    fault_start = None
-    replacement_cycle = None
-    if failed_cycle is not None:
-        same = [s for s in timeline.starts if s.cycle == failed_cycle]
-        fault_start = same[-1] if same else None
-        post = tuple(sorted((s for s in timeline.starts if s.cycle is not None and s.cycle > failed_cycle),
-                            key=lambda s: (s.cycle, s.index)))
-        later = sorted(c for c in started if c > failed_cycle)
-        replacement_cycle = later[0] if later else None
-
-    expected_k, k_evidence = _expected_k(timeline, injection, failed_cycle, nemesis_lines, notes)
     return Analysis(
-        fault=fault_name, fault_how=how, injection=injection, injection_count=count, injection_evidence=evidence,
-        never_fired=never, failed_cycle=failed_cycle, fault_start=fault_start, post_starts=post,
-        failures={c: tuple(v) for c, v in sorted(failures.items())}, workers_started=dict(sorted(started.items())),
-        replacement_cycle=replacement_cycle, expected_k=expected_k, expected_k_evidence=k_evidence, notes=tuple(notes),
-        fault_at=fault_at, planned_faults=planned, injections=injections,
+        fault=fault_name, fault_how=how, injection_count=count, injection_evidence=evidence, never_fired=never,
+        failures=cycles.failures, workers_started=cycles.workers_started, notes=notes, fault_at=fault_at,
+        planned_faults=planned, episodes=found,
     )
-
-
-def _expected_k(timeline: Timeline, injection: ev.Injection | None, failed_cycle: int | None,
-                nemesis_lines: list[ev.NemesisInjected], notes: list[str]) -> tuple[int | None, tuple[ev.Event, ...]]:
-    """The latest checkpoint committed at fault time: the marker's iteration (the tracker the
-    nemesis read), raised only by a save line that the log stamps before the injection (only
-    trusted when the UTC offset of the stamps is known)."""
-    if injection is None:
-        return None, ()
-    # in-save: `iteration` was in flight; the committed checkpoint is the one to reload.
-    k = injection.committed_iteration if injection.fault_at == "in-save" else injection.iteration
-    evidence: list[ev.Event] = [injection]
-    if k is None and nemesis_lines:
-        k = nemesis_lines[0].iteration
-        evidence = [nemesis_lines[0]]
-    injected_at = timeline.utc(injection)
-    if k is None or injected_at is None or timeline.offset_how.startswith("assumed") or failed_cycle is None:
-        return k, tuple(evidence)
-    for start in timeline.starts:
-        if start.cycle is None or start.cycle > failed_cycle:
-            continue
-        for save in start.of(ev.SaveCommitted):
-            t = timeline.utc(save)
-            if save.iteration > k and t is not None and t < injected_at:
-                notes.append(f"checkpoint {save.iteration} was committed at {iso_utc(t)}, before the injection at "
-                             f"{iso_utc(injected_at)}, although the marker names {k}: expecting {save.iteration}")
-                k = save.iteration
-                evidence.append(save)
-    return k, tuple(evidence)
 
 
 # ---------------------------------------------------------------- the checkers
@@ -231,18 +158,19 @@ def _na_no_fault(cid: str, a: Analysis) -> CriterionResult | None:
 
 
 def _na_poisoned(cid: str, a: Analysis) -> CriterionResult:
-    inj = a.first_injection
+    inj = a.opening.marker if a.opening is not None else None
     what = f"checkpoint {inj.iteration}" if inj is not None and inj.iteration is not None else "the latest checkpoint"
     return _result(cid, NOT_APPLICABLE, f"The {a.fault} fault truncated a file of {what} on purpose, so no replacement "
                                          f"can recover; {LOOP_STOPPED} judges whether the launcher stopped the restart "
                                          "loop.", [inj])
 
 
-def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
+def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
     cid = "pre_fault_checkpoint"
+    tl, a, ep = j.tl, j.a, j.ep
     if (na := _na_no_fault(cid, a)) is not None:
         return na
-    inj = a.first_injection
+    inj = ep.marker if ep is not None else None
     if inj is None:
         reason = f" The nemesis said: {a.never_fired[0].reason}." if a.never_fired else ""
         absent = [Src(MARKER_NAME, 0, "missing: no fault was injected"),
@@ -264,7 +192,7 @@ def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
                                   "this run's (copied from another run?) or a clock is wrong; rerun with a new run id.",
                        [inj, tl.launch.src] if tl.launch is not None else [inj])
     in_save = inj.fault_at == "in-save"
-    k = inj.committed_iteration if in_save else inj.iteration
+    k = committed_before(inj)
     if in_save and (k is None or inj.iteration is None):
         return _result(cid, FAIL, "The in-save marker does not record both the committed checkpoint "
                                   "(committed_iteration) and the save in flight (iteration): it is damaged; rerun with a "
@@ -316,7 +244,7 @@ def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
     if not tl.starts:
         return _result(cid, UNKNOWN, f"The marker names checkpoint {k}, but there is no application log to correlate it "
                                      "with Megatron's save lines: copy logs/ with the run directory.", evidence)
-    upto = inj.cycle if inj.cycle is not None else (a.failed_cycle if a.failed_cycle is not None else 0)
+    upto = inj.cycle if inj.cycle is not None else ep.cycle
     saves = [e for s in tl.starts if s.cycle is not None and s.cycle <= upto
              for e in s.of(ev.SaveCommitted) if e.iteration == k]
     if not saves:
@@ -335,14 +263,14 @@ def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
                                       "fault hit after the save, not in it; lengthen the save (--save-delay-ms) or "
                                       "poll faster.", [*evidence, early[0]])
         caveats.append(f"the save of iteration {n} was in flight, uncommitted, when the fault hit")
-    if a.expected_k is not None and a.expected_k != k:
-        caveats.append(f"checkpoint {a.expected_k} was also committed before the injection")
+    if ep.expected_k is not None and ep.expected_k != k:
+        caveats.append(f"checkpoint {ep.expected_k} was also committed before the injection")
     when = iso_utc(tl.utc(inj))
     extra = f" ({'; '.join(caveats)})" if caveats else ""
     agree = "the marker, Megatron's save line, metadata.json and the tracker agree" if ck is not None and ck.exists \
         else "the marker and Megatron's save line agree"
     return _result(cid, PASS, f"Checkpoint {k} was committed before the {a.fault} injection on rank {inj.rank} at "
-                              f"{when}: {agree}{extra}.", evidence)
+                              f"{when}: {agree}{extra}.", evidence, values={"committed": k, "episode": ep.number})
 
 
 CLOCK_SLACK_S = 60.0  # clocks of one cluster agree far better; more is a marker of another run or a broken clock
@@ -361,12 +289,12 @@ def _outside_the_run(tl: Timeline, inj: ev.Injection) -> str | None:
     return None
 
 
-def _before_the_injection(tl: Timeline, a: Analysis, fails: Sequence[ev.LauncherEvent]) -> str | None:
-    """A recovery step stamped before the injection: what and when, or None."""
-    injected = tl.utc(a.injection)
+def _before_the_injection(tl: Timeline, ep: Episode, fails: Sequence[ev.LauncherEvent]) -> str | None:
+    """A recovery step stamped before the episode's injection: what and when, or None."""
+    injected = tl.utc(ep.marker)
     if injected is None or tl.offset_how.startswith("assumed"):
         return None
-    first = a.replacement.first_iteration if a.replacement is not None else None
+    first = ep.replacement.first_iteration if ep.replacement is not None else None
     for what, e in (("the failure of the injected cycle", min(fails, key=lambda f: tl.utc(f) or float("inf"),
                                                               default=None)),
                     ("the replacement's first iteration", first)):
@@ -421,22 +349,22 @@ class WorldChange:
         return self.after >= low * (self.before // nodes)
 
 
-def world_change(a: Analysis) -> WorldChange | None:
-    before = a.fault_start.arguments if a.fault_start is not None else None
-    r = a.replacement
+def world_change(ep: Episode) -> WorldChange | None:
+    before = ep.fault_start.arguments if ep.fault_start is not None else None
+    r = ep.replacement
     after = r.arguments if r is not None else None
-    if before is None or after is None or a.fault_start is None or r is None:
+    if before is None or after is None or ep.fault_start is None or r is None:
         return None
     wb, wa = before.integer("world_size"), after.integer("world_size")
     if wb is None or wa is None or wb == wa or wb < 1 or wa < 1:
         return None
     return WorldChange(wb, wa, before.integer("data_parallel_size"), after.integer("data_parallel_size"),
-                       a.fault_start.cycle if a.fault_start.cycle is not None else 0,
+                       ep.fault_start.cycle if ep.fault_start.cycle is not None else 0,
                        r.cycle if r.cycle is not None else 0,
                        (before.src_of("world_size"), after.src_of("world_size")))
 
 
-def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
+def check_replacement_cycle(j: Judging) -> CriterionResult:
     """The launcher noticed the failed cycle and started replacement workers.
 
     For a hang it must also have been a rank monitor that detected it: a section or
@@ -455,13 +383,13 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
     when it comes after the injection (one stamped before it means something else hung).
     """
     cid = "replacement_cycle"
+    tl, a, ep = j.tl, j.a, j.ep
     if (na := _na_no_fault(cid, a)) is not None:
         return na
-    inj = a.injection
-    if inj is None:
+    if ep is None:
         return _result(cid, NOT_APPLICABLE, "No injection happened (see pre_fault_checkpoint), so there is no failed "
                                              "cycle to look for.")
-    c = a.failed_cycle if a.failed_cycle is not None else 0
+    inj, c = ep.marker, ep.cycle
     if not tl.has_role("launcher"):
         later = [ci for ci in tl.cycle_infos if ci.cycle > c]
         if later and a.fault == "kill":
@@ -471,13 +399,10 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
         return _result(cid, UNKNOWN, "The run directory has no launcher log (logs/launcher.log or logs/console.log): "
                                      "the failed cycle" + (" and the rank timeouts" if a.fault == "hang" else "") +
                                      " cannot be seen; copy the launcher log with the run.", [inj])
-    for earlier in a.injections[:-1]:  # a multi-fault plan: every fault's cycle failed, and was restarted
-        ec = earlier.cycle
-        if ec is not None and not a.failures.get(ec):
-            return _result(cid, FAIL, f"The launcher log records no failure of cycle {ec} after fault {earlier.fault_index} "
-                                      f"of {a.planned_faults} ({earlier.fault_at}): the launcher did not notice it.",
-                           [earlier])
-    fails = a.failures.get(c, ())
+    fails = ep.failures
+    if not ep.last and inj.cycle is not None and not fails:  # a later fault follows: this one must have been noticed
+        return _result(cid, FAIL, f"The launcher log records no failure of cycle {inj.cycle} after fault {inj.fault_index} "
+                                  f"of {a.planned_faults} ({inj.fault_at}): the launcher did not notice it.", [inj])
     if not fails:
         return _result(cid, FAIL, f"The launcher log records no failure of cycle {c} after the {a.fault} injection "
                                   "(no 'failed (exitcode', 'Worker group UNHEALTHY/FAILED' or failure_detected line): "
@@ -485,12 +410,12 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
                                   "with rank monitors.", [inj])
     evidence: list[object] = [inj, *fails[:3]]
     problems: list[str] = []
-    if a.replacement_cycle is not None:
-        evidence.append(a.workers_started[a.replacement_cycle])
-        new = f"cycle {a.replacement_cycle}"
-    elif a.replacement is not None:
-        evidence.append(a.replacement.events[0] if a.replacement.events else None)
-        new = f"cycle {a.replacement.cycle} (seen in its application log; the launcher log has no start record)"
+    if ep.replacement_cycle is not None:
+        evidence.append(ep.restart)
+        new = f"cycle {ep.replacement_cycle}"
+    elif ep.replacement is not None:
+        evidence.append(ep.replacement.events[0] if ep.replacement.events else None)
+        new = f"cycle {ep.replacement.cycle} (seen in its application log; the launcher log has no start record)"
     else:
         group = next((e for e in fails if isinstance(e, ev.WorkerGroupFailed)), None)
         ends = [e for e in tl.launcher_events() if isinstance(e, (ev.LauncherFailed, ev.RestartsExhausted, ev.NoProgressStop))]
@@ -498,10 +423,10 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
         why = ("restarts were exhausted (raise --max-restarts; it defaults to 0)" if group is None or group.attempts_left == 0
                else f"it announced a restart ({group.attempts_left}/{group.max_restarts} attempts left) that never began")
         budget = tl.run.max_restarts
-        if budget is not None and len(a.injections) > budget:
+        if budget is not None and len(a.episodes) > budget:
             why = (f"the restart budget ran out: --max-restarts {budget} allows {budget} restart(s) and this plan "
-                   f"injected {len(a.injections)} faults ({a.fault_at}), each costing one; raise --max-restarts to "
-                   f"{len(a.injections)} or more")
+                   f"injected {len(a.episodes)} faults ({a.fault_at}), each costing one; raise --max-restarts to "
+                   f"{len(a.episodes)} or more")
         return _result(cid, FAIL, f"The launcher recorded the failure of cycle {c} but started no replacement workers: "
                                   f"{why}.", evidence)
     how = ""
@@ -538,7 +463,7 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
                    f"stopped rank {inj.rank}, whose own monitor had not fired when the launcher stopped the group; "
                    f"the marker proves rank {inj.rank}, pid {inj.pid}, got SIGSTOP)")
     nodes = ""
-    change = world_change(a)
+    change = world_change(ep)
     if change is not None:
         evidence.extend(change.evidence)
         if not change.allowed(tl):
@@ -552,7 +477,7 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
             problems.append(f"the job {way}: {change.text()}, and {allowed}; a replacement must run the world "
                             "the checkpoint was trained on, or the plan must allow the change")
     if a.fault == "node":
-        r = a.replacement_cycle if a.replacement_cycle is not None else a.replacement.cycle
+        r = ep.replacement_cycle if ep.replacement_cycle is not None else ep.replacement.cycle
         status, nodes, infos = _node_replacement(tl, inj, c, r, fails, change)
         evidence.extend(infos)
         if status == FAIL:
@@ -562,22 +487,30 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
                                          f"{nodes}.", evidence)
     if problems:
         return _result(cid, FAIL, "The launcher restarted the workers, but " + "; ".join(problems) + ".", evidence)
-    early = _before_the_injection(tl, a, fails)
+    early = _before_the_injection(tl, ep, fails)
     if early:
         return _result(cid, UNKNOWN, f"The launcher restarted the workers, but {early}: a recovery cannot precede its "
                                      f"fault, so the clocks or the UTC offset ({tl.utc_offset_s:+d} s, {tl.offset_how}) "
                                      "do not match, or the marker is not this run's.", evidence)
-    if len(a.injections) > 1:
-        cycles = ", ".join(str(i.cycle) for i in a.injections)
-        evidence[1:1] = [e for i in a.injections[:-1] for e in (i, *a.failures.get(i.cycle, ())[:1])]
-        return _result(cid, PASS, f"The launcher recorded the failures of all {len(a.injections)} injected faults "
-                                  f"(cycles {cycles}){how} and, after the last, started replacement workers in {new}.",
-                       evidence)
     shrink = ""
     if change is not None and not nodes:
         shrink = f"; the job shrank, as its --nnodes {tl.run.min_nnodes}:{tl.run.nnodes} allows: {change.text()}"
     return _result(cid, PASS, f"The launcher recorded the failure of cycle {c}{how} and started replacement workers "
-                              f"in {new}{nodes}{shrink}.", evidence)
+                              f"in {new}{nodes}{shrink}.", evidence,
+                   values={"failed_cycle": c, "how": how, "replacement": new, "episode": ep.number})
+
+
+def _replacement_cycles_all_passed(j: Judging, passed: Sequence[CriterionResult]) -> CriterionResult:
+    """Every episode's launcher noticed its fault and restarted: one sentence for the run,
+    from the episodes' facts (the last episode's restart, every fault's failed cycle)."""
+    eps, last = j.a.episodes, passed[-1]
+    cycles = ", ".join(str(e.marker.cycle) for e in eps)
+    earlier = [str(x.src) for e in eps[:-1] for x in (e.marker, *e.failures[:1])]
+    evidence = [last.evidence[0], *earlier, *last.evidence[1:]] if last.evidence else earlier
+    return _result("replacement_cycle", PASS, f"The launcher recorded the failures of all {len(eps)} injected faults "
+                                              f"(cycles {cycles}){last.values.get('how', '')} and, after the last, "
+                                              f"started replacement workers in {last.values.get('replacement')}.",
+                   evidence)
 
 
 def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement: int,
@@ -665,35 +598,35 @@ def _node_pid(node_id: str) -> int | None:
     return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
 
 
-def check_optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
-    result = _optimizer_reload(tl, a)
-    r = a.replacement
-    if result.status == FAIL and not result.final and r is not None and r.first_iteration is not None:
-        # Once the replacement trains, its load block is complete (a rank's stdout and stderr
-        # reach the per-cycle log through separate pipes, so not before): nothing can undo it.
-        result = dataclasses.replace(result, final=True)
-    return result
-
-
-def _optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
+def check_optimizer_reload(j: Judging) -> CriterionResult:
+    """The replacement of the episode loaded K, the latest committed at fault time, with its
+    optimizer state. A failure is final once the replacement trains: its load block is then
+    complete (a rank's stdout and stderr reach the per-cycle log through separate pipes, so
+    not before), and nothing can undo it."""
     cid = "optimizer_reload"
+    tl, a, ep = j.tl, j.a, j.ep
     if (na := _na_no_fault(cid, a)) is not None:
         return na
-    if a.injection is None:
+    if ep is None:
         return _result(cid, NOT_APPLICABLE, "No injection happened (see pre_fault_checkpoint), so no replacement had "
                                              "to reload anything.")
     if a.poisoned:
         return _na_poisoned(cid, a)
-    r = a.replacement
+    r = ep.replacement
     if r is None:
-        if a.replacement_cycle is not None:
-            return _result(cid, UNKNOWN, f"The launcher started cycle {a.replacement_cycle}, but there is no application "
-                                         f"log of that cycle (logs/*_cycle{a.replacement_cycle}.log missing or empty): "
-                                         "the reload cannot be checked.", [a.workers_started[a.replacement_cycle]])
+        if ep.replacement_cycle is not None:
+            return _result(cid, UNKNOWN, f"The launcher started cycle {ep.replacement_cycle}, but there is no application "
+                                         f"log of that cycle (logs/*_cycle{ep.replacement_cycle}.log missing or empty): "
+                                         "the reload cannot be checked.", [ep.restart])
         return _result(cid, NOT_APPLICABLE, "No replacement workers started (see replacement_cycle), so nothing was "
                                              "reloaded.")
-    k = a.expected_k
-    change = world_change(a)
+    k = ep.expected_k
+    trained = r.first_iteration is not None
+
+    def fail(detail: str, evidence: Sequence[object], final: bool = False) -> CriterionResult:
+        return _result(cid, FAIL, detail, evidence, final=final or trained, values={"expected": k, "episode": ep.number})
+
+    change = world_change(ep)
     who = f"The replacement workers (cycle {r.cycle})"
     if change is not None:  # a restore onto another world: every verdict below names it
         who = (f"The replacement workers (cycle {r.cycle}, after the job {'shrank' if change.shrank else 'grew'}: "
@@ -703,58 +636,58 @@ def _optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
     shown = [r.first(ev.LoadStarted), r.first(ev.CheckpointLoaded)]
     for flag, option in (("no_load_optim", "--no-load-optim"), ("finetune", "--finetune")):
         if args is not None and args.flag(flag):
-            return _result(cid, FAIL, f"{who} ran with {option}: Megatron skips the optimizer state when loading "
+            return fail(f"{who} ran with {option}: Megatron skips the optimizer state when loading "
                                       f"checkpoint {k}; remove {option} from the workload arguments.",
                            [*shown, args.src_of(flag)], final=True)
         if option in tl.run.argv or option in tl.run.extra_args:
-            return _result(cid, FAIL, f"{who} ran with {option} on the run's command line, so Megatron skips the "
+            return fail(f"{who} ran with {option} on the run's command line, so Megatron skips the "
                                       f"optimizer state when loading checkpoint {k}; remove {option}.",
                            [*shown, "run.json:0: " + option + " in the launcher command"], final=True)
     random = r.first(ev.StartedFromRandom)
     if random is not None:
-        return _result(cid, FAIL, f"{who} started from random instead of loading checkpoint {k}: Megatron found no "
+        return fail(f"{who} started from random instead of loading checkpoint {k}: Megatron found no "
                                   "latest_checkpointed_iteration.txt under --load; make --load equal --save on storage "
-                                  "every node sees.", [random, *a.expected_k_evidence[:1]], final=True)
+                                  "every node sees.", [random, *ep.expected_k_evidence[:1]], final=True)
     loaded = r.first(ev.CheckpointLoaded)
     began = r.first(ev.LoadStarted)
     if loaded is None:
         if began is None:
-            return _result(cid, FAIL, f"{who} printed no checkpoint load at all (no 'loading distributed checkpoint' "
+            return fail(f"{who} printed no checkpoint load at all (no 'loading distributed checkpoint' "
                                       f"line in {r.source}): check --load and --ckpt-format.", [r.events[0] if r.events else None])
-        return _result(cid, FAIL, f"{who} began loading checkpoint {began.iteration} but never printed 'successfully "
+        return fail(f"{who} began loading checkpoint {began.iteration} but never printed 'successfully "
                                   "loaded checkpoint': the load failed; see the traceback in that log.", [began])
     evidence: list[object] = [began, loaded]
     if k is None:
         return _result(cid, UNKNOWN, f"{who} loaded checkpoint {loaded.iteration}, but the marker records no "
                                      "iteration to compare it with.", evidence)
-    partial = next((i for i in a.injections if i.fault_at == "in-save" and i.iteration == loaded.iteration), None)
+    partial = next((i for i in a.markers if i.fault_at == "in-save" and i.iteration == loaded.iteration), None)
     if loaded.iteration != k and partial is not None:
         rel = f"iter_{loaded.iteration:07d}"
         d = tl.checkpoints.get(loaded.iteration) if tl.checkpoints is not None else None
         where = d.rel if d is not None else rel
-        return _result(cid, FAIL, f"{who} loaded {where}, the partial directory whose async save was in flight when "
+        return fail(f"{who} loaded {where}, the partial directory whose async save was in flight when "
                                   f"the fault hit (never committed: no metadata.json, tracker at {k}), instead of "
                                   f"checkpoint {k}, the latest committed: the loader counted an unpublished iter_* "
-                                  "directory as a checkpoint.", [*evidence, partial, *a.expected_k_evidence[:1]])
+                                  "directory as a checkpoint.", [*evidence, partial, *ep.expected_k_evidence[:1]])
     if loaded.iteration != k:
         args = r.arguments
         step = args.get("ckpt_step") if args else None
         hint = (f" --ckpt-step {step} pins the load" if step not in (None, "None")
                 else " the tracker was stale or pointed elsewhere")
         which = "an older" if loaded.iteration < k else "a newer"
-        return _result(cid, FAIL, f"{who} loaded checkpoint {loaded.iteration}, {which} one than {k}, the latest "
+        return fail(f"{who} loaded checkpoint {loaded.iteration}, {which} one than {k}, the latest "
                                   f"committed at fault time:{hint}.",
-                       [*evidence, *a.expected_k_evidence[:2]] + ([args.src_of("ckpt_step")] if step not in (None, "None") and args else []),
+                       [*evidence, *ep.expected_k_evidence[:2]] + ([args.src_of("ckpt_step")] if step not in (None, "None") and args else []),
                        final=loaded.iteration < k)  # nothing newer than K was committed to load
     if loaded.iteration <= 0:
-        return _result(cid, FAIL, f"{who} loaded iteration 0: that is a fresh start, not a recovery.", evidence)
+        return fail(f"{who} loaded iteration 0: that is a fresh start, not a recovery.", evidence)
     args = r.arguments
     block = r.load_block()
     opt = [e for e in block if isinstance(e, ev.OptimizerLoaded)]
     sched = [e for e in block if isinstance(e, ev.SchedulerValueLoaded)]
     plain = args is not None and args.flag("use_distributed_optimizer") is False
     if not opt and not (plain and sched):
-        return _result(cid, FAIL, f"{who} loaded checkpoint {k} without its optimizer state: the load block has no "
+        return fail(f"{who} loaded checkpoint {k} without its optimizer state: the load block has no "
                                   "'Loading distributed optimizer sharded state' line (--no-load-optim, --finetune, "
                                   "a release checkpoint or no_save_optim in the saved arguments).", evidence)
     # Megatron loads the scheduler under the same condition as the optimizer; without the
@@ -764,11 +697,11 @@ def _optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
     ck = tl.checkpoints.get(k) if tl.checkpoints is not None else None
     if ck is not None:
         if not ck.has_dcp_metadata:
-            return _result(cid, FAIL, f"{who} loaded checkpoint {k}, but {ck.rel} has no DCP .metadata: the checkpoint "
+            return fail(f"{who} loaded checkpoint {k}, but {ck.rel} has no DCP .metadata: the checkpoint "
                                       "on disk is not the one loaded, or it was damaged afterwards.", [*evidence, ck.keys_src()])
         evidence.append(ck.keys_src())
         if ck.optimizer_keys == 0:
-            return _result(cid, FAIL, f"{who} printed an optimizer load, but {ck.rel} holds no optimizer tensors (no "
+            return fail(f"{who} printed an optimizer load, but {ck.rel} holds no optimizer tensors (no "
                                       "'optimizer.' key with exp_avg): it was saved without optimizer state "
                                       "(--no-save-optim).", evidence)
         disk_note = (f"; {ck.optimizer_keys} optimizer keys in {ck.rel}" if ck.optimizer_keys is not None
@@ -785,19 +718,20 @@ def _optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
                               f"({lines} lines in the load block{disk_note}){resharded}.", evidence)
 
 
-def check_later_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
+def check_later_checkpoint(j: Judging) -> CriterionResult:
     cid = "later_checkpoint"
-    recovering = a.is_fault_run and a.injection is not None
-    if recovering and not a.restarted:
+    tl, a, ep = j.tl, j.a, j.ep
+    recovering = a.is_fault_run and ep is not None
+    if recovering and not ep.restarted:
         return _result(cid, NOT_APPLICABLE, "No replacement workers started (see replacement_cycle), so no training "
                                              "followed the fault.")
     if recovering and a.poisoned:
         return _na_poisoned(cid, a)
-    k = (a.expected_k or 0) if recovering else 0
+    k = (ep.expected_k or 0) if recovering else 0
     t_final = tl.run.train_iters
     if recovering and t_final is not None and k >= t_final:
-        return _nothing_left_to_train(tl, a, k, t_final)
-    scope = list(a.post_starts) if recovering else list(tl.starts)
+        return _nothing_left_to_train(tl, ep, k, t_final)
+    scope = list(ep.continuation) if recovering else list(tl.starts)
     where = f"after the restore of checkpoint {k}" if recovering else "in this run"
     if not scope:
         return _result(cid, UNKNOWN, f"There is no application log {where}: training progress cannot be checked; "
@@ -863,12 +797,12 @@ def check_later_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
                    evidence)
 
 
-def _nothing_left_to_train(tl: Timeline, a: Analysis, k: int, t: int) -> CriterionResult:
+def _nothing_left_to_train(tl: Timeline, ep: Episode, k: int, t: int) -> CriterionResult:
     """The fault hit after the final checkpoint (last-iteration): there is nothing to train, and
     that is no failure. What must hold: checkpoint T committed, no training line beyond T; the
     reload of T is optimizer_reload's, the clean exit clean_finish's."""
     cid = "later_checkpoint"
-    evidence: list[object] = [a.injection, tl.run.train_iters_src]
+    evidence: list[object] = [ep.marker, tl.run.train_iters_src]
     ck = tl.checkpoints if tl.checkpoints is not None and tl.checkpoints.exists else None
     d = ck.get(k) if ck is not None else None
     if d is not None:
@@ -876,11 +810,11 @@ def _nothing_left_to_train(tl: Timeline, a: Analysis, k: int, t: int) -> Criteri
         if not d.committed:
             return _result(cid, FAIL, f"The fault hit after iteration {k}, the final one, but {d.rel} has no "
                                       "metadata.json: the final checkpoint was never committed.", evidence)
-    beyond = [s.last_iteration for s in a.post_starts if s.last_iteration is not None and s.last_iteration.iteration > t]
+    beyond = [s.last_iteration for s in ep.continuation if s.last_iteration is not None and s.last_iteration.iteration > t]
     if beyond:
         return _result(cid, FAIL, f"The replacement trained beyond the final iteration {t} (iteration "
                                   f"{beyond[0].iteration}): --train-iters changed between cycles.", [*evidence, beyond[0]])
-    trained = [s.first_iteration for s in a.post_starts if s.first_iteration is not None]
+    trained = [s.first_iteration for s in ep.continuation if s.first_iteration is not None]
     if trained and trained[0].iteration <= k:
         return _result(cid, FAIL, f"Checkpoint {k} is the final iteration, yet the replacement trained iteration "
                                   f"{trained[0].iteration} again: it did not resume at {k}.", [*evidence, trained[0]])
@@ -889,18 +823,18 @@ def _nothing_left_to_train(tl: Timeline, a: Analysis, k: int, t: int) -> Criteri
                               "optimizer_reload's, its exit clean_finish's).", evidence)
 
 
-def _restarts_ran_out(tl: Timeline, a: Analysis) -> tuple[str, list[object]] | None:
+def _restarts_ran_out(tl: Timeline, a: Analysis, ep: Episode) -> tuple[str, list[object]] | None:
     """For a fault run that never restarted and whose launcher's own give-up line is not in the
     logs (NVRx 0.7.0's log server loses the last lines; no launch.json): (why its restarts ran
     out, evidence), when the launcher recorded the failed cycle and either run.json's restart
     budget is spent or it announced no restart ('N/M attempts left; will restart worker group',
     which torch elastic prints only while attempts are left). None: nothing says so (no record
     of the failure, the harness stopped the launch, or a restart was announced)."""
-    c = a.failed_cycle if a.failed_cycle is not None else 0
-    fails = a.failures.get(c, ())
+    c = ep.cycle
+    fails = ep.failures
     if not fails or (tl.launch is not None and tl.launch.stopped_early):
         return None
-    shown: list[object] = [a.injection, *fails[:2]]
+    shown: list[object] = [ep.marker, *fails[:2]]
     budget = tl.run.max_restarts
     if budget is not None and len(a.failures) > budget:
         return (f"its restarts ran out (--max-restarts {budget} allows {budget} restart(s) and {len(a.failures)} "
@@ -911,14 +845,16 @@ def _restarts_ran_out(tl: Timeline, a: Analysis) -> tuple[str, list[object]] | N
     return None
 
 
-def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
+def check_clean_finish(j: Judging) -> CriterionResult:
+    """The whole run: the launcher succeeded, as many failed cycles as episodes, Megatron done."""
     cid = "clean_finish"
-    if a.is_fault_run and a.injection is not None and a.poisoned:
+    tl, a, closing = j.tl, j.a, j.a.closing
+    if a.is_fault_run and closing is not None and a.poisoned:
         return _na_poisoned(cid, a)
-    if a.is_fault_run and a.injection is not None and not a.restarted:
+    if a.is_fault_run and closing is not None and not closing.restarted:
         gave_up = [e for e in tl.launcher_events() if isinstance(e, (ev.LauncherFailed, ev.RestartsExhausted))]
         launch = tl.launch
-        ran_out = _restarts_ran_out(tl, a)
+        ran_out = _restarts_ran_out(tl, a, closing)
         why = f": {ran_out[0]}" if ran_out is not None else ""
         if not why and any(isinstance(e, ev.RestartsExhausted) for e in gave_up):
             why = ": its restarts ran out (it said no restart attempts were left; raise --max-restarts)"
@@ -940,7 +876,7 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
     success = [e for e in launcher if isinstance(e, ev.LauncherSucceeded) or (isinstance(e, ev.LauncherExit) and e.code == 0)]
     failed = [e for e in launcher if isinstance(e, ev.LauncherFailed) or (isinstance(e, ev.LauncherExit) and e.code != 0)]
     launch = tl.launch
-    lost_node_status = (a.fault == "node" and a.injection is not None and launch is not None
+    lost_node_status = (a.fault == "node" and closing is not None and launch is not None
                         and launch.exit_code in (128 + 9, -9) and bool(success) and not failed)
     if launch is not None and launch.exit_code not in (None, 0) and not lost_node_status:
         problems.append(f"the launcher exited with status {launch.exit_code}")
@@ -971,14 +907,14 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
     allowed = min(a.injection_count, a.planned_faults) if a.is_fault_run else 0
     if len(a.failures) > allowed:
         cycles = ", ".join(str(c) for c in a.failures)
-        injected = {i.cycle for i in a.injections} | {a.failed_cycle}
+        injected = {e.marker.cycle for e in a.episodes} | {closing.cycle if closing is not None else None}
         extra = [c for c in a.failures if c not in injected]
         only = "only the injected one may" if allowed <= 1 else f"only the {allowed} injected ones may"
         problems.append(f"{len(a.failures)} cycles failed ({cycles}); {only}")
         for c in extra[:3]:
             evidence.append(a.failures[c][0])
         # every planned fault is in (or there is none): no later injection can account for it
-        if not a.is_fault_run or len(a.injections) >= a.planned_faults:
+        if not a.is_fault_run or len(a.episodes) >= a.planned_faults:
             final.append(problems[-1])
     if not a.is_fault_run:
         restarts = sorted({c for c in a.workers_started if c > 0} | {s.cycle for s in tl.starts if s.cycle})
@@ -1000,9 +936,9 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
         problems = final + [p for p in problems if p not in final]  # what decided it first (the watcher's stop reason)
         return _result(cid, FAIL, "The run did not finish cleanly: " + "; ".join(problems) + ".", evidence,
                        final=bool(final))
-    if a.is_fault_run and a.injection is not None and a.planned_faults > 1:
+    if a.is_fault_run and closing is not None and a.planned_faults > 1:
         shape = f"with exactly {a.planned_faults} injections ({a.fault_at}) and as many failed cycles"
-    elif a.is_fault_run and a.injection is not None:
+    elif a.is_fault_run and closing is not None:
         shape = "with exactly one injection and one failed cycle"
     elif a.is_fault_run:
         shape = "without any failed cycle (and without the fault, see pre_fault_checkpoint)"
@@ -1012,21 +948,22 @@ def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
                               "'[after training is done]'.", evidence)
 
 
-def check_optimizer_state(tl: Timeline, a: Analysis) -> CriterionResult:
+def check_optimizer_state(j: Judging) -> CriterionResult:
     """The restored optimizer really continued: Adam's step counter in the first checkpoint
     committed after the restore of K equals that checkpoint's iteration (one optimizer step
     per iteration), and every optimizer slot holds exp_avg and exp_avg_sq. Read from the
     checkpoint's own optimizer record (history), which no log line can stand in for."""
     cid = OPTIMIZER_STATE
+    tl, a, ep = j.tl, j.a, j.ep
     if (na := _na_no_fault(cid, a)) is not None:
         return na
-    r = a.replacement
+    r = ep.replacement if ep is not None else None
     loaded = r.first(ev.CheckpointLoaded) if r is not None else None
-    if a.injection is None or r is None or loaded is None:
+    if ep is None or r is None or loaded is None:
         return _result(cid, NOT_APPLICABLE, "No checkpoint was restored after the fault (see optimizer_reload), so "
                                              "there is no restored optimizer state to check.")
     k = loaded.iteration
-    commits = sorted((e for s in a.post_starts for e in s.of(ev.SaveCommitted) if e.iteration > k),
+    commits = sorted((e for s in ep.continuation for e in s.of(ev.SaveCommitted) if e.iteration > k),
                      key=lambda e: e.iteration)
     if not commits:
         return _result(cid, NOT_APPLICABLE, f"No checkpoint was committed after the restore of checkpoint {k} (see "
@@ -1097,11 +1034,13 @@ def _slots(n: int) -> str:
     return f"{n} optimizer state slot{'' if n == 1 else 's'} (buckets or parameters)"
 
 
-def check_loop_stopped(tl: Timeline, a: Analysis) -> CriterionResult:
+def check_loop_stopped(j: Judging) -> CriterionResult:
     """A fault that returns in every cycle (a poisoned checkpoint) must be stopped by NVRx's
-    no-progress rule: exit 93 within --ft-max-no-progress-cycles failed cycles, the cause named."""
+    no-progress rule: exit 93 within --ft-max-no-progress-cycles failed cycles, the cause named.
+    Judges the run: the loop follows the first episode's poisoned checkpoint."""
     cid = LOOP_STOPPED
-    inj = a.first_injection
+    tl, a = j.tl, j.a
+    inj = a.opening.marker if a.opening is not None else None
     if not a.poisoned:
         return _result(cid, NOT_APPLICABLE, f"The {a.fault} fault ({a.fault_at}) plans no restart loop.")
     if inj is None:
@@ -1118,7 +1057,8 @@ def check_loop_stopped(tl: Timeline, a: Analysis) -> CriterionResult:
     k = inj.iteration
     evidence: list[object] = [inj, *stops[:1], launch.src if launch is not None else None]
     problems: list[str] = []
-    trained = [s for s in a.post_starts if s.first(ev.CheckpointLoaded) is not None or s.first_iteration is not None]
+    after_last = a.closing.continuation if a.closing is not None else ()
+    trained = [s for s in after_last if s.first(ev.CheckpointLoaded) is not None or s.first_iteration is not None]
     if trained:
         problems.append(f"replacement cycle {trained[0].cycle} loaded or trained from the poisoned checkpoint {k}: the "
                         "truncated file went unnoticed")
@@ -1139,7 +1079,7 @@ def check_loop_stopped(tl: Timeline, a: Analysis) -> CriterionResult:
         problems.append(f"{len(failed_after)} replacement cycles failed before the stop, more than the limit of {limit} "
                         f"({limit_how})")
     # The repeating error: every failed replacement began loading the poisoned checkpoint and never finished.
-    failing = [s for s in a.post_starts if s.cycle in failed_after]
+    failing = [s for s in after_last if s.cycle in failed_after]
     repeated = [s for s in failing if s.first(ev.LoadStarted) is not None and s.first(ev.CheckpointLoaded) is None]
     cause = []
     if inj.poisoned:
@@ -1164,16 +1104,6 @@ def check_loop_stopped(tl: Timeline, a: Analysis) -> CriterionResult:
                    evidence)
 
 
-CHECKERS: tuple[tuple[str, Callable[[Timeline, Analysis], CriterionResult]], ...] = (
-    ("pre_fault_checkpoint", check_pre_fault_checkpoint),
-    ("replacement_cycle", check_replacement_cycle),
-    ("optimizer_reload", check_optimizer_reload),
-    ("later_checkpoint", check_later_checkpoint),
-    ("clean_finish", check_clean_finish),
-    (OPTIMIZER_STATE, check_optimizer_state),
-)
-
-
 # ---------------------------------------------------------------- loss continuity (with a baseline)
 
 LOSS_CONTINUITY = "loss_continuity"
@@ -1189,11 +1119,17 @@ class LossComparison:
     baseline_dir: str  # as given; its last part prefixes the baseline's evidence lines
 
 
-def check_loss_continuity(tl: Timeline, a: Analysis, losses: LossComparison | None) -> CriterionResult:
+def check_loss_continuity(j: Judging) -> CriterionResult:
     """Loss continuity, the check after the five when a baseline is given: the losses after
-    the restored checkpoint equal the baseline's (see compare_losses)."""
-    loaded = a.replacement.first(ev.CheckpointLoaded) if a.replacement is not None else None
-    return compare_losses(losses, a.fault, loaded.iteration if loaded is not None else None, tl.run.train_iters)
+    the episode's restored checkpoint equal the baseline's (see compare_losses)."""
+    if j.baseline_problem is not None and j.a.is_fault_run:
+        return _no_usable_baseline(LOSS_CONTINUITY, j.baseline_problem)
+    loaded = j.ep.loaded if j.ep is not None else None
+    return compare_losses(j.losses, j.a.fault, loaded.iteration if loaded is not None else None, j.tl.run.train_iters)
+
+
+def _no_usable_baseline(cid: str, problem: str) -> CriterionResult:
+    return CriterionResult(cid, UNKNOWN, f"No usable baseline: {problem}.", ())
 
 
 def compare_losses(losses: LossComparison | None, fault: str, restored: int | None,
@@ -1312,12 +1248,15 @@ def _is_zero(value: str | None) -> bool:
         return False
 
 
-def check_state_equivalence(tl: Timeline, a: Analysis, state: ev.StateComparison | None) -> CriterionResult:
+def check_state_equivalence(j: Judging) -> CriterionResult:
     """The end state itself: every model and optimizer tensor of the run's final committed
     checkpoint against the baseline's checkpoint of the same iteration (harness.end_state),
     bitwise where the training is deterministic, else within the tolerance of each tensor
     class. A restore that lost Adam's step, the data position or the RNG state ends elsewhere."""
     cid = STATE_EQUIVALENCE
+    tl, a, state = j.tl, j.a, j.state
+    if j.baseline_problem is not None and a.is_fault_run:
+        return _no_usable_baseline(cid, j.baseline_problem)
     if not a.is_fault_run:
         return _result(cid, NOT_APPLICABLE, "Fault none: there is no restore whose end state could differ.")
     if state is None:
@@ -1326,7 +1265,7 @@ def check_state_equivalence(tl: Timeline, a: Analysis, state: ev.StateComparison
     if a.poisoned:
         return _result(cid, NOT_APPLICABLE, f"The {a.fault} fault plans a restart loop, not a recovery: there is no "
                                              "recovered end state.")
-    loaded = a.replacement.first(ev.CheckpointLoaded) if a.replacement is not None else None
+    loaded = a.closing.loaded if a.closing is not None else None  # the end state follows the last restore
     if loaded is None:
         return _result(cid, NOT_APPLICABLE, "No checkpoint was restored after the fault (see optimizer_reload), so "
                                              "there is no recovered end state to compare.")
@@ -1383,12 +1322,157 @@ def check_state_equivalence(tl: Timeline, a: Analysis, state: ev.StateComparison
                               f"{close} ({why}; tolerances: {tolerances}){skipped}.", evidence)
 
 
-def check_safe(cid: str, checker: Callable[[Timeline, Analysis], CriterionResult], tl: Timeline, a: Analysis) -> CriterionResult:
+# ---------------------------------------------------------------- the registry and the merge
+
+
+@dataclass(frozen=True)
+class Judging:
+    """What a checker is given (the one signature of every check): the Timeline, the Analysis,
+    the episode judged (None for a check of the whole run, or for a run without any episode)
+    and the baseline inputs of the checks that compare with one."""
+
+    tl: Timeline
+    a: Analysis
+    ep: Episode | None = None
+    losses: LossComparison | None = None
+    state: ev.StateComparison | None = None
+    baseline_problem: str | None = None  # the baseline meant for the comparisons is unusable
+
+
+def _always(_j: Judging) -> bool:
+    return True
+
+
+def _never(_a: Analysis, _ep: Episode) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Check:
+    """One registry entry. `scope`: "episode" (judged once per episode, the results merged into
+    one) or "run". `applies`: whether the run gets this check at all. `superseded`: why an
+    episode does not judge it (a later episode does); its result is shown in the episode's
+    section and left out of the merge. `primary`: whose sentence stands for several episodes
+    of the same status ("first" or "last"); `all_passed`: the sentence when several passed."""
+
+    id: str
+    judge: Callable[[Judging], CriterionResult]
+    scope: str = "episode"
+    applies: Callable[[Judging], bool] = _always
+    superseded: Callable[[Analysis, Episode], str | None] = _never
+    primary: str = "last"
+    all_passed: Callable[[Judging, Sequence[CriterionResult]], CriterionResult] | None = None
+
+
+def _load_cut(_a: Analysis, ep: Episode) -> str | None:
+    if ep.cut_before_load:
+        return (f"fault {ep.number + 1} hit cycle {ep.next_cycle} before this episode's replacement finished its "
+                f"load; episode {ep.number + 1} judges the recovery")
+    return None
+
+
+def _not_last(_a: Analysis, ep: Episode) -> str | None:
+    if not ep.last:
+        return (f"fault {ep.number + 1} (cycle {ep.next_cycle}) ended this episode's training; the training to the "
+                "end of the run is judged in the last episode")
+    return None
+
+
+def _in_previous_restore(a: Analysis, ep: Episode) -> str | None:
+    previous = a.episodes[ep.number - 2] if ep.number > 1 else None
+    if previous is not None and previous.cut_before_load:
+        return (f"the fault hit during episode {previous.number}'s restore, before anything new was committed: what "
+                f"was committed before it is episode {previous.number}'s")
+    return None
+
+
+def _poison_loop(j: Judging) -> bool:
+    return j.a.is_fault_run and j.a.poisoned
+
+
+def _with_baseline(j: Judging) -> bool:
+    return (j.baseline_problem is not None and j.a.is_fault_run) or j.losses is not None
+
+
+# The order is the verdict's: the five, optimizer_state, then the checks only some runs get.
+CHECKS: tuple[Check, ...] = (
+    Check("pre_fault_checkpoint", check_pre_fault_checkpoint, superseded=_in_previous_restore, primary="first"),
+    Check("replacement_cycle", check_replacement_cycle, all_passed=_replacement_cycles_all_passed),
+    Check("optimizer_reload", check_optimizer_reload, superseded=_load_cut),
+    Check("later_checkpoint", check_later_checkpoint, superseded=_not_last),
+    Check("clean_finish", check_clean_finish, scope="run"),
+    Check(OPTIMIZER_STATE, check_optimizer_state, superseded=_load_cut),
+    Check(LOOP_STOPPED, check_loop_stopped, scope="run", applies=_poison_loop),
+    Check(LOSS_CONTINUITY, check_loss_continuity, applies=_with_baseline, superseded=_not_last),
+    Check(STATE_EQUIVALENCE, check_state_equivalence, scope="run", applies=_with_baseline),
+)
+CHECKERS = tuple((c.id, c.judge) for c in CHECKS if c.id in CHECK_IDS)
+
+
+@dataclass(frozen=True)
+class EpisodeJudgement:
+    """One episode's own results (the episode-scoped checks), superseded ones included."""
+
+    episode: Episode
+    results: tuple[CriterionResult, ...]
+    superseded: tuple[str, ...] = ()  # the ids whose result stayed out of the run's merge
+
+
+@dataclass(frozen=True)
+class Judgement:
+    results: tuple[CriterionResult, ...]  # the verdict's criteria, merged, in the registry's order
+    episodes: tuple[EpisodeJudgement, ...] = ()
+
+
+def check_safe(cid: str, checker: Callable[[Judging], CriterionResult], j: Judging) -> CriterionResult:
     """Jepsen's check-safe: a checker that crashes yields `unknown` with the error, not a crash."""
     try:
-        return checker(tl, a)
+        return checker(j)
     except Exception as exc:  # noqa: BLE001 - the verdict must survive any one checker
         return CriterionResult(cid, UNKNOWN, f"The checker failed: {type(exc).__name__}: {exc}", ())
+
+
+def merge_results(check: Check, j: Judging, judged: Sequence[CriterionResult]) -> CriterionResult:
+    """The run's result of an episode check from its episodes' (superseded ones left out): the
+    worst status (harness.verdict.merge); one episode's sentence when one decides it (the
+    first failing or unknown one; for a tie of passes or not-applicables the check's primary
+    episode), or the check's own sentence when several passed."""
+    if len(judged) == 1:
+        return judged[0]
+    status = merge(r.status for r in judged)
+    if status == PASS and check.all_passed is not None:
+        return check.all_passed(j, judged)
+    same = [r for r in judged if r.status == status]
+    return same[-1] if status in (PASS, NOT_APPLICABLE) and check.primary == "last" else same[0]
+
+
+def judge(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
+          state: ev.StateComparison | None = None, baseline_problem: str | None = None) -> Judgement:
+    """Every check of the registry that applies, in its order: an episode check once per
+    episode (or once with no episode, for a run without any), merged; a run check once."""
+    base = Judging(tl, a, None, losses, state, baseline_problem)
+    merged: list[CriterionResult] = []
+    per: dict[int, list[CriterionResult]] = {e.number: [] for e in a.episodes}
+    skipped: dict[int, list[str]] = {e.number: [] for e in a.episodes}
+    for check in CHECKS:
+        if not check.applies(base):
+            continue
+        if check.scope == "run" or not a.episodes:
+            merged.append(check_safe(check.id, check.judge, base))
+            continue
+        judged: list[CriterionResult] = []
+        for ep in a.episodes:
+            why = check.superseded(a, ep)
+            if why is not None:
+                per[ep.number].append(CriterionResult(check.id, NOT_APPLICABLE, f"Superseded: {why}.", ()))
+                skipped[ep.number].append(check.id)
+                continue
+            result = check_safe(check.id, check.judge, dataclasses.replace(base, ep=ep))
+            per[ep.number].append(result)
+            judged.append(result)
+        merged.append(merge_results(check, base, judged))
+    return Judgement(tuple(merged), tuple(EpisodeJudgement(e, tuple(per[e.number]), tuple(skipped[e.number]))
+                                          for e in a.episodes))
 
 
 def evaluate(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
@@ -1397,16 +1481,13 @@ def evaluate(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
     restart loop, then loss_continuity and state_equivalence when a baseline run is given (its
     losses, and the comparison of the two final checkpoints), or both unknown when the baseline
     meant for them is unusable (`baseline_problem`: the automatic twin did not qualify)."""
-    results = tuple(check_safe(cid, fn, tl, a) for cid, fn in CHECKERS)
-    if a.is_fault_run and a.poisoned:
-        results = (*results, check_safe(LOOP_STOPPED, check_loop_stopped, tl, a))
-    if baseline_problem is not None and a.is_fault_run:
-        return (*results, *(CriterionResult(cid, UNKNOWN, f"No usable baseline: {baseline_problem}.", ())
-                            for cid in (LOSS_CONTINUITY, STATE_EQUIVALENCE)))
-    if losses is not None:
-        results = (*results, check_safe(LOSS_CONTINUITY, lambda t, an: check_loss_continuity(t, an, losses), tl, a))
-        results = (*results, check_safe(STATE_EQUIVALENCE, lambda t, an: check_state_equivalence(t, an, state), tl, a))
-    return results
+    return judge(tl, a, losses, state, baseline_problem).results
+
+
+def check(cid: str, tl: Timeline, a: Analysis, losses: LossComparison | None = None,
+          state: ev.StateComparison | None = None) -> CriterionResult:
+    """One check's result for the run, judged over its episodes and merged (tests, tools)."""
+    return next(r for r in judge(tl, a, losses, state).results if r.id == cid)
 
 
 BASELINE_NOTE = "fault none: an uninterrupted baseline run; no recovery was exercised"
