@@ -30,6 +30,7 @@ from harness import events as ev
 from harness.episodes import Episode, committed_before, episodes, launcher_cycles
 from harness.events import Src, Timeline, iso_utc
 from harness.layout import MARKER_NAME, TRACKER_NAME, parse_tracker
+from harness.render.sentences import sentence
 from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
 from harness.verdict import CriterionResult, Status, merge, qualified
 
@@ -65,6 +66,13 @@ def _result(cid: str, status: str, detail: str, evidence: Sequence[object] = (),
     if len(lines) > MAX_EVIDENCE:
         lines = lines[: MAX_EVIDENCE - 1] + [f"... {len(lines) - MAX_EVIDENCE + 1} more"]
     return CriterionResult(cid, status, detail, tuple(lines), final=final and status == FAIL, values=dict(values or {}))
+
+
+def _found(cid: str, status: str, reason: str, values: Mapping[str, object], evidence: Sequence[object] = (), *,
+           final: bool = False) -> CriterionResult:
+    """A checker's facts (status, reason, the values it compared, evidence, final) as its
+    result, the sentence rendered from them by harness.render.sentences."""
+    return _result(cid, status, sentence(cid, reason, values), evidence, final=final, values=values)
 
 
 # ---------------------------------------------------------------- the analysis shared by checkers
@@ -152,17 +160,14 @@ def analyze(timeline: Timeline, fault: str | None = None) -> Analysis:
 
 def _na_no_fault(cid: str, a: Analysis) -> CriterionResult | None:
     if not a.is_fault_run:
-        return _result(cid, NOT_APPLICABLE, f"Fault none ({a.fault_how}): no injection was requested, so there is no "
-                                             "fault to recover from.")
+        return _found(cid, NOT_APPLICABLE, "no_fault", {"fault_how": a.fault_how})
     return None
 
 
 def _na_poisoned(cid: str, a: Analysis) -> CriterionResult:
     inj = a.opening.marker if a.opening is not None else None
     what = f"checkpoint {inj.iteration}" if inj is not None and inj.iteration is not None else "the latest checkpoint"
-    return _result(cid, NOT_APPLICABLE, f"The {a.fault} fault truncated a file of {what} on purpose, so no replacement "
-                                         f"can recover; {LOOP_STOPPED} judges whether the launcher stopped the restart "
-                                         "loop.", [inj])
+    return _found(cid, NOT_APPLICABLE, "poisoned", {"fault": a.fault, "what": what}, [inj])
 
 
 def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
@@ -507,10 +512,9 @@ def _replacement_cycles_all_passed(j: Judging, passed: Sequence[CriterionResult]
     cycles = ", ".join(str(e.marker.cycle) for e in eps)
     earlier = [str(x.src) for e in eps[:-1] for x in (e.marker, *e.failures[:1])]
     evidence = [last.evidence[0], *earlier, *last.evidence[1:]] if last.evidence else earlier
-    return _result("replacement_cycle", PASS, f"The launcher recorded the failures of all {len(eps)} injected faults "
-                                              f"(cycles {cycles}){last.values.get('how', '')} and, after the last, "
-                                              f"started replacement workers in {last.values.get('replacement')}.",
-                   evidence)
+    return _found("replacement_cycle", PASS, "all_restarted", {
+        "faults": len(eps), "cycles": cycles, "how": last.values.get("how", ""),
+        "replacement": last.values.get("replacement")}, evidence)
 
 
 def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement: int,
@@ -960,74 +964,55 @@ def check_optimizer_state(j: Judging) -> CriterionResult:
     r = ep.replacement if ep is not None else None
     loaded = r.first(ev.CheckpointLoaded) if r is not None else None
     if ep is None or r is None or loaded is None:
-        return _result(cid, NOT_APPLICABLE, "No checkpoint was restored after the fault (see optimizer_reload), so "
-                                             "there is no restored optimizer state to check.")
+        return _found(cid, NOT_APPLICABLE, "nothing_restored", {})
     k = loaded.iteration
+    facts: dict[str, object] = {"restored": k}
     commits = sorted((e for s in ep.continuation for e in s.of(ev.SaveCommitted) if e.iteration > k),
                      key=lambda e: e.iteration)
     if not commits:
-        return _result(cid, NOT_APPLICABLE, f"No checkpoint was committed after the restore of checkpoint {k} (see "
-                                             "later_checkpoint), so the restored optimizer never reached the disk.",
-                       [loaded])
+        return _found(cid, NOT_APPLICABLE, "nothing_committed", facts, [loaded])
     first = commits[0]
     n = first.iteration
+    facts["first"] = n
     if tl.checkpoints is None or not tl.checkpoints.exists:
-        return _result(cid, NOT_APPLICABLE, f"The checkpoint directory is not with this run directory, so the "
-                                             f"optimizer's own record in checkpoint {n} (the first committed after the "
-                                             f"restore of checkpoint {k}) cannot be read: copy checkpoints/ with the "
-                                             "run to check it.", [loaded, first])
+        return _found(cid, NOT_APPLICABLE, "no_checkpoint_dir", facts, [loaded, first])
     ck = tl.checkpoints.get(n)
     if ck is None:
-        return _result(cid, UNKNOWN, f"Checkpoint {n}, the first committed after the restore of checkpoint {k}, is "
-                                     "not in the checkpoint directory: copy checkpoints/ with the run directory to "
-                                     "check the optimizer's own record.", [loaded, first])
+        return _found(cid, UNKNOWN, "first_missing", facts, [loaded, first])
     rec = ck.optimizer_record
+    facts["rel"] = ck.rel
     evidence: list[object] = [loaded, first, ck.record_src()]
     if rec is None or rec.steps is None:
-        why = (rec.note if rec is not None else None) or ck.inspect_note or "it was not read"
-        return _result(cid, UNKNOWN, f"The optimizer record of {ck.rel} (the first checkpoint committed after the "
-                                     f"restore of checkpoint {k}) could not be read: {why}.", evidence)
+        facts["why"] = (rec.note if rec is not None else None) or ck.inspect_note or "it was not read"
+        return _found(cid, UNKNOWN, "unreadable", facts, evidence)
     before = tl.checkpoints.get(k) if tl.checkpoints is not None else None
     if before is not None and before.optimizer_record is not None and before.optimizer_record.steps:
         evidence.append(before.record_src())
+    facts.update(slots=rec.moment_slots, slots_text=_slots(rec.moment_slots))
     if rec.moment_slots == 0:
-        return _result(cid, FAIL, f"{ck.rel}, the first checkpoint committed after the restore of checkpoint {k}, holds "
-                                  "no optimizer moments at all (no optimizer key with exp_avg or exp_avg_sq): the "
-                                  "training after the restore saved without optimizer state.", evidence)
+        return _found(cid, FAIL, "no_moments", facts, evidence)
     if rec.missing_count:
         shown = ", ".join(rec.missing_moments) + (" ..." if rec.missing_count > len(rec.missing_moments) else "")
-        return _result(cid, FAIL, f"{ck.rel}, the first checkpoint committed after the restore of checkpoint {k}, "
-                                  f"lacks exp_avg or exp_avg_sq for {rec.missing_count} of {rec.moment_slots} optimizer "
-                                  f"slots ({shown}): Adam's moments were not carried through the restore.", evidence)
+        return _found(cid, FAIL, "missing_moments", {**facts, "missing": rec.missing_count, "shown": shown}, evidence)
     if not rec.steps:
-        moments = f"exp_avg and exp_avg_sq are present in all {_slots(rec.moment_slots)} of {ck.rel}, but "
         where = (f"neither a common_step nor a param group step in its common state ({rec.common_read})"
                  if rec.common_read else "no optimizer object and no common state holding one")
-        return _result(cid, NOT_APPLICABLE, moments + f"this checkpoint records no Adam step counter ({where}): the "
-                                                      "continuation is judged by loss_continuity against a baseline.",
-                       evidence)
+        return _found(cid, NOT_APPLICABLE, "no_step_counter", {**facts, "where": where}, evidence)
     skipped = [it for s in tl.starts for it in s.bad_iterations if (it.skipped or 0) > 0]
     if skipped:
-        return _result(cid, UNKNOWN, f"Iteration {skipped[0].iteration} skipped its optimizer step, so the step count "
-                                     f"expected in {ck.rel} is not its iteration {n}; see later_checkpoint.",
-                       [*evidence, skipped[0]])
+        return _found(cid, UNKNOWN, "skipped_step", {**facts, "skipped": skipped[0].iteration}, [*evidence, skipped[0]])
+    facts.update(key=rec.key, field=rec.step_field)
     wrong = sorted({s for s in rec.steps if s != n})
     if wrong:
-        got = ", ".join(f"{s:g}" for s in wrong)
         if wrong == [float(n - k)]:
-            why = f"it counts only the {n - k} steps since the restore: the step was reset to 0 when checkpoint {k} was loaded"
+            why = "reset"
         elif all(s > n for s in wrong):
-            why = "it ran ahead of one step per iteration since the restore"
+            why = "ahead"
         else:
-            why = f"it did not continue from the {k} steps of checkpoint {k}"
-        return _result(cid, FAIL, f"{ck.rel}, the first checkpoint committed after the restore of checkpoint {k}, holds "
-                                  f"Adam's step counter {got} in {rec.key} ({rec.step_field}), but an optimizer that "
-                                  f"continued from checkpoint {k} has taken {n} steps at iteration {n}: {why}, so Adam's "
-                                  "bias correction after the restore differs from an uninterrupted run's.", evidence)
-    return _result(cid, PASS, f"{ck.rel}, the first checkpoint committed after the restore of checkpoint {k}, holds "
-                              f"Adam's step counter {n:g} in {rec.key} ({rec.step_field}), one step per iteration "
-                              f"continued from checkpoint {k}, and exp_avg and exp_avg_sq in all "
-                              f"{_slots(rec.moment_slots)}.", evidence)
+            why = "not_continued"
+        facts.update(got=", ".join(f"{s:g}" for s in wrong), since=n - k)
+        return _found(cid, FAIL, "wrong_step", {**facts, "why": sentence(cid, why, facts)}, evidence)
+    return _found(cid, PASS, "continued", {**facts, "first_g": f"{n:g}"}, evidence)
 
 
 def _slots(n: int) -> str:
@@ -1129,7 +1114,7 @@ def check_loss_continuity(j: Judging) -> CriterionResult:
 
 
 def _no_usable_baseline(cid: str, problem: str) -> CriterionResult:
-    return CriterionResult(cid, UNKNOWN, f"No usable baseline: {problem}.", ())
+    return _found(cid, UNKNOWN, "no_usable_baseline", {"problem": problem})
 
 
 def compare_losses(losses: LossComparison | None, fault: str, restored: int | None,
@@ -1378,11 +1363,18 @@ def _not_last(_a: Analysis, ep: Episode) -> str | None:
     return None
 
 
-def _in_previous_restore(a: Analysis, ep: Episode) -> str | None:
+def _nothing_new_committed(a: Analysis, ep: Episode) -> str | None:
+    """The fault hit before anything beyond the previous episode's checkpoint was committed
+    (in-restore's second fault hits the restore of that very checkpoint): what was committed
+    before it is the previous episode's, judged there."""
     previous = a.episodes[ep.number - 2] if ep.number > 1 else None
-    if previous is not None and previous.cut_before_load:
-        return (f"the fault hit during episode {previous.number}'s restore, before anything new was committed: what "
-                f"was committed before it is episode {previous.number}'s")
+    if previous is None:
+        return None
+    named = committed_before(ep.marker)
+    if previous.cut_before_load or (named is not None and previous.expected_k is not None
+                                    and named <= previous.expected_k):
+        return (f"no checkpoint beyond episode {previous.number}'s ({previous.expected_k}) was committed before this "
+                f"fault: what was committed before it is episode {previous.number}'s")
     return None
 
 
@@ -1396,7 +1388,7 @@ def _with_baseline(j: Judging) -> bool:
 
 # The order is the verdict's: the five, optimizer_state, then the checks only some runs get.
 CHECKS: tuple[Check, ...] = (
-    Check("pre_fault_checkpoint", check_pre_fault_checkpoint, superseded=_in_previous_restore, primary="first"),
+    Check("pre_fault_checkpoint", check_pre_fault_checkpoint, superseded=_nothing_new_committed, primary="first"),
     Check("replacement_cycle", check_replacement_cycle, all_passed=_replacement_cycles_all_passed),
     Check("optimizer_reload", check_optimizer_reload, superseded=_load_cut),
     Check("later_checkpoint", check_later_checkpoint, superseded=_not_last),
@@ -1429,7 +1421,7 @@ def check_safe(cid: str, checker: Callable[[Judging], CriterionResult], j: Judgi
     try:
         return checker(j)
     except Exception as exc:  # noqa: BLE001 - the verdict must survive any one checker
-        return CriterionResult(cid, UNKNOWN, f"The checker failed: {type(exc).__name__}: {exc}", ())
+        return _found(cid, UNKNOWN, "crashed", {"error": f"{type(exc).__name__}: {exc}"})
 
 
 def merge_results(check: Check, j: Judging, judged: Sequence[CriterionResult]) -> CriterionResult:
@@ -1464,7 +1456,7 @@ def judge(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
         for ep in a.episodes:
             why = check.superseded(a, ep)
             if why is not None:
-                per[ep.number].append(CriterionResult(check.id, NOT_APPLICABLE, f"Superseded: {why}.", ()))
+                per[ep.number].append(_found(check.id, NOT_APPLICABLE, "superseded", {"why": why}))
                 skipped[ep.number].append(check.id)
                 continue
             result = check_safe(check.id, check.judge, dataclasses.replace(base, ep=ep))

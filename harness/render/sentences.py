@@ -1,0 +1,72 @@
+"""The sentences of the checks, rendered from their facts in one place.
+
+A checker (harness.criteria) decides a status and returns the facts it compared — a reason
+key and named values — and this table turns them into the one sentence a person can act on.
+Keyed by (check id, reason); `{name}` fields are the checker's values. A leaf module: it
+imports nothing of the harness, so any layer may render a result.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+SENTENCES: dict[tuple[str, str], str] = {
+    # any check
+    ("*", "no_fault"): "Fault none ({fault_how}): no injection was requested, so there is no fault to recover from.",
+    ("*", "poisoned"): ("The {fault} fault truncated a file of {what} on purpose, so no replacement can recover; "
+                        "loop_stopped judges whether the launcher stopped the restart loop."),
+    ("*", "superseded"): "Superseded: {why}.",
+    ("*", "no_usable_baseline"): "No usable baseline: {problem}.",
+    ("*", "crashed"): "The checker failed: {error}",
+    # replacement_cycle, merged over several episodes that all passed
+    ("replacement_cycle", "all_restarted"): ("The launcher recorded the failures of all {faults} injected faults "
+                                             "(cycles {cycles}){how} and, after the last, started replacement "
+                                             "workers in {replacement}."),
+    # optimizer_state
+    ("optimizer_state", "nothing_restored"): ("No checkpoint was restored after the fault (see optimizer_reload), so "
+                                              "there is no restored optimizer state to check."),
+    ("optimizer_state", "nothing_committed"): ("No checkpoint was committed after the restore of checkpoint {restored} "
+                                               "(see later_checkpoint), so the restored optimizer never reached the "
+                                               "disk."),
+    ("optimizer_state", "no_checkpoint_dir"): ("The checkpoint directory is not with this run directory, so the "
+                                               "optimizer's own record in checkpoint {first} (the first committed "
+                                               "after the restore of checkpoint {restored}) cannot be read: copy "
+                                               "checkpoints/ with the run to check it."),
+    ("optimizer_state", "first_missing"): ("Checkpoint {first}, the first committed after the restore of checkpoint "
+                                           "{restored}, is not in the checkpoint directory: copy checkpoints/ with the "
+                                           "run directory to check the optimizer's own record."),
+    ("optimizer_state", "unreadable"): ("The optimizer record of {rel} (the first checkpoint committed after the "
+                                        "restore of checkpoint {restored}) could not be read: {why}."),
+    ("optimizer_state", "no_moments"): ("{rel}, the first checkpoint committed after the restore of checkpoint "
+                                        "{restored}, holds no optimizer moments at all (no optimizer key with exp_avg "
+                                        "or exp_avg_sq): the training after the restore saved without optimizer "
+                                        "state."),
+    ("optimizer_state", "missing_moments"): ("{rel}, the first checkpoint committed after the restore of checkpoint "
+                                             "{restored}, lacks exp_avg or exp_avg_sq for {missing} of {slots} "
+                                             "optimizer slots ({shown}): Adam's moments were not carried through the "
+                                             "restore."),
+    ("optimizer_state", "no_step_counter"): ("exp_avg and exp_avg_sq are present in all {slots_text} of {rel}, but "
+                                             "this checkpoint records no Adam step counter ({where}): the continuation "
+                                             "is judged by loss_continuity against a baseline."),
+    ("optimizer_state", "skipped_step"): ("Iteration {skipped} skipped its optimizer step, so the step count expected "
+                                          "in {rel} is not its iteration {first}; see later_checkpoint."),
+    ("optimizer_state", "wrong_step"): ("{rel}, the first checkpoint committed after the restore of checkpoint "
+                                        "{restored}, holds Adam's step counter {got} in {key} ({field}), but an "
+                                        "optimizer that continued from checkpoint {restored} has taken {first} steps at "
+                                        "iteration {first}: {why}, so Adam's bias correction after the restore "
+                                        "differs from an uninterrupted run's."),
+    ("optimizer_state", "continued"): ("{rel}, the first checkpoint committed after the restore of checkpoint "
+                                       "{restored}, holds Adam's step counter {first_g} in {key} ({field}), one step "
+                                       "per iteration continued from checkpoint {restored}, and exp_avg and "
+                                       "exp_avg_sq in all {slots_text}."),
+    ("optimizer_state", "reset"): "it counts only the {since} steps since the restore: the step was reset to 0 when "
+                                  "checkpoint {restored} was loaded",
+    ("optimizer_state", "ahead"): "it ran ahead of one step per iteration since the restore",
+    ("optimizer_state", "not_continued"): "it did not continue from the {restored} steps of checkpoint {restored}",
+}
+
+
+def sentence(cid: str, reason: str, values: Mapping[str, Any]) -> str:
+    """The sentence of check `cid` for `reason`, with the checker's values filled in."""
+    template = SENTENCES.get((cid, reason)) or SENTENCES[("*", reason)]
+    return template.format_map(values)
