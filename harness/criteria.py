@@ -1131,28 +1131,28 @@ def compare_losses(losses: LossComparison | None, fault: str, restored: int | No
     is then the mean of this run's K+1 and the baseline's K+2 (to the printed precision), and
     is accepted as continuous. The uninterrupted baseline averages only its iterations 1 and 2."""
     cid = LOSS_CONTINUITY
+
+    def found(status: Status, reason: str, values: Mapping[str, object], evidence: tuple[str, ...] = ()):
+        return CriterionResult(cid, status, sentence(cid, reason, values), evidence, values=dict(values))
+
     if fault == "none":
-        return CriterionResult(cid, NOT_APPLICABLE, "Fault none: there is no restore to compare.")
+        return found(NOT_APPLICABLE, "no_fault", {})
     if losses is None:
-        return CriterionResult(cid, NOT_APPLICABLE,
-                               "No baseline run given (verify --baseline RUN_DIR of an uninterrupted run).")
+        return found(NOT_APPLICABLE, "no_baseline", {})
     if restored is None:
-        return CriterionResult(cid, NOT_APPLICABLE,
-                               "No checkpoint was restored (see optimizer_reload), so there is nothing to compare.")
+        return found(NOT_APPLICABLE, "nothing_restored", {})
     ours, theirs, baseline_dir = losses.run, losses.baseline, losses.baseline_dir
     base = PurePath(baseline_dir).name
     last = train_iters or max(ours, default=restored)
     wanted = range(restored + 1, last + 1)
+    facts: dict[str, object] = {"restored": restored, "from": restored + 1, "last": last}
     if train_iters is not None and restored >= train_iters:
-        return CriterionResult(cid, NOT_APPLICABLE,
-                               f"Checkpoint {restored} was the final one: nothing was trained after the restore, so "
-                               "there is no loss to compare (state_equivalence compares the end state).")
+        return found(NOT_APPLICABLE, "final_restored", facts)
     missing = [i for i in wanted if i not in ours or i not in theirs]
     if missing or not wanted:
         side = "this run" if any(i not in ours for i in missing) else f"the baseline {baseline_dir}"
-        return CriterionResult(cid, FAIL if missing else UNKNOWN,
-                               f"Iterations {restored + 1}..{last} must be logged by both runs; {side} lacks "
-                               f"iteration {missing[0] if missing else '?'} (log every iteration: --log-interval 1).")
+        return found(FAIL if missing else UNKNOWN, "not_logged",
+                     {**facts, "side": side, "missing": missing[0] if missing else "?"})
     averaged = None
     for i in wanted:
         if ours[i].loss != theirs[i].loss and i == restored + 2 and _mean_of(ours[i].loss, ours[i - 1].loss, theirs[i].loss):
@@ -1161,22 +1161,14 @@ def compare_losses(losses: LossComparison | None, fault: str, restored: int | No
         if ours[i].loss != theirs[i].loss:
             mean = ""
             if i == restored + 2 and _finite(ours[i - 1].loss, theirs[i].loss):
-                mean = (f" (or {(float(ours[i - 1].loss) + float(theirs[i].loss)) / 2:.6E}, the mean of this run's "
-                        f"{i - 1} and the baseline's {i}, as Megatron prints the second iteration of a start)")
-            return CriterionResult(
-                cid, FAIL,
-                f"lm loss at iteration {i} is {ours[i].loss} after the restore of checkpoint {restored} but "
-                f"{theirs[i].loss} in the uninterrupted baseline{mean}: the restored training state differs "
-                "(optimizer state, data position or RNG).",
-                (str(ours[i].src), f"{base}/{theirs[i].src}"))
+                mean = sentence(cid, "mean_hint", {"mean": f"{(float(ours[i - 1].loss) + float(theirs[i].loss)) / 2:.6E}",
+                                                   "before": i - 1, "iteration": i})
+            return found(FAIL, "differs", {**facts, "iteration": i, "ours": ours[i].loss, "theirs": theirs[i].loss,
+                                           "mean": mean}, (str(ours[i].src), f"{base}/{theirs[i].src}"))
     first, end = wanted[0], wanted[-1]
-    note = (f" (iteration {averaged}'s line is Megatron's mean of the restart's first two iterations, and equals the "
-            f"mean of this run's {averaged - 1} and the baseline's {averaged})") if averaged is not None else ""
-    return CriterionResult(
-        cid, PASS,
-        f"lm loss of iterations {first}..{end} after the restore of checkpoint {restored} equals the uninterrupted "
-        f"baseline's, all {len(wanted)} of them{note}.",
-        (str(ours[first].src), f"{base}/{theirs[first].src}", str(ours[end].src)))
+    note = sentence(cid, "averaged_note", {"averaged": averaged, "before": averaged - 1}) if averaged is not None else ""
+    return found(PASS, "equal", {**facts, "first": first, "end": end, "count": len(wanted), "note": note},
+                 (str(ours[first].src), f"{base}/{theirs[first].src}", str(ours[end].src)))
 
 
 def _mean_of(printed: str, first: str, second: str) -> bool:

@@ -63,6 +63,26 @@ SENTENCES: dict[tuple[str, str], str] = {
                                   "checkpoint {restored} was loaded",
     ("optimizer_state", "ahead"): "it ran ahead of one step per iteration since the restore",
     ("optimizer_state", "not_continued"): "it did not continue from the {restored} steps of checkpoint {restored}",
+    # loss_continuity
+    ("loss_continuity", "no_fault"): "Fault none: there is no restore to compare.",
+    ("loss_continuity", "no_baseline"): "No baseline run given (verify --baseline RUN_DIR of an uninterrupted run).",
+    ("loss_continuity", "nothing_restored"): ("No checkpoint was restored (see optimizer_reload), so there is nothing "
+                                              "to compare."),
+    ("loss_continuity", "final_restored"): ("Checkpoint {restored} was the final one: nothing was trained after the "
+                                            "restore, so there is no loss to compare (state_equivalence compares the "
+                                            "end state)."),
+    ("loss_continuity", "not_logged"): ("Iterations {from}..{last} must be logged by both runs; {side} lacks "
+                                        "iteration {missing} (log every iteration: --log-interval 1)."),
+    ("loss_continuity", "mean_hint"): (" (or {mean}, the mean of this run's {before} and the baseline's {iteration}, "
+                                       "as Megatron prints the second iteration of a start)"),
+    ("loss_continuity", "differs"): ("lm loss at iteration {iteration} is {ours} after the restore of checkpoint "
+                                     "{restored} but {theirs} in the uninterrupted baseline{mean}: the restored "
+                                     "training state differs (optimizer state, data position or RNG)."),
+    ("loss_continuity", "averaged_note"): (" (iteration {averaged}'s line is Megatron's mean of the restart's first "
+                                           "two iterations, and equals the mean of this run's {before} and the "
+                                           "baseline's {averaged})"),
+    ("loss_continuity", "equal"): ("lm loss of iterations {first}..{end} after the restore of checkpoint {restored} "
+                                   "equals the uninterrupted baseline's, all {count} of them{note}."),
 }
 
 
