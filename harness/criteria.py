@@ -171,111 +171,87 @@ def _na_poisoned(cid: str, a: Analysis) -> CriterionResult:
 
 
 def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
+    """A checkpoint was committed before the episode's fault: the marker, Megatron's save line,
+    metadata.json and the tracker agree on K."""
     cid = "pre_fault_checkpoint"
     tl, a, ep = j.tl, j.a, j.ep
     if (na := _na_no_fault(cid, a)) is not None:
         return na
-    inj = ep.marker if ep is not None else None
-    if inj is None:
-        reason = f" The nemesis said: {a.never_fired[0].reason}." if a.never_fired else ""
+    facts: dict[str, object] = {"fault": a.fault, "fault_how": a.fault_how}
+
+    def found(status: Status, reason: str, evidence: Sequence[object], **values: object) -> CriterionResult:
+        facts.update(values)
+        return _found(cid, status, reason, facts, evidence, final=bool(facts.pop("final", False)))
+
+    if ep is None:
         absent = [Src(MARKER_NAME, 0, "missing: no fault was injected"),
                   Src("run.json", 0, f"spec.fault = {a.fault}") if a.fault_how.startswith("run.json") else None]
-        return _result(cid, FAIL, f"The {a.fault} fault was requested ({a.fault_how}) but never injected: there is no "
-                                  f"fault_injected.json.{reason} Give the run enough iterations to commit a checkpoint "
-                                  "beyond the nemesis's startup baseline (train_iters well above save_interval) and check "
-                                  "the [nemesis] lines of the fault rank.", [*absent, *a.never_fired],
-                       final=bool(a.never_fired))  # the nemesis itself said it will not fire
+        # final: the nemesis itself said it will not fire
+        return found(FAIL, "never_injected", [*absent, *a.never_fired], final=bool(a.never_fired),
+                     nemesis=(f" The nemesis said: {a.never_fired[0].reason}." if a.never_fired else ""))
+    inj = ep.marker
+    facts.update(episode=ep.number, marker=inj.src.path, marked_fault=inj.fault, rank=inj.rank)
     if inj.fault not in (a.fault, "unknown"):
-        return _result(cid, FAIL, f"The marker records a {inj.fault} fault but this run asked for {a.fault} "
-                                  f"({a.fault_how}): verify with --fault {inj.fault} if that was intended.", [inj])
+        return found(FAIL, "other_fault", [inj])
     if inj.problem:
-        return _result(cid, FAIL, f"fault_injected.json cannot be true: {inj.problem}; the marker is damaged or not "
-                                  "this run's: rerun with a new run id.", [inj])
+        return found(FAIL, "impossible_marker", [inj], problem=inj.problem)
     outside = _outside_the_run(tl, inj)
     if outside:
-        return _result(cid, FAIL, f"fault_injected.json says the fault was injected at {outside}: the marker is not "
-                                  "this run's (copied from another run?) or a clock is wrong; rerun with a new run id.",
-                       [inj, tl.launch.src] if tl.launch is not None else [inj])
+        return found(FAIL, "outside_the_run", [inj, tl.launch.src] if tl.launch is not None else [inj], when=outside)
     in_save = inj.fault_at == "in-save"
     k = committed_before(inj)
     if in_save and (k is None or inj.iteration is None):
-        return _result(cid, FAIL, "The in-save marker does not record both the committed checkpoint "
-                                  "(committed_iteration) and the save in flight (iteration): it is damaged; rerun with a "
-                                  "new run id.", [inj])
+        return found(FAIL, "in_save_incomplete", [inj])
     if k is None:
-        return _result(cid, FAIL, "fault_injected.json records no checkpoint iteration, so nothing proves a checkpoint "
-                                  "was committed before the injection: the marker is damaged; rerun with a new run id.",
-                       [inj])
+        return found(FAIL, "no_iteration", [inj])
+    facts["committed"] = k
     if k <= 0 or (inj.baseline_iteration is not None and k <= inj.baseline_iteration):
-        return _result(cid, FAIL, f"The fault fired at checkpoint iteration {k}, not beyond the startup baseline "
-                                  f"{inj.baseline_iteration or 0}: no checkpoint of this run preceded it; rerun with a "
-                                  "new run id and a clean checkpoint directory.", [inj])
+        return found(FAIL, "not_beyond_baseline", [inj], baseline=inj.baseline_iteration or 0)
     evidence: list[object] = [inj]
     caveats: list[str] = []
     ck = tl.checkpoints
     if ck is not None and ck.exists:
+        facts.update(dir=str(ck.path), iter_dir=f"iter_{k:07d}", tracker=TRACKER_NAME)
         disk = ck.get(k)
         if disk is None:
-            return _result(cid, FAIL, f"The marker says checkpoint {k} was committed before the fault, but "
-                                      f"{ck.path} has no iter_{k:07d}: the checkpoint directory is not the one the "
-                                      "run saved to, or it was deleted.", [inj, f"{ck.path}:0: no iter_{k:07d}"])
+            return found(FAIL, "not_on_disk", [inj, f"{ck.path}:0: no iter_{k:07d}"])
         evidence.append(disk.commit_src())
         if not disk.committed:
-            return _result(cid, FAIL, f"The fault fired after the tracker named iteration {k}, but {disk.rel} has no "
-                                      "metadata.json: that save was never committed (its async finalization did not "
-                                      "complete), so the run had no complete checkpoint to recover from.", evidence)
+            return found(FAIL, "not_committed", evidence, rel=disk.rel)
         tracked = parse_tracker(ck.tracker) if ck.tracker is not None else None
         evidence.append(ck.tracker_src())
         if ck.tracker is None:
-            return _result(cid, FAIL, f"{ck.path} has no readable {TRACKER_NAME} (absent, a link or not a regular "
-                                      f"file), although Megatron writes it after every committed save and the fault "
-                                      f"fired on its value {k}: this is not the checkpoint directory the run saved to, "
-                                      "or the tracker was removed; copy the checkpoint directory whole.", evidence)
+            return found(FAIL, "no_tracker", evidence)
         if tracked is None:
-            return _result(cid, FAIL, f"{ck.path}/{TRACKER_NAME} holds {ck.tracker[:20]!r}, not an iteration number, "
-                                      f"although the fault fired on its value {k}: the tracker was damaged or written by "
-                                      "something else after the run.", evidence)
+            return found(FAIL, "tracker_not_a_number", evidence, held=repr(ck.tracker[:20]))
         if tracked < k:
-            return _result(cid, FAIL, f"{ck.path}/{TRACKER_NAME} names iteration {tracked}, below checkpoint {k} that "
-                                      "the marker says was committed before the fault: Megatron's tracker only moves "
-                                      "forward, so it was rewritten, or this is not the run's checkpoint directory.",
-                           evidence)
+            return found(FAIL, "tracker_behind", evidence, tracked=tracked)
     elif ck is not None and ck.how.startswith("not followed"):
-        caveats.append(f"{ck.path} is a symbolic link, not followed, so neither metadata.json nor the tracker was "
-                       "checked")
+        caveats.append(sentence(cid, "caveat_link", {"dir": str(ck.path)}))
     else:
-        caveats.append("the checkpoint directory is not in the run directory, so metadata.json and the tracker were "
-                       "not checked")
+        caveats.append(sentence(cid, "caveat_no_dir", {}))
     if not tl.starts:
-        return _result(cid, UNKNOWN, f"The marker names checkpoint {k}, but there is no application log to correlate it "
-                                     "with Megatron's save lines: copy logs/ with the run directory.", evidence)
+        return found(UNKNOWN, "no_log", evidence)
     upto = inj.cycle if inj.cycle is not None else ep.cycle
+    facts["upto"] = upto
     saves = [e for s in tl.starts if s.cycle is not None and s.cycle <= upto
              for e in s.of(ev.SaveCommitted) if e.iteration == k]
     if not saves:
-        return _result(cid, FAIL, f"The marker names checkpoint {k}, but Megatron's log of cycles 0..{upto} has no "
-                                  f"'successfully saved checkpoint from iteration {k}' line: the marker and the training "
-                                  "log disagree (wrong --save directory or a tracker written by something else).",
-                       evidence)
+        return found(FAIL, "no_save_line", evidence)
     evidence.append(saves[-1])
     if in_save:
         n, injected_at = inj.iteration, tl.utc(inj)
+        facts["in_flight"] = n
         early = [e for s in tl.starts if s.cycle is not None and s.cycle <= upto for e in s.of(ev.SaveCommitted)
                  if e.iteration == n and (t := tl.utc(e)) is not None and injected_at is not None and t <= injected_at]
         if early:
-            return _result(cid, FAIL, f"The in-save fault was meant to land while checkpoint {n} was being saved, but "
-                                      f"Megatron's log says checkpoint {n} was committed before the injection: the "
-                                      "fault hit after the save, not in it; lengthen the save (--save-delay-ms) or "
-                                      "poll faster.", [*evidence, early[0]])
-        caveats.append(f"the save of iteration {n} was in flight, uncommitted, when the fault hit")
+            return found(FAIL, "in_save_after_the_save", [*evidence, early[0]])
+        caveats.append(sentence(cid, "caveat_in_flight", facts))
     if ep.expected_k is not None and ep.expected_k != k:
-        caveats.append(f"checkpoint {ep.expected_k} was also committed before the injection")
-    when = iso_utc(tl.utc(inj))
-    extra = f" ({'; '.join(caveats)})" if caveats else ""
-    agree = "the marker, Megatron's save line, metadata.json and the tracker agree" if ck is not None and ck.exists \
-        else "the marker and Megatron's save line agree"
-    return _result(cid, PASS, f"Checkpoint {k} was committed before the {a.fault} injection on rank {inj.rank} at "
-                              f"{when}: {agree}{extra}.", evidence, values={"committed": k, "episode": ep.number})
+        caveats.append(sentence(cid, "caveat_also_committed", {"also": ep.expected_k}))
+    agree = "agree_all" if ck is not None and ck.exists else "agree_log"
+    return found(PASS, "committed", evidence, when=iso_utc(tl.utc(inj)), agree=sentence(cid, agree, {}),
+                 caveats=f" ({'; '.join(caveats)})" if caveats else "")
 
 
 CLOCK_SLACK_S = 60.0  # clocks of one cluster agree far better; more is a marker of another run or a broken clock

@@ -15,6 +15,7 @@ from typing import Callable, TextIO
 
 from harness import events as ev
 from harness.criteria import Analysis, analyze, evaluate
+from harness.episodes import committed_before
 from harness.history import HistoryReader, RunDirError
 from harness.spec import RunSpec
 
@@ -74,7 +75,7 @@ class Progress:
         if a.closing is not None:  # the latest episode: each fault is told when it comes (in-restore has two)
             i = a.closing.marker
             # in-save: the marker's iteration is the save in flight; the committed one is recorded beside it
-            after = i.committed_iteration if i.fault_at == "in-save" else i.iteration
+            after = committed_before(i)
             when = (f"during the save of checkpoint {i.iteration}" if i.fault_at == "in-save"
                     else f"after checkpoint {i.iteration}" + ("" if i.fault_at == "after-commit" else f" ({i.fault_at})"))
             injected = (f"{i.signal or i.fault} on rank {i.rank} {when}"

@@ -42,8 +42,9 @@ def test_a_two_fault_run_gets_two_judged_episodes_and_one_merged_verdict(tmp_pat
     assert one.criteria[2].status == PASS and "loaded checkpoint 10" in one.criteria[2].detail
     assert one.superseded == ("later_checkpoint",) and one.criteria[3].status == NOT_APPLICABLE
     assert two.superseded == () and "loaded checkpoint 15" in two.criteria[2].detail
-    assert one.criteria[0].values == {"committed": 10, "episode": 1}
-    assert two.criteria[0].values == {"committed": 15, "episode": 2}
+    assert (one.criteria[0].values["committed"], one.criteria[0].values["episode"]) == (10, 1)
+    assert (two.criteria[0].values["committed"], two.criteria[0].values["episode"]) == (15, 2)
+    assert two.criteria[0].values["marker"] == "fault_injected.2.json"
     # the merge: the run's reload is the last episode's; the replacement cycles are both episodes'
     assert verdict.criterion("optimizer_reload").detail == two.criteria[2].detail
     assert "failures of all 2 injected faults (cycles 0, 1)" in verdict.criterion("replacement_cycle").detail

@@ -18,6 +18,67 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("*", "superseded"): "Superseded: {why}.",
     ("*", "no_usable_baseline"): "No usable baseline: {problem}.",
     ("*", "crashed"): "The checker failed: {error}",
+    # pre_fault_checkpoint
+    ("pre_fault_checkpoint", "never_injected"): (
+        "The {fault} fault was requested ({fault_how}) but never injected: there is no fault_injected.json.{nemesis} "
+        "Give the run enough iterations to commit a checkpoint beyond the nemesis's startup baseline (train_iters well "
+        "above save_interval) and check the [nemesis] lines of the fault rank."),
+    ("pre_fault_checkpoint", "other_fault"): ("The marker records a {marked_fault} fault but this run asked for {fault} "
+                                              "({fault_how}): verify with --fault {marked_fault} if that was intended."),
+    ("pre_fault_checkpoint", "impossible_marker"): ("{marker} cannot be true: {problem}; the marker is damaged or not "
+                                                    "this run's: rerun with a new run id."),
+    ("pre_fault_checkpoint", "outside_the_run"): ("{marker} says the fault was injected at {when}: the marker is not "
+                                                  "this run's (copied from another run?) or a clock is wrong; rerun "
+                                                  "with a new run id."),
+    ("pre_fault_checkpoint", "in_save_incomplete"): ("The in-save marker does not record both the committed checkpoint "
+                                                     "(committed_iteration) and the save in flight (iteration): it is "
+                                                     "damaged; rerun with a new run id."),
+    ("pre_fault_checkpoint", "no_iteration"): ("{marker} records no checkpoint iteration, so nothing proves a "
+                                               "checkpoint was committed before the injection: the marker is damaged; "
+                                               "rerun with a new run id."),
+    ("pre_fault_checkpoint", "not_beyond_baseline"): ("The fault fired at checkpoint iteration {committed}, not beyond "
+                                                      "the startup baseline {baseline}: no checkpoint of this run "
+                                                      "preceded it; rerun with a new run id and a clean checkpoint "
+                                                      "directory."),
+    ("pre_fault_checkpoint", "not_on_disk"): ("The marker says checkpoint {committed} was committed before the fault, "
+                                              "but {dir} has no {iter_dir}: the checkpoint directory is not the one the "
+                                              "run saved to, or it was deleted."),
+    ("pre_fault_checkpoint", "not_committed"): ("The fault fired after the tracker named iteration {committed}, but "
+                                                "{rel} has no metadata.json: that save was never committed (its async "
+                                                "finalization did not complete), so the run had no complete checkpoint "
+                                                "to recover from."),
+    ("pre_fault_checkpoint", "no_tracker"): ("{dir} has no readable {tracker} (absent, a link or not a regular file), "
+                                             "although Megatron writes it after every committed save and the fault "
+                                             "fired on its value {committed}: this is not the checkpoint directory the "
+                                             "run saved to, or the tracker was removed; copy the checkpoint directory "
+                                             "whole."),
+    ("pre_fault_checkpoint", "tracker_not_a_number"): ("{dir}/{tracker} holds {held}, not an iteration number, "
+                                                       "although the fault fired on its value {committed}: the tracker "
+                                                       "was damaged or written by something else after the run."),
+    ("pre_fault_checkpoint", "tracker_behind"): ("{dir}/{tracker} names iteration {tracked}, below checkpoint "
+                                                 "{committed} that the marker says was committed before the fault: "
+                                                 "Megatron's tracker only moves forward, so it was rewritten, or this "
+                                                 "is not the run's checkpoint directory."),
+    ("pre_fault_checkpoint", "no_log"): ("The marker names checkpoint {committed}, but there is no application log to "
+                                         "correlate it with Megatron's save lines: copy logs/ with the run directory."),
+    ("pre_fault_checkpoint", "no_save_line"): ("The marker names checkpoint {committed}, but Megatron's log of cycles "
+                                               "0..{upto} has no 'successfully saved checkpoint from iteration "
+                                               "{committed}' line: the marker and the training log disagree (wrong "
+                                               "--save directory or a tracker written by something else)."),
+    ("pre_fault_checkpoint", "in_save_after_the_save"): (
+        "The in-save fault was meant to land while checkpoint {in_flight} was being saved, but Megatron's log says "
+        "checkpoint {in_flight} was committed before the injection: the fault hit after the save, not in it; lengthen "
+        "the save (--save-delay-ms) or poll faster."),
+    ("pre_fault_checkpoint", "caveat_link"): ("{dir} is a symbolic link, not followed, so neither metadata.json nor the "
+                                              "tracker was checked"),
+    ("pre_fault_checkpoint", "caveat_no_dir"): ("the checkpoint directory is not in the run directory, so metadata.json "
+                                                "and the tracker were not checked"),
+    ("pre_fault_checkpoint", "caveat_in_flight"): "the save of iteration {in_flight} was in flight, uncommitted, when the fault hit",
+    ("pre_fault_checkpoint", "caveat_also_committed"): "checkpoint {also} was also committed before the injection",
+    ("pre_fault_checkpoint", "agree_all"): "the marker, Megatron's save line, metadata.json and the tracker agree",
+    ("pre_fault_checkpoint", "agree_log"): "the marker and Megatron's save line agree",
+    ("pre_fault_checkpoint", "committed"): ("Checkpoint {committed} was committed before the {fault} injection on rank "
+                                            "{rank} at {when}: {agree}{caveats}."),
     # replacement_cycle, merged over several episodes that all passed
     ("replacement_cycle", "all_restarted"): ("The launcher recorded the failures of all {faults} injected faults "
                                              "(cycles {cycles}){how} and, after the last, started replacement "
