@@ -699,12 +699,13 @@ def check_optimizer_reload(j: Judging) -> CriterionResult:
 
 
 def check_later_checkpoint(j: Judging) -> CriterionResult:
+    """Training after the episode's restore (the whole run, without a fault) committed its work
+    to the final iteration with no skipped step."""
     cid = "later_checkpoint"
     tl, a, ep = j.tl, j.a, j.ep
     recovering = a.is_fault_run and ep is not None
     if recovering and not ep.restarted:
-        return _result(cid, NOT_APPLICABLE, "No replacement workers started (see replacement_cycle), so no training "
-                                             "followed the fault.")
+        return _found(cid, NOT_APPLICABLE, "no_replacement", {})
     if recovering and a.poisoned:
         return _na_poisoned(cid, a)
     k = (ep.expected_k or 0) if recovering else 0
@@ -712,37 +713,36 @@ def check_later_checkpoint(j: Judging) -> CriterionResult:
     if recovering and t_final is not None and k >= t_final:
         return _nothing_left_to_train(tl, ep, k, t_final)
     scope = list(ep.continuation) if recovering else list(tl.starts)
-    where = f"after the restore of checkpoint {k}" if recovering else "in this run"
+    facts: dict[str, object] = {"restored": k, "where": sentence(cid, "after_restore" if recovering else "in_run",
+                                                                   {"restored": k})}
     if not scope:
-        return _result(cid, UNKNOWN, f"There is no application log {where}: training progress cannot be checked; "
-                                     "copy logs/ with the run directory.")
-    problems: list[str] = []
+        return _found(cid, UNKNOWN, "no_log", facts)
+    problems: list[dict[str, object]] = []
     evidence: list[object] = []
     lasts = [s.last_iteration for s in scope if s.last_iteration is not None]
     top = max(lasts, key=lambda it: it.iteration, default=None)
     final = next((s.last_iteration for s in reversed(scope) if s.last_iteration is not None), None)
     if top is None or top.iteration <= k:
-        problems.append(f"no iteration line beyond {k} {where}")
+        problems.append({"reason": "no_iteration_beyond"})
     else:
         first = next((s.first_iteration for s in scope if s.first_iteration is not None), None)
         evidence.append(first)
     skipped = [it for s in scope for it in s.bad_iterations if (it.skipped or 0) > 0 and it.iteration > k]
     if skipped:
-        problems.append(f"iteration {skipped[0].iteration} skipped its optimizer step "
-                        f"(number of skipped iterations: {skipped[0].skipped})")
+        problems.append({"reason": "skipped_step", "iteration": skipped[0].iteration, "skipped": skipped[0].skipped})
         evidence.extend(skipped[:3])
     saves = [e for s in scope for e in s.of(ev.SaveCommitted) if e.iteration > k]
     ck = tl.checkpoints if tl.checkpoints is not None and tl.checkpoints.exists else None
     later: ev.SaveCommitted | None = None
     if not saves:
-        problems.append(f"no checkpoint beyond {k} was committed (no 'successfully saved checkpoint' line)")
+        problems.append({"reason": "no_later_save"})
     else:
         # a directory pruned since (not on disk) does not contradict the log; one without metadata.json does
         committed = [s for s in saves if ck is None or (d := ck.get(s.iteration)) is None or d.committed]
         if not committed:
             d = ck.get(saves[-1].iteration) if ck is not None else None
-            problems.append(f"checkpoint {saves[-1].iteration} was logged as saved but "
-                            f"{d.rel if d else f'iter_{saves[-1].iteration:07d}'} has no metadata.json")
+            problems.append({"reason": "logged_not_committed", "iteration": saves[-1].iteration,
+                             "rel": d.rel if d else f"iter_{saves[-1].iteration:07d}"})
             evidence.append(saves[-1])
             if d is not None:
                 evidence.append(d.commit_src())
@@ -758,7 +758,7 @@ def check_later_checkpoint(j: Judging) -> CriterionResult:
     if final is not None and t is not None:
         evidence.append(final)
         if final.iteration != t:
-            problems.append(f"training stopped at iteration {final.iteration} of {t}")
+            problems.append({"reason": "stopped_early", "iteration": final.iteration, "train_iters": t})
             if t_src:
                 evidence.append(t_src)
     si = tl.run.save_interval
@@ -766,15 +766,17 @@ def check_later_checkpoint(j: Judging) -> CriterionResult:
         on_disk = ck.get(t) if ck is not None else None
         logged = any(s.iteration == t for s in saves)
         if not (on_disk.committed if on_disk is not None else logged):  # the disk, when it has the dir, decides
-            problems.append(f"the final checkpoint {t} (a multiple of save_interval {si}) was not committed")
+            problems.append({"reason": "final_not_committed", "train_iters": t, "save_interval": si})
             if on_disk is not None:
                 evidence.append(on_disk.commit_src())
+    facts.update(problems=[{"restored": k, "where": facts["where"], **p} for p in problems], train_iters=t,
+                 last=final.iteration if final is not None else None,
+                 later=later.iteration if later is not None else None)
     if problems:
-        return _result(cid, FAIL, f"Training did not commit its work {where}: " + "; ".join(problems) + ".", evidence)
-    steps = f"iterations {k + 1}..{final.iteration}" if final is not None else "iterations"
-    return _result(cid, PASS, f"Training committed {steps} {where} with no skipped step, checkpoint "
-                              f"{later.iteration if later else '?'} was committed, and the final iteration {t} was reached.",
-                   evidence)
+        return _found(cid, FAIL, "did_not_commit", facts, evidence)
+    facts["steps"] = sentence(cid, "steps" if final is not None else "steps_unknown", facts)
+    facts["later_text"] = later.iteration if later is not None else "?"
+    return _found(cid, PASS, "committed", facts, evidence)
 
 
 def _nothing_left_to_train(tl: Timeline, ep: Episode, k: int, t: int) -> CriterionResult:
@@ -782,25 +784,22 @@ def _nothing_left_to_train(tl: Timeline, ep: Episode, k: int, t: int) -> Criteri
     that is no failure. What must hold: checkpoint T committed, no training line beyond T; the
     reload of T is optimizer_reload's, the clean exit clean_finish's."""
     cid = "later_checkpoint"
+    facts: dict[str, object] = {"restored": k, "train_iters": t}
     evidence: list[object] = [ep.marker, tl.run.train_iters_src]
     ck = tl.checkpoints if tl.checkpoints is not None and tl.checkpoints.exists else None
     d = ck.get(k) if ck is not None else None
     if d is not None:
         evidence.append(d.commit_src())
         if not d.committed:
-            return _result(cid, FAIL, f"The fault hit after iteration {k}, the final one, but {d.rel} has no "
-                                      "metadata.json: the final checkpoint was never committed.", evidence)
+            return _found(cid, FAIL, "final_never_committed", {**facts, "rel": d.rel}, evidence)
     beyond = [s.last_iteration for s in ep.continuation if s.last_iteration is not None and s.last_iteration.iteration > t]
     if beyond:
-        return _result(cid, FAIL, f"The replacement trained beyond the final iteration {t} (iteration "
-                                  f"{beyond[0].iteration}): --train-iters changed between cycles.", [*evidence, beyond[0]])
+        return _found(cid, FAIL, "trained_beyond_final", {**facts, "iteration": beyond[0].iteration},
+                      [*evidence, beyond[0]])
     trained = [s.first_iteration for s in ep.continuation if s.first_iteration is not None]
     if trained and trained[0].iteration <= k:
-        return _result(cid, FAIL, f"Checkpoint {k} is the final iteration, yet the replacement trained iteration "
-                                  f"{trained[0].iteration} again: it did not resume at {k}.", [*evidence, trained[0]])
-    return _result(cid, PASS, f"Nothing was left to train: checkpoint {k} is the final iteration {t}, committed before "
-                              "the fault, and the replacement trained no iteration again (its reload is "
-                              "optimizer_reload's, its exit clean_finish's).", evidence)
+        return _found(cid, FAIL, "trained_again", {**facts, "iteration": trained[0].iteration}, [*evidence, trained[0]])
+    return _found(cid, PASS, "nothing_left", facts, evidence)
 
 
 def _restarts_ran_out(tl: Timeline, a: Analysis, ep: Episode) -> tuple[str, list[object]] | None:

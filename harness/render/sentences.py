@@ -79,6 +79,38 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("pre_fault_checkpoint", "agree_log"): "the marker and Megatron's save line agree",
     ("pre_fault_checkpoint", "committed"): ("Checkpoint {committed} was committed before the {fault} injection on rank "
                                             "{rank} at {when}: {agree}{caveats}."),
+    # later_checkpoint
+    ("later_checkpoint", "no_replacement"): ("No replacement workers started (see replacement_cycle), so no training "
+                                             "followed the fault."),
+    ("later_checkpoint", "after_restore"): "after the restore of checkpoint {restored}",
+    ("later_checkpoint", "in_run"): "in this run",
+    ("later_checkpoint", "no_log"): ("There is no application log {where}: training progress cannot be checked; copy "
+                                     "logs/ with the run directory."),
+    ("later_checkpoint", "no_iteration_beyond"): "no iteration line beyond {restored} {where}",
+    ("later_checkpoint", "skipped_step"): ("iteration {iteration} skipped its optimizer step (number of skipped "
+                                           "iterations: {skipped})"),
+    ("later_checkpoint", "no_later_save"): ("no checkpoint beyond {restored} was committed (no 'successfully saved "
+                                            "checkpoint' line)"),
+    ("later_checkpoint", "logged_not_committed"): "checkpoint {iteration} was logged as saved but {rel} has no metadata.json",
+    ("later_checkpoint", "stopped_early"): "training stopped at iteration {iteration} of {train_iters}",
+    ("later_checkpoint", "final_not_committed"): ("the final checkpoint {train_iters} (a multiple of save_interval "
+                                                  "{save_interval}) was not committed"),
+    ("later_checkpoint", "did_not_commit"): "Training did not commit its work {where}: {problems}.",
+    ("later_checkpoint", "steps"): "iterations {restored_next}..{last}",
+    ("later_checkpoint", "steps_unknown"): "iterations",
+    ("later_checkpoint", "committed"): ("Training committed {steps} {where} with no skipped step, checkpoint "
+                                        "{later_text} was committed, and the final iteration {train_iters} was "
+                                        "reached."),
+    ("later_checkpoint", "final_never_committed"): ("The fault hit after iteration {restored}, the final one, but {rel} "
+                                                    "has no metadata.json: the final checkpoint was never committed."),
+    ("later_checkpoint", "trained_beyond_final"): ("The replacement trained beyond the final iteration {train_iters} "
+                                                   "(iteration {iteration}): --train-iters changed between cycles."),
+    ("later_checkpoint", "trained_again"): ("Checkpoint {restored} is the final iteration, yet the replacement trained "
+                                            "iteration {iteration} again: it did not resume at {restored}."),
+    ("later_checkpoint", "nothing_left"): ("Nothing was left to train: checkpoint {restored} is the final iteration "
+                                           "{train_iters}, committed before the fault, and the replacement trained no "
+                                           "iteration again (its reload is optimizer_reload's, its exit "
+                                           "clean_finish's)."),
     # replacement_cycle, merged over several episodes that all passed
     ("replacement_cycle", "all_restarted"): ("The launcher recorded the failures of all {faults} injected faults "
                                              "(cycles {cycles}){how} and, after the last, started replacement "
@@ -148,6 +180,13 @@ SENTENCES: dict[tuple[str, str], str] = {
 
 
 def sentence(cid: str, reason: str, values: Mapping[str, Any]) -> str:
-    """The sentence of check `cid` for `reason`, with the checker's values filled in."""
+    """The sentence of check `cid` for `reason`, with the checker's values filled in. A value
+    `problems` (a list of facts, each with its own `reason`) becomes its rendered fragments,
+    joined with "; "; `restored_next` is `restored` + 1."""
     template = SENTENCES.get((cid, reason)) or SENTENCES[("*", reason)]
-    return template.format_map(values)
+    filled = dict(values)
+    if isinstance(filled.get("problems"), list):
+        filled["problems"] = "; ".join(sentence(cid, str(p["reason"]), p) for p in filled["problems"])
+    if isinstance(filled.get("restored"), int):
+        filled["restored_next"] = filled["restored"] + 1
+    return template.format_map(filled)
