@@ -588,114 +588,95 @@ def check_optimizer_reload(j: Judging) -> CriterionResult:
     if (na := _na_no_fault(cid, a)) is not None:
         return na
     if ep is None:
-        return _result(cid, NOT_APPLICABLE, "No injection happened (see pre_fault_checkpoint), so no replacement had "
-                                             "to reload anything.")
+        return _found(cid, NOT_APPLICABLE, "no_injection", {})
     if a.poisoned:
         return _na_poisoned(cid, a)
     r = ep.replacement
     if r is None:
         if ep.replacement_cycle is not None:
-            return _result(cid, UNKNOWN, f"The launcher started cycle {ep.replacement_cycle}, but there is no application "
-                                         f"log of that cycle (logs/*_cycle{ep.replacement_cycle}.log missing or empty): "
-                                         "the reload cannot be checked.", [ep.restart])
-        return _result(cid, NOT_APPLICABLE, "No replacement workers started (see replacement_cycle), so nothing was "
-                                             "reloaded.")
+            return _found(cid, UNKNOWN, "no_replacement_log", {"cycle": ep.replacement_cycle}, [ep.restart])
+        return _found(cid, NOT_APPLICABLE, "no_replacement", {})
     k = ep.expected_k
     trained = r.first_iteration is not None
+    facts: dict[str, object] = {"expected": k, "episode": ep.number, "cycle": r.cycle}
 
-    def fail(detail: str, evidence: Sequence[object], final: bool = False) -> CriterionResult:
-        return _result(cid, FAIL, detail, evidence, final=final or trained, values={"expected": k, "episode": ep.number})
+    def found(status: Status, reason: str, evidence: Sequence[object], final: bool = False,
+              **values: object) -> CriterionResult:
+        facts.update(values)
+        return _found(cid, status, reason, facts, evidence, final=final or trained)
 
     change = world_change(ep)
-    who = f"The replacement workers (cycle {r.cycle})"
+    facts["who"] = sentence(cid, "who", facts)
     if change is not None:  # a restore onto another world: every verdict below names it
-        who = (f"The replacement workers (cycle {r.cycle}, after the job {'shrank' if change.shrank else 'grew'}: "
-               f"{change.text()})")
+        facts["who"] = sentence(cid, "who_changed", {**facts, "way": "shrank" if change.shrank else "grew",
+                                                     "change": change.text()})
     # Decided by the configuration alone, so it holds even for a run stopped before its load ended.
     args = r.arguments
     shown = [r.first(ev.LoadStarted), r.first(ev.CheckpointLoaded)]
     for flag, option in (("no_load_optim", "--no-load-optim"), ("finetune", "--finetune")):
         if args is not None and args.flag(flag):
-            return fail(f"{who} ran with {option}: Megatron skips the optimizer state when loading "
-                                      f"checkpoint {k}; remove {option} from the workload arguments.",
-                           [*shown, args.src_of(flag)], final=True)
+            return found(FAIL, "skip_flag", [*shown, args.src_of(flag)], final=True, option=option)
         if option in tl.run.argv or option in tl.run.extra_args:
-            return fail(f"{who} ran with {option} on the run's command line, so Megatron skips the "
-                                      f"optimizer state when loading checkpoint {k}; remove {option}.",
-                           [*shown, "run.json:0: " + option + " in the launcher command"], final=True)
+            return found(FAIL, "skip_flag_command_line", [*shown, "run.json:0: " + option + " in the launcher command"],
+                         final=True, option=option)
     random = r.first(ev.StartedFromRandom)
     if random is not None:
-        return fail(f"{who} started from random instead of loading checkpoint {k}: Megatron found no "
-                                  "latest_checkpointed_iteration.txt under --load; make --load equal --save on storage "
-                                  "every node sees.", [random, *ep.expected_k_evidence[:1]], final=True)
+        return found(FAIL, "from_random", [random, *ep.expected_k_evidence[:1]], final=True)
     loaded = r.first(ev.CheckpointLoaded)
     began = r.first(ev.LoadStarted)
     if loaded is None:
         if began is None:
-            return fail(f"{who} printed no checkpoint load at all (no 'loading distributed checkpoint' "
-                                      f"line in {r.source}): check --load and --ckpt-format.", [r.events[0] if r.events else None])
-        return fail(f"{who} began loading checkpoint {began.iteration} but never printed 'successfully "
-                                  "loaded checkpoint': the load failed; see the traceback in that log.", [began])
+            return found(FAIL, "no_load", [r.events[0] if r.events else None], source=r.source)
+        return found(FAIL, "load_unfinished", [began], began=began.iteration)
     evidence: list[object] = [began, loaded]
+    facts["loaded"] = loaded.iteration
     if k is None:
-        return _result(cid, UNKNOWN, f"{who} loaded checkpoint {loaded.iteration}, but the marker records no "
-                                     "iteration to compare it with.", evidence)
+        return found(UNKNOWN, "nothing_to_compare", evidence)
     partial = next((i for i in a.markers if i.fault_at == "in-save" and i.iteration == loaded.iteration), None)
     if loaded.iteration != k and partial is not None:
         rel = f"iter_{loaded.iteration:07d}"
         d = tl.checkpoints.get(loaded.iteration) if tl.checkpoints is not None else None
-        where = d.rel if d is not None else rel
-        return fail(f"{who} loaded {where}, the partial directory whose async save was in flight when "
-                                  f"the fault hit (never committed: no metadata.json, tracker at {k}), instead of "
-                                  f"checkpoint {k}, the latest committed: the loader counted an unpublished iter_* "
-                                  "directory as a checkpoint.", [*evidence, partial, *ep.expected_k_evidence[:1]])
+        return found(FAIL, "loaded_partial", [*evidence, partial, *ep.expected_k_evidence[:1]],
+                     where=d.rel if d is not None else rel)
     if loaded.iteration != k:
         args = r.arguments
         step = args.get("ckpt_step") if args else None
-        hint = (f" --ckpt-step {step} pins the load" if step not in (None, "None")
-                else " the tracker was stale or pointed elsewhere")
-        which = "an older" if loaded.iteration < k else "a newer"
-        return fail(f"{who} loaded checkpoint {loaded.iteration}, {which} one than {k}, the latest "
-                                  f"committed at fault time:{hint}.",
-                       [*evidence, *ep.expected_k_evidence[:2]] + ([args.src_of("ckpt_step")] if step not in (None, "None") and args else []),
-                       final=loaded.iteration < k)  # nothing newer than K was committed to load
+        pinned = step not in (None, "None")
+        hint = sentence(cid, "hint_ckpt_step" if pinned else "hint_tracker", {"step": step})
+        return found(FAIL, "other_checkpoint", [*evidence, *ep.expected_k_evidence[:2]] + (
+                     [args.src_of("ckpt_step")] if pinned and args else []),
+                     final=loaded.iteration < k,  # nothing newer than K was committed to load
+                     which="an older" if loaded.iteration < k else "a newer", hint=hint)
     if loaded.iteration <= 0:
-        return fail(f"{who} loaded iteration 0: that is a fresh start, not a recovery.", evidence)
+        return found(FAIL, "fresh_start", evidence)
     args = r.arguments
     block = r.load_block()
     opt = [e for e in block if isinstance(e, ev.OptimizerLoaded)]
     sched = [e for e in block if isinstance(e, ev.SchedulerValueLoaded)]
     plain = args is not None and args.flag("use_distributed_optimizer") is False
     if not opt and not (plain and sched):
-        return fail(f"{who} loaded checkpoint {k} without its optimizer state: the load block has no "
-                                  "'Loading distributed optimizer sharded state' line (--no-load-optim, --finetune, "
-                                  "a release checkpoint or no_save_optim in the saved arguments).", evidence)
+        return found(FAIL, "without_optimizer", evidence)
     # Megatron loads the scheduler under the same condition as the optimizer; without the
     # distributed optimizer its scheduler lines are the log's evidence of that load.
     evidence[1:1] = [*opt[:1], *sched[:1], *([args.src_of("use_distributed_optimizer")] if not opt and args else [])]
-    disk_note = ""
     ck = tl.checkpoints.get(k) if tl.checkpoints is not None else None
     if ck is not None:
+        facts["rel"] = ck.rel
         if not ck.has_dcp_metadata:
-            return fail(f"{who} loaded checkpoint {k}, but {ck.rel} has no DCP .metadata: the checkpoint "
-                                      "on disk is not the one loaded, or it was damaged afterwards.", [*evidence, ck.keys_src()])
+            return found(FAIL, "no_dcp_metadata", [*evidence, ck.keys_src()])
         evidence.append(ck.keys_src())
         if ck.optimizer_keys == 0:
-            return fail(f"{who} printed an optimizer load, but {ck.rel} holds no optimizer tensors (no "
-                                      "'optimizer.' key with exp_avg): it was saved without optimizer state "
-                                      "(--no-save-optim).", evidence)
-        disk_note = (f"; {ck.optimizer_keys} optimizer keys in {ck.rel}" if ck.optimizer_keys is not None
-                     else f"; optimizer keys not listed ({ck.inspect_note})")
+            return found(FAIL, "no_optimizer_tensors", evidence)
+        facts.update(keys=ck.optimizer_keys, note=ck.inspect_note)
+        disk_note = sentence(cid, "disk_keys" if ck.optimizer_keys is not None else "disk_keys_unlisted", facts)
     else:
-        disk_note = "; checkpoint directory not available, optimizer keys not listed"
+        disk_note = sentence(cid, "disk_absent", facts)
     lines = "optimizer and scheduler" if opt and sched else ("optimizer" if opt else "scheduler (plain optimizer)")
     resharded = ""
     if change is not None:
         evidence.extend(change.evidence)
-        resharded = (f"; resharded: the checkpoint saved by {change.before} ranks was loaded by {change.after}, with "
-                     "its optimizer state (optimizer_state and loss_continuity judge what that state holds)")
-    return _result(cid, PASS, f"{who} loaded checkpoint {k}, the latest committed at fault time, with optimizer state "
-                              f"({lines} lines in the load block{disk_note}){resharded}.", evidence)
+        resharded = sentence(cid, "resharded", {"before": change.before, "after": change.after})
+    return found(PASS, "reloaded", evidence, lines=lines, disk_note=disk_note, resharded=resharded)
 
 
 def check_later_checkpoint(j: Judging) -> CriterionResult:

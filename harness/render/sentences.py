@@ -79,6 +79,56 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("pre_fault_checkpoint", "agree_log"): "the marker and Megatron's save line agree",
     ("pre_fault_checkpoint", "committed"): ("Checkpoint {committed} was committed before the {fault} injection on rank "
                                             "{rank} at {when}: {agree}{caveats}."),
+    # optimizer_reload
+    ("optimizer_reload", "no_injection"): ("No injection happened (see pre_fault_checkpoint), so no replacement had to "
+                                           "reload anything."),
+    ("optimizer_reload", "no_replacement_log"): ("The launcher started cycle {cycle}, but there is no application log "
+                                                 "of that cycle (logs/*_cycle{cycle}.log missing or empty): the reload "
+                                                 "cannot be checked."),
+    ("optimizer_reload", "no_replacement"): ("No replacement workers started (see replacement_cycle), so nothing was "
+                                             "reloaded."),
+    ("optimizer_reload", "who"): "The replacement workers (cycle {cycle})",
+    ("optimizer_reload", "who_changed"): "The replacement workers (cycle {cycle}, after the job {way}: {change})",
+    ("optimizer_reload", "skip_flag"): ("{who} ran with {option}: Megatron skips the optimizer state when loading "
+                                        "checkpoint {expected}; remove {option} from the workload arguments."),
+    ("optimizer_reload", "skip_flag_command_line"): ("{who} ran with {option} on the run's command line, so Megatron "
+                                                     "skips the optimizer state when loading checkpoint {expected}; "
+                                                     "remove {option}."),
+    ("optimizer_reload", "from_random"): ("{who} started from random instead of loading checkpoint {expected}: "
+                                          "Megatron found no latest_checkpointed_iteration.txt under --load; make "
+                                          "--load equal --save on storage every node sees."),
+    ("optimizer_reload", "no_load"): ("{who} printed no checkpoint load at all (no 'loading distributed checkpoint' "
+                                      "line in {source}): check --load and --ckpt-format."),
+    ("optimizer_reload", "load_unfinished"): ("{who} began loading checkpoint {began} but never printed 'successfully "
+                                              "loaded checkpoint': the load failed; see the traceback in that log."),
+    ("optimizer_reload", "nothing_to_compare"): ("{who} loaded checkpoint {loaded}, but the marker records no iteration "
+                                                 "to compare it with."),
+    ("optimizer_reload", "loaded_partial"): ("{who} loaded {where}, the partial directory whose async save was in "
+                                             "flight when the fault hit (never committed: no metadata.json, tracker at "
+                                             "{expected}), instead of checkpoint {expected}, the latest committed: the "
+                                             "loader counted an unpublished iter_* directory as a checkpoint."),
+    ("optimizer_reload", "hint_ckpt_step"): " --ckpt-step {step} pins the load",
+    ("optimizer_reload", "hint_tracker"): " the tracker was stale or pointed elsewhere",
+    ("optimizer_reload", "other_checkpoint"): ("{who} loaded checkpoint {loaded}, {which} one than {expected}, the "
+                                               "latest committed at fault time:{hint}."),
+    ("optimizer_reload", "fresh_start"): "{who} loaded iteration 0: that is a fresh start, not a recovery.",
+    ("optimizer_reload", "without_optimizer"): (
+        "{who} loaded checkpoint {expected} without its optimizer state: the load block has no 'Loading distributed "
+        "optimizer sharded state' line (--no-load-optim, --finetune, a release checkpoint or no_save_optim in the saved "
+        "arguments)."),
+    ("optimizer_reload", "no_dcp_metadata"): ("{who} loaded checkpoint {expected}, but {rel} has no DCP .metadata: the "
+                                              "checkpoint on disk is not the one loaded, or it was damaged afterwards."),
+    ("optimizer_reload", "no_optimizer_tensors"): ("{who} printed an optimizer load, but {rel} holds no optimizer "
+                                                   "tensors (no 'optimizer.' key with exp_avg): it was saved without "
+                                                   "optimizer state (--no-save-optim)."),
+    ("optimizer_reload", "disk_keys"): "; {keys} optimizer keys in {rel}",
+    ("optimizer_reload", "disk_keys_unlisted"): "; optimizer keys not listed ({note})",
+    ("optimizer_reload", "disk_absent"): "; checkpoint directory not available, optimizer keys not listed",
+    ("optimizer_reload", "resharded"): ("; resharded: the checkpoint saved by {before} ranks was loaded by {after}, "
+                                        "with its optimizer state (optimizer_state and loss_continuity judge what that "
+                                        "state holds)"),
+    ("optimizer_reload", "reloaded"): ("{who} loaded checkpoint {expected}, the latest committed at fault time, with "
+                                       "optimizer state ({lines} lines in the load block{disk_note}){resharded}."),
     # later_checkpoint
     ("later_checkpoint", "no_replacement"): ("No replacement workers started (see replacement_cycle), so no training "
                                              "followed the fault."),
