@@ -783,25 +783,23 @@ def _nothing_left_to_train(tl: Timeline, ep: Episode, k: int, t: int) -> Criteri
     return _found(cid, PASS, "nothing_left", facts, evidence)
 
 
-def _restarts_ran_out(tl: Timeline, a: Analysis, ep: Episode) -> tuple[str, list[object]] | None:
+def _restarts_ran_out(tl: Timeline, a: Analysis, ep: Episode) -> tuple[dict[str, object], list[object]] | None:
     """For a fault run that never restarted and whose launcher's own give-up line is not in the
-    logs (NVRx 0.7.0's log server loses the last lines; no launch.json): (why its restarts ran
-    out, evidence), when the launcher recorded the failed cycle and either run.json's restart
-    budget is spent or it announced no restart ('N/M attempts left; will restart worker group',
-    which torch elastic prints only while attempts are left). None: nothing says so (no record
-    of the failure, the harness stopped the launch, or a restart was announced)."""
-    c = ep.cycle
+    logs (NVRx 0.7.0's log server loses the last lines; no launch.json): (the facts of why its
+    restarts ran out, evidence), when the launcher recorded the failed cycle and either
+    run.json's restart budget is spent or it announced no restart ('N/M attempts left; will
+    restart worker group', which torch elastic prints only while attempts are left). None:
+    nothing says so (no record of the failure, the harness stopped the launch, or a restart
+    was announced)."""
     fails = ep.failures
     if not fails or (tl.launch is not None and tl.launch.stopped_early):
         return None
     shown: list[object] = [ep.marker, *fails[:2]]
     budget = tl.run.max_restarts
     if budget is not None and len(a.failures) > budget:
-        return (f"its restarts ran out (--max-restarts {budget} allows {budget} restart(s) and {len(a.failures)} "
-                f"cycle(s) failed; raise --max-restarts)", shown)
+        return {"reason": "budget_spent", "budget": budget, "failed": len(a.failures)}, shown
     if not any(isinstance(e, ev.WorkerGroupFailed) and (e.attempts_left or 0) > 0 for e in fails):
-        return (f"its restarts ran out (it recorded the failure of cycle {c}, announced no restart and started no "
-                "later cycle; raise --max-restarts, which defaults to 0)", shown)
+        return {"reason": "no_restart_announced", "cycle": ep.cycle}, shown
     return None
 
 
@@ -815,23 +813,18 @@ def check_clean_finish(j: Judging) -> CriterionResult:
         gave_up = [e for e in tl.launcher_events() if isinstance(e, (ev.LauncherFailed, ev.RestartsExhausted))]
         launch = tl.launch
         ran_out = _restarts_ran_out(tl, a, closing)
-        why = f": {ran_out[0]}" if ran_out is not None else ""
+        why = ": " + sentence(cid, str(ran_out[0]["reason"]), ran_out[0]) if ran_out is not None else ""
         if not why and any(isinstance(e, ev.RestartsExhausted) for e in gave_up):
-            why = ": its restarts ran out (it said no restart attempts were left; raise --max-restarts)"
+            why = ": " + sentence(cid, "none_left", {})
         if gave_up or (launch is not None and launch.exit_code not in (None, 0)):
             shown = [*gave_up[:2], launch.src if launch is not None and launch.exit_code not in (None, 0) else None,
                      *(ran_out[1] if ran_out is not None else ())]
-            return _result(cid, FAIL, f"The launcher gave up after the fault without starting replacement workers{why} "
-                                      "(see replacement_cycle), so the job ended in failure, not cleanly.", shown,
-                           final=bool(gave_up))
+            return _found(cid, FAIL, "gave_up", {"why": why}, shown, final=bool(gave_up))
         if ran_out is not None:
-            return _result(cid, FAIL, f"The launcher gave up after the fault without starting replacement workers{why} "
-                                      "(see replacement_cycle), so the job ended in failure, not cleanly.", ran_out[1])
-        return _result(cid, NOT_APPLICABLE, "The job never restarted after the fault (see replacement_cycle), so it "
-                                             "could not finish cleanly.")
-    problems: list[str] = []
+            return _found(cid, FAIL, "gave_up", {"why": why}, ran_out[1])
+        return _found(cid, NOT_APPLICABLE, "never_restarted", {})
+    problems: list[dict[str, object]] = []  # each: its reason, its values, and whether no later line can undo it
     evidence: list[object] = []
-    final: list[str] = []  # the problems no later line can undo (named first)
     launcher = list(tl.launcher_events())
     success = [e for e in launcher if isinstance(e, ev.LauncherSucceeded) or (isinstance(e, ev.LauncherExit) and e.code == 0)]
     failed = [e for e in launcher if isinstance(e, ev.LauncherFailed) or (isinstance(e, ev.LauncherExit) and e.code != 0)]
@@ -839,73 +832,72 @@ def check_clean_finish(j: Judging) -> CriterionResult:
     lost_node_status = (a.fault == "node" and closing is not None and launch is not None
                         and launch.exit_code in (128 + 9, -9) and bool(success) and not failed)
     if launch is not None and launch.exit_code not in (None, 0) and not lost_node_status:
-        problems.append(f"the launcher exited with status {launch.exit_code}")
+        problems.append({"reason": "exit_status", "status": launch.exit_code})
         evidence.append(launch.src)
     # With a lost node, srun's status is its SIGKILLed task's (137) while every launcher that
     # survived reported success: that status is the fault itself, not the end of the run.
     if failed:
-        problems.append("the launcher reported a failure")
+        problems.append({"reason": "launcher_failed", "final": True})
         evidence.extend(failed[:2])
-        final.append(problems[-1])
     if not success and not (launch is not None and launch.exit_code == 0):
-        problems.append("no launcher success was recorded ('Agent .run() is OK', exit code 0 or launch.json)")
+        problems.append({"reason": "no_success"})
     elif not failed:
         evidence.extend(success[-1:])
         if launch is not None and launch.exit_code == 0:
             evidence.append(launch.src)
     if launch is not None and launch.stopped_early:
-        problems.append(f"the harness stopped the launch early ({launch.stopped_early})")
+        problems.append({"reason": "stopped_early", "why": launch.stopped_early})
         evidence.append(launch.src)
     if not a.is_fault_run and a.injection_count:
-        problems.append("an injection marker exists although the fault is none")
+        problems.append({"reason": "marker_without_fault"})
         evidence.extend(a.injection_evidence[:2])
     if a.injection_count > a.planned_faults:
-        problems.append(f"the fault was injected {a.injection_count} times" +
-                        (f" (the {a.fault_at} plan holds {a.planned_faults})" if a.planned_faults > 1 else ""))
+        plan = sentence(cid, "plan_holds", {"fault_at": a.fault_at, "planned": a.planned_faults}) \
+            if a.planned_faults > 1 else ""
+        problems.append({"reason": "injected_too_often", "count": a.injection_count, "plan": plan, "final": True})
         evidence.extend(a.injection_evidence[:4])
-        final.append(problems[-1])
     allowed = min(a.injection_count, a.planned_faults) if a.is_fault_run else 0
     if len(a.failures) > allowed:
-        cycles = ", ".join(str(c) for c in a.failures)
         injected = {e.marker.cycle for e in a.episodes} | {closing.cycle if closing is not None else None}
         extra = [c for c in a.failures if c not in injected]
-        only = "only the injected one may" if allowed <= 1 else f"only the {allowed} injected ones may"
-        problems.append(f"{len(a.failures)} cycles failed ({cycles}); {only}")
+        only = sentence(cid, "only_one" if allowed <= 1 else "only_some", {"allowed": allowed})
+        # every planned fault is in (or there is none): no later injection can account for it
+        problems.append({"reason": "too_many_failed_cycles", "failed": len(a.failures), "only": only,
+                         "cycles": ", ".join(str(c) for c in a.failures),
+                         "final": not a.is_fault_run or len(a.episodes) >= a.planned_faults})
         for c in extra[:3]:
             evidence.append(a.failures[c][0])
-        # every planned fault is in (or there is none): no later injection can account for it
-        if not a.is_fault_run or len(a.episodes) >= a.planned_faults:
-            final.append(problems[-1])
     if not a.is_fault_run:
         restarts = sorted({c for c in a.workers_started if c > 0} | {s.cycle for s in tl.starts if s.cycle})
         if restarts:
-            problems.append(f"the workers restarted (cycle {restarts[0]}) although no fault was injected")
+            problems.append({"reason": "restarted_without_fault", "cycle": restarts[0]})
     stops = [e for e in launcher if isinstance(e, ev.NoProgressStop)]
     if stops:
-        problems.append("NVRx stopped the job for lack of progress across restarts")
+        problems.append({"reason": "no_progress_stop", "final": True})
         evidence.append(stops[0])
-        final.append(problems[-1])
     last = max(tl.starts, key=lambda s: (s.cycle if s.cycle is not None else -1, s.index), default=None)
     done = last.first(ev.TrainingDone) if last is not None else None
     if done is None:
-        problems.append("Megatron never printed '[after training is done]'" +
-                        (f" in its last start ({last.source})" if last is not None else " (no application log)"))
+        where = sentence(cid, "in_last_start" if last is not None else "no_app_log",
+                         {"source": last.source if last is not None else None})
+        problems.append({"reason": "not_done", "where": where})
     else:
         evidence.append(done)
     if problems:
-        problems = final + [p for p in problems if p not in final]  # what decided it first (the watcher's stop reason)
-        return _result(cid, FAIL, "The run did not finish cleanly: " + "; ".join(problems) + ".", evidence,
-                       final=bool(final))
+        # what decided it first (the watcher's stop reason): the problems no later line can undo
+        ordered = [p for p in problems if p.get("final")] + [p for p in problems if not p.get("final")]
+        return _found(cid, FAIL, "not_clean", {"problems": ordered}, evidence,
+                      final=any(p.get("final") for p in problems))
     if a.is_fault_run and closing is not None and a.planned_faults > 1:
-        shape = f"with exactly {a.planned_faults} injections ({a.fault_at}) and as many failed cycles"
+        shape = "shape_planned"
     elif a.is_fault_run and closing is not None:
-        shape = "with exactly one injection and one failed cycle"
+        shape = "shape_one"
     elif a.is_fault_run:
-        shape = "without any failed cycle (and without the fault, see pre_fault_checkpoint)"
+        shape = "shape_none_injected"
     else:
-        shape = "in a single cycle without any fault"
-    return _result(cid, PASS, f"The launcher reported success {shape}, no no-progress stop, and Megatron reached "
-                              "'[after training is done]'.", evidence)
+        shape = "shape_baseline"
+    return _found(cid, PASS, "clean", {"shape": sentence(cid, shape, {"planned": a.planned_faults,
+                                                                      "fault_at": a.fault_at})}, evidence)
 
 
 def check_optimizer_state(j: Judging) -> CriterionResult:

@@ -161,6 +161,42 @@ SENTENCES: dict[tuple[str, str], str] = {
                                            "{train_iters}, committed before the fault, and the replacement trained no "
                                            "iteration again (its reload is optimizer_reload's, its exit "
                                            "clean_finish's)."),
+    # clean_finish
+    ("clean_finish", "budget_spent"): ("its restarts ran out (--max-restarts {budget} allows {budget} restart(s) and "
+                                       "{failed} cycle(s) failed; raise --max-restarts)"),
+    ("clean_finish", "no_restart_announced"): ("its restarts ran out (it recorded the failure of cycle {cycle}, "
+                                               "announced no restart and started no later cycle; raise --max-restarts, "
+                                               "which defaults to 0)"),
+    ("clean_finish", "none_left"): ("its restarts ran out (it said no restart attempts were left; raise "
+                                    "--max-restarts)"),
+    ("clean_finish", "gave_up"): ("The launcher gave up after the fault without starting replacement workers{why} (see "
+                                  "replacement_cycle), so the job ended in failure, not cleanly."),
+    ("clean_finish", "never_restarted"): ("The job never restarted after the fault (see replacement_cycle), so it could "
+                                          "not finish cleanly."),
+    ("clean_finish", "exit_status"): "the launcher exited with status {status}",
+    ("clean_finish", "launcher_failed"): "the launcher reported a failure",
+    ("clean_finish", "no_success"): ("no launcher success was recorded ('Agent .run() is OK', exit code 0 or "
+                                     "launch.json)"),
+    ("clean_finish", "stopped_early"): "the harness stopped the launch early ({why})",
+    ("clean_finish", "marker_without_fault"): "an injection marker exists although the fault is none",
+    ("clean_finish", "plan_holds"): " (the {fault_at} plan holds {planned})",
+    ("clean_finish", "injected_too_often"): "the fault was injected {count} times{plan}",
+    ("clean_finish", "only_one"): "only the injected one may",
+    ("clean_finish", "only_some"): "only the {allowed} injected ones may",
+    ("clean_finish", "too_many_failed_cycles"): "{failed} cycles failed ({cycles}); {only}",
+    ("clean_finish", "restarted_without_fault"): "the workers restarted (cycle {cycle}) although no fault was injected",
+    ("clean_finish", "no_progress_stop"): "NVRx stopped the job for lack of progress across restarts",
+    ("clean_finish", "in_last_start"): " in its last start ({source})",
+    ("clean_finish", "no_app_log"): " (no application log)",
+    ("clean_finish", "not_done"): "Megatron never printed '[after training is done]'{where}",
+    ("clean_finish", "not_clean"): "The run did not finish cleanly: {problems}.",
+    ("clean_finish", "shape_planned"): ("with exactly {planned} injections ({fault_at}) and as many failed cycles"),
+    ("clean_finish", "shape_one"): "with exactly one injection and one failed cycle",
+    ("clean_finish", "shape_none_injected"): ("without any failed cycle (and without the fault, see "
+                                              "pre_fault_checkpoint)"),
+    ("clean_finish", "shape_baseline"): "in a single cycle without any fault",
+    ("clean_finish", "clean"): ("The launcher reported success {shape}, no no-progress stop, and Megatron reached "
+                                "'[after training is done]'."),
     # replacement_cycle, merged over several episodes that all passed
     ("replacement_cycle", "all_restarted"): ("The launcher recorded the failures of all {faults} injected faults "
                                              "(cycles {cycles}){how} and, after the last, started replacement "
