@@ -975,10 +975,9 @@ def check_loop_stopped(j: Judging) -> CriterionResult:
     tl, a = j.tl, j.a
     inj = a.opening.marker if a.opening is not None else None
     if not a.poisoned:
-        return _result(cid, NOT_APPLICABLE, f"The {a.fault} fault ({a.fault_at}) plans no restart loop.")
+        return _found(cid, NOT_APPLICABLE, "no_loop_planned", {"fault": a.fault, "fault_at": a.fault_at})
     if inj is None:
-        return _result(cid, NOT_APPLICABLE, "No injection happened (see pre_fault_checkpoint): no checkpoint was "
-                                             "poisoned, so no restart loop could start.")
+        return _found(cid, NOT_APPLICABLE, "no_injection", {})
     limit = tl.run.max_no_progress_cycles or NVRX_DEFAULT_MAX_NO_PROGRESS_CYCLES
     limit_how = ("--max-no-progress-cycles" if tl.run.max_no_progress_cycles else "NVRx's default")
     c = inj.cycle if inj.cycle is not None else 0
@@ -988,53 +987,49 @@ def check_loop_stopped(j: Judging) -> CriterionResult:
     launch = tl.launch
     code = launch.exit_code if launch is not None else None
     k = inj.iteration
+    facts: dict[str, object] = {"poisoned_checkpoint": k, "failed": len(failed_after), "limit": limit,
+                                "limit_how": limit_how, "code": code, "no_restart_code": NO_RESTART_EXIT_CODE}
     evidence: list[object] = [inj, *stops[:1], launch.src if launch is not None else None]
-    problems: list[str] = []
+    problems: list[dict[str, object]] = []
     after_last = a.closing.continuation if a.closing is not None else ()
     trained = [s for s in after_last if s.first(ev.CheckpointLoaded) is not None or s.first_iteration is not None]
     if trained:
-        problems.append(f"replacement cycle {trained[0].cycle} loaded or trained from the poisoned checkpoint {k}: the "
-                        "truncated file went unnoticed")
+        problems.append({"reason": "went_unnoticed", "cycle": trained[0].cycle, "poisoned_checkpoint": k})
         evidence.append((trained[0].first(ev.CheckpointLoaded) or trained[0].first_iteration))
     if not stops and code != NO_RESTART_EXIT_CODE:
         if launch is not None and launch.stopped_early:
-            problems.append(f"NVRx never stopped the loop: the harness did ({launch.stopped_early})")
+            problems.append({"reason": "harness_stopped", "why": launch.stopped_early})
         elif gave_up or code not in (None, 0):
-            problems.append(f"the launcher looped until --max-restarts ran out ({len(failed_after)} failed replacement "
-                            f"cycles) and exited {code if code is not None else 'with a failure'}, instead of stopping "
-                            f"for lack of progress with exit {NO_RESTART_EXIT_CODE}")
+            problems.append({**facts, "reason": "looped_until_exhausted",
+                             "exited": code if code is not None else "with a failure"})
             evidence.extend(gave_up[:1])
         else:
-            problems.append("no no-progress stop was recorded and the launcher's exit status is unknown")
+            problems.append({"reason": "no_stop_unknown_exit"})
     elif code is not None and code != NO_RESTART_EXIT_CODE:
-        problems.append(f"the launcher logged a no-progress stop but exited {code}, not {NO_RESTART_EXIT_CODE}")
+        problems.append({**facts, "reason": "stop_wrong_exit"})
     if len(failed_after) > limit:
-        problems.append(f"{len(failed_after)} replacement cycles failed before the stop, more than the limit of {limit} "
-                        f"({limit_how})")
+        problems.append({**facts, "reason": "over_the_limit"})
     # The repeating error: every failed replacement began loading the poisoned checkpoint and never finished.
     failing = [s for s in after_last if s.cycle in failed_after]
     repeated = [s for s in failing if s.first(ev.LoadStarted) is not None and s.first(ev.CheckpointLoaded) is None]
-    cause = []
+    cause: list[dict[str, object]] = []
     if inj.poisoned:
         shown = inj.poisoned
         try:  # relative to the run directory when inside it, as all evidence is
             shown = str(PurePath(inj.poisoned).relative_to(tl.run_dir))
         except ValueError:
             pass
-        cause.append(f"the corrupt file is {shown} (truncated by the fault)")
+        cause.append({"reason": "corrupt_file", "file": shown})
     if failing and len(repeated) == len(failing):
-        cause.append(f"each of the {len(failing)} failed replacement cycle(s) began loading checkpoint "
-                     f"{repeated[0].first(ev.LoadStarted).iteration} and never finished it")
+        cause.append({"reason": "repeated_load", "failing": len(failing),
+                      "loading": repeated[0].first(ev.LoadStarted).iteration})
         evidence.extend(s.first(ev.LoadStarted) for s in repeated[:3])
     if not cause:
-        problems.append("nothing names the cause of the loop (no poisoned file in the marker, no repeated failed load)")
+        problems.append({"reason": "no_cause"})
     if problems:
-        return _result(cid, FAIL, "The restart loop was not stopped as it must be: " + "; ".join(problems) + ".",
-                       evidence)
-    how = f"exit {code}" if code is not None else "a no-progress stop (exit status not recorded)"
-    return _result(cid, PASS, f"NVRx's no-progress rule stopped the restart loop after {len(failed_after)} failed "
-                              f"replacement cycle(s) (limit {limit}, {limit_how}) with {how}: " + "; ".join(cause) + ".",
-                   evidence)
+        return _found(cid, FAIL, "not_stopped", {**facts, "problems": problems}, evidence)
+    facts["how"] = sentence(cid, "how_exit" if code is not None else "how_unknown", facts)
+    return _found(cid, PASS, "stopped", {**facts, "problems": cause}, evidence)
 
 
 # ---------------------------------------------------------------- loss continuity (with a baseline)

@@ -197,6 +197,30 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("clean_finish", "shape_baseline"): "in a single cycle without any fault",
     ("clean_finish", "clean"): ("The launcher reported success {shape}, no no-progress stop, and Megatron reached "
                                 "'[after training is done]'."),
+    # loop_stopped
+    ("loop_stopped", "no_loop_planned"): "The {fault} fault ({fault_at}) plans no restart loop.",
+    ("loop_stopped", "no_injection"): ("No injection happened (see pre_fault_checkpoint): no checkpoint was poisoned, "
+                                       "so no restart loop could start."),
+    ("loop_stopped", "went_unnoticed"): ("replacement cycle {cycle} loaded or trained from the poisoned checkpoint "
+                                         "{poisoned_checkpoint}: the truncated file went unnoticed"),
+    ("loop_stopped", "harness_stopped"): "NVRx never stopped the loop: the harness did ({why})",
+    ("loop_stopped", "looped_until_exhausted"): ("the launcher looped until --max-restarts ran out ({failed} failed "
+                                                 "replacement cycles) and exited {exited}, instead of stopping for "
+                                                 "lack of progress with exit {no_restart_code}"),
+    ("loop_stopped", "no_stop_unknown_exit"): "no no-progress stop was recorded and the launcher's exit status is unknown",
+    ("loop_stopped", "stop_wrong_exit"): "the launcher logged a no-progress stop but exited {code}, not {no_restart_code}",
+    ("loop_stopped", "over_the_limit"): ("{failed} replacement cycles failed before the stop, more than the limit of "
+                                         "{limit} ({limit_how})"),
+    ("loop_stopped", "corrupt_file"): "the corrupt file is {file} (truncated by the fault)",
+    ("loop_stopped", "repeated_load"): ("each of the {failing} failed replacement cycle(s) began loading checkpoint "
+                                        "{loading} and never finished it"),
+    ("loop_stopped", "no_cause"): ("nothing names the cause of the loop (no poisoned file in the marker, no repeated "
+                                   "failed load)"),
+    ("loop_stopped", "not_stopped"): "The restart loop was not stopped as it must be: {problems}.",
+    ("loop_stopped", "how_exit"): "exit {code}",
+    ("loop_stopped", "how_unknown"): "a no-progress stop (exit status not recorded)",
+    ("loop_stopped", "stopped"): ("NVRx's no-progress rule stopped the restart loop after {failed} failed replacement "
+                                  "cycle(s) (limit {limit}, {limit_how}) with {how}: {problems}."),
     # replacement_cycle, merged over several episodes that all passed
     ("replacement_cycle", "all_restarted"): ("The launcher recorded the failures of all {faults} injected faults "
                                              "(cycles {cycles}){how} and, after the last, started replacement "
