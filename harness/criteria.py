@@ -1178,68 +1178,58 @@ def check_state_equivalence(j: Judging) -> CriterionResult:
     if j.baseline_problem is not None and a.is_fault_run:
         return _no_usable_baseline(cid, j.baseline_problem)
     if not a.is_fault_run:
-        return _result(cid, NOT_APPLICABLE, "Fault none: there is no restore whose end state could differ.")
+        return _found(cid, NOT_APPLICABLE, "no_fault", {})
     if state is None:
-        return _result(cid, NOT_APPLICABLE, "No baseline run given (--baseline auto or RUN_DIR of an uninterrupted "
-                                             "run of the same configuration), so there is no end state to compare with.")
+        return _found(cid, NOT_APPLICABLE, "no_baseline", {})
     if a.poisoned:
-        return _result(cid, NOT_APPLICABLE, f"The {a.fault} fault plans a restart loop, not a recovery: there is no "
-                                             "recovered end state.")
+        return _found(cid, NOT_APPLICABLE, "poisoned", {"fault": a.fault})
     loaded = a.closing.loaded if a.closing is not None else None  # the end state follows the last restore
     if loaded is None:
-        return _result(cid, NOT_APPLICABLE, "No checkpoint was restored after the fault (see optimizer_reload), so "
-                                             "there is no recovered end state to compare.")
+        return _found(cid, NOT_APPLICABLE, "nothing_restored", {})
     if state.iteration is None or state.checkpoint is None:
-        return _result(cid, NOT_APPLICABLE, "This run committed no checkpoint (see later_checkpoint), so its end state "
-                                             "is not on disk.", [loaded])
+        return _found(cid, NOT_APPLICABLE, "nothing_committed", {}, [loaded])
     mine = Src(f"{state.checkpoint}/.metadata", 0, f"final checkpoint, iteration {state.iteration}")
     theirs = (Src(f"{state.baseline_checkpoint}/.metadata", 0, "the baseline's checkpoint of the same iteration")
               if state.baseline_checkpoint else None)
+    facts: dict[str, object] = {"checkpoint": state.checkpoint, "baseline_checkpoint": state.baseline_checkpoint,
+                                "iteration": state.iteration, "compared": state.compared_count}
     if state.note is not None:
-        return _result(cid, UNKNOWN, f"The end states could not be compared: {state.note}.", [mine, theirs])
+        return _found(cid, UNKNOWN, "not_compared", {**facts, "note": state.note}, [mine, theirs])
     exact, why, det_srcs = determinism(tl)
+    facts.update(exact=exact, why=why)
     tol = {c: (rtol, atol) for c, rtol, atol in state.tolerances}
     evidence: list[object] = [mine, theirs, *det_srcs]
     if state.missing_count:
-        return _result(cid, FAIL, f"{state.checkpoint} and the baseline's {state.baseline_checkpoint} do not hold the "
-                                  f"same tensors ({state.missing_count} differ, e.g. {state.missing[0]}): the restored "
-                                  "run ended with another model or optimizer layout.",
-                       [*evidence, *(Src(f"{state.checkpoint}/.metadata", 0, m) for m in state.missing[:4])])
+        return _found(cid, FAIL, "other_layout", {**facts, "missing": state.missing_count, "example": state.missing[0]},
+                      [*evidence, *(Src(f"{state.checkpoint}/.metadata", 0, m) for m in state.missing[:4])])
     if state.compared_count == 0:
-        return _result(cid, UNKNOWN, f"{state.checkpoint} holds no tensor that could be compared with the baseline's.",
-                       evidence)
-    classes = ", ".join(f"{n} {c}" for c, n in state.compared)
-    skipped = ""
+        return _found(cid, UNKNOWN, "nothing_comparable", facts, evidence)
+    facts["classes"] = ", ".join(f"{n} {c}" for c, n in state.compared)
+    facts["skipped"] = ""
     if state.not_compared_count:
-        shown = ", ".join(state.not_compared[:3]) + (" ..." if state.not_compared_count > 3 else "")
-        skipped = (f"; {state.not_compared_count} pickled object(s) not compared ({shown}): the RNG state and a "
-                   "step counter kept there show only through the tensors they shape")
+        facts["skipped"] = sentence(cid, "skipped", {"count": state.not_compared_count, "shown": ", ".join(
+            state.not_compared[:3]) + (" ..." if state.not_compared_count > 3 else "")})
     offending = [d for d in state.differing if exact or not d.within_tolerance]
     failing = state.differing_count if exact else state.outside_tolerance_count
     if failing:
         first = offending[0] if offending else None
         if first is not None:
             rtol, atol = tol.get(first.tensor_class, (0.0, 0.0))
-            bound = "bitwise equality" if exact else f"the {first.tensor_class} tolerance rtol={rtol:g}, atol={atol:g}"
+            bound = sentence(cid, "bitwise" if exact else "tolerance", {"cls": first.tensor_class, "rtol": f"{rtol:g}",
+                                                                         "atol": f"{atol:g}"})
             evidence.append(Src(f"{state.checkpoint}/{first.key}", 0,
                                 f"{first.numel} {first.dtype} values, max |run - baseline| = {first.max_abs_diff:.6g} "
                                 f"({first.tensor_class})"))
-            worst = "; ".join(f"{c} {v:.3g}" for c, v in state.max_abs_diff)
-            return _result(cid, FAIL, f"{failing} of {state.compared_count} tensors of {state.checkpoint} differ from the "
-                                      f"uninterrupted baseline's ({state.baseline_checkpoint}) beyond {bound} ({why}); "
-                                      f"the first is {first.key} ({first.tensor_class}, max abs difference "
-                                      f"{first.max_abs_diff:.6g}; largest per class: {worst}): the restored training "
-                                      "state differs (optimizer state, data position or RNG).", evidence)
+            return _found(cid, FAIL, "differs", {
+                **facts, "failing": failing, "bound": bound, "key": first.key, "cls": first.tensor_class,
+                "diff": f"{first.max_abs_diff:.6g}", "worst": "; ".join(f"{c} {v:.3g}" for c, v in state.max_abs_diff)},
+                evidence)
     if exact:
-        return _result(cid, PASS, f"All {state.compared_count} tensors of {state.checkpoint} ({classes}) equal the "
-                                  f"uninterrupted baseline's {state.baseline_checkpoint} bitwise ({why}){skipped}.",
-                       evidence)
-    tolerances = "; ".join(f"{c} rtol={tol[c][0]:g} atol={tol[c][1]:g}" for c, _ in state.compared if c in tol)
-    close = (f", {state.differing_count} of them not bitwise (largest difference per class: "
-             + "; ".join(f"{c} {v:.3g}" for c, v in state.max_abs_diff) + ")") if state.differing_count else ""
-    return _result(cid, PASS, f"All {state.compared_count} tensors of {state.checkpoint} ({classes}) are within the "
-                              f"tolerance of their class of the uninterrupted baseline's {state.baseline_checkpoint}"
-                              f"{close} ({why}; tolerances: {tolerances}){skipped}.", evidence)
+        return _found(cid, PASS, "bitwise_equal", facts, evidence)
+    facts["tolerances"] = "; ".join(f"{c} rtol={tol[c][0]:g} atol={tol[c][1]:g}" for c, _ in state.compared if c in tol)
+    facts["close"] = sentence(cid, "not_bitwise", {"count": state.differing_count, "largest": "; ".join(
+        f"{c} {v:.3g}" for c, v in state.max_abs_diff)}) if state.differing_count else ""
+    return _found(cid, PASS, "within_tolerance", facts, evidence)
 
 
 # ---------------------------------------------------------------- the registry and the merge

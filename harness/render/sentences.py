@@ -221,6 +221,36 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("loop_stopped", "how_unknown"): "a no-progress stop (exit status not recorded)",
     ("loop_stopped", "stopped"): ("NVRx's no-progress rule stopped the restart loop after {failed} failed replacement "
                                   "cycle(s) (limit {limit}, {limit_how}) with {how}: {problems}."),
+    # state_equivalence
+    ("state_equivalence", "no_fault"): "Fault none: there is no restore whose end state could differ.",
+    ("state_equivalence", "no_baseline"): ("No baseline run given (--baseline auto or RUN_DIR of an uninterrupted run "
+                                           "of the same configuration), so there is no end state to compare with."),
+    ("state_equivalence", "poisoned"): ("The {fault} fault plans a restart loop, not a recovery: there is no recovered "
+                                        "end state."),
+    ("state_equivalence", "nothing_restored"): ("No checkpoint was restored after the fault (see optimizer_reload), so "
+                                                "there is no recovered end state to compare."),
+    ("state_equivalence", "nothing_committed"): ("This run committed no checkpoint (see later_checkpoint), so its end "
+                                                 "state is not on disk."),
+    ("state_equivalence", "not_compared"): "The end states could not be compared: {note}.",
+    ("state_equivalence", "other_layout"): ("{checkpoint} and the baseline's {baseline_checkpoint} do not hold the same "
+                                            "tensors ({missing} differ, e.g. {example}): the restored run ended with "
+                                            "another model or optimizer layout."),
+    ("state_equivalence", "nothing_comparable"): ("{checkpoint} holds no tensor that could be compared with the "
+                                                  "baseline's."),
+    ("state_equivalence", "skipped"): ("; {count} pickled object(s) not compared ({shown}): the RNG state and a step "
+                                       "counter kept there show only through the tensors they shape"),
+    ("state_equivalence", "bitwise"): "bitwise equality",
+    ("state_equivalence", "tolerance"): "the {cls} tolerance rtol={rtol}, atol={atol}",
+    ("state_equivalence", "differs"): ("{failing} of {compared} tensors of {checkpoint} differ from the uninterrupted "
+                                       "baseline's ({baseline_checkpoint}) beyond {bound} ({why}); the first is {key} "
+                                       "({cls}, max abs difference {diff}; largest per class: {worst}): the restored "
+                                       "training state differs (optimizer state, data position or RNG)."),
+    ("state_equivalence", "bitwise_equal"): ("All {compared} tensors of {checkpoint} ({classes}) equal the "
+                                             "uninterrupted baseline's {baseline_checkpoint} bitwise ({why}){skipped}."),
+    ("state_equivalence", "not_bitwise"): ", {count} of them not bitwise (largest difference per class: {largest})",
+    ("state_equivalence", "within_tolerance"): ("All {compared} tensors of {checkpoint} ({classes}) are within the "
+                                                "tolerance of their class of the uninterrupted baseline's "
+                                                "{baseline_checkpoint}{close} ({why}; tolerances: {tolerances}){skipped}."),
     # replacement_cycle, merged over several episodes that all passed
     ("replacement_cycle", "all_restarted"): ("The launcher recorded the failures of all {faults} injected faults "
                                              "(cycles {cycles}){how} and, after the last, started replacement "
