@@ -368,48 +368,47 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
     if (na := _na_no_fault(cid, a)) is not None:
         return na
     if ep is None:
-        return _result(cid, NOT_APPLICABLE, "No injection happened (see pre_fault_checkpoint), so there is no failed "
-                                             "cycle to look for.")
+        return _found(cid, NOT_APPLICABLE, "no_injection", {})
     inj, c = ep.marker, ep.cycle
+    facts: dict[str, object] = {"fault": a.fault, "failed_cycle": c, "episode": ep.number, "rank": inj.rank}
+
+    def found(status: Status, reason: str, evidence: Sequence[object], **values: object) -> CriterionResult:
+        facts.update(values)
+        return _found(cid, status, reason, facts, evidence)
+
     if not tl.has_role("launcher"):
         later = [ci for ci in tl.cycle_infos if ci.cycle > c]
         if later and a.fault == "kill":
-            return _result(cid, PASS, f"NVRx's cycle records show cycle {c} ended and cycle {later[0].cycle} started after "
-                                      "the injection (the launcher log itself is not in the run directory).",
-                           [inj, *[ci for ci in tl.cycle_infos if ci.cycle == c], later[0]])
-        return _result(cid, UNKNOWN, "The run directory has no launcher log (logs/launcher.log or logs/console.log): "
-                                     "the failed cycle" + (" and the rank timeouts" if a.fault == "hang" else "") +
-                                     " cannot be seen; copy the launcher log with the run.", [inj])
+            return found(PASS, "cycle_records_only", [inj, *[ci for ci in tl.cycle_infos if ci.cycle == c], later[0]],
+                         next_cycle=later[0].cycle)
+        return found(UNKNOWN, "no_launcher_log", [inj], timeouts=" and the rank timeouts" if a.fault == "hang" else "")
     fails = ep.failures
     if not ep.last and inj.cycle is not None and not fails:  # a later fault follows: this one must have been noticed
-        return _result(cid, FAIL, f"The launcher log records no failure of cycle {inj.cycle} after fault {inj.fault_index} "
-                                  f"of {a.planned_faults} ({inj.fault_at}): the launcher did not notice it.", [inj])
+        return found(FAIL, "earlier_fault_unnoticed", [inj], marker_cycle=inj.cycle, index=inj.fault_index,
+                     planned=a.planned_faults, fault_at=inj.fault_at)
     if not fails:
-        return _result(cid, FAIL, f"The launcher log records no failure of cycle {c} after the {a.fault} injection "
-                                  "(no 'failed (exitcode', 'Worker group UNHEALTHY/FAILED' or failure_detected line): "
-                                  "the launcher did not notice the fault; check that the workers ran under ft_launcher "
-                                  "with rank monitors.", [inj])
+        return found(FAIL, "unnoticed", [inj])
     evidence: list[object] = [inj, *fails[:3]]
-    problems: list[str] = []
+    problems: list[dict[str, object]] = []
     if ep.replacement_cycle is not None:
         evidence.append(ep.restart)
-        new = f"cycle {ep.replacement_cycle}"
+        new = sentence(cid, "new_cycle", {"cycle": ep.replacement_cycle})
     elif ep.replacement is not None:
         evidence.append(ep.replacement.events[0] if ep.replacement.events else None)
-        new = f"cycle {ep.replacement.cycle} (seen in its application log; the launcher log has no start record)"
+        new = sentence(cid, "new_cycle_log_only", {"cycle": ep.replacement.cycle})
     else:
         group = next((e for e in fails if isinstance(e, ev.WorkerGroupFailed)), None)
         ends = [e for e in tl.launcher_events() if isinstance(e, (ev.LauncherFailed, ev.RestartsExhausted, ev.NoProgressStop))]
         evidence.extend(ends[:2])
-        why = ("restarts were exhausted (raise --max-restarts; it defaults to 0)" if group is None or group.attempts_left == 0
-               else f"it announced a restart ({group.attempts_left}/{group.max_restarts} attempts left) that never began")
         budget = tl.run.max_restarts
         if budget is not None and len(a.episodes) > budget:
-            why = (f"the restart budget ran out: --max-restarts {budget} allows {budget} restart(s) and this plan "
-                   f"injected {len(a.episodes)} faults ({a.fault_at}), each costing one; raise --max-restarts to "
-                   f"{len(a.episodes)} or more")
-        return _result(cid, FAIL, f"The launcher recorded the failure of cycle {c} but started no replacement workers: "
-                                  f"{why}.", evidence)
+            why = sentence(cid, "budget_spent", {"budget": budget, "faults": len(a.episodes), "fault_at": a.fault_at})
+        elif group is None or group.attempts_left == 0:
+            why = sentence(cid, "exhausted", {})
+        else:
+            why = sentence(cid, "restart_never_began", {"left": group.attempts_left, "max": group.max_restarts})
+        return found(FAIL, "no_replacement", evidence, why=why)
+    facts["replacement"] = new
     how = ""
     if a.fault == "hang":
         timeouts = [e for e in tl.launcher_events() if isinstance(e, ev.RankTimeout) and (e.cycle in (c, None))]
@@ -418,67 +417,57 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
         after = [t for t in timeouts if t not in before]
         named = [t for t in after if _names_injected_rank(t, inj)]
         if not timeouts:
-            problems.append(f"no section or out-of-section timeout message exists for cycle {c}: the hang of rank "
-                            f"{inj.rank} was not detected by a rank monitor (check --ft-rank-section-timeouts and "
-                            "that the workload opens its 'step' section)")
+            problems.append({**facts, "reason": "no_timeout"})
         elif not after:
-            problems.append(f"every timeout message of cycle {c} is stamped before the injection at "
-                            f"{iso_utc(injected_at)}: a rank hung before the fault, so the stop of rank {inj.rank} is "
-                            "not what the launcher detected; look at the earlier timeout's rank")
+            problems.append({**facts, "reason": "timeouts_before", "injected_at": iso_utc(injected_at)})
             evidence.extend(before[:3])
         elif named:
             evidence.append(named[0])
-            how = f" after a {named[0].kind.replace('_', '-')} timeout naming the stopped rank {inj.rank}"
+            how = sentence(cid, "how_named", {**facts, "kind": named[0].kind.replace('_', '-')})
         elif inj.signal not in (None, "SIGSTOP"):
-            problems.append(f"the marker records {inj.signal}, not SIGSTOP, so nothing proves rank {inj.rank} was "
-                            "stopped, and no timeout message names it")
+            problems.append({**facts, "reason": "not_sigstop", "signal": inj.signal})
             evidence.extend(after[:3])
         else:
             first = after[0]
             ranks = sorted({t.rank if t.rank is not None else t.local_rank for t in after}, key=lambda r: (r is None, r))
-            who = ", ".join(map(str, ranks))
             evidence.append(first)
             stamped = tl.utc(first)
-            delay = f" {stamped - injected_at:.1f} s after the stop" if stamped and injected_at else ""
-            how = (f" after a {first.kind.replace('_', '-')} timeout of rank(s) {who}{delay} (blocked waiting for the "
-                   f"stopped rank {inj.rank}, whose own monitor had not fired when the launcher stopped the group; "
-                   f"the marker proves rank {inj.rank}, pid {inj.pid}, got SIGSTOP)")
+            delay = sentence(cid, "delay", {"delay": f"{stamped - injected_at:.1f}"}) if stamped and injected_at else ""
+            how = sentence(cid, "how_peer", {**facts, "kind": first.kind.replace('_', '-'), "delay": delay,
+                                             "who": ", ".join(map(str, ranks)), "pid": inj.pid})
+    facts["how"] = how
     nodes = ""
     change = world_change(ep)
     if change is not None:
         evidence.extend(change.evidence)
         if not change.allowed(tl):
-            way = "shrank" if change.shrank else "grew"
             if tl.run.min_nnodes is not None:
-                allowed = f"--nnodes {tl.run.min_nnodes}:{tl.run.nnodes} allows no fewer than {tl.run.min_nnodes} node(s)"
+                allowed = sentence(cid, "allowed_min", {"min": tl.run.min_nnodes, "max": tl.run.nnodes})
             elif tl.run.has_run_json:
-                allowed = "the plan asked for a fixed number of nodes (no --nnodes MIN:MAX)"
+                allowed = sentence(cid, "allowed_fixed", {})
             else:
-                allowed = "no run.json says the plan allowed it (--nnodes MIN:MAX)"
-            problems.append(f"the job {way}: {change.text()}, and {allowed}; a replacement must run the world "
-                            "the checkpoint was trained on, or the plan must allow the change")
+                allowed = sentence(cid, "allowed_unknown", {})
+            problems.append({"reason": "world_changed", "way": "shrank" if change.shrank else "grew",
+                             "change": change.text(), "allowed": allowed})
     if a.fault == "node":
         r = ep.replacement_cycle if ep.replacement_cycle is not None else ep.replacement.cycle
         status, nodes, infos = _node_replacement(tl, inj, c, r, fails, change)
         evidence.extend(infos)
         if status == FAIL:
-            problems.append(nodes)
+            problems.append({"reason": "node_text", "text": nodes})
         elif status == UNKNOWN:
-            return _result(cid, UNKNOWN, f"The launcher restarted the workers in {new} after the loss of a node, but "
-                                         f"{nodes}.", evidence)
+            return found(UNKNOWN, "node_unknown", evidence, nodes=nodes)
     if problems:
-        return _result(cid, FAIL, "The launcher restarted the workers, but " + "; ".join(problems) + ".", evidence)
+        return found(FAIL, "restarted_but", evidence, problems=problems)
     early = _before_the_injection(tl, ep, fails)
     if early:
-        return _result(cid, UNKNOWN, f"The launcher restarted the workers, but {early}: a recovery cannot precede its "
-                                     f"fault, so the clocks or the UTC offset ({tl.utc_offset_s:+d} s, {tl.offset_how}) "
-                                     "do not match, or the marker is not this run's.", evidence)
+        return found(UNKNOWN, "before_the_fault", evidence, early=early, offset=f"{tl.utc_offset_s:+d}",
+                     offset_how=tl.offset_how)
     shrink = ""
     if change is not None and not nodes:
-        shrink = f"; the job shrank, as its --nnodes {tl.run.min_nnodes}:{tl.run.nnodes} allows: {change.text()}"
-    return _result(cid, PASS, f"The launcher recorded the failure of cycle {c}{how} and started replacement workers "
-                              f"in {new}{nodes}{shrink}.", evidence,
-                   values={"failed_cycle": c, "how": how, "replacement": new, "episode": ep.number})
+        shrink = sentence(cid, "shrank_allowed", {"min": tl.run.min_nnodes, "max": tl.run.nnodes,
+                                                  "change": change.text()})
+    return found(PASS, "restarted", evidence, nodes=nodes, shrink=shrink)
 
 
 def _replacement_cycles_all_passed(j: Judging, passed: Sequence[CriterionResult]) -> CriterionResult:

@@ -251,6 +251,62 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("state_equivalence", "within_tolerance"): ("All {compared} tensors of {checkpoint} ({classes}) are within the "
                                                 "tolerance of their class of the uninterrupted baseline's "
                                                 "{baseline_checkpoint}{close} ({why}; tolerances: {tolerances}){skipped}."),
+    # replacement_cycle
+    ("replacement_cycle", "no_injection"): ("No injection happened (see pre_fault_checkpoint), so there is no failed "
+                                            "cycle to look for."),
+    ("replacement_cycle", "cycle_records_only"): ("NVRx's cycle records show cycle {failed_cycle} ended and cycle "
+                                                  "{next_cycle} started after the injection (the launcher log itself "
+                                                  "is not in the run directory)."),
+    ("replacement_cycle", "no_launcher_log"): ("The run directory has no launcher log (logs/launcher.log or "
+                                               "logs/console.log): the failed cycle{timeouts} cannot be seen; copy the "
+                                               "launcher log with the run."),
+    ("replacement_cycle", "earlier_fault_unnoticed"): ("The launcher log records no failure of cycle {marker_cycle} "
+                                                       "after fault {index} of {planned} ({fault_at}): the launcher did "
+                                                       "not notice it."),
+    ("replacement_cycle", "unnoticed"): ("The launcher log records no failure of cycle {failed_cycle} after the {fault} "
+                                         "injection (no 'failed (exitcode', 'Worker group UNHEALTHY/FAILED' or "
+                                         "failure_detected line): the launcher did not notice the fault; check that the "
+                                         "workers ran under ft_launcher with rank monitors."),
+    ("replacement_cycle", "new_cycle"): "cycle {cycle}",
+    ("replacement_cycle", "new_cycle_log_only"): ("cycle {cycle} (seen in its application log; the launcher log has no "
+                                                  "start record)"),
+    ("replacement_cycle", "exhausted"): "restarts were exhausted (raise --max-restarts; it defaults to 0)",
+    ("replacement_cycle", "restart_never_began"): "it announced a restart ({left}/{max} attempts left) that never began",
+    ("replacement_cycle", "budget_spent"): ("the restart budget ran out: --max-restarts {budget} allows {budget} "
+                                            "restart(s) and this plan injected {faults} faults ({fault_at}), each "
+                                            "costing one; raise --max-restarts to {faults} or more"),
+    ("replacement_cycle", "no_replacement"): ("The launcher recorded the failure of cycle {failed_cycle} but started no "
+                                              "replacement workers: {why}."),
+    ("replacement_cycle", "no_timeout"): ("no section or out-of-section timeout message exists for cycle "
+                                          "{failed_cycle}: the hang of rank {rank} was not detected by a rank monitor "
+                                          "(check --ft-rank-section-timeouts and that the workload opens its 'step' "
+                                          "section)"),
+    ("replacement_cycle", "timeouts_before"): ("every timeout message of cycle {failed_cycle} is stamped before the "
+                                               "injection at {injected_at}: a rank hung before the fault, so the stop "
+                                               "of rank {rank} is not what the launcher detected; look at the earlier "
+                                               "timeout's rank"),
+    ("replacement_cycle", "how_named"): " after a {kind} timeout naming the stopped rank {rank}",
+    ("replacement_cycle", "not_sigstop"): ("the marker records {signal}, not SIGSTOP, so nothing proves rank {rank} was "
+                                           "stopped, and no timeout message names it"),
+    ("replacement_cycle", "delay"): " {delay} s after the stop",
+    ("replacement_cycle", "how_peer"): (" after a {kind} timeout of rank(s) {who}{delay} (blocked waiting for the "
+                                        "stopped rank {rank}, whose own monitor had not fired when the launcher stopped "
+                                        "the group; the marker proves rank {rank}, pid {pid}, got SIGSTOP)"),
+    ("replacement_cycle", "allowed_min"): "--nnodes {min}:{max} allows no fewer than {min} node(s)",
+    ("replacement_cycle", "allowed_fixed"): "the plan asked for a fixed number of nodes (no --nnodes MIN:MAX)",
+    ("replacement_cycle", "allowed_unknown"): "no run.json says the plan allowed it (--nnodes MIN:MAX)",
+    ("replacement_cycle", "world_changed"): ("the job {way}: {change}, and {allowed}; a replacement must run the world "
+                                             "the checkpoint was trained on, or the plan must allow the change"),
+    ("replacement_cycle", "node_text"): "{text}",
+    ("replacement_cycle", "node_unknown"): ("The launcher restarted the workers in {replacement} after the loss of a "
+                                            "node, but {nodes}."),
+    ("replacement_cycle", "restarted_but"): "The launcher restarted the workers, but {problems}.",
+    ("replacement_cycle", "before_the_fault"): ("The launcher restarted the workers, but {early}: a recovery cannot "
+                                                "precede its fault, so the clocks or the UTC offset ({offset} s, "
+                                                "{offset_how}) do not match, or the marker is not this run's."),
+    ("replacement_cycle", "shrank_allowed"): "; the job shrank, as its --nnodes {min}:{max} allows: {change}",
+    ("replacement_cycle", "restarted"): ("The launcher recorded the failure of cycle {failed_cycle}{how} and started "
+                                         "replacement workers in {replacement}{nodes}{shrink}."),
     # replacement_cycle, merged over several episodes that all passed
     ("replacement_cycle", "all_restarted"): ("The launcher recorded the failures of all {faults} injected faults "
                                              "(cycles {cycles}){how} and, after the last, started replacement "
