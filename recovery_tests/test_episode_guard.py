@@ -7,7 +7,7 @@ Forbidden outside the allow-list:
 - an attribute, variable, field or keyword named `injection`, `first_injection` or
   `failed_cycle` (`a.injection`, `Progress.failed_cycle`, `failed_cycle=...`): a run has
   episodes, each with its marker and its cycle;
-- `<...>.injections[0]` / `<...>.injections[-1]` (or a bare `injections[0]`): picking one
+- `<...>.injections[0]` / `<...>.injections[-1]` (or `markers[...]`, or a bare `injections[0]`): picking one
   marker out of several is the episode type's job.
 """
 
@@ -23,7 +23,7 @@ ALLOWED = {
     "harness/episodes.py": "the episode type: one episode per injection, its failed cycle",
 }
 NAMES = {"injection", "first_injection", "failed_cycle"}
-LISTS = {"injections"}
+LISTS = {"injections", "markers"}
 
 
 def _index(node: ast.expr) -> int | None:
