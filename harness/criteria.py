@@ -1312,7 +1312,6 @@ CHECKS: tuple[Check, ...] = (
     Check(LOSS_CONTINUITY, check_loss_continuity, applies=_with_baseline, superseded=_not_last),
     Check(STATE_EQUIVALENCE, check_state_equivalence, scope="run", applies=_with_baseline),
 )
-CHECKERS = tuple((c.id, c.judge) for c in CHECKS if c.id in CHECK_IDS)
 
 
 @dataclass(frozen=True)
