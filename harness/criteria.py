@@ -27,10 +27,12 @@ from pathlib import PurePath
 from typing import Callable, Mapping, Sequence
 
 from harness import events as ev
-from harness.events import AppStart, Src, Timeline, iso_utc
+from harness.episodes import Episode, committed_before, episodes, launcher_cycles
+from harness.events import Src, Timeline, iso_utc
 from harness.layout import MARKER_NAME, TRACKER_NAME, parse_tracker
 from harness.faults import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
-from harness.verdict import CriterionResult, Status, qualified
+from harness.render.sentences import sentence
+from harness.verdict import CriterionResult, Status, merge, qualified
 
 # The vocabulary is harness.verdict's; these names stay for the checkers and their tests.
 PASS, FAIL, NOT_APPLICABLE, UNKNOWN = Status.PASS, Status.FAIL, Status.NOT_APPLICABLE, Status.UNKNOWN
@@ -52,7 +54,8 @@ for _kind in FAULT_KINDS.values():
 MAX_EVIDENCE = 12
 
 
-def _result(cid: str, status: str, detail: str, evidence: Sequence[object] = (), *, final: bool = False) -> CriterionResult:
+def _result(cid: str, status: str, detail: str, evidence: Sequence[object] = (), *, final: bool = False,
+            values: Mapping[str, object] | None = None) -> CriterionResult:
     lines: list[str] = []
     for item in evidence:
         if item is None:
@@ -62,7 +65,14 @@ def _result(cid: str, status: str, detail: str, evidence: Sequence[object] = (),
             lines.append(text)
     if len(lines) > MAX_EVIDENCE:
         lines = lines[: MAX_EVIDENCE - 1] + [f"... {len(lines) - MAX_EVIDENCE + 1} more"]
-    return CriterionResult(cid, status, detail, tuple(lines), final=final and status == FAIL)
+    return CriterionResult(cid, status, detail, tuple(lines), final=final and status == FAIL, values=dict(values or {}))
+
+
+def _found(cid: str, status: str, reason: str, values: Mapping[str, object], evidence: Sequence[object] = (), *,
+           final: bool = False) -> CriterionResult:
+    """A checker's facts (status, reason, the values it compared, evidence, final) as its
+    result, the sentence rendered from them by harness.render.sentences."""
+    return _result(cid, status, sentence(cid, reason, values), evidence, final=final, values=values)
 
 
 # ---------------------------------------------------------------- the analysis shared by checkers
@@ -70,30 +80,34 @@ def _result(cid: str, status: str, detail: str, evidence: Sequence[object] = (),
 
 @dataclass(frozen=True)
 class Analysis:
-    """Facts every checker needs, derived once from the Timeline (pure)."""
+    """Facts every checker needs, derived once from the Timeline (pure): what is true of the
+    whole run, and its recovery episodes (harness.episodes: one per injection)."""
 
     fault: str
     fault_how: str
-    injection: ev.Injection | None
     injection_count: int
     injection_evidence: tuple[ev.Event, ...]
     never_fired: tuple[ev.NemesisNeverFired, ...]
-    failed_cycle: int | None
-    fault_start: AppStart | None
-    post_starts: tuple[AppStart, ...]
-    failures: dict[int, tuple[ev.LauncherEvent, ...]]  # launcher cycle -> failure records
-    workers_started: dict[int, ev.LauncherEvent]  # launcher cycle -> workers-started record
-    replacement_cycle: int | None  # first launcher cycle after the failed one whose workers started
-    expected_k: int | None  # the latest checkpoint committed at fault time
-    expected_k_evidence: tuple[ev.Event, ...]
+    failures: Mapping[int, tuple[ev.LauncherEvent, ...]]  # launcher cycle -> failure records
+    workers_started: Mapping[int, ev.LauncherEvent]  # launcher cycle -> workers-started record
     notes: tuple[str, ...] = field(default=())
     fault_at: str = DEFAULT_FAULT_AT  # the plan's moment (run.json, else the markers)
     planned_faults: int = 1  # faults the plan holds (in-restore: 2), each with its own marker
-    injections: tuple[ev.Injection, ...] = ()  # every marker, in fault order; `injection` is the last one
+    episodes: tuple[Episode, ...] = ()  # one per injection, in marker order
 
     @property
-    def first_injection(self) -> ev.Injection | None:
-        return self.injections[0] if self.injections else self.injection
+    def opening(self) -> Episode | None:
+        """The run's first episode (what the first fault interrupted)."""
+        return self.episodes[0] if self.episodes else None
+
+    @property
+    def closing(self) -> Episode | None:
+        """The episode the run's recovery ends with (no later fault cut it)."""
+        return self.episodes[-1] if self.episodes else None
+
+    @property
+    def markers(self) -> tuple[ev.Injection, ...]:
+        return tuple(e.marker for e in self.episodes)
 
     @property
     def poisoned(self) -> bool:
@@ -102,17 +116,8 @@ class Analysis:
         return kind is not None and kind.poisons_checkpoint
 
     @property
-    def replacement(self) -> AppStart | None:
-        return self.post_starts[0] if self.post_starts else None
-
-    @property
     def is_fault_run(self) -> bool:
         return self.fault != "none"
-
-    @property
-    def restarted(self) -> bool:
-        """Any evidence that workers started again after the failed cycle."""
-        return self.replacement is not None or self.replacement_cycle is not None
 
 
 def resolve_fault(timeline: Timeline, override: str | None) -> tuple[str, str]:
@@ -134,90 +139,20 @@ def resolve_fault(timeline: Timeline, override: str | None) -> tuple[str, str]:
 
 def analyze(timeline: Timeline, fault: str | None = None) -> Analysis:
     fault_name, how = resolve_fault(timeline, fault)
-    notes: list[str] = []
     nemesis_lines = [e for s in timeline.starts for e in s.of(ev.NemesisInjected)]
     never = tuple(e for s in timeline.starts for e in s.of(ev.NemesisNeverFired))
-    injections = tuple(sorted(timeline.injections, key=lambda i: i.fault_index))
-    fault_at = timeline.run.fault_at or (injections[-1].fault_at if injections else None) or DEFAULT_FAULT_AT
+    cycles = launcher_cycles(timeline)
+    found, notes = episodes(timeline, cycles)
+    moments = [e.marker.fault_at for e in found]
+    fault_at = timeline.run.fault_at or (moments[-1] if moments else None) or DEFAULT_FAULT_AT
     planned = FAULT_MOMENTS[fault_at].faults if fault_at in FAULT_MOMENTS else 1
-    # The recovery judged is the one from the plan's last fault (in-restore: the second).
-    injection = injections[-1] if injections else None
     count = max(len(timeline.injections), len(nemesis_lines))
     evidence: tuple[ev.Event, ...] = (*timeline.injections, *nemesis_lines)
-
-    failed_cycle: int | None = None
-    if injection is not None:
-        failed_cycle = injection.cycle
-        if failed_cycle is None:
-            failed_cycle = next((s.cycle for s in timeline.starts if s.of(ev.NemesisInjected)), 0)
-            notes.append(f"the marker records no cycle; took cycle {failed_cycle} as the injected one")
-
-    failures: dict[int, list[ev.LauncherEvent]] = {}
-    started: dict[int, ev.LauncherEvent] = {}
-    joined: dict[int, ev.LauncherEvent] = {}
-    for e in timeline.launcher_events():
-        if isinstance(e, ev.ProfilingEvent):
-            if e.name == "failure_detected" and e.subject_cycle is not None:
-                failures.setdefault(e.subject_cycle, []).append(e)
-            elif e.name == "worker_start_completed" and e.cycle is not None:
-                started.setdefault(e.cycle, e)
-        elif isinstance(e, (ev.WorkerFailed, ev.WorkerGroupFailed, ev.RestartsExhausted)) and e.cycle is not None:
-            failures.setdefault(e.cycle, []).append(e)
-        elif isinstance(e, ev.RendezvousJoined):
-            cycle = e.round if e.round is not None else e.cycle
-            if cycle is not None:
-                joined.setdefault(cycle, e)
-    for cycle, e in joined.items():  # 0.4.1: joining round N is the start of cycle N's workers
-        started.setdefault(cycle, e)
-
-    post: tuple[AppStart, ...] = ()
-    fault_start = None
-    replacement_cycle = None
-    if failed_cycle is not None:
-        same = [s for s in timeline.starts if s.cycle == failed_cycle]
-        fault_start = same[-1] if same else None
-        post = tuple(sorted((s for s in timeline.starts if s.cycle is not None and s.cycle > failed_cycle),
-                            key=lambda s: (s.cycle, s.index)))
-        later = sorted(c for c in started if c > failed_cycle)
-        replacement_cycle = later[0] if later else None
-
-    expected_k, k_evidence = _expected_k(timeline, injection, failed_cycle, nemesis_lines, notes)
     return Analysis(
-        fault=fault_name, fault_how=how, injection=injection, injection_count=count, injection_evidence=evidence,
-        never_fired=never, failed_cycle=failed_cycle, fault_start=fault_start, post_starts=post,
-        failures={c: tuple(v) for c, v in sorted(failures.items())}, workers_started=dict(sorted(started.items())),
-        replacement_cycle=replacement_cycle, expected_k=expected_k, expected_k_evidence=k_evidence, notes=tuple(notes),
-        fault_at=fault_at, planned_faults=planned, injections=injections,
+        fault=fault_name, fault_how=how, injection_count=count, injection_evidence=evidence, never_fired=never,
+        failures=cycles.failures, workers_started=cycles.workers_started, notes=notes, fault_at=fault_at,
+        planned_faults=planned, episodes=found,
     )
-
-
-def _expected_k(timeline: Timeline, injection: ev.Injection | None, failed_cycle: int | None,
-                nemesis_lines: list[ev.NemesisInjected], notes: list[str]) -> tuple[int | None, tuple[ev.Event, ...]]:
-    """The latest checkpoint committed at fault time: the marker's iteration (the tracker the
-    nemesis read), raised only by a save line that the log stamps before the injection (only
-    trusted when the UTC offset of the stamps is known)."""
-    if injection is None:
-        return None, ()
-    # in-save: `iteration` was in flight; the committed checkpoint is the one to reload.
-    k = injection.committed_iteration if injection.fault_at == "in-save" else injection.iteration
-    evidence: list[ev.Event] = [injection]
-    if k is None and nemesis_lines:
-        k = nemesis_lines[0].iteration
-        evidence = [nemesis_lines[0]]
-    injected_at = timeline.utc(injection)
-    if k is None or injected_at is None or timeline.offset_how.startswith("assumed") or failed_cycle is None:
-        return k, tuple(evidence)
-    for start in timeline.starts:
-        if start.cycle is None or start.cycle > failed_cycle:
-            continue
-        for save in start.of(ev.SaveCommitted):
-            t = timeline.utc(save)
-            if save.iteration > k and t is not None and t < injected_at:
-                notes.append(f"checkpoint {save.iteration} was committed at {iso_utc(t)}, before the injection at "
-                             f"{iso_utc(injected_at)}, although the marker names {k}: expecting {save.iteration}")
-                k = save.iteration
-                evidence.append(save)
-    return k, tuple(evidence)
 
 
 # ---------------------------------------------------------------- the checkers
@@ -225,124 +160,98 @@ def _expected_k(timeline: Timeline, injection: ev.Injection | None, failed_cycle
 
 def _na_no_fault(cid: str, a: Analysis) -> CriterionResult | None:
     if not a.is_fault_run:
-        return _result(cid, NOT_APPLICABLE, f"Fault none ({a.fault_how}): no injection was requested, so there is no "
-                                             "fault to recover from.")
+        return _found(cid, NOT_APPLICABLE, "no_fault", {"fault_how": a.fault_how})
     return None
 
 
 def _na_poisoned(cid: str, a: Analysis) -> CriterionResult:
-    inj = a.first_injection
+    inj = a.opening.marker if a.opening is not None else None
     what = f"checkpoint {inj.iteration}" if inj is not None and inj.iteration is not None else "the latest checkpoint"
-    return _result(cid, NOT_APPLICABLE, f"The {a.fault} fault truncated a file of {what} on purpose, so no replacement "
-                                         f"can recover; {LOOP_STOPPED} judges whether the launcher stopped the restart "
-                                         "loop.", [inj])
+    return _found(cid, NOT_APPLICABLE, "poisoned", {"fault": a.fault, "what": what}, [inj])
 
 
-def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
+def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
+    """A checkpoint was committed before the episode's fault: the marker, Megatron's save line,
+    metadata.json and the tracker agree on K."""
     cid = "pre_fault_checkpoint"
+    tl, a, ep = j.tl, j.a, j.ep
     if (na := _na_no_fault(cid, a)) is not None:
         return na
-    inj = a.first_injection
-    if inj is None:
-        reason = f" The nemesis said: {a.never_fired[0].reason}." if a.never_fired else ""
+    facts: dict[str, object] = {"fault": a.fault, "fault_how": a.fault_how}
+
+    def found(status: Status, reason: str, evidence: Sequence[object], **values: object) -> CriterionResult:
+        facts.update(values)
+        return _found(cid, status, reason, facts, evidence, final=bool(facts.pop("final", False)))
+
+    if ep is None:
         absent = [Src(MARKER_NAME, 0, "missing: no fault was injected"),
                   Src("run.json", 0, f"spec.fault = {a.fault}") if a.fault_how.startswith("run.json") else None]
-        return _result(cid, FAIL, f"The {a.fault} fault was requested ({a.fault_how}) but never injected: there is no "
-                                  f"fault_injected.json.{reason} Give the run enough iterations to commit a checkpoint "
-                                  "beyond the nemesis's startup baseline (train_iters well above save_interval) and check "
-                                  "the [nemesis] lines of the fault rank.", [*absent, *a.never_fired],
-                       final=bool(a.never_fired))  # the nemesis itself said it will not fire
+        # final: the nemesis itself said it will not fire
+        return found(FAIL, "never_injected", [*absent, *a.never_fired], final=bool(a.never_fired),
+                     nemesis=(f" The nemesis said: {a.never_fired[0].reason}." if a.never_fired else ""))
+    inj = ep.marker
+    facts.update(episode=ep.number, marker=inj.src.path, marked_fault=inj.fault, rank=inj.rank)
     if inj.fault not in (a.fault, "unknown"):
-        return _result(cid, FAIL, f"The marker records a {inj.fault} fault but this run asked for {a.fault} "
-                                  f"({a.fault_how}): verify with --fault {inj.fault} if that was intended.", [inj])
+        return found(FAIL, "other_fault", [inj])
     if inj.problem:
-        return _result(cid, FAIL, f"fault_injected.json cannot be true: {inj.problem}; the marker is damaged or not "
-                                  "this run's: rerun with a new run id.", [inj])
+        return found(FAIL, "impossible_marker", [inj], problem=inj.problem)
     outside = _outside_the_run(tl, inj)
     if outside:
-        return _result(cid, FAIL, f"fault_injected.json says the fault was injected at {outside}: the marker is not "
-                                  "this run's (copied from another run?) or a clock is wrong; rerun with a new run id.",
-                       [inj, tl.launch.src] if tl.launch is not None else [inj])
+        return found(FAIL, "outside_the_run", [inj, tl.launch.src] if tl.launch is not None else [inj], when=outside)
     in_save = inj.fault_at == "in-save"
-    k = inj.committed_iteration if in_save else inj.iteration
+    k = committed_before(inj)
     if in_save and (k is None or inj.iteration is None):
-        return _result(cid, FAIL, "The in-save marker does not record both the committed checkpoint "
-                                  "(committed_iteration) and the save in flight (iteration): it is damaged; rerun with a "
-                                  "new run id.", [inj])
+        return found(FAIL, "in_save_incomplete", [inj])
     if k is None:
-        return _result(cid, FAIL, "fault_injected.json records no checkpoint iteration, so nothing proves a checkpoint "
-                                  "was committed before the injection: the marker is damaged; rerun with a new run id.",
-                       [inj])
+        return found(FAIL, "no_iteration", [inj])
+    facts["committed"] = k
     if k <= 0 or (inj.baseline_iteration is not None and k <= inj.baseline_iteration):
-        return _result(cid, FAIL, f"The fault fired at checkpoint iteration {k}, not beyond the startup baseline "
-                                  f"{inj.baseline_iteration or 0}: no checkpoint of this run preceded it; rerun with a "
-                                  "new run id and a clean checkpoint directory.", [inj])
+        return found(FAIL, "not_beyond_baseline", [inj], baseline=inj.baseline_iteration or 0)
     evidence: list[object] = [inj]
     caveats: list[str] = []
     ck = tl.checkpoints
     if ck is not None and ck.exists:
+        facts.update(dir=str(ck.path), iter_dir=f"iter_{k:07d}", tracker=TRACKER_NAME)
         disk = ck.get(k)
         if disk is None:
-            return _result(cid, FAIL, f"The marker says checkpoint {k} was committed before the fault, but "
-                                      f"{ck.path} has no iter_{k:07d}: the checkpoint directory is not the one the "
-                                      "run saved to, or it was deleted.", [inj, f"{ck.path}:0: no iter_{k:07d}"])
+            return found(FAIL, "not_on_disk", [inj, f"{ck.path}:0: no iter_{k:07d}"])
         evidence.append(disk.commit_src())
         if not disk.committed:
-            return _result(cid, FAIL, f"The fault fired after the tracker named iteration {k}, but {disk.rel} has no "
-                                      "metadata.json: that save was never committed (its async finalization did not "
-                                      "complete), so the run had no complete checkpoint to recover from.", evidence)
+            return found(FAIL, "not_committed", evidence, rel=disk.rel)
         tracked = parse_tracker(ck.tracker) if ck.tracker is not None else None
         evidence.append(ck.tracker_src())
         if ck.tracker is None:
-            return _result(cid, FAIL, f"{ck.path} has no readable {TRACKER_NAME} (absent, a link or not a regular "
-                                      f"file), although Megatron writes it after every committed save and the fault "
-                                      f"fired on its value {k}: this is not the checkpoint directory the run saved to, "
-                                      "or the tracker was removed; copy the checkpoint directory whole.", evidence)
+            return found(FAIL, "no_tracker", evidence)
         if tracked is None:
-            return _result(cid, FAIL, f"{ck.path}/{TRACKER_NAME} holds {ck.tracker[:20]!r}, not an iteration number, "
-                                      f"although the fault fired on its value {k}: the tracker was damaged or written by "
-                                      "something else after the run.", evidence)
+            return found(FAIL, "tracker_not_a_number", evidence, held=repr(ck.tracker[:20]))
         if tracked < k:
-            return _result(cid, FAIL, f"{ck.path}/{TRACKER_NAME} names iteration {tracked}, below checkpoint {k} that "
-                                      "the marker says was committed before the fault: Megatron's tracker only moves "
-                                      "forward, so it was rewritten, or this is not the run's checkpoint directory.",
-                           evidence)
+            return found(FAIL, "tracker_behind", evidence, tracked=tracked)
     elif ck is not None and ck.how.startswith("not followed"):
-        caveats.append(f"{ck.path} is a symbolic link, not followed, so neither metadata.json nor the tracker was "
-                       "checked")
+        caveats.append(sentence(cid, "caveat_link", {"dir": str(ck.path)}))
     else:
-        caveats.append("the checkpoint directory is not in the run directory, so metadata.json and the tracker were "
-                       "not checked")
+        caveats.append(sentence(cid, "caveat_no_dir", {}))
     if not tl.starts:
-        return _result(cid, UNKNOWN, f"The marker names checkpoint {k}, but there is no application log to correlate it "
-                                     "with Megatron's save lines: copy logs/ with the run directory.", evidence)
-    upto = inj.cycle if inj.cycle is not None else (a.failed_cycle if a.failed_cycle is not None else 0)
+        return found(UNKNOWN, "no_log", evidence)
+    upto = inj.cycle if inj.cycle is not None else ep.cycle
+    facts["upto"] = upto
     saves = [e for s in tl.starts if s.cycle is not None and s.cycle <= upto
              for e in s.of(ev.SaveCommitted) if e.iteration == k]
     if not saves:
-        return _result(cid, FAIL, f"The marker names checkpoint {k}, but Megatron's log of cycles 0..{upto} has no "
-                                  f"'successfully saved checkpoint from iteration {k}' line: the marker and the training "
-                                  "log disagree (wrong --save directory or a tracker written by something else).",
-                       evidence)
+        return found(FAIL, "no_save_line", evidence)
     evidence.append(saves[-1])
     if in_save:
         n, injected_at = inj.iteration, tl.utc(inj)
+        facts["in_flight"] = n
         early = [e for s in tl.starts if s.cycle is not None and s.cycle <= upto for e in s.of(ev.SaveCommitted)
                  if e.iteration == n and (t := tl.utc(e)) is not None and injected_at is not None and t <= injected_at]
         if early:
-            return _result(cid, FAIL, f"The in-save fault was meant to land while checkpoint {n} was being saved, but "
-                                      f"Megatron's log says checkpoint {n} was committed before the injection: the "
-                                      "fault hit after the save, not in it; lengthen the save (--save-delay-ms) or "
-                                      "poll faster.", [*evidence, early[0]])
-        caveats.append(f"the save of iteration {n} was in flight, uncommitted, when the fault hit")
-    if a.expected_k is not None and a.expected_k != k:
-        caveats.append(f"checkpoint {a.expected_k} was also committed before the injection")
-    when = iso_utc(tl.utc(inj))
-    extra = f" ({'; '.join(caveats)})" if caveats else ""
-    agree = "the marker, Megatron's save line, metadata.json and the tracker agree" if ck is not None and ck.exists \
-        else "the marker and Megatron's save line agree"
-    return _result(cid, PASS, f"Checkpoint {k} was committed before the {a.fault} injection on rank {inj.rank} at "
-                              f"{when}: {agree}{extra}.", evidence)
+            return found(FAIL, "in_save_after_the_save", [*evidence, early[0]])
+        caveats.append(sentence(cid, "caveat_in_flight", facts))
+    if ep.expected_k is not None and ep.expected_k != k:
+        caveats.append(sentence(cid, "caveat_also_committed", {"also": ep.expected_k}))
+    agree = "agree_all" if ck is not None and ck.exists else "agree_log"
+    return found(PASS, "committed", evidence, when=iso_utc(tl.utc(inj)), agree=sentence(cid, agree, {}),
+                 caveats=f" ({'; '.join(caveats)})" if caveats else "")
 
 
 CLOCK_SLACK_S = 60.0  # clocks of one cluster agree far better; more is a marker of another run or a broken clock
@@ -361,12 +270,12 @@ def _outside_the_run(tl: Timeline, inj: ev.Injection) -> str | None:
     return None
 
 
-def _before_the_injection(tl: Timeline, a: Analysis, fails: Sequence[ev.LauncherEvent]) -> str | None:
-    """A recovery step stamped before the injection: what and when, or None."""
-    injected = tl.utc(a.injection)
+def _before_the_injection(tl: Timeline, ep: Episode, fails: Sequence[ev.LauncherEvent]) -> str | None:
+    """A recovery step stamped before the episode's injection: what and when, or None."""
+    injected = tl.utc(ep.marker)
     if injected is None or tl.offset_how.startswith("assumed"):
         return None
-    first = a.replacement.first_iteration if a.replacement is not None else None
+    first = ep.replacement.first_iteration if ep.replacement is not None else None
     for what, e in (("the failure of the injected cycle", min(fails, key=lambda f: tl.utc(f) or float("inf"),
                                                               default=None)),
                     ("the replacement's first iteration", first)):
@@ -421,22 +330,22 @@ class WorldChange:
         return self.after >= low * (self.before // nodes)
 
 
-def world_change(a: Analysis) -> WorldChange | None:
-    before = a.fault_start.arguments if a.fault_start is not None else None
-    r = a.replacement
+def world_change(ep: Episode) -> WorldChange | None:
+    before = ep.fault_start.arguments if ep.fault_start is not None else None
+    r = ep.replacement
     after = r.arguments if r is not None else None
-    if before is None or after is None or a.fault_start is None or r is None:
+    if before is None or after is None or ep.fault_start is None or r is None:
         return None
     wb, wa = before.integer("world_size"), after.integer("world_size")
     if wb is None or wa is None or wb == wa or wb < 1 or wa < 1:
         return None
     return WorldChange(wb, wa, before.integer("data_parallel_size"), after.integer("data_parallel_size"),
-                       a.fault_start.cycle if a.fault_start.cycle is not None else 0,
+                       ep.fault_start.cycle if ep.fault_start.cycle is not None else 0,
                        r.cycle if r.cycle is not None else 0,
                        (before.src_of("world_size"), after.src_of("world_size")))
 
 
-def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
+def check_replacement_cycle(j: Judging) -> CriterionResult:
     """The launcher noticed the failed cycle and started replacement workers.
 
     For a hang it must also have been a rank monitor that detected it: a section or
@@ -455,55 +364,51 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
     when it comes after the injection (one stamped before it means something else hung).
     """
     cid = "replacement_cycle"
+    tl, a, ep = j.tl, j.a, j.ep
     if (na := _na_no_fault(cid, a)) is not None:
         return na
-    inj = a.injection
-    if inj is None:
-        return _result(cid, NOT_APPLICABLE, "No injection happened (see pre_fault_checkpoint), so there is no failed "
-                                             "cycle to look for.")
-    c = a.failed_cycle if a.failed_cycle is not None else 0
+    if ep is None:
+        return _found(cid, NOT_APPLICABLE, "no_injection", {})
+    inj, c = ep.marker, ep.cycle
+    facts: dict[str, object] = {"fault": a.fault, "failed_cycle": c, "episode": ep.number, "rank": inj.rank}
+
+    def found(status: Status, reason: str, evidence: Sequence[object], **values: object) -> CriterionResult:
+        facts.update(values)
+        return _found(cid, status, reason, facts, evidence)
+
     if not tl.has_role("launcher"):
         later = [ci for ci in tl.cycle_infos if ci.cycle > c]
         if later and a.fault == "kill":
-            return _result(cid, PASS, f"NVRx's cycle records show cycle {c} ended and cycle {later[0].cycle} started after "
-                                      "the injection (the launcher log itself is not in the run directory).",
-                           [inj, *[ci for ci in tl.cycle_infos if ci.cycle == c], later[0]])
-        return _result(cid, UNKNOWN, "The run directory has no launcher log (logs/launcher.log or logs/console.log): "
-                                     "the failed cycle" + (" and the rank timeouts" if a.fault == "hang" else "") +
-                                     " cannot be seen; copy the launcher log with the run.", [inj])
-    for earlier in a.injections[:-1]:  # a multi-fault plan: every fault's cycle failed, and was restarted
-        ec = earlier.cycle
-        if ec is not None and not a.failures.get(ec):
-            return _result(cid, FAIL, f"The launcher log records no failure of cycle {ec} after fault {earlier.fault_index} "
-                                      f"of {a.planned_faults} ({earlier.fault_at}): the launcher did not notice it.",
-                           [earlier])
-    fails = a.failures.get(c, ())
+            return found(PASS, "cycle_records_only", [inj, *[ci for ci in tl.cycle_infos if ci.cycle == c], later[0]],
+                         next_cycle=later[0].cycle)
+        return found(UNKNOWN, "no_launcher_log", [inj], timeouts=" and the rank timeouts" if a.fault == "hang" else "")
+    fails = ep.failures
+    if not ep.last and inj.cycle is not None and not fails:  # a later fault follows: this one must have been noticed
+        return found(FAIL, "earlier_fault_unnoticed", [inj], marker_cycle=inj.cycle, index=inj.fault_index,
+                     planned=a.planned_faults, fault_at=inj.fault_at)
     if not fails:
-        return _result(cid, FAIL, f"The launcher log records no failure of cycle {c} after the {a.fault} injection "
-                                  "(no 'failed (exitcode', 'Worker group UNHEALTHY/FAILED' or failure_detected line): "
-                                  "the launcher did not notice the fault; check that the workers ran under ft_launcher "
-                                  "with rank monitors.", [inj])
+        return found(FAIL, "unnoticed", [inj])
     evidence: list[object] = [inj, *fails[:3]]
-    problems: list[str] = []
-    if a.replacement_cycle is not None:
-        evidence.append(a.workers_started[a.replacement_cycle])
-        new = f"cycle {a.replacement_cycle}"
-    elif a.replacement is not None:
-        evidence.append(a.replacement.events[0] if a.replacement.events else None)
-        new = f"cycle {a.replacement.cycle} (seen in its application log; the launcher log has no start record)"
+    problems: list[dict[str, object]] = []
+    if ep.replacement_cycle is not None:
+        evidence.append(ep.restart)
+        new = sentence(cid, "new_cycle", {"cycle": ep.replacement_cycle})
+    elif ep.replacement is not None:
+        evidence.append(ep.replacement.events[0] if ep.replacement.events else None)
+        new = sentence(cid, "new_cycle_log_only", {"cycle": ep.replacement.cycle})
     else:
         group = next((e for e in fails if isinstance(e, ev.WorkerGroupFailed)), None)
         ends = [e for e in tl.launcher_events() if isinstance(e, (ev.LauncherFailed, ev.RestartsExhausted, ev.NoProgressStop))]
         evidence.extend(ends[:2])
-        why = ("restarts were exhausted (raise --max-restarts; it defaults to 0)" if group is None or group.attempts_left == 0
-               else f"it announced a restart ({group.attempts_left}/{group.max_restarts} attempts left) that never began")
         budget = tl.run.max_restarts
-        if budget is not None and len(a.injections) > budget:
-            why = (f"the restart budget ran out: --max-restarts {budget} allows {budget} restart(s) and this plan "
-                   f"injected {len(a.injections)} faults ({a.fault_at}), each costing one; raise --max-restarts to "
-                   f"{len(a.injections)} or more")
-        return _result(cid, FAIL, f"The launcher recorded the failure of cycle {c} but started no replacement workers: "
-                                  f"{why}.", evidence)
+        if budget is not None and len(a.episodes) > budget:
+            why = sentence(cid, "budget_spent", {"budget": budget, "faults": len(a.episodes), "fault_at": a.fault_at})
+        elif group is None or group.attempts_left == 0:
+            why = sentence(cid, "exhausted", {})
+        else:
+            why = sentence(cid, "restart_never_began", {"left": group.attempts_left, "max": group.max_restarts})
+        return found(FAIL, "no_replacement", evidence, why=why)
+    facts["replacement"] = new
     how = ""
     if a.fault == "hang":
         timeouts = [e for e in tl.launcher_events() if isinstance(e, ev.RankTimeout) and (e.cycle in (c, None))]
@@ -512,72 +417,69 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
         after = [t for t in timeouts if t not in before]
         named = [t for t in after if _names_injected_rank(t, inj)]
         if not timeouts:
-            problems.append(f"no section or out-of-section timeout message exists for cycle {c}: the hang of rank "
-                            f"{inj.rank} was not detected by a rank monitor (check --ft-rank-section-timeouts and "
-                            "that the workload opens its 'step' section)")
+            problems.append({**facts, "reason": "no_timeout"})
         elif not after:
-            problems.append(f"every timeout message of cycle {c} is stamped before the injection at "
-                            f"{iso_utc(injected_at)}: a rank hung before the fault, so the stop of rank {inj.rank} is "
-                            "not what the launcher detected; look at the earlier timeout's rank")
+            problems.append({**facts, "reason": "timeouts_before", "injected_at": iso_utc(injected_at)})
             evidence.extend(before[:3])
         elif named:
             evidence.append(named[0])
-            how = f" after a {named[0].kind.replace('_', '-')} timeout naming the stopped rank {inj.rank}"
+            how = sentence(cid, "how_named", {**facts, "kind": named[0].kind.replace('_', '-')})
         elif inj.signal not in (None, "SIGSTOP"):
-            problems.append(f"the marker records {inj.signal}, not SIGSTOP, so nothing proves rank {inj.rank} was "
-                            "stopped, and no timeout message names it")
+            problems.append({**facts, "reason": "not_sigstop", "signal": inj.signal})
             evidence.extend(after[:3])
         else:
             first = after[0]
             ranks = sorted({t.rank if t.rank is not None else t.local_rank for t in after}, key=lambda r: (r is None, r))
-            who = ", ".join(map(str, ranks))
             evidence.append(first)
             stamped = tl.utc(first)
-            delay = f" {stamped - injected_at:.1f} s after the stop" if stamped and injected_at else ""
-            how = (f" after a {first.kind.replace('_', '-')} timeout of rank(s) {who}{delay} (blocked waiting for the "
-                   f"stopped rank {inj.rank}, whose own monitor had not fired when the launcher stopped the group; "
-                   f"the marker proves rank {inj.rank}, pid {inj.pid}, got SIGSTOP)")
+            delay = sentence(cid, "delay", {"delay": f"{stamped - injected_at:.1f}"}) if stamped and injected_at else ""
+            how = sentence(cid, "how_peer", {**facts, "kind": first.kind.replace('_', '-'), "delay": delay,
+                                             "who": ", ".join(map(str, ranks)), "pid": inj.pid})
+    facts["how"] = how
     nodes = ""
-    change = world_change(a)
+    change = world_change(ep)
     if change is not None:
         evidence.extend(change.evidence)
         if not change.allowed(tl):
-            way = "shrank" if change.shrank else "grew"
             if tl.run.min_nnodes is not None:
-                allowed = f"--nnodes {tl.run.min_nnodes}:{tl.run.nnodes} allows no fewer than {tl.run.min_nnodes} node(s)"
+                allowed = sentence(cid, "allowed_min", {"min": tl.run.min_nnodes, "max": tl.run.nnodes})
             elif tl.run.has_run_json:
-                allowed = "the plan asked for a fixed number of nodes (no --nnodes MIN:MAX)"
+                allowed = sentence(cid, "allowed_fixed", {})
             else:
-                allowed = "no run.json says the plan allowed it (--nnodes MIN:MAX)"
-            problems.append(f"the job {way}: {change.text()}, and {allowed}; a replacement must run the world "
-                            "the checkpoint was trained on, or the plan must allow the change")
+                allowed = sentence(cid, "allowed_unknown", {})
+            problems.append({"reason": "world_changed", "way": "shrank" if change.shrank else "grew",
+                             "change": change.text(), "allowed": allowed})
     if a.fault == "node":
-        r = a.replacement_cycle if a.replacement_cycle is not None else a.replacement.cycle
+        r = ep.replacement_cycle if ep.replacement_cycle is not None else ep.replacement.cycle
         status, nodes, infos = _node_replacement(tl, inj, c, r, fails, change)
         evidence.extend(infos)
         if status == FAIL:
-            problems.append(nodes)
+            problems.append({"reason": "node_text", "text": nodes})
         elif status == UNKNOWN:
-            return _result(cid, UNKNOWN, f"The launcher restarted the workers in {new} after the loss of a node, but "
-                                         f"{nodes}.", evidence)
+            return found(UNKNOWN, "node_unknown", evidence, nodes=nodes)
     if problems:
-        return _result(cid, FAIL, "The launcher restarted the workers, but " + "; ".join(problems) + ".", evidence)
-    early = _before_the_injection(tl, a, fails)
+        return found(FAIL, "restarted_but", evidence, problems=problems)
+    early = _before_the_injection(tl, ep, fails)
     if early:
-        return _result(cid, UNKNOWN, f"The launcher restarted the workers, but {early}: a recovery cannot precede its "
-                                     f"fault, so the clocks or the UTC offset ({tl.utc_offset_s:+d} s, {tl.offset_how}) "
-                                     "do not match, or the marker is not this run's.", evidence)
-    if len(a.injections) > 1:
-        cycles = ", ".join(str(i.cycle) for i in a.injections)
-        evidence[1:1] = [e for i in a.injections[:-1] for e in (i, *a.failures.get(i.cycle, ())[:1])]
-        return _result(cid, PASS, f"The launcher recorded the failures of all {len(a.injections)} injected faults "
-                                  f"(cycles {cycles}){how} and, after the last, started replacement workers in {new}.",
-                       evidence)
+        return found(UNKNOWN, "before_the_fault", evidence, early=early, offset=f"{tl.utc_offset_s:+d}",
+                     offset_how=tl.offset_how)
     shrink = ""
     if change is not None and not nodes:
-        shrink = f"; the job shrank, as its --nnodes {tl.run.min_nnodes}:{tl.run.nnodes} allows: {change.text()}"
-    return _result(cid, PASS, f"The launcher recorded the failure of cycle {c}{how} and started replacement workers "
-                              f"in {new}{nodes}{shrink}.", evidence)
+        shrink = sentence(cid, "shrank_allowed", {"min": tl.run.min_nnodes, "max": tl.run.nnodes,
+                                                  "change": change.text()})
+    return found(PASS, "restarted", evidence, nodes=nodes, shrink=shrink)
+
+
+def _replacement_cycles_all_passed(j: Judging, passed: Sequence[CriterionResult]) -> CriterionResult:
+    """Every episode's launcher noticed its fault and restarted: one sentence for the run,
+    from the episodes' facts (the last episode's restart, every fault's failed cycle)."""
+    eps, last = j.a.episodes, passed[-1]
+    cycles = ", ".join(str(e.marker.cycle) for e in eps)
+    earlier = [str(x.src) for e in eps[:-1] for x in (e.marker, *e.failures[:1])]
+    evidence = [last.evidence[0], *earlier, *last.evidence[1:]] if last.evidence else earlier
+    return _found("replacement_cycle", PASS, "all_restarted", {
+        "faults": len(eps), "cycles": cycles, "how": last.values.get("how", ""),
+        "replacement": last.values.get("replacement")}, evidence)
 
 
 def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement: int,
@@ -665,170 +567,152 @@ def _node_pid(node_id: str) -> int | None:
     return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
 
 
-def check_optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
-    result = _optimizer_reload(tl, a)
-    r = a.replacement
-    if result.status == FAIL and not result.final and r is not None and r.first_iteration is not None:
-        # Once the replacement trains, its load block is complete (a rank's stdout and stderr
-        # reach the per-cycle log through separate pipes, so not before): nothing can undo it.
-        result = dataclasses.replace(result, final=True)
-    return result
-
-
-def _optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
+def check_optimizer_reload(j: Judging) -> CriterionResult:
+    """The replacement of the episode loaded K, the latest committed at fault time, with its
+    optimizer state. A failure is final once the replacement trains: its load block is then
+    complete (a rank's stdout and stderr reach the per-cycle log through separate pipes, so
+    not before), and nothing can undo it."""
     cid = "optimizer_reload"
+    tl, a, ep = j.tl, j.a, j.ep
     if (na := _na_no_fault(cid, a)) is not None:
         return na
-    if a.injection is None:
-        return _result(cid, NOT_APPLICABLE, "No injection happened (see pre_fault_checkpoint), so no replacement had "
-                                             "to reload anything.")
+    if ep is None:
+        return _found(cid, NOT_APPLICABLE, "no_injection", {})
     if a.poisoned:
         return _na_poisoned(cid, a)
-    r = a.replacement
+    r = ep.replacement
     if r is None:
-        if a.replacement_cycle is not None:
-            return _result(cid, UNKNOWN, f"The launcher started cycle {a.replacement_cycle}, but there is no application "
-                                         f"log of that cycle (logs/*_cycle{a.replacement_cycle}.log missing or empty): "
-                                         "the reload cannot be checked.", [a.workers_started[a.replacement_cycle]])
-        return _result(cid, NOT_APPLICABLE, "No replacement workers started (see replacement_cycle), so nothing was "
-                                             "reloaded.")
-    k = a.expected_k
-    change = world_change(a)
-    who = f"The replacement workers (cycle {r.cycle})"
+        if ep.replacement_cycle is not None:
+            return _found(cid, UNKNOWN, "no_replacement_log", {"cycle": ep.replacement_cycle}, [ep.restart])
+        return _found(cid, NOT_APPLICABLE, "no_replacement", {})
+    k = ep.expected_k
+    trained = r.first_iteration is not None
+    facts: dict[str, object] = {"expected": k, "episode": ep.number, "cycle": r.cycle}
+
+    def found(status: Status, reason: str, evidence: Sequence[object], final: bool = False,
+              **values: object) -> CriterionResult:
+        facts.update(values)
+        return _found(cid, status, reason, facts, evidence, final=final or trained)
+
+    change = world_change(ep)
+    facts["who"] = sentence(cid, "who", facts)
     if change is not None:  # a restore onto another world: every verdict below names it
-        who = (f"The replacement workers (cycle {r.cycle}, after the job {'shrank' if change.shrank else 'grew'}: "
-               f"{change.text()})")
+        facts["who"] = sentence(cid, "who_changed", {**facts, "way": "shrank" if change.shrank else "grew",
+                                                     "change": change.text()})
     # Decided by the configuration alone, so it holds even for a run stopped before its load ended.
     args = r.arguments
     shown = [r.first(ev.LoadStarted), r.first(ev.CheckpointLoaded)]
     for flag, option in (("no_load_optim", "--no-load-optim"), ("finetune", "--finetune")):
         if args is not None and args.flag(flag):
-            return _result(cid, FAIL, f"{who} ran with {option}: Megatron skips the optimizer state when loading "
-                                      f"checkpoint {k}; remove {option} from the workload arguments.",
-                           [*shown, args.src_of(flag)], final=True)
+            return found(FAIL, "skip_flag", [*shown, args.src_of(flag)], final=True, option=option)
         if option in tl.run.argv or option in tl.run.extra_args:
-            return _result(cid, FAIL, f"{who} ran with {option} on the run's command line, so Megatron skips the "
-                                      f"optimizer state when loading checkpoint {k}; remove {option}.",
-                           [*shown, "run.json:0: " + option + " in the launcher command"], final=True)
+            return found(FAIL, "skip_flag_command_line", [*shown, "run.json:0: " + option + " in the launcher command"],
+                         final=True, option=option)
     random = r.first(ev.StartedFromRandom)
     if random is not None:
-        return _result(cid, FAIL, f"{who} started from random instead of loading checkpoint {k}: Megatron found no "
-                                  "latest_checkpointed_iteration.txt under --load; make --load equal --save on storage "
-                                  "every node sees.", [random, *a.expected_k_evidence[:1]], final=True)
+        return found(FAIL, "from_random", [random, *ep.expected_k_evidence[:1]], final=True)
     loaded = r.first(ev.CheckpointLoaded)
     began = r.first(ev.LoadStarted)
     if loaded is None:
         if began is None:
-            return _result(cid, FAIL, f"{who} printed no checkpoint load at all (no 'loading distributed checkpoint' "
-                                      f"line in {r.source}): check --load and --ckpt-format.", [r.events[0] if r.events else None])
-        return _result(cid, FAIL, f"{who} began loading checkpoint {began.iteration} but never printed 'successfully "
-                                  "loaded checkpoint': the load failed; see the traceback in that log.", [began])
+            return found(FAIL, "no_load", [r.events[0] if r.events else None], source=r.source)
+        return found(FAIL, "load_unfinished", [began], began=began.iteration)
     evidence: list[object] = [began, loaded]
+    facts["loaded"] = loaded.iteration
     if k is None:
-        return _result(cid, UNKNOWN, f"{who} loaded checkpoint {loaded.iteration}, but the marker records no "
-                                     "iteration to compare it with.", evidence)
-    partial = next((i for i in a.injections if i.fault_at == "in-save" and i.iteration == loaded.iteration), None)
+        return found(UNKNOWN, "nothing_to_compare", evidence)
+    partial = next((i for i in a.markers if i.fault_at == "in-save" and i.iteration == loaded.iteration), None)
     if loaded.iteration != k and partial is not None:
         rel = f"iter_{loaded.iteration:07d}"
         d = tl.checkpoints.get(loaded.iteration) if tl.checkpoints is not None else None
-        where = d.rel if d is not None else rel
-        return _result(cid, FAIL, f"{who} loaded {where}, the partial directory whose async save was in flight when "
-                                  f"the fault hit (never committed: no metadata.json, tracker at {k}), instead of "
-                                  f"checkpoint {k}, the latest committed: the loader counted an unpublished iter_* "
-                                  "directory as a checkpoint.", [*evidence, partial, *a.expected_k_evidence[:1]])
+        return found(FAIL, "loaded_partial", [*evidence, partial, *ep.expected_k_evidence[:1]],
+                     where=d.rel if d is not None else rel)
     if loaded.iteration != k:
         args = r.arguments
         step = args.get("ckpt_step") if args else None
-        hint = (f" --ckpt-step {step} pins the load" if step not in (None, "None")
-                else " the tracker was stale or pointed elsewhere")
-        which = "an older" if loaded.iteration < k else "a newer"
-        return _result(cid, FAIL, f"{who} loaded checkpoint {loaded.iteration}, {which} one than {k}, the latest "
-                                  f"committed at fault time:{hint}.",
-                       [*evidence, *a.expected_k_evidence[:2]] + ([args.src_of("ckpt_step")] if step not in (None, "None") and args else []),
-                       final=loaded.iteration < k)  # nothing newer than K was committed to load
+        pinned = step not in (None, "None")
+        hint = sentence(cid, "hint_ckpt_step" if pinned else "hint_tracker", {"step": step})
+        return found(FAIL, "other_checkpoint", [*evidence, *ep.expected_k_evidence[:2]] + (
+                     [args.src_of("ckpt_step")] if pinned and args else []),
+                     final=loaded.iteration < k,  # nothing newer than K was committed to load
+                     which="an older" if loaded.iteration < k else "a newer", hint=hint)
     if loaded.iteration <= 0:
-        return _result(cid, FAIL, f"{who} loaded iteration 0: that is a fresh start, not a recovery.", evidence)
+        return found(FAIL, "fresh_start", evidence)
     args = r.arguments
     block = r.load_block()
     opt = [e for e in block if isinstance(e, ev.OptimizerLoaded)]
     sched = [e for e in block if isinstance(e, ev.SchedulerValueLoaded)]
     plain = args is not None and args.flag("use_distributed_optimizer") is False
     if not opt and not (plain and sched):
-        return _result(cid, FAIL, f"{who} loaded checkpoint {k} without its optimizer state: the load block has no "
-                                  "'Loading distributed optimizer sharded state' line (--no-load-optim, --finetune, "
-                                  "a release checkpoint or no_save_optim in the saved arguments).", evidence)
+        return found(FAIL, "without_optimizer", evidence)
     # Megatron loads the scheduler under the same condition as the optimizer; without the
     # distributed optimizer its scheduler lines are the log's evidence of that load.
     evidence[1:1] = [*opt[:1], *sched[:1], *([args.src_of("use_distributed_optimizer")] if not opt and args else [])]
-    disk_note = ""
     ck = tl.checkpoints.get(k) if tl.checkpoints is not None else None
     if ck is not None:
+        facts["rel"] = ck.rel
         if not ck.has_dcp_metadata:
-            return _result(cid, FAIL, f"{who} loaded checkpoint {k}, but {ck.rel} has no DCP .metadata: the checkpoint "
-                                      "on disk is not the one loaded, or it was damaged afterwards.", [*evidence, ck.keys_src()])
+            return found(FAIL, "no_dcp_metadata", [*evidence, ck.keys_src()])
         evidence.append(ck.keys_src())
         if ck.optimizer_keys == 0:
-            return _result(cid, FAIL, f"{who} printed an optimizer load, but {ck.rel} holds no optimizer tensors (no "
-                                      "'optimizer.' key with exp_avg): it was saved without optimizer state "
-                                      "(--no-save-optim).", evidence)
-        disk_note = (f"; {ck.optimizer_keys} optimizer keys in {ck.rel}" if ck.optimizer_keys is not None
-                     else f"; optimizer keys not listed ({ck.inspect_note})")
+            return found(FAIL, "no_optimizer_tensors", evidence)
+        facts.update(keys=ck.optimizer_keys, note=ck.inspect_note)
+        disk_note = sentence(cid, "disk_keys" if ck.optimizer_keys is not None else "disk_keys_unlisted", facts)
     else:
-        disk_note = "; checkpoint directory not available, optimizer keys not listed"
+        disk_note = sentence(cid, "disk_absent", facts)
     lines = "optimizer and scheduler" if opt and sched else ("optimizer" if opt else "scheduler (plain optimizer)")
     resharded = ""
     if change is not None:
         evidence.extend(change.evidence)
-        resharded = (f"; resharded: the checkpoint saved by {change.before} ranks was loaded by {change.after}, with "
-                     "its optimizer state (optimizer_state and loss_continuity judge what that state holds)")
-    return _result(cid, PASS, f"{who} loaded checkpoint {k}, the latest committed at fault time, with optimizer state "
-                              f"({lines} lines in the load block{disk_note}){resharded}.", evidence)
+        resharded = sentence(cid, "resharded", {"before": change.before, "after": change.after})
+    return found(PASS, "reloaded", evidence, lines=lines, disk_note=disk_note, resharded=resharded)
 
 
-def check_later_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
+def check_later_checkpoint(j: Judging) -> CriterionResult:
+    """Training after the episode's restore (the whole run, without a fault) committed its work
+    to the final iteration with no skipped step."""
     cid = "later_checkpoint"
-    recovering = a.is_fault_run and a.injection is not None
-    if recovering and not a.restarted:
-        return _result(cid, NOT_APPLICABLE, "No replacement workers started (see replacement_cycle), so no training "
-                                             "followed the fault.")
+    tl, a, ep = j.tl, j.a, j.ep
+    recovering = a.is_fault_run and ep is not None
+    if recovering and not ep.restarted:
+        return _found(cid, NOT_APPLICABLE, "no_replacement", {})
     if recovering and a.poisoned:
         return _na_poisoned(cid, a)
-    k = (a.expected_k or 0) if recovering else 0
+    k = (ep.expected_k or 0) if recovering else 0
     t_final = tl.run.train_iters
     if recovering and t_final is not None and k >= t_final:
-        return _nothing_left_to_train(tl, a, k, t_final)
-    scope = list(a.post_starts) if recovering else list(tl.starts)
-    where = f"after the restore of checkpoint {k}" if recovering else "in this run"
+        return _nothing_left_to_train(tl, ep, k, t_final)
+    scope = list(ep.continuation) if recovering else list(tl.starts)
+    facts: dict[str, object] = {"restored": k, "where": sentence(cid, "after_restore" if recovering else "in_run",
+                                                                   {"restored": k})}
     if not scope:
-        return _result(cid, UNKNOWN, f"There is no application log {where}: training progress cannot be checked; "
-                                     "copy logs/ with the run directory.")
-    problems: list[str] = []
+        return _found(cid, UNKNOWN, "no_log", facts)
+    problems: list[dict[str, object]] = []
     evidence: list[object] = []
     lasts = [s.last_iteration for s in scope if s.last_iteration is not None]
     top = max(lasts, key=lambda it: it.iteration, default=None)
     final = next((s.last_iteration for s in reversed(scope) if s.last_iteration is not None), None)
     if top is None or top.iteration <= k:
-        problems.append(f"no iteration line beyond {k} {where}")
+        problems.append({"reason": "no_iteration_beyond"})
     else:
         first = next((s.first_iteration for s in scope if s.first_iteration is not None), None)
         evidence.append(first)
     skipped = [it for s in scope for it in s.bad_iterations if (it.skipped or 0) > 0 and it.iteration > k]
     if skipped:
-        problems.append(f"iteration {skipped[0].iteration} skipped its optimizer step "
-                        f"(number of skipped iterations: {skipped[0].skipped})")
+        problems.append({"reason": "skipped_step", "iteration": skipped[0].iteration, "skipped": skipped[0].skipped})
         evidence.extend(skipped[:3])
     saves = [e for s in scope for e in s.of(ev.SaveCommitted) if e.iteration > k]
     ck = tl.checkpoints if tl.checkpoints is not None and tl.checkpoints.exists else None
     later: ev.SaveCommitted | None = None
     if not saves:
-        problems.append(f"no checkpoint beyond {k} was committed (no 'successfully saved checkpoint' line)")
+        problems.append({"reason": "no_later_save"})
     else:
         # a directory pruned since (not on disk) does not contradict the log; one without metadata.json does
         committed = [s for s in saves if ck is None or (d := ck.get(s.iteration)) is None or d.committed]
         if not committed:
             d = ck.get(saves[-1].iteration) if ck is not None else None
-            problems.append(f"checkpoint {saves[-1].iteration} was logged as saved but "
-                            f"{d.rel if d else f'iter_{saves[-1].iteration:07d}'} has no metadata.json")
+            problems.append({"reason": "logged_not_committed", "iteration": saves[-1].iteration,
+                             "rel": d.rel if d else f"iter_{saves[-1].iteration:07d}"})
             evidence.append(saves[-1])
             if d is not None:
                 evidence.append(d.commit_src())
@@ -844,7 +728,7 @@ def check_later_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
     if final is not None and t is not None:
         evidence.append(final)
         if final.iteration != t:
-            problems.append(f"training stopped at iteration {final.iteration} of {t}")
+            problems.append({"reason": "stopped_early", "iteration": final.iteration, "train_iters": t})
             if t_src:
                 evidence.append(t_src)
     si = tl.run.save_interval
@@ -852,261 +736,237 @@ def check_later_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
         on_disk = ck.get(t) if ck is not None else None
         logged = any(s.iteration == t for s in saves)
         if not (on_disk.committed if on_disk is not None else logged):  # the disk, when it has the dir, decides
-            problems.append(f"the final checkpoint {t} (a multiple of save_interval {si}) was not committed")
+            problems.append({"reason": "final_not_committed", "train_iters": t, "save_interval": si})
             if on_disk is not None:
                 evidence.append(on_disk.commit_src())
+    facts.update(problems=[{"restored": k, "where": facts["where"], **p} for p in problems], train_iters=t,
+                 last=final.iteration if final is not None else None,
+                 later=later.iteration if later is not None else None)
     if problems:
-        return _result(cid, FAIL, f"Training did not commit its work {where}: " + "; ".join(problems) + ".", evidence)
-    steps = f"iterations {k + 1}..{final.iteration}" if final is not None else "iterations"
-    return _result(cid, PASS, f"Training committed {steps} {where} with no skipped step, checkpoint "
-                              f"{later.iteration if later else '?'} was committed, and the final iteration {t} was reached.",
-                   evidence)
+        return _found(cid, FAIL, "did_not_commit", facts, evidence)
+    facts["steps"] = sentence(cid, "steps" if final is not None else "steps_unknown", facts)
+    facts["later_text"] = later.iteration if later is not None else "?"
+    return _found(cid, PASS, "committed", facts, evidence)
 
 
-def _nothing_left_to_train(tl: Timeline, a: Analysis, k: int, t: int) -> CriterionResult:
+def _nothing_left_to_train(tl: Timeline, ep: Episode, k: int, t: int) -> CriterionResult:
     """The fault hit after the final checkpoint (last-iteration): there is nothing to train, and
     that is no failure. What must hold: checkpoint T committed, no training line beyond T; the
     reload of T is optimizer_reload's, the clean exit clean_finish's."""
     cid = "later_checkpoint"
-    evidence: list[object] = [a.injection, tl.run.train_iters_src]
+    facts: dict[str, object] = {"restored": k, "train_iters": t}
+    evidence: list[object] = [ep.marker, tl.run.train_iters_src]
     ck = tl.checkpoints if tl.checkpoints is not None and tl.checkpoints.exists else None
     d = ck.get(k) if ck is not None else None
     if d is not None:
         evidence.append(d.commit_src())
         if not d.committed:
-            return _result(cid, FAIL, f"The fault hit after iteration {k}, the final one, but {d.rel} has no "
-                                      "metadata.json: the final checkpoint was never committed.", evidence)
-    beyond = [s.last_iteration for s in a.post_starts if s.last_iteration is not None and s.last_iteration.iteration > t]
+            return _found(cid, FAIL, "final_never_committed", {**facts, "rel": d.rel}, evidence)
+    beyond = [s.last_iteration for s in ep.continuation if s.last_iteration is not None and s.last_iteration.iteration > t]
     if beyond:
-        return _result(cid, FAIL, f"The replacement trained beyond the final iteration {t} (iteration "
-                                  f"{beyond[0].iteration}): --train-iters changed between cycles.", [*evidence, beyond[0]])
-    trained = [s.first_iteration for s in a.post_starts if s.first_iteration is not None]
+        return _found(cid, FAIL, "trained_beyond_final", {**facts, "iteration": beyond[0].iteration},
+                      [*evidence, beyond[0]])
+    trained = [s.first_iteration for s in ep.continuation if s.first_iteration is not None]
     if trained and trained[0].iteration <= k:
-        return _result(cid, FAIL, f"Checkpoint {k} is the final iteration, yet the replacement trained iteration "
-                                  f"{trained[0].iteration} again: it did not resume at {k}.", [*evidence, trained[0]])
-    return _result(cid, PASS, f"Nothing was left to train: checkpoint {k} is the final iteration {t}, committed before "
-                              "the fault, and the replacement trained no iteration again (its reload is "
-                              "optimizer_reload's, its exit clean_finish's).", evidence)
+        return _found(cid, FAIL, "trained_again", {**facts, "iteration": trained[0].iteration}, [*evidence, trained[0]])
+    return _found(cid, PASS, "nothing_left", facts, evidence)
 
 
-def _restarts_ran_out(tl: Timeline, a: Analysis) -> tuple[str, list[object]] | None:
+def _restarts_ran_out(tl: Timeline, a: Analysis, ep: Episode) -> tuple[dict[str, object], list[object]] | None:
     """For a fault run that never restarted and whose launcher's own give-up line is not in the
-    logs (NVRx 0.7.0's log server loses the last lines; no launch.json): (why its restarts ran
-    out, evidence), when the launcher recorded the failed cycle and either run.json's restart
-    budget is spent or it announced no restart ('N/M attempts left; will restart worker group',
-    which torch elastic prints only while attempts are left). None: nothing says so (no record
-    of the failure, the harness stopped the launch, or a restart was announced)."""
-    c = a.failed_cycle if a.failed_cycle is not None else 0
-    fails = a.failures.get(c, ())
+    logs (NVRx 0.7.0's log server loses the last lines; no launch.json): (the facts of why its
+    restarts ran out, evidence), when the launcher recorded the failed cycle and either
+    run.json's restart budget is spent or it announced no restart ('N/M attempts left; will
+    restart worker group', which torch elastic prints only while attempts are left). None:
+    nothing says so (no record of the failure, the harness stopped the launch, or a restart
+    was announced)."""
+    fails = ep.failures
     if not fails or (tl.launch is not None and tl.launch.stopped_early):
         return None
-    shown: list[object] = [a.injection, *fails[:2]]
+    shown: list[object] = [ep.marker, *fails[:2]]
     budget = tl.run.max_restarts
     if budget is not None and len(a.failures) > budget:
-        return (f"its restarts ran out (--max-restarts {budget} allows {budget} restart(s) and {len(a.failures)} "
-                f"cycle(s) failed; raise --max-restarts)", shown)
+        return {"reason": "budget_spent", "budget": budget, "failed": len(a.failures)}, shown
     if not any(isinstance(e, ev.WorkerGroupFailed) and (e.attempts_left or 0) > 0 for e in fails):
-        return (f"its restarts ran out (it recorded the failure of cycle {c}, announced no restart and started no "
-                "later cycle; raise --max-restarts, which defaults to 0)", shown)
+        return {"reason": "no_restart_announced", "cycle": ep.cycle}, shown
     return None
 
 
-def check_clean_finish(tl: Timeline, a: Analysis) -> CriterionResult:
+def check_clean_finish(j: Judging) -> CriterionResult:
+    """The whole run: the launcher succeeded, as many failed cycles as episodes, Megatron done."""
     cid = "clean_finish"
-    if a.is_fault_run and a.injection is not None and a.poisoned:
+    tl, a, closing = j.tl, j.a, j.a.closing
+    if a.is_fault_run and closing is not None and a.poisoned:
         return _na_poisoned(cid, a)
-    if a.is_fault_run and a.injection is not None and not a.restarted:
+    if a.is_fault_run and closing is not None and not closing.restarted:
         gave_up = [e for e in tl.launcher_events() if isinstance(e, (ev.LauncherFailed, ev.RestartsExhausted))]
         launch = tl.launch
-        ran_out = _restarts_ran_out(tl, a)
-        why = f": {ran_out[0]}" if ran_out is not None else ""
+        ran_out = _restarts_ran_out(tl, a, closing)
+        why = ": " + sentence(cid, str(ran_out[0]["reason"]), ran_out[0]) if ran_out is not None else ""
         if not why and any(isinstance(e, ev.RestartsExhausted) for e in gave_up):
-            why = ": its restarts ran out (it said no restart attempts were left; raise --max-restarts)"
+            why = ": " + sentence(cid, "none_left", {})
         if gave_up or (launch is not None and launch.exit_code not in (None, 0)):
             shown = [*gave_up[:2], launch.src if launch is not None and launch.exit_code not in (None, 0) else None,
                      *(ran_out[1] if ran_out is not None else ())]
-            return _result(cid, FAIL, f"The launcher gave up after the fault without starting replacement workers{why} "
-                                      "(see replacement_cycle), so the job ended in failure, not cleanly.", shown,
-                           final=bool(gave_up))
+            return _found(cid, FAIL, "gave_up", {"why": why}, shown, final=bool(gave_up))
         if ran_out is not None:
-            return _result(cid, FAIL, f"The launcher gave up after the fault without starting replacement workers{why} "
-                                      "(see replacement_cycle), so the job ended in failure, not cleanly.", ran_out[1])
-        return _result(cid, NOT_APPLICABLE, "The job never restarted after the fault (see replacement_cycle), so it "
-                                             "could not finish cleanly.")
-    problems: list[str] = []
+            return _found(cid, FAIL, "gave_up", {"why": why}, ran_out[1])
+        return _found(cid, NOT_APPLICABLE, "never_restarted", {})
+    problems: list[dict[str, object]] = []  # each: its reason, its values, and whether no later line can undo it
     evidence: list[object] = []
-    final: list[str] = []  # the problems no later line can undo (named first)
     launcher = list(tl.launcher_events())
     success = [e for e in launcher if isinstance(e, ev.LauncherSucceeded) or (isinstance(e, ev.LauncherExit) and e.code == 0)]
     failed = [e for e in launcher if isinstance(e, ev.LauncherFailed) or (isinstance(e, ev.LauncherExit) and e.code != 0)]
     launch = tl.launch
-    lost_node_status = (a.fault == "node" and a.injection is not None and launch is not None
+    lost_node_status = (a.fault == "node" and closing is not None and launch is not None
                         and launch.exit_code in (128 + 9, -9) and bool(success) and not failed)
     if launch is not None and launch.exit_code not in (None, 0) and not lost_node_status:
-        problems.append(f"the launcher exited with status {launch.exit_code}")
+        problems.append({"reason": "exit_status", "status": launch.exit_code})
         evidence.append(launch.src)
     # With a lost node, srun's status is its SIGKILLed task's (137) while every launcher that
     # survived reported success: that status is the fault itself, not the end of the run.
     if failed:
-        problems.append("the launcher reported a failure")
+        problems.append({"reason": "launcher_failed", "final": True})
         evidence.extend(failed[:2])
-        final.append(problems[-1])
     if not success and not (launch is not None and launch.exit_code == 0):
-        problems.append("no launcher success was recorded ('Agent .run() is OK', exit code 0 or launch.json)")
+        problems.append({"reason": "no_success"})
     elif not failed:
         evidence.extend(success[-1:])
         if launch is not None and launch.exit_code == 0:
             evidence.append(launch.src)
     if launch is not None and launch.stopped_early:
-        problems.append(f"the harness stopped the launch early ({launch.stopped_early})")
+        problems.append({"reason": "stopped_early", "why": launch.stopped_early})
         evidence.append(launch.src)
     if not a.is_fault_run and a.injection_count:
-        problems.append("an injection marker exists although the fault is none")
+        problems.append({"reason": "marker_without_fault"})
         evidence.extend(a.injection_evidence[:2])
     if a.injection_count > a.planned_faults:
-        problems.append(f"the fault was injected {a.injection_count} times" +
-                        (f" (the {a.fault_at} plan holds {a.planned_faults})" if a.planned_faults > 1 else ""))
+        plan = sentence(cid, "plan_holds", {"fault_at": a.fault_at, "planned": a.planned_faults}) \
+            if a.planned_faults > 1 else ""
+        problems.append({"reason": "injected_too_often", "count": a.injection_count, "plan": plan, "final": True})
         evidence.extend(a.injection_evidence[:4])
-        final.append(problems[-1])
     allowed = min(a.injection_count, a.planned_faults) if a.is_fault_run else 0
     if len(a.failures) > allowed:
-        cycles = ", ".join(str(c) for c in a.failures)
-        injected = {i.cycle for i in a.injections} | {a.failed_cycle}
+        injected = {e.marker.cycle for e in a.episodes} | {closing.cycle if closing is not None else None}
         extra = [c for c in a.failures if c not in injected]
-        only = "only the injected one may" if allowed <= 1 else f"only the {allowed} injected ones may"
-        problems.append(f"{len(a.failures)} cycles failed ({cycles}); {only}")
+        only = sentence(cid, "only_one" if allowed <= 1 else "only_some", {"allowed": allowed})
+        # every planned fault is in (or there is none): no later injection can account for it
+        problems.append({"reason": "too_many_failed_cycles", "failed": len(a.failures), "only": only,
+                         "cycles": ", ".join(str(c) for c in a.failures),
+                         "final": not a.is_fault_run or len(a.episodes) >= a.planned_faults})
         for c in extra[:3]:
             evidence.append(a.failures[c][0])
-        # every planned fault is in (or there is none): no later injection can account for it
-        if not a.is_fault_run or len(a.injections) >= a.planned_faults:
-            final.append(problems[-1])
     if not a.is_fault_run:
         restarts = sorted({c for c in a.workers_started if c > 0} | {s.cycle for s in tl.starts if s.cycle})
         if restarts:
-            problems.append(f"the workers restarted (cycle {restarts[0]}) although no fault was injected")
+            problems.append({"reason": "restarted_without_fault", "cycle": restarts[0]})
     stops = [e for e in launcher if isinstance(e, ev.NoProgressStop)]
     if stops:
-        problems.append("NVRx stopped the job for lack of progress across restarts")
+        problems.append({"reason": "no_progress_stop", "final": True})
         evidence.append(stops[0])
-        final.append(problems[-1])
     last = max(tl.starts, key=lambda s: (s.cycle if s.cycle is not None else -1, s.index), default=None)
     done = last.first(ev.TrainingDone) if last is not None else None
     if done is None:
-        problems.append("Megatron never printed '[after training is done]'" +
-                        (f" in its last start ({last.source})" if last is not None else " (no application log)"))
+        where = sentence(cid, "in_last_start" if last is not None else "no_app_log",
+                         {"source": last.source if last is not None else None})
+        problems.append({"reason": "not_done", "where": where})
     else:
         evidence.append(done)
     if problems:
-        problems = final + [p for p in problems if p not in final]  # what decided it first (the watcher's stop reason)
-        return _result(cid, FAIL, "The run did not finish cleanly: " + "; ".join(problems) + ".", evidence,
-                       final=bool(final))
-    if a.is_fault_run and a.injection is not None and a.planned_faults > 1:
-        shape = f"with exactly {a.planned_faults} injections ({a.fault_at}) and as many failed cycles"
-    elif a.is_fault_run and a.injection is not None:
-        shape = "with exactly one injection and one failed cycle"
+        # what decided it first (the watcher's stop reason): the problems no later line can undo
+        ordered = [p for p in problems if p.get("final")] + [p for p in problems if not p.get("final")]
+        return _found(cid, FAIL, "not_clean", {"problems": ordered}, evidence,
+                      final=any(p.get("final") for p in problems))
+    if a.is_fault_run and closing is not None and a.planned_faults > 1:
+        shape = "shape_planned"
+    elif a.is_fault_run and closing is not None:
+        shape = "shape_one"
     elif a.is_fault_run:
-        shape = "without any failed cycle (and without the fault, see pre_fault_checkpoint)"
+        shape = "shape_none_injected"
     else:
-        shape = "in a single cycle without any fault"
-    return _result(cid, PASS, f"The launcher reported success {shape}, no no-progress stop, and Megatron reached "
-                              "'[after training is done]'.", evidence)
+        shape = "shape_baseline"
+    return _found(cid, PASS, "clean", {"shape": sentence(cid, shape, {"planned": a.planned_faults,
+                                                                      "fault_at": a.fault_at})}, evidence)
 
 
-def check_optimizer_state(tl: Timeline, a: Analysis) -> CriterionResult:
+def check_optimizer_state(j: Judging) -> CriterionResult:
     """The restored optimizer really continued: Adam's step counter in the first checkpoint
     committed after the restore of K equals that checkpoint's iteration (one optimizer step
     per iteration), and every optimizer slot holds exp_avg and exp_avg_sq. Read from the
     checkpoint's own optimizer record (history), which no log line can stand in for."""
     cid = OPTIMIZER_STATE
+    tl, a, ep = j.tl, j.a, j.ep
     if (na := _na_no_fault(cid, a)) is not None:
         return na
-    r = a.replacement
+    r = ep.replacement if ep is not None else None
     loaded = r.first(ev.CheckpointLoaded) if r is not None else None
-    if a.injection is None or r is None or loaded is None:
-        return _result(cid, NOT_APPLICABLE, "No checkpoint was restored after the fault (see optimizer_reload), so "
-                                             "there is no restored optimizer state to check.")
+    if ep is None or r is None or loaded is None:
+        return _found(cid, NOT_APPLICABLE, "nothing_restored", {})
     k = loaded.iteration
-    commits = sorted((e for s in a.post_starts for e in s.of(ev.SaveCommitted) if e.iteration > k),
+    facts: dict[str, object] = {"restored": k}
+    commits = sorted((e for s in ep.continuation for e in s.of(ev.SaveCommitted) if e.iteration > k),
                      key=lambda e: e.iteration)
     if not commits:
-        return _result(cid, NOT_APPLICABLE, f"No checkpoint was committed after the restore of checkpoint {k} (see "
-                                             "later_checkpoint), so the restored optimizer never reached the disk.",
-                       [loaded])
+        return _found(cid, NOT_APPLICABLE, "nothing_committed", facts, [loaded])
     first = commits[0]
     n = first.iteration
+    facts["first"] = n
     if tl.checkpoints is None or not tl.checkpoints.exists:
-        return _result(cid, NOT_APPLICABLE, f"The checkpoint directory is not with this run directory, so the "
-                                             f"optimizer's own record in checkpoint {n} (the first committed after the "
-                                             f"restore of checkpoint {k}) cannot be read: copy checkpoints/ with the "
-                                             "run to check it.", [loaded, first])
+        return _found(cid, NOT_APPLICABLE, "no_checkpoint_dir", facts, [loaded, first])
     ck = tl.checkpoints.get(n)
     if ck is None:
-        return _result(cid, UNKNOWN, f"Checkpoint {n}, the first committed after the restore of checkpoint {k}, is "
-                                     "not in the checkpoint directory: copy checkpoints/ with the run directory to "
-                                     "check the optimizer's own record.", [loaded, first])
+        return _found(cid, UNKNOWN, "first_missing", facts, [loaded, first])
     rec = ck.optimizer_record
+    facts["rel"] = ck.rel
     evidence: list[object] = [loaded, first, ck.record_src()]
     if rec is None or rec.steps is None:
-        why = (rec.note if rec is not None else None) or ck.inspect_note or "it was not read"
-        return _result(cid, UNKNOWN, f"The optimizer record of {ck.rel} (the first checkpoint committed after the "
-                                     f"restore of checkpoint {k}) could not be read: {why}.", evidence)
+        facts["why"] = (rec.note if rec is not None else None) or ck.inspect_note or "it was not read"
+        return _found(cid, UNKNOWN, "unreadable", facts, evidence)
     before = tl.checkpoints.get(k) if tl.checkpoints is not None else None
     if before is not None and before.optimizer_record is not None and before.optimizer_record.steps:
         evidence.append(before.record_src())
+    facts.update(slots=rec.moment_slots, slots_text=_slots(rec.moment_slots))
     if rec.moment_slots == 0:
-        return _result(cid, FAIL, f"{ck.rel}, the first checkpoint committed after the restore of checkpoint {k}, holds "
-                                  "no optimizer moments at all (no optimizer key with exp_avg or exp_avg_sq): the "
-                                  "training after the restore saved without optimizer state.", evidence)
+        return _found(cid, FAIL, "no_moments", facts, evidence)
     if rec.missing_count:
         shown = ", ".join(rec.missing_moments) + (" ..." if rec.missing_count > len(rec.missing_moments) else "")
-        return _result(cid, FAIL, f"{ck.rel}, the first checkpoint committed after the restore of checkpoint {k}, "
-                                  f"lacks exp_avg or exp_avg_sq for {rec.missing_count} of {rec.moment_slots} optimizer "
-                                  f"slots ({shown}): Adam's moments were not carried through the restore.", evidence)
+        return _found(cid, FAIL, "missing_moments", {**facts, "missing": rec.missing_count, "shown": shown}, evidence)
     if not rec.steps:
-        moments = f"exp_avg and exp_avg_sq are present in all {_slots(rec.moment_slots)} of {ck.rel}, but "
         where = (f"neither a common_step nor a param group step in its common state ({rec.common_read})"
                  if rec.common_read else "no optimizer object and no common state holding one")
-        return _result(cid, NOT_APPLICABLE, moments + f"this checkpoint records no Adam step counter ({where}): the "
-                                                      "continuation is judged by loss_continuity against a baseline.",
-                       evidence)
+        return _found(cid, NOT_APPLICABLE, "no_step_counter", {**facts, "where": where}, evidence)
     skipped = [it for s in tl.starts for it in s.bad_iterations if (it.skipped or 0) > 0]
     if skipped:
-        return _result(cid, UNKNOWN, f"Iteration {skipped[0].iteration} skipped its optimizer step, so the step count "
-                                     f"expected in {ck.rel} is not its iteration {n}; see later_checkpoint.",
-                       [*evidence, skipped[0]])
+        return _found(cid, UNKNOWN, "skipped_step", {**facts, "skipped": skipped[0].iteration}, [*evidence, skipped[0]])
+    facts.update(key=rec.key, field=rec.step_field)
     wrong = sorted({s for s in rec.steps if s != n})
     if wrong:
-        got = ", ".join(f"{s:g}" for s in wrong)
         if wrong == [float(n - k)]:
-            why = f"it counts only the {n - k} steps since the restore: the step was reset to 0 when checkpoint {k} was loaded"
+            why = "reset"
         elif all(s > n for s in wrong):
-            why = "it ran ahead of one step per iteration since the restore"
+            why = "ahead"
         else:
-            why = f"it did not continue from the {k} steps of checkpoint {k}"
-        return _result(cid, FAIL, f"{ck.rel}, the first checkpoint committed after the restore of checkpoint {k}, holds "
-                                  f"Adam's step counter {got} in {rec.key} ({rec.step_field}), but an optimizer that "
-                                  f"continued from checkpoint {k} has taken {n} steps at iteration {n}: {why}, so Adam's "
-                                  "bias correction after the restore differs from an uninterrupted run's.", evidence)
-    return _result(cid, PASS, f"{ck.rel}, the first checkpoint committed after the restore of checkpoint {k}, holds "
-                              f"Adam's step counter {n:g} in {rec.key} ({rec.step_field}), one step per iteration "
-                              f"continued from checkpoint {k}, and exp_avg and exp_avg_sq in all "
-                              f"{_slots(rec.moment_slots)}.", evidence)
+            why = "not_continued"
+        facts.update(got=", ".join(f"{s:g}" for s in wrong), since=n - k)
+        return _found(cid, FAIL, "wrong_step", {**facts, "why": sentence(cid, why, facts)}, evidence)
+    return _found(cid, PASS, "continued", {**facts, "first_g": f"{n:g}"}, evidence)
 
 
 def _slots(n: int) -> str:
     return f"{n} optimizer state slot{'' if n == 1 else 's'} (buckets or parameters)"
 
 
-def check_loop_stopped(tl: Timeline, a: Analysis) -> CriterionResult:
+def check_loop_stopped(j: Judging) -> CriterionResult:
     """A fault that returns in every cycle (a poisoned checkpoint) must be stopped by NVRx's
-    no-progress rule: exit 93 within --ft-max-no-progress-cycles failed cycles, the cause named."""
+    no-progress rule: exit 93 within --ft-max-no-progress-cycles failed cycles, the cause named.
+    Judges the run: the loop follows the first episode's poisoned checkpoint."""
     cid = LOOP_STOPPED
-    inj = a.first_injection
+    tl, a = j.tl, j.a
+    inj = a.opening.marker if a.opening is not None else None
     if not a.poisoned:
-        return _result(cid, NOT_APPLICABLE, f"The {a.fault} fault ({a.fault_at}) plans no restart loop.")
+        return _found(cid, NOT_APPLICABLE, "no_loop_planned", {"fault": a.fault, "fault_at": a.fault_at})
     if inj is None:
-        return _result(cid, NOT_APPLICABLE, "No injection happened (see pre_fault_checkpoint): no checkpoint was "
-                                             "poisoned, so no restart loop could start.")
+        return _found(cid, NOT_APPLICABLE, "no_injection", {})
     limit = tl.run.max_no_progress_cycles or NVRX_DEFAULT_MAX_NO_PROGRESS_CYCLES
     limit_how = ("--max-no-progress-cycles" if tl.run.max_no_progress_cycles else "NVRx's default")
     c = inj.cycle if inj.cycle is not None else 0
@@ -1116,62 +976,49 @@ def check_loop_stopped(tl: Timeline, a: Analysis) -> CriterionResult:
     launch = tl.launch
     code = launch.exit_code if launch is not None else None
     k = inj.iteration
+    facts: dict[str, object] = {"poisoned_checkpoint": k, "failed": len(failed_after), "limit": limit,
+                                "limit_how": limit_how, "code": code, "no_restart_code": NO_RESTART_EXIT_CODE}
     evidence: list[object] = [inj, *stops[:1], launch.src if launch is not None else None]
-    problems: list[str] = []
-    trained = [s for s in a.post_starts if s.first(ev.CheckpointLoaded) is not None or s.first_iteration is not None]
+    problems: list[dict[str, object]] = []
+    after_last = a.closing.continuation if a.closing is not None else ()
+    trained = [s for s in after_last if s.first(ev.CheckpointLoaded) is not None or s.first_iteration is not None]
     if trained:
-        problems.append(f"replacement cycle {trained[0].cycle} loaded or trained from the poisoned checkpoint {k}: the "
-                        "truncated file went unnoticed")
+        problems.append({"reason": "went_unnoticed", "cycle": trained[0].cycle, "poisoned_checkpoint": k})
         evidence.append((trained[0].first(ev.CheckpointLoaded) or trained[0].first_iteration))
     if not stops and code != NO_RESTART_EXIT_CODE:
         if launch is not None and launch.stopped_early:
-            problems.append(f"NVRx never stopped the loop: the harness did ({launch.stopped_early})")
+            problems.append({"reason": "harness_stopped", "why": launch.stopped_early})
         elif gave_up or code not in (None, 0):
-            problems.append(f"the launcher looped until --max-restarts ran out ({len(failed_after)} failed replacement "
-                            f"cycles) and exited {code if code is not None else 'with a failure'}, instead of stopping "
-                            f"for lack of progress with exit {NO_RESTART_EXIT_CODE}")
+            problems.append({**facts, "reason": "looped_until_exhausted",
+                             "exited": code if code is not None else "with a failure"})
             evidence.extend(gave_up[:1])
         else:
-            problems.append("no no-progress stop was recorded and the launcher's exit status is unknown")
+            problems.append({"reason": "no_stop_unknown_exit"})
     elif code is not None and code != NO_RESTART_EXIT_CODE:
-        problems.append(f"the launcher logged a no-progress stop but exited {code}, not {NO_RESTART_EXIT_CODE}")
+        problems.append({**facts, "reason": "stop_wrong_exit"})
     if len(failed_after) > limit:
-        problems.append(f"{len(failed_after)} replacement cycles failed before the stop, more than the limit of {limit} "
-                        f"({limit_how})")
+        problems.append({**facts, "reason": "over_the_limit"})
     # The repeating error: every failed replacement began loading the poisoned checkpoint and never finished.
-    failing = [s for s in a.post_starts if s.cycle in failed_after]
+    failing = [s for s in after_last if s.cycle in failed_after]
     repeated = [s for s in failing if s.first(ev.LoadStarted) is not None and s.first(ev.CheckpointLoaded) is None]
-    cause = []
+    cause: list[dict[str, object]] = []
     if inj.poisoned:
         shown = inj.poisoned
         try:  # relative to the run directory when inside it, as all evidence is
             shown = str(PurePath(inj.poisoned).relative_to(tl.run_dir))
         except ValueError:
             pass
-        cause.append(f"the corrupt file is {shown} (truncated by the fault)")
+        cause.append({"reason": "corrupt_file", "file": shown})
     if failing and len(repeated) == len(failing):
-        cause.append(f"each of the {len(failing)} failed replacement cycle(s) began loading checkpoint "
-                     f"{repeated[0].first(ev.LoadStarted).iteration} and never finished it")
+        cause.append({"reason": "repeated_load", "failing": len(failing),
+                      "loading": repeated[0].first(ev.LoadStarted).iteration})
         evidence.extend(s.first(ev.LoadStarted) for s in repeated[:3])
     if not cause:
-        problems.append("nothing names the cause of the loop (no poisoned file in the marker, no repeated failed load)")
+        problems.append({"reason": "no_cause"})
     if problems:
-        return _result(cid, FAIL, "The restart loop was not stopped as it must be: " + "; ".join(problems) + ".",
-                       evidence)
-    how = f"exit {code}" if code is not None else "a no-progress stop (exit status not recorded)"
-    return _result(cid, PASS, f"NVRx's no-progress rule stopped the restart loop after {len(failed_after)} failed "
-                              f"replacement cycle(s) (limit {limit}, {limit_how}) with {how}: " + "; ".join(cause) + ".",
-                   evidence)
-
-
-CHECKERS: tuple[tuple[str, Callable[[Timeline, Analysis], CriterionResult]], ...] = (
-    ("pre_fault_checkpoint", check_pre_fault_checkpoint),
-    ("replacement_cycle", check_replacement_cycle),
-    ("optimizer_reload", check_optimizer_reload),
-    ("later_checkpoint", check_later_checkpoint),
-    ("clean_finish", check_clean_finish),
-    (OPTIMIZER_STATE, check_optimizer_state),
-)
+        return _found(cid, FAIL, "not_stopped", {**facts, "problems": problems}, evidence)
+    facts["how"] = sentence(cid, "how_exit" if code is not None else "how_unknown", facts)
+    return _found(cid, PASS, "stopped", {**facts, "problems": cause}, evidence)
 
 
 # ---------------------------------------------------------------- loss continuity (with a baseline)
@@ -1189,11 +1036,17 @@ class LossComparison:
     baseline_dir: str  # as given; its last part prefixes the baseline's evidence lines
 
 
-def check_loss_continuity(tl: Timeline, a: Analysis, losses: LossComparison | None) -> CriterionResult:
+def check_loss_continuity(j: Judging) -> CriterionResult:
     """Loss continuity, the check after the five when a baseline is given: the losses after
-    the restored checkpoint equal the baseline's (see compare_losses)."""
-    loaded = a.replacement.first(ev.CheckpointLoaded) if a.replacement is not None else None
-    return compare_losses(losses, a.fault, loaded.iteration if loaded is not None else None, tl.run.train_iters)
+    the episode's restored checkpoint equal the baseline's (see compare_losses)."""
+    if j.baseline_problem is not None and j.a.is_fault_run:
+        return _no_usable_baseline(LOSS_CONTINUITY, j.baseline_problem)
+    loaded = j.ep.loaded if j.ep is not None else None
+    return compare_losses(j.losses, j.a.fault, loaded.iteration if loaded is not None else None, j.tl.run.train_iters)
+
+
+def _no_usable_baseline(cid: str, problem: str) -> CriterionResult:
+    return _found(cid, UNKNOWN, "no_usable_baseline", {"problem": problem})
 
 
 def compare_losses(losses: LossComparison | None, fault: str, restored: int | None,
@@ -1210,28 +1063,28 @@ def compare_losses(losses: LossComparison | None, fault: str, restored: int | No
     is then the mean of this run's K+1 and the baseline's K+2 (to the printed precision), and
     is accepted as continuous. The uninterrupted baseline averages only its iterations 1 and 2."""
     cid = LOSS_CONTINUITY
+
+    def found(status: Status, reason: str, values: Mapping[str, object], evidence: tuple[str, ...] = ()):
+        return CriterionResult(cid, status, sentence(cid, reason, values), evidence, values=dict(values))
+
     if fault == "none":
-        return CriterionResult(cid, NOT_APPLICABLE, "Fault none: there is no restore to compare.")
+        return found(NOT_APPLICABLE, "no_fault", {})
     if losses is None:
-        return CriterionResult(cid, NOT_APPLICABLE,
-                               "No baseline run given (verify --baseline RUN_DIR of an uninterrupted run).")
+        return found(NOT_APPLICABLE, "no_baseline", {})
     if restored is None:
-        return CriterionResult(cid, NOT_APPLICABLE,
-                               "No checkpoint was restored (see optimizer_reload), so there is nothing to compare.")
+        return found(NOT_APPLICABLE, "nothing_restored", {})
     ours, theirs, baseline_dir = losses.run, losses.baseline, losses.baseline_dir
     base = PurePath(baseline_dir).name
     last = train_iters or max(ours, default=restored)
     wanted = range(restored + 1, last + 1)
+    facts: dict[str, object] = {"restored": restored, "from": restored + 1, "last": last}
     if train_iters is not None and restored >= train_iters:
-        return CriterionResult(cid, NOT_APPLICABLE,
-                               f"Checkpoint {restored} was the final one: nothing was trained after the restore, so "
-                               "there is no loss to compare (state_equivalence compares the end state).")
+        return found(NOT_APPLICABLE, "final_restored", facts)
     missing = [i for i in wanted if i not in ours or i not in theirs]
     if missing or not wanted:
         side = "this run" if any(i not in ours for i in missing) else f"the baseline {baseline_dir}"
-        return CriterionResult(cid, FAIL if missing else UNKNOWN,
-                               f"Iterations {restored + 1}..{last} must be logged by both runs; {side} lacks "
-                               f"iteration {missing[0] if missing else '?'} (log every iteration: --log-interval 1).")
+        return found(FAIL if missing else UNKNOWN, "not_logged",
+                     {**facts, "side": side, "missing": missing[0] if missing else "?"})
     averaged = None
     for i in wanted:
         if ours[i].loss != theirs[i].loss and i == restored + 2 and _mean_of(ours[i].loss, ours[i - 1].loss, theirs[i].loss):
@@ -1240,22 +1093,14 @@ def compare_losses(losses: LossComparison | None, fault: str, restored: int | No
         if ours[i].loss != theirs[i].loss:
             mean = ""
             if i == restored + 2 and _finite(ours[i - 1].loss, theirs[i].loss):
-                mean = (f" (or {(float(ours[i - 1].loss) + float(theirs[i].loss)) / 2:.6E}, the mean of this run's "
-                        f"{i - 1} and the baseline's {i}, as Megatron prints the second iteration of a start)")
-            return CriterionResult(
-                cid, FAIL,
-                f"lm loss at iteration {i} is {ours[i].loss} after the restore of checkpoint {restored} but "
-                f"{theirs[i].loss} in the uninterrupted baseline{mean}: the restored training state differs "
-                "(optimizer state, data position or RNG).",
-                (str(ours[i].src), f"{base}/{theirs[i].src}"))
+                mean = sentence(cid, "mean_hint", {"mean": f"{(float(ours[i - 1].loss) + float(theirs[i].loss)) / 2:.6E}",
+                                                   "before": i - 1, "iteration": i})
+            return found(FAIL, "differs", {**facts, "iteration": i, "ours": ours[i].loss, "theirs": theirs[i].loss,
+                                           "mean": mean}, (str(ours[i].src), f"{base}/{theirs[i].src}"))
     first, end = wanted[0], wanted[-1]
-    note = (f" (iteration {averaged}'s line is Megatron's mean of the restart's first two iterations, and equals the "
-            f"mean of this run's {averaged - 1} and the baseline's {averaged})") if averaged is not None else ""
-    return CriterionResult(
-        cid, PASS,
-        f"lm loss of iterations {first}..{end} after the restore of checkpoint {restored} equals the uninterrupted "
-        f"baseline's, all {len(wanted)} of them{note}.",
-        (str(ours[first].src), f"{base}/{theirs[first].src}", str(ours[end].src)))
+    note = sentence(cid, "averaged_note", {"averaged": averaged, "before": averaged - 1}) if averaged is not None else ""
+    return found(PASS, "equal", {**facts, "first": first, "end": end, "count": len(wanted), "note": note},
+                 (str(ours[first].src), f"{base}/{theirs[first].src}", str(ours[end].src)))
 
 
 def _mean_of(printed: str, first: str, second: str) -> bool:
@@ -1312,83 +1157,227 @@ def _is_zero(value: str | None) -> bool:
         return False
 
 
-def check_state_equivalence(tl: Timeline, a: Analysis, state: ev.StateComparison | None) -> CriterionResult:
+def check_state_equivalence(j: Judging) -> CriterionResult:
     """The end state itself: every model and optimizer tensor of the run's final committed
     checkpoint against the baseline's checkpoint of the same iteration (harness.end_state),
     bitwise where the training is deterministic, else within the tolerance of each tensor
     class. A restore that lost Adam's step, the data position or the RNG state ends elsewhere."""
     cid = STATE_EQUIVALENCE
+    tl, a, state = j.tl, j.a, j.state
+    if j.baseline_problem is not None and a.is_fault_run:
+        return _no_usable_baseline(cid, j.baseline_problem)
     if not a.is_fault_run:
-        return _result(cid, NOT_APPLICABLE, "Fault none: there is no restore whose end state could differ.")
+        return _found(cid, NOT_APPLICABLE, "no_fault", {})
     if state is None:
-        return _result(cid, NOT_APPLICABLE, "No baseline run given (--baseline auto or RUN_DIR of an uninterrupted "
-                                             "run of the same configuration), so there is no end state to compare with.")
+        return _found(cid, NOT_APPLICABLE, "no_baseline", {})
     if a.poisoned:
-        return _result(cid, NOT_APPLICABLE, f"The {a.fault} fault plans a restart loop, not a recovery: there is no "
-                                             "recovered end state.")
-    loaded = a.replacement.first(ev.CheckpointLoaded) if a.replacement is not None else None
+        return _found(cid, NOT_APPLICABLE, "poisoned", {"fault": a.fault})
+    loaded = a.closing.loaded if a.closing is not None else None  # the end state follows the last restore
     if loaded is None:
-        return _result(cid, NOT_APPLICABLE, "No checkpoint was restored after the fault (see optimizer_reload), so "
-                                             "there is no recovered end state to compare.")
+        return _found(cid, NOT_APPLICABLE, "nothing_restored", {})
     if state.iteration is None or state.checkpoint is None:
-        return _result(cid, NOT_APPLICABLE, "This run committed no checkpoint (see later_checkpoint), so its end state "
-                                             "is not on disk.", [loaded])
+        return _found(cid, NOT_APPLICABLE, "nothing_committed", {}, [loaded])
     mine = Src(f"{state.checkpoint}/.metadata", 0, f"final checkpoint, iteration {state.iteration}")
     theirs = (Src(f"{state.baseline_checkpoint}/.metadata", 0, "the baseline's checkpoint of the same iteration")
               if state.baseline_checkpoint else None)
+    facts: dict[str, object] = {"checkpoint": state.checkpoint, "baseline_checkpoint": state.baseline_checkpoint,
+                                "iteration": state.iteration, "compared": state.compared_count}
     if state.note is not None:
-        return _result(cid, UNKNOWN, f"The end states could not be compared: {state.note}.", [mine, theirs])
+        return _found(cid, UNKNOWN, "not_compared", {**facts, "note": state.note}, [mine, theirs])
     exact, why, det_srcs = determinism(tl)
+    facts.update(exact=exact, why=why)
     tol = {c: (rtol, atol) for c, rtol, atol in state.tolerances}
     evidence: list[object] = [mine, theirs, *det_srcs]
     if state.missing_count:
-        return _result(cid, FAIL, f"{state.checkpoint} and the baseline's {state.baseline_checkpoint} do not hold the "
-                                  f"same tensors ({state.missing_count} differ, e.g. {state.missing[0]}): the restored "
-                                  "run ended with another model or optimizer layout.",
-                       [*evidence, *(Src(f"{state.checkpoint}/.metadata", 0, m) for m in state.missing[:4])])
+        return _found(cid, FAIL, "other_layout", {**facts, "missing": state.missing_count, "example": state.missing[0]},
+                      [*evidence, *(Src(f"{state.checkpoint}/.metadata", 0, m) for m in state.missing[:4])])
     if state.compared_count == 0:
-        return _result(cid, UNKNOWN, f"{state.checkpoint} holds no tensor that could be compared with the baseline's.",
-                       evidence)
-    classes = ", ".join(f"{n} {c}" for c, n in state.compared)
-    skipped = ""
+        return _found(cid, UNKNOWN, "nothing_comparable", facts, evidence)
+    facts["classes"] = ", ".join(f"{n} {c}" for c, n in state.compared)
+    facts["skipped"] = ""
     if state.not_compared_count:
-        shown = ", ".join(state.not_compared[:3]) + (" ..." if state.not_compared_count > 3 else "")
-        skipped = (f"; {state.not_compared_count} pickled object(s) not compared ({shown}): the RNG state and a "
-                   "step counter kept there show only through the tensors they shape")
+        facts["skipped"] = sentence(cid, "skipped", {"count": state.not_compared_count, "shown": ", ".join(
+            state.not_compared[:3]) + (" ..." if state.not_compared_count > 3 else "")})
     offending = [d for d in state.differing if exact or not d.within_tolerance]
     failing = state.differing_count if exact else state.outside_tolerance_count
     if failing:
         first = offending[0] if offending else None
         if first is not None:
             rtol, atol = tol.get(first.tensor_class, (0.0, 0.0))
-            bound = "bitwise equality" if exact else f"the {first.tensor_class} tolerance rtol={rtol:g}, atol={atol:g}"
+            bound = sentence(cid, "bitwise" if exact else "tolerance", {"cls": first.tensor_class, "rtol": f"{rtol:g}",
+                                                                         "atol": f"{atol:g}"})
             evidence.append(Src(f"{state.checkpoint}/{first.key}", 0,
                                 f"{first.numel} {first.dtype} values, max |run - baseline| = {first.max_abs_diff:.6g} "
                                 f"({first.tensor_class})"))
-            worst = "; ".join(f"{c} {v:.3g}" for c, v in state.max_abs_diff)
-            return _result(cid, FAIL, f"{failing} of {state.compared_count} tensors of {state.checkpoint} differ from the "
-                                      f"uninterrupted baseline's ({state.baseline_checkpoint}) beyond {bound} ({why}); "
-                                      f"the first is {first.key} ({first.tensor_class}, max abs difference "
-                                      f"{first.max_abs_diff:.6g}; largest per class: {worst}): the restored training "
-                                      "state differs (optimizer state, data position or RNG).", evidence)
+            return _found(cid, FAIL, "differs", {
+                **facts, "failing": failing, "bound": bound, "key": first.key, "cls": first.tensor_class,
+                "diff": f"{first.max_abs_diff:.6g}", "worst": "; ".join(f"{c} {v:.3g}" for c, v in state.max_abs_diff)},
+                evidence)
     if exact:
-        return _result(cid, PASS, f"All {state.compared_count} tensors of {state.checkpoint} ({classes}) equal the "
-                                  f"uninterrupted baseline's {state.baseline_checkpoint} bitwise ({why}){skipped}.",
-                       evidence)
-    tolerances = "; ".join(f"{c} rtol={tol[c][0]:g} atol={tol[c][1]:g}" for c, _ in state.compared if c in tol)
-    close = (f", {state.differing_count} of them not bitwise (largest difference per class: "
-             + "; ".join(f"{c} {v:.3g}" for c, v in state.max_abs_diff) + ")") if state.differing_count else ""
-    return _result(cid, PASS, f"All {state.compared_count} tensors of {state.checkpoint} ({classes}) are within the "
-                              f"tolerance of their class of the uninterrupted baseline's {state.baseline_checkpoint}"
-                              f"{close} ({why}; tolerances: {tolerances}){skipped}.", evidence)
+        return _found(cid, PASS, "bitwise_equal", facts, evidence)
+    facts["tolerances"] = "; ".join(f"{c} rtol={tol[c][0]:g} atol={tol[c][1]:g}" for c, _ in state.compared if c in tol)
+    facts["close"] = sentence(cid, "not_bitwise", {"count": state.differing_count, "largest": "; ".join(
+        f"{c} {v:.3g}" for c, v in state.max_abs_diff)}) if state.differing_count else ""
+    return _found(cid, PASS, "within_tolerance", facts, evidence)
 
 
-def check_safe(cid: str, checker: Callable[[Timeline, Analysis], CriterionResult], tl: Timeline, a: Analysis) -> CriterionResult:
+# ---------------------------------------------------------------- the registry and the merge
+
+
+@dataclass(frozen=True)
+class Judging:
+    """What a checker is given (the one signature of every check): the Timeline, the Analysis,
+    the episode judged (None for a check of the whole run, or for a run without any episode)
+    and the baseline inputs of the checks that compare with one."""
+
+    tl: Timeline
+    a: Analysis
+    ep: Episode | None = None
+    losses: LossComparison | None = None
+    state: ev.StateComparison | None = None
+    baseline_problem: str | None = None  # the baseline meant for the comparisons is unusable
+
+
+def _always(_j: Judging) -> bool:
+    return True
+
+
+def _never(_a: Analysis, _ep: Episode) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Check:
+    """One registry entry. `scope`: "episode" (judged once per episode, the results merged into
+    one) or "run". `applies`: whether the run gets this check at all. `superseded`: why an
+    episode does not judge it (a later episode does); its result is shown in the episode's
+    section and left out of the merge. `primary`: whose sentence stands for several episodes
+    of the same status ("first" or "last"); `all_passed`: the sentence when several passed."""
+
+    id: str
+    judge: Callable[[Judging], CriterionResult]
+    scope: str = "episode"
+    applies: Callable[[Judging], bool] = _always
+    superseded: Callable[[Analysis, Episode], str | None] = _never
+    primary: str = "last"
+    all_passed: Callable[[Judging, Sequence[CriterionResult]], CriterionResult] | None = None
+
+
+def _load_cut(_a: Analysis, ep: Episode) -> str | None:
+    if ep.cut_before_load:
+        return (f"fault {ep.number + 1} hit cycle {ep.next_cycle} before this episode's replacement finished its "
+                f"load; episode {ep.number + 1} judges the recovery")
+    return None
+
+
+def _not_last(_a: Analysis, ep: Episode) -> str | None:
+    if not ep.last:
+        return (f"fault {ep.number + 1} (cycle {ep.next_cycle}) ended this episode's training; the training to the "
+                "end of the run is judged in the last episode")
+    return None
+
+
+def _nothing_new_committed(a: Analysis, ep: Episode) -> str | None:
+    """The fault hit before anything beyond the previous episode's checkpoint was committed
+    (in-restore's second fault hits the restore of that very checkpoint): what was committed
+    before it is the previous episode's, judged there."""
+    previous = a.episodes[ep.number - 2] if ep.number > 1 else None
+    if previous is None:
+        return None
+    named = committed_before(ep.marker)
+    if previous.cut_before_load or (named is not None and previous.expected_k is not None
+                                    and named <= previous.expected_k):
+        return (f"no checkpoint beyond episode {previous.number}'s ({previous.expected_k}) was committed before this "
+                f"fault: what was committed before it is episode {previous.number}'s")
+    return None
+
+
+def _poison_loop(j: Judging) -> bool:
+    return j.a.is_fault_run and j.a.poisoned
+
+
+def _with_baseline(j: Judging) -> bool:
+    return (j.baseline_problem is not None and j.a.is_fault_run) or j.losses is not None
+
+
+# The order is the verdict's: the five, optimizer_state, then the checks only some runs get.
+CHECKS: tuple[Check, ...] = (
+    Check("pre_fault_checkpoint", check_pre_fault_checkpoint, superseded=_nothing_new_committed, primary="first"),
+    Check("replacement_cycle", check_replacement_cycle, all_passed=_replacement_cycles_all_passed),
+    Check("optimizer_reload", check_optimizer_reload, superseded=_load_cut),
+    Check("later_checkpoint", check_later_checkpoint, superseded=_not_last),
+    Check("clean_finish", check_clean_finish, scope="run"),
+    Check(OPTIMIZER_STATE, check_optimizer_state, superseded=_load_cut),
+    Check(LOOP_STOPPED, check_loop_stopped, scope="run", applies=_poison_loop),
+    Check(LOSS_CONTINUITY, check_loss_continuity, applies=_with_baseline, superseded=_not_last),
+    Check(STATE_EQUIVALENCE, check_state_equivalence, scope="run", applies=_with_baseline),
+)
+
+
+@dataclass(frozen=True)
+class EpisodeJudgement:
+    """One episode's own results (the episode-scoped checks), superseded ones included."""
+
+    episode: Episode
+    results: tuple[CriterionResult, ...]
+    superseded: tuple[str, ...] = ()  # the ids whose result stayed out of the run's merge
+
+
+@dataclass(frozen=True)
+class Judgement:
+    results: tuple[CriterionResult, ...]  # the verdict's criteria, merged, in the registry's order
+    episodes: tuple[EpisodeJudgement, ...] = ()
+
+
+def check_safe(cid: str, checker: Callable[[Judging], CriterionResult], j: Judging) -> CriterionResult:
     """Jepsen's check-safe: a checker that crashes yields `unknown` with the error, not a crash."""
     try:
-        return checker(tl, a)
+        return checker(j)
     except Exception as exc:  # noqa: BLE001 - the verdict must survive any one checker
-        return CriterionResult(cid, UNKNOWN, f"The checker failed: {type(exc).__name__}: {exc}", ())
+        return _found(cid, UNKNOWN, "crashed", {"error": f"{type(exc).__name__}: {exc}"})
+
+
+def merge_results(check: Check, j: Judging, judged: Sequence[CriterionResult]) -> CriterionResult:
+    """The run's result of an episode check from its episodes' (superseded ones left out): the
+    worst status (harness.verdict.merge); one episode's sentence when one decides it (the
+    first failing or unknown one; for a tie of passes or not-applicables the check's primary
+    episode), or the check's own sentence when several passed."""
+    if len(judged) == 1:
+        return judged[0]
+    status = merge(r.status for r in judged)
+    if status == PASS and check.all_passed is not None:
+        return check.all_passed(j, judged)
+    same = [r for r in judged if r.status == status]
+    return same[-1] if status in (PASS, NOT_APPLICABLE) and check.primary == "last" else same[0]
+
+
+def judge(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
+          state: ev.StateComparison | None = None, baseline_problem: str | None = None) -> Judgement:
+    """Every check of the registry that applies, in its order: an episode check once per
+    episode (or once with no episode, for a run without any), merged; a run check once."""
+    base = Judging(tl, a, None, losses, state, baseline_problem)
+    merged: list[CriterionResult] = []
+    per: dict[int, list[CriterionResult]] = {e.number: [] for e in a.episodes}
+    skipped: dict[int, list[str]] = {e.number: [] for e in a.episodes}
+    for check in CHECKS:
+        if not check.applies(base):
+            continue
+        if check.scope == "run" or not a.episodes:
+            merged.append(check_safe(check.id, check.judge, base))
+            continue
+        judged: list[CriterionResult] = []
+        for ep in a.episodes:
+            why = check.superseded(a, ep)
+            if why is not None:
+                per[ep.number].append(_found(check.id, NOT_APPLICABLE, "superseded", {"why": why}))
+                skipped[ep.number].append(check.id)
+                continue
+            result = check_safe(check.id, check.judge, dataclasses.replace(base, ep=ep))
+            per[ep.number].append(result)
+            judged.append(result)
+        merged.append(merge_results(check, base, judged))
+    return Judgement(tuple(merged), tuple(EpisodeJudgement(e, tuple(per[e.number]), tuple(skipped[e.number]))
+                                          for e in a.episodes))
 
 
 def evaluate(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
@@ -1397,16 +1386,13 @@ def evaluate(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
     restart loop, then loss_continuity and state_equivalence when a baseline run is given (its
     losses, and the comparison of the two final checkpoints), or both unknown when the baseline
     meant for them is unusable (`baseline_problem`: the automatic twin did not qualify)."""
-    results = tuple(check_safe(cid, fn, tl, a) for cid, fn in CHECKERS)
-    if a.is_fault_run and a.poisoned:
-        results = (*results, check_safe(LOOP_STOPPED, check_loop_stopped, tl, a))
-    if baseline_problem is not None and a.is_fault_run:
-        return (*results, *(CriterionResult(cid, UNKNOWN, f"No usable baseline: {baseline_problem}.", ())
-                            for cid in (LOSS_CONTINUITY, STATE_EQUIVALENCE)))
-    if losses is not None:
-        results = (*results, check_safe(LOSS_CONTINUITY, lambda t, an: check_loss_continuity(t, an, losses), tl, a))
-        results = (*results, check_safe(STATE_EQUIVALENCE, lambda t, an: check_state_equivalence(t, an, state), tl, a))
-    return results
+    return judge(tl, a, losses, state, baseline_problem).results
+
+
+def check(cid: str, tl: Timeline, a: Analysis, losses: LossComparison | None = None,
+          state: ev.StateComparison | None = None) -> CriterionResult:
+    """One check's result for the run, judged over its episodes and merged (tests, tools)."""
+    return next(r for r in judge(tl, a, losses, state).results if r.id == cid)
 
 
 BASELINE_NOTE = "fault none: an uninterrupted baseline run; no recovery was exercised"

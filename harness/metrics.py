@@ -44,8 +44,8 @@ def _span(start: float | None, end: float | None) -> float | None:
     return None if start is None or end is None else round(end - start, 3)
 
 
-def _detection(tl: Timeline, a: Analysis, cycle: int | None = None) -> ev.LauncherEvent | None:
-    c = a.failed_cycle if cycle is None else cycle
+def _detection(tl: Timeline, c: int) -> ev.LauncherEvent | None:
+    """The launcher's earliest record of cycle `c`'s failure (an episode's detection)."""
     launcher = list(tl.launcher_events())
     profiled = [e for e in launcher if isinstance(e, ev.ProfilingEvent) and e.name == "failure_detected"
                 and e.subject_cycle == c and tl.utc(e) is not None]
@@ -73,12 +73,13 @@ def clock_jump_warnings(tl: Timeline, spans: dict[str, tuple[float | None, float
 
 
 def recoveries(tl: Timeline, a: Analysis) -> tuple[Recovery, ...]:
-    """The split of every injected fault's recovery: from its marker to the next cycle's first step."""
+    """The split of every episode's recovery: from its marker to the next cycle's first step."""
     out = []
-    for inj in a.injections:
+    for episode in a.episodes:
+        inj = episode.marker
         c = inj.cycle
         injected = tl.utc(inj)
-        detected = tl.utc(_detection(tl, a, c)) if c is not None else None
+        detected = tl.utc(_detection(tl, c)) if c is not None else None
         later = sorted(k for k in a.workers_started if c is not None and k > c)
         started = tl.utc(a.workers_started[later[0]]) if later else None
         starts = sorted((s for s in tl.starts if s.cycle is not None and c is not None and s.cycle > c),
@@ -92,21 +93,24 @@ def recoveries(tl: Timeline, a: Analysis) -> tuple[Recovery, ...]:
 
 
 def compute(tl: Timeline, a: Analysis) -> Metrics:
-    if a.injection is None:
+    """The headline split is the recovery the run ends with (its last episode); `recoveries`
+    splits every episode's."""
+    ep = a.closing
+    if ep is None:
         return Metrics(notes=("no injection: there is no recovery to time",) if a.is_fault_run else (),
                        warnings=clock_jump_warnings(tl, {}))
     notes: list[str] = []
-    evidence: dict[str, str] = {"injected_at": str(a.injection.src)}
-    injected = tl.utc(a.injection)
+    evidence: dict[str, str] = {"injected_at": str(ep.marker.src)}
+    injected = tl.utc(ep.marker)
     if injected is None:
         notes.append("the marker has no injected_at: latencies from the injection are unknown")
 
-    detected_ev = _detection(tl, a)
+    detected_ev = _detection(tl, ep.cycle)
     detected = tl.utc(detected_ev)
-    started_ev = a.workers_started.get(a.replacement_cycle) if a.replacement_cycle is not None else None
+    started_ev = ep.restart
     started = tl.utc(started_ev)
 
-    r = a.replacement
+    r = ep.replacement
     built_ev = r.first(ev.ModelBuilt) if r is not None else None
     loaded_ev = r.first(ev.CheckpointLoaded) if r is not None else None
     loaded = tl.utc(built_ev) if loaded_ev is not None else None
@@ -123,11 +127,11 @@ def compute(tl: Timeline, a: Analysis) -> Metrics:
         if e is not None:
             evidence[name] = str(e.src)
 
-    last_before = a.fault_start.last_iteration if a.fault_start is not None else None
+    last_before = ep.fault_start.last_iteration if ep.fault_start is not None else None
     if r is not None and r.first(ev.StartedFromRandom) is not None:
         k: int | None = 0  # a replacement that started from random lost everything
     else:
-        k = loaded_ev.iteration if loaded_ev is not None else a.expected_k
+        k = loaded_ev.iteration if loaded_ev is not None else ep.expected_k
     lost = last_before.iteration - k if last_before is not None and k is not None else None
     if last_before is not None:
         evidence["last_iteration_before_fault"] = str(last_before.src)

@@ -101,7 +101,8 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
         times = [t for e in records if (t := timeline.utc(e)) is not None]
         if times:
             cycle_marks.append(CycleMark("failed", c, min(times)))
-    keep = {k for k in (metrics.restored_iteration, analysis.expected_k) if k is not None}
+    expected = analysis.closing.expected_k if analysis.closing is not None else None
+    keep = {k for k in (metrics.restored_iteration, expected) if k is not None}
     shown = _thin(marks, keep, MAX_CHECKPOINT_MARKS)
 
     stamps = {"injected": metrics.injected_at, "detected": metrics.detected_at, "started": metrics.workers_started_at,
@@ -111,10 +112,10 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
                      if stamps[a] is not None and stamps[b] is not None)
 
     verdict = headline(qualified, analysis.fault)
-    total = len(analysis.injections)
+    total = len(analysis.episodes)
     faults = tuple(Moment("injected", f"fault {i.fault_index} of {total} ({i.fault_at})", t)
-                   for i in analysis.injections if (t := timeline.utc(i)) is not None)
-    inj = analysis.first_injection
+                   for i in analysis.markers if (t := timeline.utc(i)) is not None)
+    inj = analysis.opening.marker if analysis.opening is not None else None
     if inj is not None:
         fault = f"{inj.fault} ({inj.signal or '?'}) on rank {inj.rank if inj.rank is not None else '?'} " \
                 f"after checkpoint {inj.iteration if inj.iteration is not None else '?'}"

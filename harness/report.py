@@ -80,6 +80,16 @@ def render_report(verdict: Verdict, extra_sections: Sequence[str] = (), picture:
     out += ["", "## Criteria", "", "| # | criterion | status | detail |", "|---|---|---|---|"]
     for i, c in enumerate(verdict.criteria, 1):
         out.append(f"| {i} | `{c.id}` | {_MARK.get(c.status, c.status)} | {_cell(c.detail)} |")
+    if len(verdict.episodes) > 1:  # one fault: its episode is the table above
+        out += ["", "## Every episode", "",
+                "The criteria above merge the episodes' own results (one episode per injected fault); a check "
+                "marked superseded was left to a later episode.", "",
+                "| episode | moment | failed cycle | criterion | status | detail |", "|---|---|---|---|---|---|"]
+        for e in verdict.episodes:
+            for c in e.criteria:
+                mark = "superseded" if c.id in e.superseded else _MARK.get(c.status, c.status)
+                out.append(f"| {e.number} of {len(verdict.episodes)} | {e.fault_at} | "
+                           f"{'—' if e.cycle is None else e.cycle} | `{c.id}` | {mark} | {_cell(c.detail)} |")
     out += ["", "## Latency split", "",
             "| phase | seconds | from | to |", "|---|---|---|---|"]
     rows = (

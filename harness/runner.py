@@ -19,6 +19,7 @@ from harness import plan as planmod
 from harness.plan import Plan
 from harness.prepare import prepare, release
 from harness.report import Verdict, write_outputs
+from harness.faults import FAULT_MOMENTS
 from harness.spec import RunSpec, SpecError
 from harness.history import HistoryReader
 from harness.triage import Triage
@@ -59,22 +60,32 @@ TRAINING_MARGIN_S = 300.0
 VERIFY_GRACE_S = 120.0
 
 
+def planned_episodes(spec: RunSpec) -> int:
+    """The recovery episodes a qualifying run of `spec` has: one per planned fault (the moment
+    says how many: in-restore plans two), none without a fault."""
+    if spec.fault == "none":
+        return 0
+    moment = FAULT_MOMENTS.get(spec.fault_at)
+    return moment.faults if moment is not None else 1
+
+
 def scenario_deadline(spec: RunSpec) -> float:
-    """An upper bound for a run that can still qualify: its cycles (two with a fault, one
-    without) each spend at most the setup deadline; the fault is detected within the longest
-    section or out-of-section deadline plus one check interval (a stop can land in any of
-    them); one restart; a margin for the training itself. A run that needs longer has failed
-    already (a qualifying run has exactly one failed cycle). The pytest fixtures stop a
-    scenario there; `nvrx-qual run` keeps the looser default_deadline."""
+    """An upper bound for a run that can still qualify: its cycles (the first, and one more
+    per planned episode) each spend at most the setup deadline; each episode's fault is
+    detected within the longest section or out-of-section deadline plus one check interval (a
+    stop can land in any of them) and costs one restart; a margin for the training itself. A
+    run that needs longer has failed already (a qualifying run has exactly one failed cycle
+    per episode). The pytest fixtures stop a scenario there; `nvrx-qual run` keeps the looser
+    default_deadline."""
     sections = dict(spec.section_timeouts)
-    cycles = 1 if spec.fault == "none" else 2
-    total = cycles * sections.get("setup", 0.0) + TRAINING_MARGIN_S
-    if spec.fault != "none":
+    episodes = planned_episodes(spec)
+    total = (1 + episodes) * sections.get("setup", 0.0) + TRAINING_MARGIN_S
+    if episodes:
         # a stop lands after a committed checkpoint: in a step, a save or between them, never in setup
         running = [v for name, v in sections.items() if name != "setup"] + [spec.out_of_section_timeout]
         worst = max(running) if spec.fault == "hang" else 0.0
         check = spec.workload_check_interval if spec.workload_check_interval is not None else 5.0  # NVRx's default
-        total += worst + check + RESTART_ALLOWANCE_S
+        total += episodes * (worst + check + RESTART_ALLOWANCE_S)
     return total
 
 

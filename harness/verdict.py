@@ -18,6 +18,7 @@ Pure values: nothing here reads a file or renders.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 from dataclasses import dataclass, field
@@ -85,6 +86,9 @@ class CriterionResult:
     detail: str
     evidence: tuple[str, ...] = ()
     final: bool = False
+    # the facts the checker compared (JSON values), from which its sentence was made: shown in
+    # verdict.json's per-episode section, not in `criteria`
+    values: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, Status):
@@ -356,6 +360,37 @@ class EvidenceDigest:
 
 
 @dataclass(frozen=True)
+class EpisodeVerdict:
+    """One recovery episode's own results (verdict.json `episodes[]`): the injection it began
+    with and the episode checks as judged for it alone, with the facts each compared. A
+    `superseded` check was left to a later episode and stayed out of the run's `criteria`."""
+
+    number: int
+    fault_at: str
+    cycle: int | None  # the cycle the fault hit
+    marker: str  # the marker's evidence line
+    injected_at: str | None  # UTC ISO-8601
+    criteria: tuple[CriterionResult, ...] = ()
+    superseded: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"episode": self.number, "fault_at": self.fault_at, "cycle": self.cycle, "marker": self.marker,
+                "injected_at": self.injected_at,
+                "criteria": [{**c.to_json(), "values": dict(c.values), "superseded": c.id in self.superseded}
+                             for c in self.criteria]}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "EpisodeVerdict":
+        items = [c for c in _list(doc.get("criteria")) if isinstance(c, Mapping)]
+        results = tuple(dataclasses.replace(CriterionResult.from_json(c), values=dict(_map(c.get("values"))))
+                        for c in items)
+        return cls(_int(doc.get("episode")) or 0, str(doc.get("fault_at") or ""), _int(doc.get("cycle")),
+                   str(doc.get("marker") or ""),
+                   doc.get("injected_at") if isinstance(doc.get("injected_at"), str) else None, results,
+                   tuple(str(c.get("id")) for c in items if c.get("superseded") is True))
+
+
+@dataclass(frozen=True)
 class Verdict:
     run_dir: str
     fault: str  # a Fault's value
@@ -372,6 +407,8 @@ class Verdict:
     suite_version: str | None = None
     criteria_set: tuple[str, ...] = ()  # the criteria ids the suite judged this run with
     evidence_digest: EvidenceDigest | None = None
+    # one entry per recovery episode (per injection), in marker order; `criteria` is their merge
+    episodes: tuple[EpisodeVerdict, ...] = ()
     # what timeline.png shows (harness.picture_data; drawn by harness.picture); not part of verdict.json
     picture: "TimelinePicture | None" = field(default=None, compare=False, repr=False)
 
@@ -414,6 +451,7 @@ class Verdict:
             "suite_version": self.suite_version,
             "criteria_set": list(self.criteria_set),
             "evidence_digest": self.evidence_digest.to_json() if self.evidence_digest is not None else None,
+            "episodes": [e.to_json() for e in self.episodes],
         }
 
     @classmethod
@@ -440,6 +478,7 @@ class Verdict:
             suite_version=doc.get("suite_version") if isinstance(doc.get("suite_version"), str) else None,
             criteria_set=_strs(doc.get("criteria_set")),
             evidence_digest=EvidenceDigest.from_json(doc.get("evidence_digest")),
+            episodes=tuple(EpisodeVerdict.from_json(e) for e in _list(doc.get("episodes")) if isinstance(e, Mapping)),
         )
 
     def stale_reasons(self, required: Iterable[str], suite_version: str) -> tuple[str, ...]:

@@ -29,7 +29,7 @@ from harness.layout import MARKER_NAME
 from harness.render.diagnosis import render_markdown
 from harness.report import write_outputs
 from harness.triage import Triage, diagnose
-from harness.verdict import BaselineRef, Deadlines, EvidenceDigest, Launcher, Verdict
+from harness.verdict import BaselineRef, Deadlines, EpisodeVerdict, EvidenceDigest, Launcher, Verdict
 
 __all__ = ["RunDirError", "Verdict", "check_baseline", "compare_end_states", "judge_run", "read_baseline", "stored_verdict", "triage", "verify_read",
            "verify_run", "verify_timeline"]
@@ -64,8 +64,9 @@ def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | Non
         if end_state is None:
             raise ValueError("state_equivalence needs the comparison of the final checkpoints: "
                              "compare_end_states(read, baseline)")
-    results = criteria.evaluate(timeline, analysis, losses, end_state,
-                                baseline_problem[1] if baseline_problem is not None else None)
+    judgement = criteria.judge(timeline, analysis, losses, end_state,
+                               baseline_problem[1] if baseline_problem is not None else None)
+    results = judgement.results
     ref = None
     if baseline is not None:
         theirs, ours = baseline.timeline.run.config_hash, timeline.run.config_hash
@@ -100,7 +101,14 @@ def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | Non
         notes=tuple(notes), verified_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
         baseline=ref,
         suite_version=__version__, criteria_set=tuple(r.id for r in results), evidence_digest=evidence_digest,
+        episodes=tuple(_episode_verdict(timeline, e) for e in judgement.episodes),
     )
+
+
+def _episode_verdict(timeline: Timeline, judged: criteria.EpisodeJudgement) -> EpisodeVerdict:
+    ep = judged.episode
+    return EpisodeVerdict(ep.number, ep.marker.fault_at, ep.cycle, str(ep.marker.src), ev.iso_utc(timeline.utc(ep.marker)),
+                          judged.results, judged.superseded)
 
 
 def _deadlines(run: ev.RunConfig) -> Deadlines:

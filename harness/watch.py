@@ -15,6 +15,7 @@ from typing import Callable, TextIO
 
 from harness import events as ev
 from harness.criteria import Analysis, analyze, evaluate
+from harness.episodes import committed_before
 from harness.history import HistoryReader, RunDirError
 from harness.spec import RunSpec
 
@@ -59,7 +60,7 @@ class Progress:
     committed: int | None
     injected: str | None
     injected_after: int | None  # the checkpoint the fault followed (the marker's iteration)
-    failed_cycle: int | None
+    fault_cycles: tuple[int, ...]  # the cycles the episodes' faults hit
     failure_detected: bool
     restored: str | None
     done: bool
@@ -71,33 +72,30 @@ class Progress:
         it = last.last_iteration if last else None
         saves = [e.iteration for e in tl.of(ev.SaveCommitted)]
         injected = after = None
-        if a.injections:  # the latest fault of the plan: each one is told when it comes (in-restore has two)
-            i = a.injections[-1]
+        if a.closing is not None:  # the latest episode: each fault is told when it comes (in-restore has two)
+            i = a.closing.marker
             # in-save: the marker's iteration is the save in flight; the committed one is recorded beside it
-            after = i.committed_iteration if i.fault_at == "in-save" else i.iteration
+            after = committed_before(i)
             when = (f"during the save of checkpoint {i.iteration}" if i.fault_at == "in-save"
                     else f"after checkpoint {i.iteration}" + ("" if i.fault_at == "after-commit" else f" ({i.fault_at})"))
             injected = (f"{i.signal or i.fault} on rank {i.rank} {when}"
                         + (f", fault {i.fault_index} of {a.planned_faults}" if a.planned_faults > 1 else ""))
-        elif a.injection is not None:
-            inj = a.injection
-            injected = f"{inj.signal or inj.fault} on rank {inj.rank} after checkpoint {inj.iteration}"
-            after = inj.iteration
         if after is not None:
             # The marker is written once the tracker names `after`: that checkpoint is
             # committed even when Megatron's save line has not reached the log yet.
             saves.append(after)
         restored = None
-        if a.replacement is not None:
-            loaded = a.replacement.first(ev.CheckpointLoaded)
-            if a.replacement.first(ev.StartedFromRandom) is not None:
+        r = a.closing.replacement if a.closing is not None else None
+        if r is not None:
+            loaded = r.first(ev.CheckpointLoaded)
+            if r.first(ev.StartedFromRandom) is not None:
                 restored = "started from random"
             elif loaded is not None:
                 # Megatron's plain optimizer prints no optimizer line; its scheduler lines are the evidence
-                args = a.replacement.arguments
+                args = r.arguments
                 plain = args is not None and args.flag("use_distributed_optimizer") is False
-                reloaded = a.replacement.first(ev.OptimizerLoaded) is not None or (
-                    plain and a.replacement.first(ev.SchedulerValueLoaded) is not None)
+                reloaded = r.first(ev.OptimizerLoaded) is not None or (
+                    plain and r.first(ev.SchedulerValueLoaded) is not None)
                 optim = "with" if reloaded else "without"
                 restored = f"loaded checkpoint {loaded.iteration} {optim} optimizer state"
         # NVRx >= 0.6 logs the rendezvous join before `worker_start_completed`, the record the
@@ -106,18 +104,18 @@ class Progress:
                         if tl.launcher_dialect == "0.4.1" or not isinstance(e, ev.RendezvousJoined))
         return cls(workers_started=started, iteration=it.iteration if it else None,
                    train_iters=it.train_iters if it else None, committed=max(saves) if saves else None,
-                   injected=injected, injected_after=after, failed_cycle=a.failed_cycle,
+                   injected=injected, injected_after=after, fault_cycles=tuple(e.cycle for e in a.episodes),
                    failure_detected=bool(a.failures), restored=restored,
                    done=last is not None and last.first(ev.TrainingDone) is not None,
                    launcher_succeeded=any(isinstance(e, ev.LauncherSucceeded) for e in tl.launcher_events()))
 
     def changes(self, before: "Progress | None") -> list[str]:
         """The facts that are new since `before`, in recovery order."""
-        b = before or Progress((), None, None, None, None, None, None, False, None, False)
+        b = before or Progress((), None, None, None, None, None, (), False, None, False)
         out: list[tuple[int, str]] = []
         for c in self.workers_started:
             if c not in b.workers_started:
-                replacement = self.failed_cycle is not None and c > self.failed_cycle
+                replacement = any(c > f for f in self.fault_cycles)
                 out.append((_RESTARTED if replacement else _STARTED, f"cycle {c}: workers started (launcher record)"))
         if self.committed is not None and self.committed != b.committed:
             after = self.injected_after is not None and self.committed > self.injected_after

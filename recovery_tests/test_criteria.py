@@ -197,10 +197,10 @@ def test_a_crashing_checker_is_unknown_and_disqualifies(tmp_path):
     tl = read_history(rundirs.build(tmp_path / "run", Scenario(checkpoints=False)).run_dir)
     a = analyze(tl)
 
-    def boom(_tl, _a):
+    def boom(_j):
         raise KeyError("iteration")
 
-    result = criteria.check_safe("later_checkpoint", boom, tl, a)
+    result = criteria.check_safe("later_checkpoint", boom, criteria.Judging(tl, a, a.closing))
     assert (result.status, result.detail) == (UNKNOWN, "The checker failed: KeyError: 'iteration'")
     results = (*evaluate(tl, a)[:3], result, *evaluate(tl, a)[4:])
     assert not criteria.qualified(results)
@@ -213,12 +213,12 @@ def test_expected_k_follows_a_save_committed_before_the_injection(tmp_path):
     tl = read_history(rundirs.build(tmp_path / "run", Scenario(checkpoints=False)).run_dir)
     tl = dataclasses.replace(tl, injections=(dataclasses.replace(tl.injections[0], iteration=5),))
     a = analyze(tl)
-    assert a.expected_k == 10 and any("expecting 10" in n for n in a.notes)
-    assert criteria.check_optimizer_reload(tl, a).status == PASS
+    assert a.closing.expected_k == 10 and any("expecting 10" in n for n in a.notes)
+    assert criteria.check("optimizer_reload", tl, a).status == PASS
     assumed = dataclasses.replace(tl, offset_how="assumed: the verifying machine's local offset")
     b = analyze(assumed)
-    assert b.expected_k == 5  # stamps of unknown offset are not compared with the marker's UTC time
-    result = criteria.check_optimizer_reload(assumed, b)
+    assert b.closing.expected_k == 5  # stamps of unknown offset are not compared with the marker's UTC time
+    result = criteria.check("optimizer_reload", assumed, b)
     assert result.status == FAIL and "a newer one than 5" in result.detail
 
 
@@ -248,10 +248,10 @@ def test_plain_optimizer_reload_is_evidenced_by_its_scheduler_lines(tmp_path):
         dataclasses.replace(a, value="False") if a.name == "use_distributed_optimizer" else a for a in args.args))
     no_line = dataclasses.replace(r, events=events)
     tl_no_line = dataclasses.replace(tl, starts=(tl.starts[0], no_line))
-    assert criteria.check_optimizer_reload(tl_no_line, analyze(tl_no_line)).status == FAIL
+    assert criteria.check("optimizer_reload", tl_no_line, analyze(tl_no_line)).status == FAIL
     plain = dataclasses.replace(r, events=tuple(plain_args if e is args else e for e in events))
     tl_plain = dataclasses.replace(tl, starts=(tl.starts[0], plain))
-    result = criteria.check_optimizer_reload(tl_plain, analyze(tl_plain))
+    result = criteria.check("optimizer_reload", tl_plain, analyze(tl_plain))
     assert result.status == PASS and "scheduler (plain optimizer)" in result.detail
 
 

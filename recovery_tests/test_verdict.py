@@ -57,8 +57,10 @@ def test_verdict_json_round_trip_is_exact(tmp_path, scenario):
     back = Verdict.from_json(doc)
     assert back.to_json() == doc
     # every typed field; the picture and `final` (the watcher's, not the record's) are not in the JSON
-    assert back == dataclasses.replace(verdict, criteria=tuple(dataclasses.replace(c, final=False)
-                                                               for c in verdict.criteria))
+    unfinal = lambda results: tuple(dataclasses.replace(c, final=False) for c in results)  # noqa: E731
+    assert back == dataclasses.replace(verdict, criteria=unfinal(verdict.criteria), episodes=tuple(
+        dataclasses.replace(e, criteria=unfinal(e.criteria)) for e in verdict.episodes))
+    assert [e.criteria[0].values for e in back.episodes] == [e.criteria[0].values for e in verdict.episodes]
     assert all(isinstance(c.status, Status) for c in back.criteria)
 
 

@@ -501,7 +501,7 @@ def test_doomed_run_growing_concurrently_is_not_stopped_before_the_deciding_line
 
 def progress(**kwargs) -> Progress:
     base = dict(workers_started=(), iteration=None, train_iters=None, committed=None, injected=None,
-                injected_after=None, failed_cycle=None, failure_detected=False, restored=None, done=False)
+                injected_after=None, fault_cycles=(), failure_detected=False, restored=None, done=False)
     return Progress(**{**base, **kwargs})
 
 
@@ -516,7 +516,7 @@ def test_progress_changes_name_every_new_fact_once_in_recovery_order():
     the files revealed them."""
     before = progress(workers_started=(0,), iteration=11, train_iters=20, committed=5)
     after = progress(workers_started=(0, 1), iteration=12, train_iters=20, committed=10,
-                     injected="SIGKILL on rank 1 after checkpoint 10", injected_after=10, failed_cycle=0,
+                     injected="SIGKILL on rank 1 after checkpoint 10", injected_after=10, fault_cycles=(0,),
                      failure_detected=True, restored="loaded checkpoint 10 with optimizer state", done=True,
                      launcher_succeeded=True)
     assert after.changes(before) == [
