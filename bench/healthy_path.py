@@ -14,12 +14,13 @@ configuration), rewritten three ways; nothing else differs:
                 same restart budget), no NVRx client, synchronous checkpoints.
 Each runs to its end; the bench reads the iteration lines (the launcher's output, and the per-cycle
 logs ft_launcher writes the workers' lines to) and prints, per configuration: the launch's wall
-time, training throughput (iterations and samples per second between the time stamps of the first
-and the last iteration line), p50 and p95 of the step time the workload
-logs (`elapsed time per iteration (ms)`, Megatron's; a synchronous save shows there, an
-asynchronous one only as its scheduling), the number of checkpoints saved, and the peak memory
-of the whole process tree (launcher, workers, checkpoint writers: the sum of their resident
-sets, sampled every 0.1 s, so shared pages count once per process).
+time; training throughput (iterations and samples per second between the time stamps of the
+first and the last iteration line, every save in between included); p50 and p95 of the step
+time the workload logs (`elapsed time per iteration (ms)`, Megatron's line: the reference
+workload counts a save in the next iteration's time, Megatron's timer leaves it out); the number
+of checkpoints saved; the peak memory of the whole process tree (launcher, workers, checkpoint
+writers: the sum of their resident sets, sampled every 0.1 s, so shared pages count once per
+process).
 
 The reference workload pads every step to `--step-time-ms` (100 ms in the suite's runs); the bench
 passes `--step-time-ms 0` so that its steps take what they compute. Asserts nothing; figures move
