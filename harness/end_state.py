@@ -8,8 +8,8 @@ bytes lie: a `__<rank>_<n>.distcp` file, an offset and a length. The bytes of a 
 what `torch.save` wrote for it: a ZIP archive (stored, never compressed) whose `data/<k>` member
 is the tensor's storage and whose `data.pkl` records its layout. Nothing here unpickles: the
 storage bytes are read with `zipfile` and, where they differ, interpreted with the dtype the
-metadata names (harness.safe_unpickle.values, numpy; no PyTorch); the layout records of the two runs must be byte-identical, so equal
-storages are equal tensors. An item stored as pickled bytes (DCP's BYTE_IO: Megatron's RNG
+metadata names (harness.safe_unpickle.values, numpy; no PyTorch); the layout records of the
+two runs must be byte-identical, so equal storages are equal tensors. An item stored as pickled bytes (DCP's BYTE_IO: Megatron's RNG
 state, its common state with the plain optimizer's step, extra states) is listed as not
 compared, never unpickled.
 

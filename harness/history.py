@@ -1364,7 +1364,8 @@ def warm_up() -> None:
 def dcp_optimizer_keys(directory: Path) -> tuple[int | None, int | None, str | None, str | None]:
     """(optimizer keys, all keys, a sample optimizer key, why not known) of one DCP checkpoint,
     read with harness.optimizer_record.read_dcp_metadata (no PyTorch). Optimizer tensors are
-    keys under `optimizer.` holding Adam moments (`exp_avg`, `exp_avg_sq`), as Megatron's distributed optimizer writes them."""
+    keys under `optimizer.` holding Adam moments (`exp_avg`, `exp_avg_sq`), as Megatron's
+    distributed optimizer writes them."""
     # Not torch's FileSystemReader.read_metadata: that is a plain pickle.load (code from a received run dir).
     try:
         metadata = read_dcp_metadata(directory)
