@@ -11,8 +11,17 @@ Each pair runs, in alternating order so that a drift of the machine's load hits 
 Both are timed from the start of their process to its end: wall time, and the CPU time of the
 whole process tree (user + system of the waited-for children, which includes the launcher's
 workers). Prints every pair, the medians and the difference (the harness's own cost).
-Asserts nothing; figures
-move with the machine's load (the load average is printed): run it when the machine is quiet.
+
+Like for like: where the workload's runs are judged against an automatic baseline (`--baseline
+auto`, the CPU tiers' default), the first run of a configuration also runs its uninterrupted
+twin, which the bare command never does. One untimed `nvrx-qual run` therefore comes first,
+so that every timed run reuses that baseline (as every run of a configuration after its first
+does) and still pays for judging against it (loss_continuity, state_equivalence); what the
+twin itself costs is bench/baseline_cost.py's figure. `--baseline none` times runs without one.
+
+Asserts nothing; figures move with the machine's load (the load average is printed): run it
+when the machine is quiet. PYTHONDONTWRITEBYTECODE (set on some CI machines) makes every
+Python process of both commands compile what it imports: the bench says whether it is set.
 """
 
 from __future__ import annotations
@@ -65,22 +74,31 @@ def main() -> int:
     parser.add_argument("--fault", default="kill")
     parser.add_argument("--work-dir", type=Path, default=None, help="default: a new temporary directory, removed")
     parser.add_argument("--nvrx-path", default=None, help="passed to plan and run (default: their own choice)")
+    parser.add_argument("--baseline", default=None,
+                        help="passed to run (default: the workload's own; with auto one untimed run comes first)")
     args = parser.parse_args()
     options = ["--workload", args.workload, "--fault", args.fault]
     if args.nvrx_path is not None:
         options += ["--nvrx-path", args.nvrx_path]
+    run_options = options + (["--baseline", args.baseline] if args.baseline is not None else [])
     with tempfile.TemporaryDirectory(prefix="nvrx-qual-overhead-") as tmp:
         work = args.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
+        bytecode = "off (PYTHONDONTWRITEBYTECODE)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "on"
         print(f"harness overhead: {args.workload}, fault {args.fault}, {args.pairs} pairs, {os.cpu_count()} CPUs, "
-              f"load average {os.getloadavg()[0]:.1f} at the start")
+              f"bytecode caching {bytecode}, load average {os.getloadavg()[0]:.1f} at the start")
+        first = [sys.executable, "-m", "harness", "run", *run_options, "--quiet", "--work-dir", str(work),
+                 "--run-id", f"untimed-{time.strftime('%H%M%S')}"]
+        wall, _cpu, code = timed(first, work)
+        print(f"untimed first run (its baseline, when it has one, for the timed runs to reuse): {wall:.1f} s, "
+              f"exit {code}")
         print(f"{'pair':>4} {'bare wall':>10} {'run wall':>10} {'diff':>7} {'bare CPU':>10} {'run CPU':>10} {'diff':>7}")
         rows = []
         for i in range(args.pairs):
             stamp = time.strftime("%H%M%S")
             bare_id, run_id = f"bare-{stamp}-{i}", f"run-{stamp}-{i}"
             bare = ["bash", "-c", bare_command(options, work, bare_id)]
-            run = [sys.executable, "-m", "harness", "run", *options, "--quiet", "--work-dir", str(work),
+            run = [sys.executable, "-m", "harness", "run", *run_options, "--quiet", "--work-dir", str(work),
                    "--run-id", run_id]
             order = [("bare", bare), ("run", run)] if i % 2 == 0 else [("run", run), ("bare", bare)]
             got = {}

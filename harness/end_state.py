@@ -7,9 +7,9 @@ the one reader of that format) gives each item's dtype, chunk offsets and sizes,
 bytes lie: a `__<rank>_<n>.distcp` file, an offset and a length. The bytes of a tensor item are
 what `torch.save` wrote for it: a ZIP archive (stored, never compressed) whose `data/<k>` member
 is the tensor's storage and whose `data.pkl` records its layout. Nothing here unpickles: the
-storage bytes are read with `zipfile` and interpreted with the dtype the metadata names
-(`torch.frombuffer`); the layout records of the two runs must be byte-identical, so equal
-storages are equal tensors. An item stored as pickled bytes (DCP's BYTE_IO: Megatron's RNG
+storage bytes are read with `zipfile` and, where they differ, interpreted with the dtype the
+metadata names (harness.safe_unpickle.values, numpy; no PyTorch); the layout records of the
+two runs must be byte-identical, so equal storages are equal tensors. An item stored as pickled bytes (DCP's BYTE_IO: Megatron's RNG
 state, its common state with the plain optimizer's step, extra states) is listed as not
 compared, never unpickled.
 
@@ -30,7 +30,6 @@ import io
 import math
 import os
 import re
-import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from pathlib import Path
 from harness.events import (
     CheckpointOnDisk, StateComparison, TensorDiff, Timeline, clip, TENSOR_CLASSES,
 )
+from harness import safe_unpickle
 from harness.optimizer_record import (
     SHARD_FILE_RE, BytesEntry, StorageInfo, _open_regular, _read_at, _RecordError, read_dcp_metadata,
 )
@@ -84,7 +84,7 @@ class _Item:
     """One tensor item of a checkpoint: where its bytes are and what they must hold."""
 
     key: str  # fqn, with the chunk's offsets when the tensor has several chunks
-    dtype: object  # torch.dtype
+    dtype: str  # an admitted dtype name (harness.safe_unpickle), e.g. float32
     numel: int
     file: str
     offset: int
@@ -111,8 +111,6 @@ class _Checkpoint:
         os.close(self._dfd)
 
     def index(self) -> None:
-        import torch
-
         try:
             metadata = read_dcp_metadata(self.directory)
         except ValueError as exc:
@@ -122,9 +120,9 @@ class _Checkpoint:
             if isinstance(meta, BytesEntry):
                 self.objects.append(fqn)
                 continue
-            dtype = getattr(torch, meta.dtype, None) if meta.dtype else None
-            if not isinstance(dtype, torch.dtype):
-                raise _RecordError(f"{fqn} names no dtype torch knows ({clip(repr(meta.dtype), 40)})")
+            dtype = meta.dtype
+            if dtype is None or safe_unpickle.itemsize(dtype) is None:
+                raise _RecordError(f"{fqn} names no dtype the suite reads ({clip(repr(meta.dtype), 40)})")
             for offsets, sizes in meta.chunks:
                 if any(s < 0 for s in sizes) or any(o < 0 for o in offsets):
                     raise _RecordError(f"{fqn} has a chunk with a negative offset or size")
@@ -144,7 +142,7 @@ class _Checkpoint:
         return _read_at(fd, item.offset, item.length)
 
 
-def _checked_item(key: str, dtype: object, numel: int, info: StorageInfo) -> _Item:
+def _checked_item(key: str, dtype: str, numel: int, info: StorageInfo) -> _Item:
     name, offset, length = info.relative_path, info.offset, info.length
     if not isinstance(name, str) or not SHARD_FILE_RE.fullmatch(name):
         raise _RecordError(f"{key} is stored in {clip(repr(name), 60)}, not a __<rank>_<n>.distcp file")
@@ -159,13 +157,11 @@ def _checked_item(key: str, dtype: object, numel: int, info: StorageInfo) -> _It
 def _storage(item: _Item, data: bytes) -> tuple[bytes, bytes]:
     """(layout record, storage bytes) of one tensor item: a torch.save archive's data.pkl and
     its one storage member, or (b"", the bytes) for an item written raw. Nothing unpickled."""
-    import torch
-
-    expected = item.numel * torch.empty((), dtype=item.dtype).element_size()
+    expected = item.numel * safe_unpickle.itemsize(item.dtype)
     if not data.startswith(b"PK\x03\x04"):
         if len(data) != expected:
             raise _RecordError(f"{item.key} holds {len(data)} bytes, neither a torch.save archive nor the "
-                               f"{expected} bytes of its {item.numel} {str(item.dtype).replace('torch.', '')} values")
+                               f"{expected} bytes of its {item.numel} {item.dtype} values")
         return b"", data
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
@@ -186,7 +182,7 @@ def _storage(item: _Item, data: bytes) -> tuple[bytes, bytes]:
         raise _RecordError(f"{item.key} was written big-endian; not compared")
     if storages[0].file_size != expected:
         raise _RecordError(f"{item.key}'s storage holds {storages[0].file_size} bytes, not the {expected} of its "
-                           f"{item.numel} {str(item.dtype).replace('torch.', '')} values")
+                           f"{item.numel} {item.dtype} values")
     try:
         return archive.read(layout), archive.read(storages[0])
     except (zipfile.BadZipFile, ValueError, OSError) as exc:
@@ -195,18 +191,18 @@ def _storage(item: _Item, data: bytes) -> tuple[bytes, bytes]:
 
 def _compare_values(item: _Item, ours: bytes, theirs: bytes) -> tuple[float, bool]:
     """(max |ours - theirs|, every element within its class's tolerance) of two storages."""
-    import torch
+    import numpy as np
 
-    a = torch.frombuffer(bytearray(ours), dtype=item.dtype).to(torch.float64)
-    b = torch.frombuffer(bytearray(theirs), dtype=item.dtype).to(torch.float64)
+    a = safe_unpickle.values(item.dtype, ours).astype(np.float64)
+    b = safe_unpickle.values(item.dtype, theirs).astype(np.float64)
     rtol, atol = TOLERANCES[tensor_class(item.key)]
-    diff = (a - b).abs()
-    both_nan = torch.isnan(a) & torch.isnan(b)
-    diff = torch.where(both_nan, torch.zeros_like(diff), diff)
-    if bool(torch.isnan(diff).any()):
-        return math.nan, False
-    within = bool((diff <= atol + rtol * b.abs()).all())
-    return float(diff.max()) if diff.numel() else 0.0, within
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(a - b)
+        diff[np.isnan(a) & np.isnan(b)] = 0.0
+        if bool(np.isnan(diff).any()):
+            return math.nan, False
+        within = bool((diff <= atol + rtol * np.abs(b)).all())
+    return float(diff.max()) if diff.size else 0.0, within
 
 
 def _order(key: str) -> tuple[int, str]:
@@ -218,12 +214,9 @@ def compare_checkpoints(ours: Path, theirs: Path, *, shown: str, baseline_shown:
     base = StateComparison(checkpoint=shown, baseline_checkpoint=baseline_shown, iteration=iteration,
                            tolerances=tuple((c, *TOLERANCES[c]) for c in TENSOR_CLASSES))
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import torch  # noqa: F401 - the metadata classes and the dtypes
-            import torch.distributed.checkpoint  # noqa: F401
+        import numpy  # noqa: F401 - the values of tensors that differ
     except ImportError as exc:
-        return _replace(base, note=f"PyTorch is not importable here ({type(exc).__name__})")
+        return _replace(base, note=f"numpy is not importable here ({type(exc).__name__})")
     sides: list[_Checkpoint] = []
     try:
         for directory, who in ((ours, shown), (theirs, baseline_shown)):
@@ -270,7 +263,7 @@ def compare_checkpoints(ours: Path, theirs: Path, *, shown: str, baseline_shown:
             outside_count += 0 if within else 1
             worst[cls] = max(worst.get(cls, 0.0), max_abs) if not math.isnan(max_abs) else math.nan
             if len(differing) < MAX_SHOWN:
-                differing.append(TensorDiff(key=key, tensor_class=cls, dtype=str(a.dtype).replace("torch.", ""),
+                differing.append(TensorDiff(key=key, tensor_class=cls, dtype=a.dtype,
                                             numel=a.numel, max_abs_diff=max_abs, within_tolerance=within))
         return _replace(
             base, compared=tuple((c, counts[c]) for c in TENSOR_CLASSES if c in counts),

@@ -23,7 +23,6 @@ import os
 import re
 import stat
 import time
-import warnings
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -940,8 +939,8 @@ class _JsonFile:
 class HistoryReader:
     """Reads a run directory into a Timeline; `poll()` again to take in what was appended.
 
-    `inspect_checkpoints=False` skips listing optimizer keys from DCP metadata (that needs
-    torch, several seconds to import): a watcher of a live run wants it off."""
+    `inspect_checkpoints=False` skips listing optimizer keys from DCP metadata and reading the
+    optimizer records (a few ms per checkpoint, no PyTorch): a watcher of a live run wants it off."""
 
     def __init__(self, run_dir: str | os.PathLike, *, inspect_checkpoints: bool = True,
                  chunk_size: int = CHUNK_SIZE, losses: bool = False) -> None:
@@ -1350,26 +1349,19 @@ class HistoryReader:
 
 
 def warm_up() -> None:
-    """Import what reading a checkpoint's DCP metadata and optimizer record needs (torch: a few
-    seconds of CPU) ahead of time, e.g. while a launch is running; nothing without torch."""
+    """Import what reading a checkpoint's optimizer record needs (numpy, for its tensors; no
+    PyTorch: harness.safe_unpickle) ahead of time, e.g. while a launch is running."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import torch.distributed.checkpoint  # noqa: F401
+        import numpy  # noqa: F401
     except ImportError:
         pass
 
 
 def dcp_optimizer_keys(directory: Path) -> tuple[int | None, int | None, str | None, str | None]:
     """(optimizer keys, all keys, a sample optimizer key, why not known) of one DCP checkpoint,
-    read with harness.optimizer_record.read_dcp_metadata. Optimizer tensors are keys under `optimizer.` holding
-    Adam moments (`exp_avg`, `exp_avg_sq`), as Megatron's distributed optimizer writes them."""
-    try:
-        with warnings.catch_warnings():  # torch's import-time warnings (pynvml, ...) are not the user's business
-            warnings.simplefilter("ignore")
-            import torch.distributed.checkpoint  # noqa: F401 - the metadata classes
-    except ImportError as exc:  # torch absent: the keys are unknown, with the reason
-        return None, None, None, f"PyTorch is not importable here ({type(exc).__name__}); optimizer keys not listed"
+    read with harness.optimizer_record.read_dcp_metadata (no PyTorch). Optimizer tensors are
+    keys under `optimizer.` holding Adam moments (`exp_avg`, `exp_avg_sq`), as Megatron's
+    distributed optimizer writes them."""
     # Not torch's FileSystemReader.read_metadata: that is a plain pickle.load (code from a received run dir).
     try:
         metadata = read_dcp_metadata(directory)

@@ -279,8 +279,8 @@ def _object(directory_fd: int, metadata: DcpMetadata, key: str, limit: int, prof
 def _torch_object(data: bytes, key: str, profile: str) -> object:
     try:
         return safe_unpickle.load_torch_save(data, key, profile, max_tensor_bytes=MAX_OBJECT_BYTES)
-    except ImportError as exc:  # absent: unknown with the reason; a broken import (SystemError) is a bug
-        raise _RecordError(f"PyTorch is not importable here ({type(exc).__name__})") from None
+    except ImportError as exc:  # numpy absent: unknown with the reason; a broken import (SystemError) is a bug
+        raise _RecordError(f"numpy is not importable here ({type(exc).__name__})") from None
     except safe_unpickle.UnpickleRefused as exc:
         raise _RecordError(f"{key} is not a plain optimizer record ({exc})") from None
 
@@ -290,7 +290,7 @@ def read_dcp_object(directory: Path, metadata: DcpMetadata, fqn: str, profile: s
     """One stored item of a DCP checkpoint, read within `limit` bytes: a pickled object (e.g.
     `common_state/shard_0_1` with profile=safe_unpickle.COMMON_STATE), or one chunk of a tensor
     (`index`, a key of metadata.storage_data: DCP stores each chunk as a torch.save'd tensor,
-    which comes back as a torch tensor). ValueError with the reason."""
+    which comes back as a read-only numpy array). ValueError with the reason."""
     dfd = _opened(directory)
     try:
         return _object(dfd, metadata, fqn, limit, profile, index)
@@ -314,9 +314,11 @@ def _moments(keys: list[str]) -> tuple[int, tuple[str, ...]]:
 
 
 def _step_value(value: object, where: str) -> float:
-    if hasattr(value, "numel") and not isinstance(value, (int, float)):
-        if value.numel() != 1:
-            raise _RecordError(f"{where} is a tensor of {value.numel()} elements, not a step count")
+    if hasattr(value, "shape") and hasattr(value, "item") and not isinstance(value, (int, float)):
+        # a tensor, as harness.safe_unpickle rebuilds it (a numpy array)
+        n = value.numel() if callable(getattr(value, "numel", None)) else value.size
+        if n != 1:
+            raise _RecordError(f"{where} is a tensor of {n} elements, not a step count")
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not 0 <= value <= MAX_STEP:

@@ -213,10 +213,6 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
     if used is not None:
         baseline = used.path if used.problem is None else None
     prepare(plan, dry_run=False)  # claims the run directory: one run ID, one run
-    # While the job runs the harness mostly waits: import what the verdict needs after it (torch
-    # for the checkpoints' optimizer state, matplotlib for timeline.png) now, in the background,
-    # instead of after the launcher exited (bench/harness_overhead.py).
-    threading.Thread(target=_warm_up, name="nvrx-qual-warm-up", daemon=True).start()
     try:
         # One reader for the whole run: the watcher polls it while the run is live, then the
         # verdict takes its last read (only what was appended since, and the checkpoints).
@@ -226,7 +222,7 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
         watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s); the next line comes when "
                     "the launcher records the workers' start")
         result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
-                               watch=watcher, base_env=base_env, on_stop=_step_canceller(plan, base_env))
+                               watch=_warming(watcher), base_env=base_env, on_stop=_step_canceller(plan, base_env))
         base = read_baseline(baseline) if baseline is not None else None
         digest = evidence.digest(plan.layout.root)  # the launch has ended: what the final read sees
         read = reader.read(final=True, inspect_checkpoints=True)
@@ -245,6 +241,23 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
 def _warm_up() -> None:
     history.warm_up()
     picturemod.warm_up()
+
+
+def _warming(watcher: Watcher):
+    """The watcher, whose first tick (the launcher is running by then) starts importing what the
+    verdict needs after the launch (matplotlib for timeline.png, numpy) in the background: while
+    the job runs the harness mostly waits. Not before the launch: a thread importing while the
+    launcher is forked holds the GIL and delays the job's start (bench/harness_overhead.py)."""
+    started = False
+
+    def tick() -> str | None:
+        nonlocal started
+        if not started:
+            started = True
+            threading.Thread(target=_warm_up, name="nvrx-qual-warm-up", daemon=True).start()
+        return watcher()
+
+    return tick
 
 
 def _step_canceller(plan: Plan, base_env: dict[str, str] | None):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -172,13 +173,41 @@ def test_check_names_the_installed_torch_build(tmp_path):
     assert "bootstrap:   torch " in proc.stdout and ("(the CPU build)" in proc.stdout or "CUDA" in proc.stdout)
 
 
-def test_the_readme_names_what_bootstrap_check_reports():
-    """tools/bootstrap --check and the README agree on what is installed."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+def check_report(env: dict[str, str]) -> list[tuple[str, str]]:
+    """(step, what it would run) of each step line `tools/bootstrap --check` prints."""
+    proc = run_in_session([str(BOOTSTRAP), "--check"], timeout_s=120, env=env)
+    found = [re.match(r"bootstrap: (?:ready|missing): (.*?)(?: \(would run: (.*)\))?$", line)
+             for line in proc.stdout.splitlines()]
+    return [(m.group(1), m.group(2) or "") for m in found if m]
+
+
+def readme_disagreements(readme: str, steps: list[tuple[str, str]]) -> list[str]:
+    """What --check names (its directories, versions, the plot extra, the torch index) that the README does not."""
     text = " ".join(readme.split())
-    for named in ("`.venv`", "CPU build of PyTorch", "plot extra", "NVRx 0.7.0", "`.nvrx/0.7.0`",
-                  "Megatron for the CPU tier", "`.megatron-cpu/`", "NVRX_QUAL_TORCH_INDEX", "download.pytorch.org/whl/cpu"):
-        assert named in text, named
+    missing = []
+    for step, would_run in steps:
+        named = re.findall(r"(?<![\w/])\.[a-z][\w.-]*(?:/[\d.]+)?", step)  # .venv, .nvrx/0.7.0, .megatron-cpu
+        named += re.findall(r"NVRx \d+\.\d+\.\d+", step) + re.findall(r"plot extra|CPU tier", step)
+        named += re.findall(r"https://\S+?(?=[,\s)]|$)", would_run)
+        if step.startswith("PyTorch, CPU build"):
+            named.append("CPU build of PyTorch")
+        missing += [n for n in named if n not in text]
+    return missing
+
+
+def test_the_readme_names_what_bootstrap_check_reports(tmp_path):
+    """tools/bootstrap --check on this machine (its default locations, prepared or not) and the
+    README agree on what is installed and where; on a fresh machine also on what it would run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NVRX_QUAL_")}
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    steps = check_report(env)
+    assert len(steps) == len(STEPS) and all(step.startswith(name) for name, (step, _) in zip(STEPS, steps)), steps
+    assert readme_disagreements(readme, steps) == []
+    fresh = check_report({**env, **locations(tmp_path)})
+    assert any("https://" in would_run for _, would_run in fresh)
+    assert readme_disagreements(readme, [(step, would_run) for step, would_run in fresh]) == []
+    assert "NVRX_QUAL_TORCH_INDEX" in readme  # how to point it at a mirror
+    assert readme_disagreements("CPU build of PyTorch in `.venv`", steps)  # the check can fail
 
 
 def test_check_takes_no_run_arguments(tmp_path):
