@@ -27,6 +27,7 @@ from pathlib import PurePath
 from typing import Callable, Mapping, Sequence
 
 from harness import events as ev
+from harness import tiers
 from harness.events import AppStart, Src, Timeline, iso_utc
 from harness.layout import MARKER_NAME, TRACKER_NAME, parse_tracker
 from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
@@ -280,30 +281,42 @@ def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
     evidence: list[object] = [inj]
     caveats: list[str] = []
     ck = tl.checkpoints
-    if ck is not None and ck.exists:
-        disk = ck.get(k)
+    upto = inj.cycle if inj.cycle is not None else (a.failed_cycle if a.failed_cycle is not None else 0)
+    tier = tiers.tier_of_iteration(tl, k, upto)  # harness.tiers: which of Megatron's checkpoint tiers K is
+    pruned = tiers.pruned(tl, k) if tier == tiers.NON_PERSISTENT and ck is not None and ck.exists \
+        and tiers.on_disk(ck, k, tier) is None else None
+    if pruned is not None:
+        caveats.append(f"non-persistent checkpoint {k} is no longer on disk: Megatron removes older non-persistent "
+                       f"checkpoints itself (cleanup_old_non_persistent_checkpoint) once checkpoint {pruned.iteration} "
+                       "of that tier was saved, so metadata.json and the tracker were not checked")
+        evidence.append(pruned.line)
+    elif ck is not None and ck.exists:
+        disk = tiers.on_disk(ck, k, tier)
         if disk is None:
-            return _result(cid, FAIL, f"The marker says checkpoint {k} was committed before the fault, but "
-                                      f"{ck.path} has no iter_{k:07d}: the checkpoint directory is not the one the "
-                                      "run saved to, or it was deleted.", [inj, f"{ck.path}:0: no iter_{k:07d}"])
+            return _result(cid, FAIL, f"The marker says {tier} checkpoint {k} was committed before the fault, but "
+                                      f"{ck.path} has no iter_{k:07d} of that tier: the checkpoint directory is not "
+                                      "the one the run saved to, or it was deleted.",
+                           [inj, f"{ck.path}:0: no iter_{k:07d}"])
         evidence.append(disk.commit_src())
         if not disk.committed:
             return _result(cid, FAIL, f"The fault fired after the tracker named iteration {k}, but {disk.rel} has no "
                                       "metadata.json: that save was never committed (its async finalization did not "
                                       "complete), so the run had no complete checkpoint to recover from.", evidence)
-        tracked = parse_tracker(ck.tracker) if ck.tracker is not None else None
-        evidence.append(ck.tracker_src())
-        if ck.tracker is None:
-            return _result(cid, FAIL, f"{ck.path} has no readable {TRACKER_NAME} (absent, a link or not a regular "
+        text, tracker_src = tiers.tracker_of(ck, tier)
+        tracker_dir = tracker_src.path.rsplit("/", 1)[0]
+        tracked = parse_tracker(text) if text is not None else None
+        evidence.append(tracker_src)
+        if text is None:
+            return _result(cid, FAIL, f"{tracker_dir} has no readable {TRACKER_NAME} (absent, a link or not a regular "
                                       f"file), although Megatron writes it after every committed save and the fault "
                                       f"fired on its value {k}: this is not the checkpoint directory the run saved to, "
                                       "or the tracker was removed; copy the checkpoint directory whole.", evidence)
         if tracked is None:
-            return _result(cid, FAIL, f"{ck.path}/{TRACKER_NAME} holds {ck.tracker[:20]!r}, not an iteration number, "
+            return _result(cid, FAIL, f"{tracker_dir}/{TRACKER_NAME} holds {text[:20]!r}, not an iteration number, "
                                       f"although the fault fired on its value {k}: the tracker was damaged or written by "
                                       "something else after the run.", evidence)
         if tracked < k:
-            return _result(cid, FAIL, f"{ck.path}/{TRACKER_NAME} names iteration {tracked}, below checkpoint {k} that "
+            return _result(cid, FAIL, f"{tracker_dir}/{TRACKER_NAME} names iteration {tracked}, below checkpoint {k} that "
                                       "the marker says was committed before the fault: Megatron's tracker only moves "
                                       "forward, so it was rewritten, or this is not the run's checkpoint directory.",
                            evidence)
@@ -316,7 +329,6 @@ def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
     if not tl.starts:
         return _result(cid, UNKNOWN, f"The marker names checkpoint {k}, but there is no application log to correlate it "
                                      "with Megatron's save lines: copy logs/ with the run directory.", evidence)
-    upto = inj.cycle if inj.cycle is not None else (a.failed_cycle if a.failed_cycle is not None else 0)
     saves = [e for s in tl.starts if s.cycle is not None and s.cycle <= upto
              for e in s.of(ev.SaveCommitted) if e.iteration == k]
     if not saves:
@@ -341,7 +353,7 @@ def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
     extra = f" ({'; '.join(caveats)})" if caveats else ""
     agree = "the marker, Megatron's save line, metadata.json and the tracker agree" if ck is not None and ck.exists \
         else "the marker and Megatron's save line agree"
-    return _result(cid, PASS, f"Checkpoint {k} was committed before the {a.fault} injection on rank {inj.rank} at "
+    return _result(cid, PASS, f"{tier.capitalize()} checkpoint {k} was committed before the {a.fault} injection on rank {inj.rank} at "
                               f"{when}: {agree}{extra}.", evidence)
 
 
@@ -736,6 +748,8 @@ def _optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
                                   f"the fault hit (never committed: no metadata.json, tracker at {k}), instead of "
                                   f"checkpoint {k}, the latest committed: the loader counted an unpublished iter_* "
                                   "directory as a checkpoint.", [*evidence, partial, *a.expected_k_evidence[:1]])
+    if loaded.iteration < k and (older := tiers.older_tier(tl, a, r, k)) is not None:
+        return _result(cid, FAIL, f"{who} {older[0]}", [*evidence, *older[1], *a.expected_k_evidence[:2]], final=True)
     if loaded.iteration != k:
         args = r.arguments
         step = args.get("ckpt_step") if args else None
@@ -781,7 +795,8 @@ def _optimizer_reload(tl: Timeline, a: Analysis) -> CriterionResult:
         evidence.extend(change.evidence)
         resharded = (f"; resharded: the checkpoint saved by {change.before} ranks was loaded by {change.after}, with "
                      "its optimizer state (optimizer_state and loss_continuity judge what that state holds)")
-    return _result(cid, PASS, f"{who} loaded checkpoint {k}, the latest committed at fault time, with optimizer state "
+    got = tiers.loaded(r)
+    return _result(cid, PASS, f"{who} loaded {got.tier if got else 'the'} checkpoint {k}, the latest committed at fault time (any tier), with optimizer state "
                               f"({lines} lines in the load block{disk_note}){resharded}.", evidence)
 
 
@@ -1040,6 +1055,8 @@ def check_optimizer_state(tl: Timeline, a: Analysis) -> CriterionResult:
                                              f"restore of checkpoint {k}) cannot be read: copy checkpoints/ with the "
                                              "run to check it.", [loaded, first])
     ck = tl.checkpoints.get(n)
+    if ck is None and (kept := tiers.first_kept(tl, commits)) is not None:  # a non-persistent one Megatron pruned
+        first, n, ck = kept.line, kept.iteration, kept.disk
     if ck is None:
         return _result(cid, UNKNOWN, f"Checkpoint {n}, the first committed after the restore of checkpoint {k}, is "
                                      "not in the checkpoint directory: copy checkpoints/ with the run directory to "

@@ -53,7 +53,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from harness.layout import RunLayout, is_valid_run_id, parse_tracker
+from harness import tiers
+from harness.layout import TRACKER_NAME, RunLayout, is_valid_run_id, parse_tracker
 from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
 
 FAULT_SIGNALS = {k.name: getattr(signal, k.signal) for k in FAULT_KINDS.values()}
@@ -199,6 +200,19 @@ def watch_tracker(
             return value
         stop.wait(interval)
     return None
+
+
+def watch_trackers(trackers: Sequence[Path], baseline: int, interval: float, stop: threading.Event,
+                   read: Callable[[Path], int | None] = read_tracker) -> tuple[int | None, Path]:
+    """Poll several trackers (Megatron's checkpoint tiers, harness.tiers) until one holds an
+    iteration above `baseline`: (that iteration, its tracker); (None, the first) when stopped."""
+    while not stop.is_set():
+        for tracker in trackers:
+            value = read(tracker)
+            if value is not None and value > baseline:
+                return value, tracker
+        stop.wait(interval)
+    return None, trackers[0]
 
 
 @dataclass(frozen=True)
@@ -357,6 +371,9 @@ class NemesisConfig:
     # The entrypoint's --train-iters: a fault after the *final* checkpoint leaves nothing to
     # recover, so the run is reported as "fault never happened" instead of racing the exit.
     final_iteration: int | None = None
+    # harness.tiers: after-commit waits on these (tier, directory) trackers; () = the persistent one only
+    fault_after: str = "any"
+    watch_dirs: tuple[tuple[str, Path], ...] = ()
 
     @property
     def selected(self) -> bool:
@@ -412,6 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fault", choices=FAULTS, help=f"default $NVRX_DEMO_FAULT or {DEFAULT_FAULT}")
     parser.add_argument("--fault-at", choices=tuple(FAULT_MOMENTS),
                         help=f"the moment; default $NVRX_FAULT_AT or {DEFAULT_FAULT_AT}")
+    parser.add_argument("--fault-after", choices=tiers.FAULT_AFTER,
+                        help=f"after-commit: the checkpoint tier whose commit fires; default $NVRX_FAULT_AFTER or "
+                             f"{tiers.DEFAULT_FAULT_AFTER} (harness.tiers)")
     parser.add_argument(
         "--fault-rank", type=_non_negative_int, help=f"global RANK that injects; default $NVRX_FAULT_RANK or {DEFAULT_FAULT_RANK}"
     )
@@ -507,6 +527,15 @@ def parse_command_line(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Nem
             "or set NVRX_WORK_DIR and NVRX_RUN_ID (or NVRX_DEMO_FAULT=none)"
         )
 
+    fault_after = options.fault_after or _env(env, "NVRX_FAULT_AFTER") or tiers.DEFAULT_FAULT_AFTER
+    if fault_after not in tiers.FAULT_AFTER:
+        raise NemesisError(f"NVRX_FAULT_AFTER={fault_after!r} is not one of {', '.join(tiers.FAULT_AFTER)}")
+    watch_dirs: tuple[tuple[str, Path], ...] = ()
+    if layout is not None and fault != "none":
+        try:
+            watch_dirs = tuple(tiers.watched_dirs(fault_after, entrypoint.args, layout.checkpoints))
+        except ValueError as exc:
+            raise NemesisError(str(exc)) from None
     config = NemesisConfig(
         fault=fault,
         fault_rank=fault_rank,
@@ -517,6 +546,8 @@ def parse_command_line(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Nem
         poll_interval=poll_interval,
         fault_at=fault_at,
         final_iteration=final_iteration(entrypoint.args),
+        fault_after=fault_after,
+        watch_dirs=watch_dirs,
     )
     return config, entrypoint
 
@@ -562,6 +593,10 @@ class Injector:
         self._disarmed = False
         self._fired = False
         self.failure: str | None = None  # why the fault did not happen, when we know
+        self._tracker = layout.tracker  # the tracker whose commit fired (harness.tiers: any tier's)
+
+    def _trackers(self) -> list[Path]:
+        return [d / TRACKER_NAME for _tier, d in self._config.watch_dirs] or [self._layout.tracker]
 
     def start(self) -> None:
         if self.watch in ("after-commit", "in-save"):
@@ -583,7 +618,8 @@ class Injector:
                 if found is not None:
                     self._fire(found.iteration, committed=found.committed)
                 return
-            iteration = watch_tracker(self._layout.tracker, self._baseline, self._config.poll_interval, self._stop)
+            iteration, self._tracker = watch_trackers(self._trackers(), self._baseline, self._config.poll_interval,
+                                                      self._stop)
             final = self._config.final_iteration
             if iteration is not None and final is not None and iteration >= final:
                 self.failure = (f"the first checkpoint newer than the baseline {self._baseline} was the final one "
@@ -645,7 +681,7 @@ class Injector:
             injected_at=utc_now_iso(),
             host=socket.gethostname(),
             pid=os.getpid(),
-            tracker=os.path.abspath(self._layout.tracker),
+            tracker=os.path.abspath(self._tracker),
             launcher_pid=launcher_pid,
             fault_at=self.watch,
             fault_index=self.fault_index,
@@ -672,7 +708,7 @@ class Injector:
                 return
         if FAULT_KINDS[self._config.fault].poisons_checkpoint:
             try:
-                poisoned = str(poison_checkpoint(self._layout.checkpoints / f"iter_{iteration:07d}"))
+                poisoned = str(poison_checkpoint(self._tracker.parent / f"iter_{iteration:07d}"))
             except OSError as exc:
                 self.failure = f"poisoning checkpoint {iteration} failed: {exc}"
                 log(f"rank {rank}: not injecting: {self.failure}")
@@ -807,8 +843,9 @@ def arm(config: NemesisConfig) -> Injector | None:
         return None
     # Fault 1 of a two-fault plan is the after-commit one; the plan's own moment is its last fault.
     watch = config.fault_at if index == planned else DEFAULT_FAULT_AT
-    baseline = read_baseline(layout.tracker)
-    what = {"after-commit": f"once {layout.tracker} passes iteration {baseline}",
+    trackers = [d / TRACKER_NAME for _tier, d in config.watch_dirs] if watch == "after-commit" else []
+    baseline = max([read_baseline(layout.tracker), *(read_baseline(t) for t in trackers)])
+    what = {"after-commit": f"once {' or '.join(map(str, trackers or [layout.tracker]))} passes iteration {baseline}",
             "in-save": f"once a save above a committed checkpoint newer than {baseline} is in flight in {layout.checkpoints}",
             "in-restore": f"at the first read under {layout.checkpoints}/iter_* (the load)",
             "last-iteration": "when the entrypoint ends with the final checkpoint committed"}[watch]
