@@ -352,6 +352,7 @@ def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
     when = iso_utc(tl.utc(inj))
     extra = f" ({'; '.join(caveats)})" if caveats else ""
     agree = "the marker, Megatron's save line, metadata.json and the tracker agree" if ck is not None and ck.exists \
+        and pruned is None \
         else "the marker and Megatron's save line agree"
     return _result(cid, PASS, f"{tier.capitalize()} checkpoint {k} was committed before the {a.fault} injection on rank {inj.rank} at "
                               f"{when}: {agree}{extra}.", evidence)
