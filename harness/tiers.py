@@ -277,3 +277,35 @@ def older_tier(tl: ev.Timeline, a, start: ev.AppStart, k: int) -> tuple[str, lis
             f"checkpoint tier than the newest committed one, so the work since iteration {got.iteration} is lost; "
             "check that --load, --non-persistent-ckpt-type and --non-persistent-global-ckpt-dir of the restarted job "
             "name the directories the job saved to.", [*got.evidence, *named])
+
+
+# ---------------------------------------------------------------- what megatron-cpu cannot run
+
+# Probed on megatron-cpu (megatron-core 0.19.2, NVRx 0.7.0, gloo, the CUDA->CPU shim), with
+# Megatron's and NVRx's own first error; docs/tiers.md "On CPU". The GPU tier runs them.
+CPU_REFUSALS: tuple[tuple[str, str | None, str], ...] = (
+    ("--non-persistent-ckpt-type", "local",
+     "Megatron's local checkpoints cannot be saved on CPU: MCoreTensorAwareStateDict.copy_tensors_to_cpu "
+     "(megatron/core/dist_checkpointing/tensor_aware_state_dict.py) clones a tensor already on the CPU without "
+     "detaching it, and NVRx's async save then fails with \"RuntimeError: Cowardly refusing to serialize non-leaf "
+     "tensor which requires_grad\" and \"CheckpointingException: Failure during saving local checkpoint from "
+     "iteration 2 (last valid iteration is -1)\" (nvidia_resiliency_ext/checkpointing/local/ckpt_managers/"
+     "base_manager.py); qualify local checkpoints on GPUs (--workload megatron, the GPU kit)"),
+    ("--inprocess-restart", None,
+     "Megatron's in-process restart cannot restart on CPU: its wrapper runs, but at the first restart NVRx's "
+     "inprocess.finalize.ThreadedFinalize raises \"RuntimeError: CUDA is not initialized\" "
+     "(nvidia_resiliency_ext/inprocess/finalize.py) and then, past that check, torch.device(LOCAL_RANK) \"Cannot "
+     "access accelerator device when none is available.\"; qualify in-process restart on GPUs (--workload megatron, "
+     "the GPU kit)"),
+)
+
+
+def cpu_problems(workload_args: Sequence[str]) -> list[str]:
+    """Why the megatron-cpu workload refuses these workload arguments (one sentence each)."""
+    out = []
+    for flag, value, why in CPU_REFUSALS:
+        given = _option(workload_args, flag) if value is not None else (
+            flag if any(a == flag or a.startswith(flag + "=") for a in workload_args) else None)
+        if given is not None and (value is None or given == value):
+            out.append(f"workload argument {flag}{' ' + value if value else ''}: {why}")
+    return out

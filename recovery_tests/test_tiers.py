@@ -132,3 +132,12 @@ def test_spec_refuses_fault_after_non_persistent_without_the_tier():
     assert problem is not None and "'local'" in problem
     assert tiers.fault_after_problem("non-persistent", ("--non-persistent-ckpt-type", "global")) is None
     assert tiers.fault_after_problem("any", ()) is None
+
+
+def test_megatron_cpu_refuses_what_cpu_cannot_run_with_megatrons_own_error():
+    from harness.workloads import megatron_cpu
+
+    problems = megatron_cpu.extra_arg_problems(("--non-persistent-ckpt-type=local", "--inprocess-restart"))
+    assert any("Cowardly refusing to serialize non-leaf tensor" in p and "GPU" in p for p in problems), problems
+    assert any("CUDA is not initialized" in p for p in problems), problems
+    assert megatron_cpu.extra_arg_problems(("--non-persistent-ckpt-type", "global")) == []

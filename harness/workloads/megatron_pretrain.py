@@ -138,13 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     train_valid_test_datasets_provider.is_distributed = True  # type: ignore[attr-defined]
     args = parse_and_validate_args(args_defaults={"tokenizer_type": "NullTokenizer"})
     args_model_cfg = gpt_model_config(args)
-    store = None
-    if args.inprocess_restart:  # as Megatron-LM's pretrain_gpt.py: NVRx inprocess.Wrapper around pretrain (docs/tiers.md)
-        from megatron.training.inprocess_restart import maybe_wrap_for_inprocess_restart
-
-        pretrain, store = maybe_wrap_for_inprocess_restart(pretrain)
     pretrain(pretrain_cfg_container_from_args(args, args_model_cfg), train_valid_test_datasets_provider,
-             ModelType.encoder_or_decoder, forward_step, **({"store": store} if store is not None else {}))
+             ModelType.encoder_or_decoder, forward_step)
 
 
 if __name__ == "__main__":
