@@ -27,6 +27,7 @@ from pathlib import PurePath
 from typing import Callable, Mapping, Sequence
 
 from harness import events as ev
+from harness import tiers
 from harness.episodes import Episode, committed_before, episodes, launcher_cycles
 from harness.events import Src, Timeline, iso_utc
 from harness.layout import MARKER_NAME, TRACKER_NAME, parse_tracker
@@ -210,20 +211,31 @@ def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
     evidence: list[object] = [inj]
     caveats: list[str] = []
     ck = tl.checkpoints
-    if ck is not None and ck.exists:
+    upto = inj.cycle if inj.cycle is not None else ep.cycle
+    facts["upto"] = upto
+    tier = tiers.tier_of_iteration(tl, k, upto)  # harness.tiers: which of Megatron's checkpoint tiers K is
+    facts["ckpt"] = tiers.naming(tl, tier)
+    pruned = tiers.pruned(tl, k) if tier == tiers.NON_PERSISTENT and ck is not None and ck.exists \
+        and tiers.on_disk(ck, k, tier) is None else None
+    if pruned is not None:
+        caveats.append(sentence(cid, "caveat_pruned", {"committed": k, "later": pruned.iteration}))
+        evidence.append(pruned.line)
+    elif ck is not None and ck.exists:
         facts.update(dir=str(ck.path), iter_dir=f"iter_{k:07d}", tracker=TRACKER_NAME)
-        disk = ck.get(k)
+        disk = tiers.on_disk(ck, k, tier)
         if disk is None:
             return found(FAIL, "not_on_disk", [inj, f"{ck.path}:0: no iter_{k:07d}"])
         evidence.append(disk.commit_src())
         if not disk.committed:
             return found(FAIL, "not_committed", evidence, rel=disk.rel)
-        tracked = parse_tracker(ck.tracker) if ck.tracker is not None else None
-        evidence.append(ck.tracker_src())
-        if ck.tracker is None:
+        text, tracker_src = tiers.tracker_of(ck, tier)
+        facts["dir"] = tracker_src.path.rsplit("/", 1)[0]
+        tracked = parse_tracker(text) if text is not None else None
+        evidence.append(tracker_src)
+        if text is None:
             return found(FAIL, "no_tracker", evidence)
         if tracked is None:
-            return found(FAIL, "tracker_not_a_number", evidence, held=repr(ck.tracker[:20]))
+            return found(FAIL, "tracker_not_a_number", evidence, held=repr(text[:20]))
         if tracked < k:
             return found(FAIL, "tracker_behind", evidence, tracked=tracked)
     elif ck is not None and ck.how.startswith("not followed"):
@@ -232,8 +244,6 @@ def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
         caveats.append(sentence(cid, "caveat_no_dir", {}))
     if not tl.starts:
         return found(UNKNOWN, "no_log", evidence)
-    upto = inj.cycle if inj.cycle is not None else ep.cycle
-    facts["upto"] = upto
     saves = [e for s in tl.starts if s.cycle is not None and s.cycle <= upto
              for e in s.of(ev.SaveCommitted) if e.iteration == k]
     if not saves:
@@ -249,7 +259,7 @@ def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
         caveats.append(sentence(cid, "caveat_in_flight", facts))
     if ep.expected_k is not None and ep.expected_k != k:
         caveats.append(sentence(cid, "caveat_also_committed", {"also": ep.expected_k}))
-    agree = "agree_all" if ck is not None and ck.exists else "agree_log"
+    agree = "agree_all" if ck is not None and ck.exists and pruned is None else "agree_log"
     return found(PASS, "committed", evidence, when=iso_utc(tl.utc(inj)), agree=sentence(cid, agree, {}),
                  caveats=f" ({'; '.join(caveats)})" if caveats else "")
 
@@ -627,6 +637,9 @@ def check_optimizer_reload(j: Judging) -> CriterionResult:
         d = tl.checkpoints.get(loaded.iteration) if tl.checkpoints is not None else None
         return found(FAIL, "loaded_partial", [*evidence, partial, *ep.expected_k_evidence[:1]],
                      where=d.rel if d is not None else rel)
+    if loaded.iteration < k and (older := tiers.older_tier(tl, ep.cycle, r, k)) is not None:
+        return found(FAIL, "older_tier", [*evidence, *older.evidence, *ep.expected_k_evidence[:2]], final=True,
+                     restored=older.restored, newest=older.newest, said=older.said)
     if loaded.iteration != k:
         args = r.arguments
         step = args.get("ckpt_step") if args else None
@@ -665,7 +678,9 @@ def check_optimizer_reload(j: Judging) -> CriterionResult:
     if change is not None:
         evidence.extend(change.evidence)
         resharded = sentence(cid, "resharded", {"before": change.before, "after": change.after})
-    return found(PASS, "reloaded", evidence, lines=lines, disk_note=disk_note, resharded=resharded)
+    got = tiers.loaded(r)
+    return found(PASS, "reloaded", evidence, lines=lines, disk_note=disk_note, resharded=resharded,
+                 ckpt=tiers.naming(tl, got.tier if got is not None else tiers.PERSISTENT))
 
 
 def check_later_checkpoint(j: Judging) -> CriterionResult:
@@ -914,6 +929,9 @@ def check_optimizer_state(j: Judging) -> CriterionResult:
     if tl.checkpoints is None or not tl.checkpoints.exists:
         return _found(cid, NOT_APPLICABLE, "no_checkpoint_dir", facts, [loaded, first])
     ck = tl.checkpoints.get(n)
+    if ck is None and (kept := tiers.first_kept(tl, commits)) is not None:  # a non-persistent one Megatron pruned
+        first, n, ck = kept.line, kept.iteration, kept.disk
+        facts["first"] = n
     if ck is None:
         return _found(cid, UNKNOWN, "first_missing", facts, [loaded, first])
     rec = ck.optimizer_record

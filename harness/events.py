@@ -171,6 +171,16 @@ class LoadStarted(AppEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class NonPersistentLoadStarted(LoadStarted):
+    """`Loading from a non-persistent checkpoint (non-persistent iter N)` (harness.tiers)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NonPersistentOlder(AppEvent):
+    """`WARNING: non-persistent checkpoints are older than persistent checkpoint` (harness.tiers)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class OptimizerLoaded(AppEvent):
     """`Loading distributed optimizer sharded state of type ...`: once per real optimizer load."""
 
@@ -493,7 +503,8 @@ class CheckpointState:
     how: str  # how it was found (run.json, <run>/checkpoints, the arguments table)
     exists: bool
     tracker: str | None  # the tracker's text, stripped; None when absent
-    iterations: tuple[CheckpointOnDisk, ...] = ()
+    iterations: tuple[CheckpointOnDisk, ...] = ()  # every tier's iter_* (harness.tiers: non_persistent/ too)
+    non_persistent_tracker: str | None = None  # <path>/non_persistent's tracker text; None when absent
 
     def get(self, iteration: int) -> CheckpointOnDisk | None:
         for ckpt in self.iterations:

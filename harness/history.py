@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Mapping
 
 from harness import events as ev
-from harness import safeio
+from harness import safeio, tiers
 from harness.dialect import CYCLE_INFO_RE as _CYCLE_INFO_RE
 from harness.dialect import MAX_UTC_OFFSET_S, RunDirError, check_readable_dir, parse_iso_utc, utc_offset_problem
 from harness.dialect import HEARTBEAT_MISSED_RE, OUT_OF_SECTION_RE, SECTION_TIMEOUT_RE
@@ -647,6 +647,14 @@ class LogParser:
             elif m := _LOAD_DONE_RE.search(b):
                 if (iteration := self._num(m.group(2), "iteration", src)) is not None:
                     self._app(ev.CheckpointLoaded(src=src, rank=rank, iteration=iteration, path=m.group(1)), phase=PH_LOAD)
+            elif m := tiers.NP_LOAD_RE.search(b):  # harness.tiers: a load of the non-persistent tier
+                if (iteration := self._num(m.group(1), "iteration", src)) is not None:
+                    self._app(ev.NonPersistentLoadStarted(src=src, rank=rank, iteration=iteration,
+                                                          path=tiers.NON_PERSISTENT_SUBDIR), opener=PH_LOAD)
+            elif tiers.NP_OLDER_TEXT in b:
+                self._app(ev.NonPersistentOlder(src=src, rank=rank))
+            elif "could not find the metadata file" in b and tiers.is_non_persistent_path(b):
+                pass  # the non-persistent tier's tracker is missing: Megatron goes on to the persistent one
             elif "could not find the metadata file" in b:
                 self._app(ev.StartedFromRandom(src=src, rank=rank), opener=PH_LOAD)
             elif m := _SCHED_RE.search(b):
@@ -1258,9 +1266,22 @@ class HistoryReader:
         if original is not None and not _inside(path, self.run_dir):
             notes.append(f"this run directory was copied from {original}; its checkpoint dir {path} is outside it and "
                          "was read where it is now, which may not be the run's own checkpoints")
-        read = read_tracker_file(path / TRACKER_NAME)
-        tracker = read.text.strip()[:64] if read.text is not None else None
+        tracker = _tracker_text(path)
         wanted = self._interesting_iterations(starts, injections)
+        iters = self._iter_dirs(path, shown, wanted, notes)
+        np_tracker = None
+        np_path = path / tiers.NON_PERSISTENT_SUBDIR  # harness.tiers: Megatron's non-persistent global tier
+        if _link_below(np_path, self.run_dir) is not None:
+            notes.append(f"{shown}/{tiers.NON_PERSISTENT_SUBDIR} is a symbolic link: not followed, so the "
+                         "non-persistent checkpoints behind it were not read")
+        elif np_path.is_dir() and not np_path.is_symlink():
+            np_tracker = _tracker_text(np_path)
+            iters += self._iter_dirs(np_path, f"{shown}/{tiers.NON_PERSISTENT_SUBDIR}", wanted, notes)
+        iters.sort(key=lambda c: c.iteration)
+        return ev.CheckpointState(path=shown, how=how, exists=True, tracker=tracker, iterations=tuple(iters),
+                                  non_persistent_tracker=np_tracker)
+
+    def _iter_dirs(self, path: Path, shown: str, wanted: set[int], notes: list[str]) -> list[ev.CheckpointOnDisk]:
         iters = []
         try:
             entries = list(os.scandir(path))
@@ -1298,8 +1319,7 @@ class HistoryReader:
                                              sample_key=sample, inspect_note=note, optimizer_record=record))
         if ignored > MAX_IGNORED_NOTES:
             notes.append(f"ignored {ignored - MAX_IGNORED_NOTES} more entries of {shown} for the same reasons")
-        iters.sort(key=lambda c: c.iteration)
-        return ev.CheckpointState(path=shown, how=how, exists=True, tracker=tracker, iterations=tuple(iters))
+        return iters
 
     @staticmethod
     def _interesting_iterations(starts: list[ev.AppStart], injections: list[ev.Injection]) -> set[int]:
@@ -1390,6 +1410,11 @@ def check_run_dir(run_dir: Path) -> None:
             f"{run_dir} holds {what}: no logs (logs/*.log), no {MARKER_NAME} and no checkpoints; "
             "point verify at the directory of a run that was launched"
         )
+
+
+def _tracker_text(directory: Path) -> str | None:
+    read = read_tracker_file(directory / TRACKER_NAME)  # layout's one tracker reader
+    return read.text.strip()[:64] if read.text is not None else None
 
 
 def _console_head_pairs(path: Path, limit: int = 256 << 10) -> list[tuple[float, float]]:

@@ -53,6 +53,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, ClassVar, Mapping, Sequence
 
+from harness import tiers
 from harness.faults import (DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, IN_PROCESS, NODE, SIGNAL,
                             TRUNCATE_DISTCP)
 from harness.layout import (TRACKER_ABSENT, TRACKER_EMPTY, TRACKER_NAME, TRACKER_UNREADABLE, RunLayout,
@@ -180,6 +181,19 @@ def watch_tracker(
             return value
         stop.wait(interval)
     return None
+
+
+def watch_trackers(trackers: Sequence[Path], baseline: int, interval: float, stop: threading.Event,
+                   read: Callable[[Path], int | None] = read_tracker) -> tuple[int | None, Path]:
+    """Poll several trackers (Megatron's checkpoint tiers, harness.tiers) until one holds an
+    iteration above `baseline`: (that iteration, its tracker); (None, the first) when stopped."""
+    while not stop.is_set():
+        for tracker in trackers:
+            value = read(tracker)
+            if value is not None and value > baseline:
+                return value, tracker
+        stop.wait(interval)
+    return None, trackers[0]
 
 
 @dataclass(frozen=True)
@@ -340,6 +354,9 @@ class NemesisConfig:
     # The entrypoint's --train-iters: a fault after the *final* checkpoint leaves nothing to
     # recover, so the run is reported as "fault never happened" instead of racing the exit.
     final_iteration: int | None = None
+    # harness.tiers: after-commit waits on these (tier, directory) trackers; () = the persistent one only
+    fault_after: str = "any"
+    watch_dirs: tuple[tuple[str, Path], ...] = ()
 
     @property
     def selected(self) -> bool:
@@ -395,6 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fault", choices=FAULTS, help=f"default $NVRX_DEMO_FAULT or {DEFAULT_FAULT}")
     parser.add_argument("--fault-at", choices=tuple(FAULT_MOMENTS),
                         help=f"the moment; default $NVRX_FAULT_AT or {DEFAULT_FAULT_AT}")
+    parser.add_argument("--fault-after", choices=tiers.FAULT_AFTER,
+                        help=f"after-commit: the checkpoint tier whose commit fires; default $NVRX_FAULT_AFTER or "
+                             f"{tiers.DEFAULT_FAULT_AFTER} (harness.tiers)")
     parser.add_argument(
         "--fault-rank", type=_non_negative_int, help=f"global RANK that injects; default $NVRX_FAULT_RANK or {DEFAULT_FAULT_RANK}"
     )
@@ -492,6 +512,15 @@ def parse_command_line(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Nem
             "or set NVRX_WORK_DIR and NVRX_RUN_ID (or NVRX_DEMO_FAULT=none)"
         )
 
+    fault_after = options.fault_after or _env(env, "NVRX_FAULT_AFTER") or tiers.DEFAULT_FAULT_AFTER
+    if fault_after not in tiers.FAULT_AFTER:
+        raise NemesisError(f"NVRX_FAULT_AFTER={fault_after!r} is not one of {', '.join(tiers.FAULT_AFTER)}")
+    watch_dirs: tuple[tuple[str, Path], ...] = ()
+    if layout is not None and fault != "none":
+        try:
+            watch_dirs = tuple(tiers.watched_dirs(fault_after, entrypoint.args, layout.checkpoints))
+        except ValueError as exc:
+            raise NemesisError(str(exc)) from None
     config = NemesisConfig(
         fault=fault,
         fault_rank=fault_rank,
@@ -502,6 +531,8 @@ def parse_command_line(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Nem
         poll_interval=poll_interval,
         fault_at=fault_at,
         final_iteration=final_iteration(entrypoint.args),
+        fault_after=fault_after,
+        watch_dirs=watch_dirs,
     )
     return config, entrypoint
 
@@ -591,11 +622,11 @@ class AfterCommit(Moment):
     name = "after-commit"
 
     def waits_for(self) -> str:
-        return f"once {self.injector.layout.tracker} passes iteration {self.injector.baseline}"
+        return f"once {' or '.join(map(str, self.injector.trackers()))} passes iteration {self.injector.baseline}"
 
     def wait(self, stop: threading.Event) -> Trigger | None:
         inj = self.injector
-        iteration = watch_tracker(inj.layout.tracker, inj.baseline, inj.config.poll_interval, stop)
+        iteration, inj.tracker = watch_trackers(inj.trackers(), inj.baseline, inj.config.poll_interval, stop)
         final = inj.config.final_iteration
         if iteration is not None and final is not None and iteration >= final:
             inj.failure = (f"the first checkpoint newer than the baseline {inj.baseline} was the final one "
@@ -720,6 +751,11 @@ class Injector:
         self._lock = threading.Lock()  # disarm() cannot slip between claim and signal
         self.disarmed = False
         self.failure: str | None = None  # why the fault did not happen, when we know
+        self.tracker = layout.tracker  # the tracker whose commit fired (harness.tiers: any watched tier's)
+
+    def trackers(self) -> list[Path]:
+        """The trackers after-commit watches: those of the tiers --fault-after names."""
+        return [d / TRACKER_NAME for _tier, d in self.config.watch_dirs] or [self.layout.tracker]
 
     @property
     def rank(self) -> int:
@@ -752,7 +788,7 @@ class Injector:
             injected_at=utc_now_iso(),
             host=socket.gethostname(),
             pid=os.getpid(),
-            tracker=os.path.abspath(self.layout.tracker),
+            tracker=os.path.abspath(self.tracker),
             launcher_pid=launcher_pid,
             fault_at=self.watch,
             fault_index=self.fault_index,
@@ -781,7 +817,7 @@ class Injector:
                 return
         if kind.damage is not None:
             try:
-                poisoned = str(CHECKPOINT_DAMAGE[kind.damage](checkpoint_iter_dir(self.layout.checkpoints, iteration)))
+                poisoned = str(CHECKPOINT_DAMAGE[kind.damage](checkpoint_iter_dir(self.tracker.parent, iteration)))
             except OSError as exc:
                 self.failure = f"poisoning checkpoint {iteration} failed: {exc}"
                 log(f"rank {rank}: not injecting: {self.failure}")
@@ -918,7 +954,10 @@ def arm(config: NemesisConfig) -> Injector | None:
         return None
     # The schedule's index is the marker number: the first unclaimed marker is this cycle's fault.
     watch = plan[index - 1].name
-    baseline = read_baseline(layout.tracker)
+    # after-commit watches the trackers of the tiers --fault-after names (harness.tiers); the
+    # baseline is the newest of them, so a restarted cycle waits for a commit newer than every tier's
+    trackers = [d / TRACKER_NAME for _tier, d in config.watch_dirs] if watch == "after-commit" else []
+    baseline = max([read_baseline(layout.tracker), *(read_baseline(t) for t in trackers)])
     injector = Injector(config, layout, baseline, watch=watch, fault_index=index)
     log(f"rank {config.rank} armed: {config.fault} (fault {index} of {planned}, {watch}) {injector.moment.waits_for()} "
         f"(poll every {config.poll_interval:g} s)")

@@ -21,6 +21,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import tiers
 from harness import slurm, topology
 from harness.layout import RunLayout
 from harness.nvrx import LAUNCHER_MODULE, NvrxTarget
@@ -189,6 +190,8 @@ def nemesis_argv(spec: RunSpec) -> list[str]:
         args += ["--fault-rank", str(spec.fault_rank)]
         if spec.fault_at != DEFAULT_FAULT_AT:
             args += ["--fault-at", spec.fault_at]
+        if spec.fault_after != tiers.DEFAULT_FAULT_AFTER:  # harness.tiers
+            args += ["--fault-after", spec.fault_after]
     args += ["--run-dir", str(spec.layout.root), "--checkpoint-dir", str(spec.layout.checkpoints)]
     if spec.poll_interval is not None:
         args += ["--poll-interval", _num(spec.poll_interval)]

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from harness import topology
+from harness import tiers, topology
 from harness.faults import (DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS,  # noqa: F401 (re-exported)
                             WORKLOAD_MOMENTS)
 from harness.layout import (FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_ABSENT, TRACKER_EMPTY, TRACKER_NAME,
@@ -99,6 +99,7 @@ class RunSpec:
     rdzv_join_timeout: float | None = None  # launcher --rdzv-conf join_timeout; None: NVRx's default
     local_nodes: bool = False  # every node's launcher on this machine, no Slurm (testing)
     fault_at: str = DEFAULT_FAULT_AT
+    fault_after: str = tiers.DEFAULT_FAULT_AFTER  # harness.tiers: the checkpoint tier whose commit arms after-commit
     max_no_progress_cycles: int | None = None  # NVRx >= 0.7 --ft-max-no-progress-cycles; None: its default (3)
     save_delay_ms: int | None = None  # reference workload only: hold every async save open this long
     checkpoint_dir: Path | None = None
@@ -384,6 +385,11 @@ def _check_max_restarts(spec: RunSpec) -> list[str]:
     return []
 
 
+def _check_fault_after(spec: RunSpec) -> list[str]:
+    problem = tiers.fault_after_problem(spec.fault_after, spec.extra_args)
+    return [] if problem is None else [problem]
+
+
 def _check_save_delay_ms(spec: RunSpec) -> list[str]:
     if spec.save_delay_ms is not None and spec.save_delay_ms < 0:
         return [f"--save-delay-ms={spec.save_delay_ms} must be 0 or more"]
@@ -436,6 +442,10 @@ KNOBS: tuple[Knob, ...] = (
     Knob("fault_at", "--fault-at", _parse_choice(tuple(FAULT_MOMENTS)),
          "; ".join(f"{m.name}: {m.help}" for m in FAULT_MOMENTS.values()), "NVRX_FAULT_AT",
          ", ".join(FAULT_MOMENTS)),
+    Knob("fault_after", "--fault-after", _parse_choice(tiers.FAULT_AFTER),
+         "after-commit: the checkpoint tier whose commit fires the fault: persistent (--save), non-persistent "
+         "(Megatron's --non-persistent-ckpt-type global, under <save>/non_persistent) or any (the newest commit of "
+         "either; docs/tiers.md)", "NVRX_FAULT_AFTER", ", ".join(tiers.FAULT_AFTER), check=_check_fault_after),
     Knob("fault_rank", "--fault-rank", _parse_int, "global rank that injects the fault", "NVRX_FAULT_RANK",
          "a rank number such as 0 or 1", check=_check_fault_rank),
     Knob("hot_spares", "--hot-spares", _parse_int,
@@ -518,7 +528,7 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
                     "train_iters", "save_interval", "num_layers", "hidden_size", "num_attention_heads",
                     "seq_length", "vocab_size", "micro_batch_size", "global_batch_size", "distributed_optimizer",
                     "transformer_engine", "apex", "step_time_ms", "save_delay_ms", "checkpoint_dir", "dry_run"),
-    "faults": ("fault", "fault_at", "fault_rank", "max_restarts", "max_no_progress_cycles", "poll_interval",
+    "faults": ("fault", "fault_at", "fault_after", "fault_rank", "max_restarts", "max_no_progress_cycles", "poll_interval",
                "baseline"),
     "deadlines": ("deadline_profile", "section_timeouts", "out_of_section_timeout", "workload_check_interval",
                   "monitor_interval"),

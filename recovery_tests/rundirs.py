@@ -91,6 +91,12 @@ class Scenario:
     # (Megatron's common state: optimizer.optimizer.state.common_step) or "chained" (the common
     # state of a ChainedOptimizer of two plain optimizers: optimizer[0], optimizer[1])
     optimizer_record: str = "distributed"
+    # Megatron's non-persistent global tier (harness.tiers): every N iterations not a multiple of
+    # save_interval, saved under checkpoints/non_persistent with its own tracker; None: off
+    non_persistent_interval: int | None = None
+    # the tier the replacement loads load_iteration from: None (Megatron's own choice: the newest
+    # tier) or "persistent" (Megatron says the non-persistent checkpoints are older)
+    load_tier: str | None = None
 
 
 @dataclass
@@ -157,6 +163,7 @@ class _Run:
         self.launcher: list[tuple[int, str]] = []
         self.cycle_infos: list[dict] = []
         self.saves: dict[int, bool] = {}  # iteration -> committed
+        self.np_saves: set[int] = set()  # the non-persistent tier's iterations
         self.times: dict[str, float] = {}
         self.facts: dict[str, int] = {}
         self.last = s.world - 1
@@ -308,7 +315,16 @@ class _Run:
             self.say(cycle, ms, 0, f"WARNING: could not find the metadata file {self.ckpt}/latest_checkpointed_iteration.txt")
             self.say(cycle, ms, 0, "    will not load any checkpoints and will start from random")
             return
-        self.say(cycle, ms, 0, f" loading distributed checkpoint from {self.ckpt} at iteration {iteration}")
+        if self.s.non_persistent_interval and not self.np_saves:  # Megatron reads the tier's tracker first
+            self.say(cycle, ms - 5, 0, f"WARNING: could not find the metadata file {self.ckpt}/non_persistent/"
+                                       "latest_checkpointed_iteration.txt")
+            self.say(cycle, ms - 4, 0, "    will not load any non-persistent checkpoint")
+        if iteration in self.np_saves and self.s.load_tier != "persistent":
+            self.say(cycle, ms, 0, f"Loading from a non-persistent checkpoint (non-persistent iter {iteration})")
+        else:
+            if self.np_saves:
+                self.say(cycle, ms - 2, 0, "WARNING: non-persistent checkpoints are older than persistent checkpoint")
+            self.say(cycle, ms, 0, f" loading distributed checkpoint from {self.ckpt} at iteration {iteration}")
         self.say(cycle, ms + 10, 0, " sharded_state_dict metadata loaded from the checkpoint: {'distrib_optim_sharding_type': "
                                     "'dp_reshardable', 'chained_optim_avoid_prefix': True}")
         self.say(cycle, ms + 11, 0, " checkpoint version 3.0")
@@ -341,8 +357,12 @@ class _Run:
                  f"{skipped:3d} | number of nan iterations:   0 |")
 
     def save(self, cycle: int, ms: int, it: int) -> None:
-        self.say(cycle, ms, 0, f"{self.clock.megatron(ms)} saving checkpoint at iteration {it:7d} to {self.ckpt} in torch_dist format")
-        self.say(cycle, ms + 5, 0, f"  {self.clock.megatron(ms + 5)} scheduled an async checkpoint save at iteration {it:7d} to {self.ckpt}")
+        to = self.ckpt
+        if self.s.non_persistent_interval and it % self.s.save_interval:
+            to = self.ckpt / "non_persistent"
+            self.np_saves.add(it)
+        self.say(cycle, ms, 0, f"{self.clock.megatron(ms)} saving checkpoint at iteration {it:7d} to {to} in torch_dist format")
+        self.say(cycle, ms + 5, 0, f"  {self.clock.megatron(ms + 5)} scheduled an async checkpoint save at iteration {it:7d} to {to}")
         self.saves.setdefault(it, False)
 
     def commit(self, cycle: int, ms: int, it: int) -> None:
@@ -364,7 +384,8 @@ class _Run:
             if it % 3 == 0:
                 self.say(cycle, ms + 30, it % self.s.world, f"[rank{it % self.s.world}]:[W1129] ProcessGroupGloo.cpp:1000 "
                                                            "Warning: some gloo noise about iteration timing")
-            if saves and it % self.s.save_interval == 0:
+            if saves and (it % self.s.save_interval == 0
+                          or (self.s.non_persistent_interval and it % self.s.non_persistent_interval == 0)):
                 self.save(cycle, ms + 40, it)
                 pending = it
         if pending is not None and last == self.s.train_iters:  # the end of training finalizes the last async save
@@ -610,9 +631,14 @@ def _recorded_step(run: "_Run", it: int) -> float | None:
 def _write_checkpoints(run: _Run) -> None:
     s = run.s
     run.ckpt.mkdir(exist_ok=True)
-    committed = [it for it, ok in run.saves.items() if ok]
+    committed = [it for it, ok in run.saves.items() if ok and it not in run.np_saves]
+    np_committed = [it for it, ok in run.saves.items() if ok and it in run.np_saves]
+    if run.np_saves:
+        (run.ckpt / "non_persistent").mkdir(exist_ok=True)
+    if np_committed:
+        (run.ckpt / "non_persistent" / "latest_checkpointed_iteration.txt").write_text(str(max(np_committed)))
     for it in sorted(run.saves):
-        d = run.ckpt / f"iter_{it:07d}"
+        d = run.ckpt / ("non_persistent" if it in run.np_saves else "") / f"iter_{it:07d}"
         if d.exists():
             shutil.rmtree(d)
         shutil.copytree(_template(s.optimizer_in_checkpoints, _recorded_step(run, it), s.optimizer_record), d)

@@ -77,7 +77,12 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("pre_fault_checkpoint", "caveat_also_committed"): "checkpoint {also} was also committed before the injection",
     ("pre_fault_checkpoint", "agree_all"): "the marker, Megatron's save line, metadata.json and the tracker agree",
     ("pre_fault_checkpoint", "agree_log"): "the marker and Megatron's save line agree",
-    ("pre_fault_checkpoint", "committed"): ("Checkpoint {committed} was committed before the {fault} injection on rank "
+    ("pre_fault_checkpoint", "caveat_pruned"): ("non-persistent checkpoint {committed} is no longer on disk: Megatron "
+                                                "removes older non-persistent checkpoints itself "
+                                                "(cleanup_old_non_persistent_checkpoint) once checkpoint {later} of "
+                                                "that tier was saved, so metadata.json and the tracker were not "
+                                                "checked"),
+    ("pre_fault_checkpoint", "committed"): ("{Ckpt} {committed} was committed before the {fault} injection on rank "
                                             "{rank} at {when}: {agree}{caveats}."),
     # optimizer_reload
     ("optimizer_reload", "no_injection"): ("No injection happened (see pre_fault_checkpoint), so no replacement had to "
@@ -127,7 +132,12 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("optimizer_reload", "resharded"): ("; resharded: the checkpoint saved by {before} ranks was loaded by {after}, "
                                         "with its optimizer state (optimizer_state and loss_continuity judge what that "
                                         "state holds)"),
-    ("optimizer_reload", "reloaded"): ("{who} loaded checkpoint {expected}, the latest committed at fault time, with "
+    ("optimizer_reload", "older_tier"): ("{who} restored {restored}, older than {newest}, the newest committed at "
+                                         "fault time{said}: the loader chose an older checkpoint tier than the newest "
+                                         "committed one, so the work since then is lost; check that --load, "
+                                         "--non-persistent-ckpt-type and --non-persistent-global-ckpt-dir of the "
+                                         "restarted job name the directories the job saved to."),
+    ("optimizer_reload", "reloaded"): ("{who} loaded {ckpt} {expected}, the latest committed at fault time, with "
                                        "optimizer state ({lines} lines in the load block{disk_note}){resharded}."),
     # later_checkpoint
     ("later_checkpoint", "no_replacement"): ("No replacement workers started (see replacement_cycle), so no training "
@@ -383,6 +393,8 @@ def sentence(cid: str, reason: str, values: Mapping[str, Any]) -> str:
     filled = dict(values)
     if isinstance(filled.get("problems"), list):
         filled["problems"] = "; ".join(sentence(cid, str(p["reason"]), p) for p in filled["problems"])
+    if isinstance(filled.get("ckpt"), str):  # "checkpoint", or "non-persistent checkpoint" where tiers mix
+        filled["Ckpt"] = filled["ckpt"][:1].upper() + filled["ckpt"][1:]
     if isinstance(filled.get("restored"), int):
         filled["restored_next"] = filled["restored"] + 1
     return template.format_map(filled)

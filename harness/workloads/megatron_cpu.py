@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness import tiers
 from harness import topology
 from harness.workloads import cuda_cpu_shim, megatron
 
@@ -64,7 +65,7 @@ def cpu_args() -> list[str]:
 
 
 def extra_arg_problems(extra: tuple[str, ...]) -> list[str]:
-    out = megatron.extra_arg_problems(extra)
+    out = megatron.extra_arg_problems(extra) + tiers.cpu_problems(extra)  # harness.tiers: what CPU cannot run
     for arg in extra:
         flag = arg.split("=", 1)[0]
         if flag in OWNED_FLAGS and flag not in ("--hidden-dropout", "--attention-dropout", "--async-strategy"):

@@ -1,0 +1,325 @@
+"""Megatron's checkpoint tiers: one model of "committed checkpoints" across them.
+
+Megatron-LM (megatron/training/checkpointing.py, 0.17+ and the 0.19 the megatron-cpu tier
+runs) writes up to three kinds of checkpoint, and `load_checkpoint` picks among them:
+
+- persistent: `--save`/`--load`, every `--save-interval`; tracker `<save>/latest_checkpointed_iteration.txt`.
+- non-persistent global: every `--non-persistent-save-interval` with `--non-persistent-ckpt-type
+  global`, into `--non-persistent-global-ckpt-dir` or `<save>/non_persistent` (`_NON_PERSISTENT_CKPT_SUBDIR`),
+  with its own tracker there; `cleanup_old_non_persistent_checkpoint(leave_ckpt_num=1)` deletes the
+  older ones before each such save.
+- local: `--non-persistent-ckpt-type local`, NVRx's LocalCheckpointManager under
+  `--non-persistent-local-ckpt-dir` (per rank, replicated to peers); no tracker
+  (`find_latest()` asks the manager).
+
+At one iteration only one tier saves (training.py: `save_interval` first, `elif
+non_persistent_save_interval`), so an iteration number names one checkpoint; the tier of a
+committed checkpoint is told by the directory Megatron announced in `saving checkpoint at
+iteration N to DIR` (the commit line `successfully saved checkpoint from iteration N to
+{args.save}` prints --save for every tier), else by the directory holding `iter_N`.
+
+`_load_base_checkpoint` loads the non-persistent checkpoint when its iteration is >= the
+persistent tracker's ("Loading from a non-persistent checkpoint (non-persistent iter N)"),
+else says "WARNING: non-persistent checkpoints are older than persistent checkpoint" and
+loads the persistent one. Pure: nothing here reads files except `tier_dirs`'s callers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from harness import events as ev
+from harness.layout import TRACKER_NAME
+
+PERSISTENT = "persistent"
+NON_PERSISTENT = "non-persistent"
+LOCAL = "local"
+NON_PERSISTENT_SUBDIR = "non_persistent"  # Megatron's _NON_PERSISTENT_CKPT_SUBDIR
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One kind of checkpoint Megatron writes: where, its tracker, and Megatron's own lines."""
+
+    name: str
+    flags: str  # the Megatron arguments that turn it on
+    directory: str  # where it lives, relative to --save when it starts with <save>
+    tracker: str | None  # the tracker file in that directory; None: the tier keeps none
+    save_line: str  # Megatron's announcement of a save of this tier
+    load_line: str  # Megatron's announcement of a load of this tier
+    source: str  # where in Megatron-LM these come from
+
+
+TIERS: dict[str, Tier] = {t.name: t for t in (
+    Tier(PERSISTENT, "--save DIR --save-interval N", "<save>", TRACKER_NAME,
+         "saving checkpoint at iteration N to <save> in torch_dist format",
+         "loading distributed checkpoint from <load> at iteration N",
+         "megatron/training/checkpointing.py: save_checkpoint, _load_base_checkpoint"),
+    Tier(NON_PERSISTENT, "--non-persistent-ckpt-type global --non-persistent-save-interval N",
+         f"<save>/{NON_PERSISTENT_SUBDIR} (or --non-persistent-global-ckpt-dir)", TRACKER_NAME,
+         f"saving checkpoint at iteration N to <save>/{NON_PERSISTENT_SUBDIR} in torch_dist format",
+         "Loading from a non-persistent checkpoint (non-persistent iter N)",
+         "megatron/training/checkpointing.py: save_checkpoint, cleanup_old_non_persistent_checkpoint, "
+         "_get_non_persistent_iteration, _load_non_persistent_base_checkpoint"),
+    Tier(LOCAL, "--non-persistent-ckpt-type local --non-persistent-local-ckpt-dir DIR --non-persistent-save-interval N",
+         "--non-persistent-local-ckpt-dir (per rank, NVRx LocalCheckpointManager)", None,
+         "saving checkpoint at iteration N to <local dir> in torch format",
+         "(NVRx LocalCheckpointManager.load; Megatron prints no tier-specific line)",
+         "megatron/training/checkpointing.py: save_checkpoint (CheckpointType.LOCAL); "
+         "nvidia_resiliency_ext/checkpointing/local/ckpt_managers/local_manager.py"),
+)}
+
+# --fault-after: which tier's commit arms the nemesis. any: the newest commit of any tier.
+FAULT_AFTER = ("any", PERSISTENT, NON_PERSISTENT)
+DEFAULT_FAULT_AFTER = "any"
+
+# Megatron's lines the history reads for the tiers (checkpointing.py, 0.17..0.19).
+NP_LOAD_RE = re.compile(r"Loading from a non-persistent checkpoint \(non-persistent iter (\d+)\)")
+NP_OLDER_TEXT = "non-persistent checkpoints are older than persistent checkpoint"
+
+
+def _option(args: Sequence[str], name: str) -> str | None:
+    """The value of `--name V` / `--name=V` in an argument list (the last one wins, as argparse)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg.startswith(name + "="):
+            value = arg.partition("=")[2]
+        elif arg == name and i + 1 < len(args):
+            value = args[i + 1]
+    return value
+
+
+def non_persistent_type(args: Sequence[str]) -> str | None:
+    """`--non-persistent-ckpt-type` of a Megatron command line (global, local), or None."""
+    return _option(args, "--non-persistent-ckpt-type")
+
+
+def non_persistent_dir(args: Sequence[str], save_dir: Path) -> Path | None:
+    """Where Megatron writes non-persistent global checkpoints for this command line; None
+    without `--non-persistent-ckpt-type global`."""
+    if non_persistent_type(args) != "global":
+        return None
+    given = _option(args, "--non-persistent-global-ckpt-dir")
+    return Path(given) if given else save_dir / NON_PERSISTENT_SUBDIR
+
+
+def watched_dirs(fault_after: str, args: Sequence[str], save_dir: Path) -> list[tuple[str, Path]]:
+    """The (tier, directory) pairs whose trackers a fault `--fault-after` waits on. A tier the
+    command line does not write is left out; ValueError when nothing would be watched."""
+    np_dir = non_persistent_dir(args, save_dir)
+    out: list[tuple[str, Path]] = []
+    if fault_after in ("any", PERSISTENT):
+        out.append((PERSISTENT, save_dir))
+    if fault_after in ("any", NON_PERSISTENT) and np_dir is not None:
+        out.append((NON_PERSISTENT, np_dir))
+    if not out:
+        raise ValueError(f"--fault-after {fault_after}: the workload writes no non-persistent global checkpoints; "
+                         "pass -- --non-persistent-ckpt-type global --non-persistent-save-interval N, or use "
+                         "--fault-after persistent|any")
+    return out
+
+
+def fault_after_problem(fault_after: str, workload_args: Sequence[str]) -> str | None:
+    """Why `--fault-after` cannot be served by this workload command line (None: it can)."""
+    if fault_after not in FAULT_AFTER:
+        return f"--fault-after {fault_after}: use one of {', '.join(FAULT_AFTER)}"
+    kind = non_persistent_type(workload_args)
+    if fault_after == NON_PERSISTENT and kind != "global":
+        return ("--fault-after non-persistent waits for a non-persistent global checkpoint, but the workload "
+                f"arguments {'ask for ' + repr(kind) + ' ones' if kind else 'turn none on'}: pass -- "
+                "--non-persistent-ckpt-type global --non-persistent-save-interval N, or use --fault-after any")
+    return None
+
+
+def is_non_persistent_path(path: str) -> bool:
+    """A directory Megatron announced is the non-persistent global one (its default name)."""
+    return Path(path.rstrip("/")).name == NON_PERSISTENT_SUBDIR or f"/{NON_PERSISTENT_SUBDIR}/" in path
+
+
+# ---------------------------------------------------------------- committed checkpoints of a run
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One committed checkpoint: its iteration, tier, the launcher cycle that saved it, and Megatron's lines."""
+
+    iteration: int
+    tier: str
+    cycle: int | None
+    line: ev.SaveCommitted
+    how: str  # how the tier was told (the save announcement, the directory on disk)
+    disk: ev.CheckpointOnDisk | None = None
+
+
+def tier_of_disk(disk: ev.CheckpointOnDisk | None) -> str | None:
+    if disk is None:
+        return None
+    return NON_PERSISTENT if f"/{NON_PERSISTENT_SUBDIR}/" in f"/{disk.rel}" else PERSISTENT
+
+
+def _tier_of(start: ev.AppStart, iteration: int, ck: ev.CheckpointState | None) -> tuple[str, str, ev.CheckpointOnDisk | None]:
+    disk = on_disk(ck, iteration)
+    for e in start.events:
+        if isinstance(e, (ev.SaveStarted, ev.SaveScheduled)) and e.iteration == iteration:
+            tier = NON_PERSISTENT if is_non_persistent_path(e.path) else PERSISTENT
+            return tier, f"{e.src}", disk
+    found = tier_of_disk(disk)
+    if found is not None:
+        return found, f"{disk.rel} on disk", disk
+    return PERSISTENT, "no save announcement or directory tells otherwise", disk
+
+
+def commits(tl: ev.Timeline, upto_cycle: int | None = None) -> list[Commit]:
+    """Every committed checkpoint of the run's logs (cycles <= upto_cycle), in log order, with its tier."""
+    out = []
+    for start in tl.starts:
+        if upto_cycle is not None and (start.cycle is None or start.cycle > upto_cycle):
+            continue
+        for save in start.of(ev.SaveCommitted):
+            tier, how, disk = _tier_of(start, save.iteration, tl.checkpoints)
+            out.append(Commit(save.iteration, tier, start.cycle, save, how, disk))
+    return out
+
+
+def on_disk(ck: ev.CheckpointState | None, iteration: int, tier: str | None = None) -> ev.CheckpointOnDisk | None:
+    """The `iter_N` directory of a tier (any tier when None; the persistent one first)."""
+    if ck is None:
+        return None
+    found = [c for c in ck.iterations if c.iteration == iteration and (tier is None or tier_of_disk(c) == tier)]
+    found.sort(key=lambda c: tier_of_disk(c) != PERSISTENT)
+    return found[0] if found else None
+
+
+def tier_of_iteration(tl: ev.Timeline, iteration: int, upto_cycle: int | None = None) -> str:
+    """The tier of the checkpoint of this iteration: the newest commit line naming it, else the disk."""
+    named = [c for c in commits(tl, upto_cycle) if c.iteration == iteration]
+    if named:
+        return named[-1].tier
+    return tier_of_disk(on_disk(tl.checkpoints, iteration)) or PERSISTENT
+
+
+@dataclass(frozen=True)
+class Load:
+    """Which tier a start restored, from Megatron's own load lines."""
+
+    tier: str
+    iteration: int | None
+    evidence: tuple[ev.AppEvent, ...]
+    np_older: ev.AppEvent | None  # Megatron's "non-persistent checkpoints are older" warning
+
+
+def loaded(start: ev.AppStart) -> Load | None:
+    """The tier and iteration a start loaded (None: no load line)."""
+    np_older = start.first(ev.NonPersistentOlder)
+    began = start.first(ev.LoadStarted)
+    done = start.first(ev.CheckpointLoaded)
+    if began is None and done is None:
+        return None
+    tier = NON_PERSISTENT if isinstance(began, ev.NonPersistentLoadStarted) else PERSISTENT
+    iteration = done.iteration if done is not None else began.iteration
+    return Load(tier, iteration, tuple(e for e in (began, done, np_older) if e is not None), np_older)
+
+
+def tracker_of(ck: ev.CheckpointState, tier: str) -> tuple[str | None, ev.Src]:
+    """The tracker text of a tier's directory and the evidence line naming it."""
+    if tier == NON_PERSISTENT:
+        path = f"{ck.path}/{NON_PERSISTENT_SUBDIR}/{TRACKER_NAME}"
+        text = ck.non_persistent_tracker
+        return text, ev.Src(path, 0, text if text is not None else "missing")
+    return ck.tracker, ck.tracker_src()
+
+
+def describe(tier: str, iteration: int, disk: ev.CheckpointOnDisk | None = None) -> str:
+    where = f" ({disk.rel})" if disk is not None else ""
+    return f"{tier} checkpoint {iteration}{where}"
+
+
+def pruned(tl: ev.Timeline, iteration: int) -> Commit | None:
+    """The later non-persistent commit whose save made Megatron delete non-persistent checkpoint
+    `iteration` (cleanup_old_non_persistent_checkpoint keeps one before each save, so the one
+    two saves later), or None when nothing in the log explains its absence."""
+    later = sorted({c.iteration: c for c in commits(tl) if c.tier == NON_PERSISTENT and c.iteration > iteration}.values(),
+                   key=lambda c: c.iteration)
+    return later[1] if len(later) >= 2 else None
+
+
+def first_kept(tl: ev.Timeline, saves: Sequence[ev.SaveCommitted]) -> Commit | None:
+    """The first of these commits (sorted by iteration) still on disk, passing over only
+    non-persistent ones that Megatron itself deleted since (`pruned`)."""
+    for save in saves:
+        tier = tier_of_iteration(tl, save.iteration)
+        disk = on_disk(tl.checkpoints, save.iteration, tier)
+        if disk is not None:
+            return Commit(save.iteration, tier, None, save, "on disk", disk)
+        if tier != NON_PERSISTENT or pruned(tl, save.iteration) is None:
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class OlderTier:
+    """A restore of another tier's checkpoint, older than the newest committed at fault time."""
+
+    restored: str  # e.g. "persistent checkpoint 5 (checkpoints/iter_0000005)"
+    newest: str
+    said: str  # Megatron's own warning, quoted, or ""
+    evidence: tuple[object, ...]
+
+
+def older_tier(tl: ev.Timeline, upto: int | None, start: ev.AppStart, k: int) -> OlderTier | None:
+    """A restore that loaded another tier's checkpoint, older than K, the newest committed at
+    fault time (commits of cycles <= `upto`, the episode's failed cycle), or None when the load
+    was of K's own tier (then it is an ordinary stale load, not a tier mix-up)."""
+    got = loaded(start)
+    if got is None or got.iteration is None or got.iteration >= k:
+        return None
+    want_tier = tier_of_iteration(tl, k, upto)
+    if got.tier == want_tier:
+        return None
+    newest = describe(want_tier, k, on_disk(tl.checkpoints, k, want_tier))
+    old = describe(got.tier, got.iteration, on_disk(tl.checkpoints, got.iteration, got.tier))
+    said = f" (Megatron said: {NP_OLDER_TEXT!r})" if got.np_older is not None else ""
+    named = [c.line for c in commits(tl, upto) if c.iteration == k][-1:]
+    return OlderTier(old, newest, said, (*got.evidence, *named))
+
+
+def naming(tl: ev.Timeline, tier: str) -> str:
+    """How a sentence names a checkpoint of `tier`: plain "checkpoint" in a run that wrote only
+    persistent ones (every verdict before tiers), "<tier> checkpoint" where tiers mix."""
+    mixed = any(c.tier != PERSISTENT for c in commits(tl)) or tier != PERSISTENT
+    return f"{tier} checkpoint" if mixed else "checkpoint"
+
+
+# ---------------------------------------------------------------- what megatron-cpu cannot run
+
+# Probed on megatron-cpu (megatron-core 0.19.2, NVRx 0.7.0, gloo, the CUDA->CPU shim), with
+# Megatron's and NVRx's own first error; docs/tiers.md "On CPU". The GPU tier runs them.
+CPU_REFUSALS: tuple[tuple[str, str | None, str], ...] = (
+    ("--non-persistent-ckpt-type", "local",
+     "Megatron's local checkpoints cannot be saved on CPU: MCoreTensorAwareStateDict.copy_tensors_to_cpu "
+     "(megatron/core/dist_checkpointing/tensor_aware_state_dict.py) clones a tensor already on the CPU without "
+     "detaching it, and NVRx's async save then fails with \"RuntimeError: Cowardly refusing to serialize non-leaf "
+     "tensor which requires_grad\" and \"CheckpointingException: Failure during saving local checkpoint from "
+     "iteration 2 (last valid iteration is -1)\" (nvidia_resiliency_ext/checkpointing/local/ckpt_managers/"
+     "base_manager.py); qualify local checkpoints on GPUs (--workload megatron, the GPU kit)"),
+    ("--inprocess-restart", None,
+     "Megatron's in-process restart cannot restart on CPU: its wrapper runs, but at the first restart NVRx's "
+     "inprocess.finalize.ThreadedFinalize raises \"RuntimeError: CUDA is not initialized\" "
+     "(nvidia_resiliency_ext/inprocess/finalize.py) and then, past that check, torch.device(LOCAL_RANK) \"Cannot "
+     "access accelerator device when none is available.\"; qualify in-process restart on GPUs (--workload megatron, "
+     "the GPU kit)"),
+)
+
+
+def cpu_problems(workload_args: Sequence[str]) -> list[str]:
+    """Why the megatron-cpu workload refuses these workload arguments (one sentence each)."""
+    out = []
+    for flag, value, why in CPU_REFUSALS:
+        given = _option(workload_args, flag) if value is not None else (
+            flag if any(a == flag or a.startswith(flag + "=") for a in workload_args) else None)
+        if given is not None and (value is None or given == value):
+            out.append(f"workload argument {flag}{' ' + value if value else ''}: {why}")
+    return out

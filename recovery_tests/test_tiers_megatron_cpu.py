@@ -1,0 +1,75 @@
+"""Megatron's non-persistent global checkpoints on its own loop (megatron-cpu, e2e): the fault
+after a commit of either tier, and the restore Megatron chooses between them (harness.tiers,
+docs/tiers.md). Three launches and one shared uninterrupted twin cover the cases:
+
+- issue 21's command (`-- --non-persistent-ckpt-type global --non-persistent-save-interval 2`,
+  fault after the newest commit of any tier: non-persistent 2) qualifies, restored from that tier;
+- the reverse order (`--fault-after persistent`: persistent 4, non-persistent 2 older): Megatron
+  says "non-persistent checkpoints are older than persistent checkpoint", restores 4, qualifies;
+- a non-persistent checkpoint newer than an existing persistent one (save every 2, non-persistent
+  every 3, `--fault-after non-persistent`: 3 over 2) is restored from the non-persistent tier.
+
+The plain optimizer: the distributed one's step reset on CPU (docs/megatron-cpu.md) is another test's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fixtures.runs import Scenario, explain
+from harness import events as ev
+from harness import tiers
+from harness.criteria import CHECK_IDS
+from harness.history import read_history
+from recovery_tests.test_recovery_megatron_cpu import megatron_cpu  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.e2e
+
+NP_ARGS = ("--non-persistent-ckpt-type", "global", "--non-persistent-save-interval", "2")
+
+
+def _scenario(target, name: str, knobs: tuple = (), args: tuple[str, ...] = NP_ARGS) -> Scenario:
+    return Scenario("kill", target, workload="megatron-cpu", name=f"megatron-cpu-tiers-{name}",
+                    knobs=(("distributed_optimizer", False), *knobs), workload_args=args, fail_fast=False)
+
+
+def _restore(outcome) -> tuple[tiers.Load, ev.Timeline]:
+    tl = read_history(outcome.run_dir)
+    replacement = next(s for s in tl.starts if s.cycle == 1)
+    got = tiers.loaded(replacement)
+    assert got is not None, explain(outcome, "optimizer_reload")
+    return got, tl
+
+
+def _qualified(outcome) -> None:
+    failed = [c.id for c in outcome.verdict.criteria if c.status not in ("pass", "not_applicable")]
+    assert outcome.verdict.qualified, "\n\n".join(explain(outcome, cid) for cid in failed)
+    assert all(outcome.verdict.criterion(cid).status == "pass" for cid in CHECK_IDS)
+
+
+def test_issue_21_command_faults_after_the_newest_tier_and_qualifies(megatron_cpu, scenarios):  # noqa: F811
+    outcome = scenarios.outcome(_scenario(megatron_cpu, "any"))
+    _qualified(outcome)
+    marker = json.loads((outcome.run_dir / "fault_injected.json").read_text())
+    assert marker["iteration"] == 2 and "/non_persistent/" in marker["tracker"], marker
+    got, _ = _restore(outcome)
+    assert (got.tier, got.iteration) == (tiers.NON_PERSISTENT, 2)
+
+
+def test_reverse_order_restores_the_newer_persistent_checkpoint(megatron_cpu, scenarios):  # noqa: F811
+    outcome = scenarios.outcome(_scenario(megatron_cpu, "persistent", (("fault_after", "persistent"),)))
+    _qualified(outcome)
+    got, _ = _restore(outcome)
+    assert (got.tier, got.iteration) == (tiers.PERSISTENT, 4)
+    assert got.np_older is not None, "Megatron did not say the non-persistent checkpoint was older"
+
+
+def test_non_persistent_newer_than_a_persistent_one_is_restored(megatron_cpu, scenarios):  # noqa: F811
+    args = ("--non-persistent-ckpt-type", "global", "--non-persistent-save-interval", "3")
+    outcome = scenarios.outcome(_scenario(megatron_cpu, "np-over-p", (("fault_after", "non-persistent"),
+                                                                      ("save_interval", 2), ("baseline", "none")), args))
+    _qualified(outcome)
+    got, tl = _restore(outcome)
+    assert (got.tier, got.iteration) == (tiers.NON_PERSISTENT, 3)
+    assert tiers.tier_of_iteration(tl, 2) == tiers.PERSISTENT  # the persistent one it was newer than
