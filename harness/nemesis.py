@@ -53,10 +53,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from harness import inject
 from harness.layout import RunLayout, is_valid_run_id, parse_tracker
 from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
 
-FAULT_SIGNALS = {k.name: getattr(signal, k.signal) for k in FAULT_KINDS.values()}
+# The signal each signal-sending kind sends itself (the in-process actions of harness.inject send none).
+FAULT_SIGNALS = {k.name: getattr(signal, k.signal) for k in FAULT_KINDS.values() if k.action in ("signal", "node")}
 COMMIT_MARKER_NAME = "metadata.json"  # dist-checkpointing's commit marker inside iter_N/
 DATA_SUFFIX = ".distcp"
 DEFAULT_FAULT = "kill"
@@ -257,21 +259,7 @@ def watch_in_flight_save(checkpoints: Path, baseline: int, interval: float, stop
 def poison_checkpoint(directory: Path) -> Path:
     """Truncate the largest `.distcp` file of a committed checkpoint to half its size (the run's
     own checkpoint: validation refuses a user-given checkpoint dir). Returns the file."""
-    candidates = []
-    for entry in os.scandir(directory):
-        if entry.name.endswith(DATA_SUFFIX) and entry.is_file(follow_symlinks=False):
-            candidates.append((entry.stat(follow_symlinks=False).st_size, entry.name))
-    if not candidates:
-        raise OSError(errno.ENOENT, f"no {DATA_SUFFIX} file in {directory}")
-    size, name = max(candidates)
-    path = directory / name
-    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.ftruncate(fd, size // 2)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return path
+    return inject.damage_checkpoint(directory, "truncate")
 
 
 # ---------------------------------------------------------------- marker claiming
@@ -636,7 +624,7 @@ class Injector:
         config = self._config
         return InjectionRecord(
             fault=config.fault,
-            signal=FAULT_SIGNALS[config.fault].name,
+            signal=FAULT_KINDS[config.fault].signal,
             rank=config.rank,
             local_rank=config.local_rank,
             cycle=config.cycle,
@@ -670,9 +658,10 @@ class Injector:
                 self.failure = f"cannot lose this node: {exc}"
                 log(f"rank {rank}: not injecting: {self.failure}")
                 return
-        if FAULT_KINDS[self._config.fault].poisons_checkpoint:
+        kind = FAULT_KINDS[self._config.fault]
+        if kind.damage is not None:
             try:
-                poisoned = str(poison_checkpoint(self._layout.checkpoints / f"iter_{iteration:07d}"))
+                poisoned = str(inject.damage_checkpoint(self._layout.checkpoints / f"iter_{iteration:07d}", kind.damage))
             except OSError as exc:
                 self.failure = f"poisoning checkpoint {iteration} failed: {exc}"
                 log(f"rank {rank}: not injecting: {self.failure}")
@@ -687,6 +676,9 @@ class Injector:
         if not claimed:
             log(f"rank {rank}: marker {marker} already claimed by another worker; not injecting")
             return
+        if kind.action in inject.ACTIONS:
+            self._act(kind, iteration, committed)
+            return
         sig = FAULT_SIGNALS[self._config.fault]
         if self._config.fault == "node":
             log(f"rank {rank} losing its node {socket.gethostname()} after checkpoint iteration {iteration} "
@@ -699,9 +691,29 @@ class Injector:
         what = {"in-save": f", during the async save of iteration {iteration}",
                 "in-restore": ", while the replacement loads it",
                 "last-iteration": ", the final one, before the clean exit"}.get(self.watch, "")
-        extra = f", truncated {poisoned}" if poisoned else ""
+        verb = "truncated" if kind.damage == "truncate" else "corrupted"
+        extra = f", {verb} {poisoned}" if poisoned else ""
         log(f"rank {rank} injecting {sig.name} after checkpoint iteration {after} (baseline {self._baseline}){what}{extra}")
         os.kill(os.getpid(), sig)
+
+    def _moment_text(self, iteration: int, committed: int | None) -> tuple[int, str]:
+        after = committed if committed is not None else iteration
+        what = {"in-save": f", during the async save of iteration {iteration}",
+                "in-restore": ", while the replacement loads it",
+                "last-iteration": ", the final one, before the clean exit"}.get(self.watch, "")
+        return after, what
+
+    def _act(self, kind, iteration: int, committed: int | None) -> None:
+        """An in-process action of harness.inject (the marker is already claimed). The line comes
+        first: a native crash or a held GIL leaves no chance to write one afterwards."""
+        after, what = self._moment_text(iteration, committed)
+        log(f"rank {self._config.rank} injecting {kind.signal} after checkpoint iteration {after} "
+            f"(baseline {self._baseline}){what}: {kind.help}")
+        try:
+            inject.ACTIONS[kind.action]()
+        except inject.InjectError as exc:
+            self.failure = f"the {kind.name} action failed: {exc}"
+            log(f"rank {self._config.rank}: {self.failure}")
 
 
 # ---------------------------------------------------------------- losing a whole node

@@ -28,15 +28,32 @@ WORKLOADS = ("megatron", "megatron-cpu", "reference")
 
 @dataclass(frozen=True)
 class FaultKind:
-    """What the nemesis does to the selected rank. `signal`: what it sends itself;
-    `poisons_checkpoint`: it first truncates one `.distcp` of the newest committed checkpoint,
-    so that every replacement fails its load (the restart loop NVRx must stop)."""
+    """What the nemesis does to the selected rank (one row of the fault kinds table).
+
+    `signal`: the signal it sends itself, or the one the rank dies of, or the action's token
+    in the marker and the injection line (EXCEPTION, GIL, ...); `action`: "signal" (os.kill),
+    "node" (the whole node), or an in-process action of harness.inject (exception, segfault,
+    abort, gil); `damage`: the nemesis first damages one `.distcp` of the newest committed
+    checkpoint ("truncate": poison, "flip": corrupt), so no replacement may load it;
+    `monitor_detects`: only a rank monitor's timeout can notice the fault (the process stays
+    alive), so replacement_cycle demands a timeout line; `recovery`: what a correct recovery
+    looks like; `gpu_only`/`planned`: refused before launch on CPU tiers / everywhere, with
+    the reason."""
 
     name: str
     signal: str
     help: str
-    poisons_checkpoint: bool = False
     moments: tuple[str, ...] | None = None  # the moments it can be injected at; None: every one
+    action: str = "signal"
+    damage: str | None = None
+    monitor_detects: bool = False
+    recovery: str = "the launcher restarts the group; the replacement loads the latest committed checkpoint and trains on"
+    gpu_only: bool = False
+    planned: str | None = None  # why it cannot run yet (refused before launch), None: it runs
+
+    @property
+    def poisons_checkpoint(self) -> bool:
+        return self.damage is not None
 
     def allows(self, moment: str) -> bool:
         return self.moments is None or moment in self.moments
@@ -54,16 +71,43 @@ class FaultMoment:
 
 
 # The fault vocabulary: one table per axis, so a new kind (Slurm's `node`) or moment joins here.
+_LOOP = ("no replacement loads the damaged checkpoint: each fails its load loudly and NVRx's no-progress rule "
+         "stops the loop (exit 93), or the stack falls back to an earlier checkpoint")
+_MONITOR = "a rank monitor's section or out-of-section timeout detects it, SIGKILLs the rank, the group restarts"
 FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
     FaultKind("kill", "SIGKILL", "SIGKILL the rank's process (a crash)"),
-    FaultKind("hang", "SIGSTOP", "SIGSTOP the rank's process (a hang the rank monitor must detect)"),
+    FaultKind("hang", "SIGSTOP", "SIGSTOP the rank's process (a hang the rank monitor must detect)", monitor_detects=True,
+              recovery=_MONITOR),
     FaultKind("term", "SIGTERM", "SIGTERM the rank's process (a preemption or an operator's kill)"),
     FaultKind("poison", "SIGKILL", "truncate one .distcp of the newest committed checkpoint, then SIGKILL: every "
-              "replacement fails its load, a restart loop NVRx's no-progress rule must stop", poisons_checkpoint=True,
-              moments=("after-commit",)),
+              "replacement fails its load, a restart loop NVRx's no-progress rule must stop", damage="truncate",
+              moments=("after-commit",), recovery=_LOOP),
     FaultKind("node", "SIGKILL", "SIGKILL of the fault rank's whole node: its launcher and every process under it "
               "(the failure a large job meets most; --hot-spares gives the launcher a standby node)",
-              moments=("after-commit",)),
+              moments=("after-commit",), action="node"),
+    FaultKind("exception", "EXCEPTION", "raise a Python exception (harness.inject.InjectedFault) in the rank's training "
+              "thread: the worker exits 1 with its traceback", action="exception"),
+    FaultKind("segfault", "SIGSEGV", "a native crash: dereference an unmapped pointer through ctypes (SIGSEGV)",
+              action="segfault"),
+    FaultKind("abort", "SIGABRT", "a native crash: libc abort() (SIGABRT)", action="abort"),
+    FaultKind("gil", "GIL", "block in a native call with the GIL held: the rank stays alive, its Python threads, "
+              "heartbeats and signal handlers stop (a hang the rank monitor must detect; not a SIGSTOP)",
+              moments=("after-commit", "in-save"), action="gil", monitor_detects=True, recovery=_MONITOR),
+    FaultKind("corrupt", "SIGKILL", "invert 4 KiB in the middle of one .distcp of the newest committed checkpoint (size "
+              "unchanged), then SIGKILL: a replacement that loads it loads garbage", damage="flip",
+              moments=("after-commit",), recovery=_LOOP),
+    FaultKind("disk-full", "ENOSPC", "the checkpoint filesystem fills during an async save", moments=("in-save",),
+              action="disk-full", recovery="no partial checkpoint is committed or loaded; the replacement resumes from the previous one "
+                       "or the job stops with a clear error",
+              planned="not implemented yet: it needs a size-limited filesystem mounted for the run's checkpoint "
+                      "directory (docs/faults.md, 'Planned kinds')"),
+    FaultKind("gpu-hang", "GPU_HANG", "a never-ending CUDA kernel on the rank's GPU", gpu_only=True, action="gpu-hang",
+              monitor_detects=True, recovery=_MONITOR,
+              planned="not implemented yet: the GPU kit will launch a spinning kernel (docs/faults.md, 'Planned kinds')"),
+    FaultKind("gpu-error", "GPU_ERROR", "an illegal memory access in a CUDA kernel (a sticky CUDA error)", gpu_only=True,
+              action="gpu-error",
+              planned="not implemented yet: the GPU kit will launch an out-of-bounds kernel (docs/faults.md, "
+                      "'Planned kinds')"),
 )}
 FAULT_MOMENTS: dict[str, FaultMoment] = {m.name: m for m in (
     FaultMoment("after-commit", "right after the first checkpoint of the run is committed (the walkthrough's)"),
@@ -558,9 +602,14 @@ def fault_problems(spec: RunSpec) -> list[str]:
     if not kind.allows(spec.fault_at):
         problems.append(f"--fault {spec.fault} --fault-at {spec.fault_at}: this kind fires only at "
                         f"{', '.join(kind.moments or ())}; use --fault-at {(kind.moments or ('after-commit',))[0]}")
+    if kind.gpu_only and spec.workload != "megatron":
+        problems.append(f"--fault {spec.fault} needs a GPU ({kind.help}): the {spec.workload} workload runs on CPU; "
+                        "use --workload megatron on a GPU machine (the GPU kit) or a CPU fault kind")
+    if kind.planned is not None:
+        problems.append(f"--fault {spec.fault} is planned, not runnable: {kind.planned}")
     if kind.poisons_checkpoint:
         if spec.checkpoint_dir is not None:
-            problems.append(f"--fault {spec.fault} truncates a checkpoint file, and NVRX_CHECKPOINT_DIR="
+            problems.append(f"--fault {spec.fault} damages a checkpoint file, and NVRX_CHECKPOINT_DIR="
                             f"{spec.checkpoint_dir} is yours: unset it so the run poisons only its own checkpoints")
     if spec.fault_at == "in-save" and spec.train_iters < 2 * spec.save_interval + 1:
         problems.append(f"--fault-at in-save hits the save after the first committed one: TRAIN_ITERS="
