@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import signal
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Callable, Mapping, Sequence
@@ -469,7 +470,7 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
                                       "the injection (the launcher log itself is not in the run directory).",
                            [inj, *[ci for ci in tl.cycle_infos if ci.cycle == c], later[0]])
         return _result(cid, UNKNOWN, "The run directory has no launcher log (logs/launcher.log or logs/console.log): "
-                                     "the failed cycle" + (" and the rank timeouts" if a.fault == "hang" else "") +
+                                     "the failed cycle" + (" and the rank timeouts" if FAULT_KINDS.get(a.fault) is not None and FAULT_KINDS[a.fault].monitor_detects else "") +
                                      " cannot be seen; copy the launcher log with the run.", [inj])
     for earlier in a.injections[:-1]:  # a multi-fault plan: every fault's cycle failed, and was restarted
         ec = earlier.cycle
@@ -505,7 +506,8 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
         return _result(cid, FAIL, f"The launcher recorded the failure of cycle {c} but started no replacement workers: "
                                   f"{why}.", evidence)
     how = ""
-    if a.fault == "hang":
+    kind = FAULT_KINDS.get(a.fault)
+    if kind is not None and kind.monitor_detects:
         timeouts = [e for e in tl.launcher_events() if isinstance(e, ev.RankTimeout) and (e.cycle in (c, None))]
         injected_at = tl.utc(inj)
         before = [t for t in timeouts if injected_at is not None and (tl.utc(t) or injected_at) < injected_at]
@@ -523,8 +525,8 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
         elif named:
             evidence.append(named[0])
             how = f" after a {named[0].kind.replace('_', '-')} timeout naming the stopped rank {inj.rank}"
-        elif inj.signal not in (None, "SIGSTOP"):
-            problems.append(f"the marker records {inj.signal}, not SIGSTOP, so nothing proves rank {inj.rank} was "
+        elif inj.signal not in (None, kind.signal):
+            problems.append(f"the marker records {inj.signal}, not {kind.signal}, so nothing proves rank {inj.rank} was "
                             "stopped, and no timeout message names it")
             evidence.extend(after[:3])
         else:
@@ -536,7 +538,13 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
             delay = f" {stamped - injected_at:.1f} s after the stop" if stamped and injected_at else ""
             how = (f" after a {first.kind.replace('_', '-')} timeout of rank(s) {who}{delay} (blocked waiting for the "
                    f"stopped rank {inj.rank}, whose own monitor had not fired when the launcher stopped the group; "
-                   f"the marker proves rank {inj.rank}, pid {inj.pid}, got SIGSTOP)")
+                   f"the marker proves rank {inj.rank}, pid {inj.pid}, got {kind.signal})")
+    if kind is not None and kind.exit_codes:
+        exit_problem, exit_how, exit_evidence = _fault_rank_exit(kind, inj, fails)
+        evidence.extend(exit_evidence)
+        if exit_problem:
+            problems.append(exit_problem)
+        how += exit_how
     nodes = ""
     change = world_change(a)
     if change is not None:
@@ -578,6 +586,31 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
         shrink = f"; the job shrank, as its --nnodes {tl.run.min_nnodes}:{tl.run.nnodes} allows: {change.text()}"
     return _result(cid, PASS, f"The launcher recorded the failure of cycle {c}{how} and started replacement workers "
                               f"in {new}{nodes}{shrink}.", evidence)
+
+
+def _exit_meaning(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _fault_rank_exit(kind, inj: ev.Injection, fails: Sequence[ev.Event]) -> tuple[str | None, str, list]:
+    """A kind that fixes how its rank dies (FaultKind.exit_codes): the launcher's `failed (exitcode`
+    line of that very worker (the marker's pid) must show it; another code means the rank died of
+    something else (for `gil`: not of the rank monitor's SIGKILL). No line for it (a peer's failure
+    was recorded first) decides nothing."""
+    mine = [e for e in fails if isinstance(e, ev.WorkerFailed) and inj.pid is not None and e.pid == inj.pid]
+    if not mine:
+        return None, "", []
+    code = mine[0].exitcode
+    wanted = " or ".join(f"{c} ({_exit_meaning(c)})" for c in kind.exit_codes)
+    if code not in kind.exit_codes:
+        return (f"the fault rank {inj.rank}'s worker (pid {inj.pid}) ended with exitcode {code} ({_exit_meaning(code)}), "
+                f"not {wanted} as the {kind.name} fault ends it: it died of something else"), "", [mine[0]]
+    return None, f"; rank {inj.rank}'s worker ended with exitcode {code} ({_exit_meaning(code)}), as {kind.name} does", [mine[0]]
 
 
 def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement: int,

@@ -50,6 +50,9 @@ class FaultKind:
     recovery: str = "the launcher restarts the group; the replacement loads the latest committed checkpoint and trains on"
     gpu_only: bool = False
     planned: str | None = None  # why it cannot run yet (refused before launch), None: it runs
+    # The exit codes the launcher may record for the fault rank's own worker (its `failed (exitcode: N)`
+    # line, negative: the signal), when the kind fixes them; () when it does not (a signal a handler may catch).
+    exit_codes: tuple[int, ...] = ()
 
     @property
     def poisons_checkpoint(self) -> bool:
@@ -86,13 +89,14 @@ FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
               "(the failure a large job meets most; --hot-spares gives the launcher a standby node)",
               moments=("after-commit",), action="node"),
     FaultKind("exception", "EXCEPTION", "raise a Python exception (harness.inject.InjectedFault) in the rank's training "
-              "thread: the worker exits 1 with its traceback", action="exception"),
+              "thread: the worker exits 1 with its traceback", action="exception", exit_codes=(1,)),
     FaultKind("segfault", "SIGSEGV", "a native crash: dereference an unmapped pointer through ctypes (SIGSEGV)",
-              action="segfault"),
-    FaultKind("abort", "SIGABRT", "a native crash: libc abort() (SIGABRT)", action="abort"),
+              action="segfault", exit_codes=(-11,)),
+    FaultKind("abort", "SIGABRT", "a native crash: libc abort() (SIGABRT)", action="abort", exit_codes=(-6,)),
     FaultKind("gil", "GIL", "block in a native call with the GIL held: the rank stays alive, its Python threads, "
               "heartbeats and signal handlers stop (a hang the rank monitor must detect; not a SIGSTOP)",
-              moments=("after-commit", "in-save"), action="gil", monitor_detects=True, recovery=_MONITOR),
+              moments=("after-commit", "in-save"), action="gil", monitor_detects=True, recovery=_MONITOR,
+              exit_codes=(-9,)),  # NVRx's rank_termination_signal (SIGKILL, 0.4.1 and 0.7.0); SIGTERM is not handled
     FaultKind("corrupt", "SIGKILL", "invert 4 KiB in the middle of one .distcp of the newest committed checkpoint (size "
               "unchanged), then SIGKILL: a replacement that loads it loads garbage", damage="flip",
               moments=("after-commit",), recovery=_LOOP),

@@ -16,7 +16,7 @@ from typing import Callable, TextIO
 from harness import events as ev
 from harness.criteria import Analysis, analyze, evaluate
 from harness.history import HistoryReader, RunDirError
-from harness.spec import RunSpec
+from harness.spec import FAULT_KINDS, RunSpec
 
 # After the launcher reported success, how long it may take to exit on its own (NVRx 0.7.0
 # waits a few seconds for other agents and its log server) before the harness stops it.
@@ -172,7 +172,8 @@ class Watcher:
 
     def _say_hang_wait(self, progress: "Progress") -> None:
         """During an injected hang, every HANG_NOTE_S: what the run waits for, and how long so far."""
-        if self._spec.fault != "hang" or not progress.injected or progress.failure_detected:
+        kind = FAULT_KINDS.get(self._spec.fault)
+        if kind is None or not kind.monitor_detects or not progress.injected or progress.failure_detected:
             return
         now = self._clock()
         if self._hang_seen_at is None:
