@@ -234,9 +234,14 @@ def _na_no_fault(cid: str, a: Analysis) -> CriterionResult | None:
 def _na_poisoned(cid: str, a: Analysis) -> CriterionResult:
     inj = a.first_injection
     what = f"checkpoint {inj.iteration}" if inj is not None and inj.iteration is not None else "the latest checkpoint"
-    return _result(cid, NOT_APPLICABLE, f"The {a.fault} fault truncated a file of {what} on purpose, so no replacement "
-                                         f"can recover; {LOOP_STOPPED} judges whether the launcher stopped the restart "
-                                         "loop.", [inj])
+    return _result(cid, NOT_APPLICABLE, f"The {a.fault} fault {_damaged(a)} a file of {what} on purpose, so no "
+                                         f"replacement may load it; {LOOP_STOPPED} judges whether the launcher stopped "
+                                         "the restart loop (or the stack fell back to an earlier checkpoint).", [inj])
+
+
+def _damaged(a: Analysis) -> str:
+    kind = FAULT_KINDS.get(a.fault)
+    return "corrupted (4 KiB inverted, size unchanged)" if kind is not None and kind.damage == "flip" else "truncated"
 
 
 def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
@@ -610,7 +615,7 @@ def _fault_rank_exit(kind, inj: ev.Injection, fails: Sequence[ev.Event]) -> tupl
     if code not in kind.exit_codes:
         return (f"the fault rank {inj.rank}'s worker (pid {inj.pid}) ended with exitcode {code} ({_exit_meaning(code)}), "
                 f"not {wanted} as the {kind.name} fault ends it: it died of something else"), "", [mine[0]]
-    return None, f"; rank {inj.rank}'s worker ended with exitcode {code} ({_exit_meaning(code)}), as {kind.name} does", [mine[0]]
+    return None, f" (rank {inj.rank}'s worker ended with exitcode {code}, {_exit_meaning(code)}, as {kind.name} does)", [mine[0]]
 
 
 def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement: int,
@@ -1151,10 +1156,18 @@ def check_loop_stopped(tl: Timeline, a: Analysis) -> CriterionResult:
     k = inj.iteration
     evidence: list[object] = [inj, *stops[:1], launch.src if launch is not None else None]
     problems: list[str] = []
+    # A fallback: every replacement that loaded anything loaded a checkpoint committed before the damaged one.
+    loads = [(s, s.first(ev.CheckpointLoaded)) for s in a.post_starts]
+    earlier = [(s, e) for s, e in loads if e is not None and k is not None and e.iteration < k]
+    if earlier and all(e is None or (k is not None and e.iteration < k) for _, e in loads):
+        s, e = earlier[0]
+        return _result(cid, PASS, f"The stack fell back to checkpoint {e.iteration}, committed before the damaged "
+                                  f"checkpoint {k}: replacement cycle {s.cycle} loaded it instead of the {_damaged(a)} "
+                                  "one, so no restart loop was needed.", [inj, e])
     trained = [s for s in a.post_starts if s.first(ev.CheckpointLoaded) is not None or s.first_iteration is not None]
     if trained:
-        problems.append(f"replacement cycle {trained[0].cycle} loaded or trained from the poisoned checkpoint {k}: the "
-                        "truncated file went unnoticed")
+        problems.append(f"replacement cycle {trained[0].cycle} loaded or trained from the damaged checkpoint {k}: the "
+                        f"{_damaged(a)} file went unnoticed")
         evidence.append((trained[0].first(ev.CheckpointLoaded) or trained[0].first_iteration))
     if not stops and code != NO_RESTART_EXIT_CODE:
         if launch is not None and launch.stopped_early:
@@ -1181,7 +1194,7 @@ def check_loop_stopped(tl: Timeline, a: Analysis) -> CriterionResult:
             shown = str(PurePath(inj.poisoned).relative_to(tl.run_dir))
         except ValueError:
             pass
-        cause.append(f"the corrupt file is {shown} (truncated by the fault)")
+        cause.append(f"the corrupt file is {shown} ({_damaged(a)} by the fault)")
     if failing and len(repeated) == len(failing):
         cause.append(f"each of the {len(failing)} failed replacement cycle(s) began loading checkpoint "
                      f"{repeated[0].first(ev.LoadStarted).iteration} and never finished it")
