@@ -30,7 +30,7 @@ from typing import Callable, Mapping, Sequence
 from harness import events as ev
 from harness.events import AppStart, Src, Timeline, iso_utc
 from harness.layout import MARKER_NAME, TRACKER_NAME, parse_tracker
-from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
+from harness.faults import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, FLIP_DISTCP, IN_PROCESS
 from harness.verdict import CriterionResult, Status, qualified
 
 # The vocabulary is harness.verdict's; these names stay for the checkers and their tests.
@@ -49,7 +49,8 @@ NVRX_DEFAULT_MAX_NO_PROGRESS_CYCLES = 3
 # A signal's kind when only the nemesis's line tells: the first kind that sends it (SIGKILL: kill).
 _SIGNAL_KIND: dict[str, str] = {}
 for _kind in FAULT_KINDS.values():
-    _SIGNAL_KIND.setdefault(_kind.signal, _kind.name)
+    if _kind.signal is not None and _kind.injects != IN_PROCESS:  # an in-process kind's line names the kind
+        _SIGNAL_KIND.setdefault(_kind.signal, _kind.name)
 MAX_EVIDENCE = 12
 
 
@@ -129,7 +130,8 @@ def resolve_fault(timeline: Timeline, override: str | None) -> tuple[str, str]:
             return inj.fault, "the injection marker (no run.json)"
     for start in timeline.starts:
         for e in start.of(ev.NemesisInjected):
-            return _SIGNAL_KIND.get(e.signal, "kill"), "the nemesis's injection line (no run.json, no marker)"
+            named = e.signal if e.signal in FAULT_KINDS else _SIGNAL_KIND.get(e.signal, "kill")
+            return named, "the nemesis's injection line (no run.json, no marker)"
     return "none", "default: no run.json fault and no injection marker"
 
 
@@ -241,7 +243,7 @@ def _na_poisoned(cid: str, a: Analysis) -> CriterionResult:
 
 def _damaged(a: Analysis) -> str:
     kind = FAULT_KINDS.get(a.fault)
-    return "corrupted (4 KiB inverted, size unchanged)" if kind is not None and kind.damage == "flip" else "truncated"
+    return "corrupted (4 KiB inverted, size unchanged)" if kind is not None and kind.damage == FLIP_DISTCP else "truncated"
 
 
 def check_pre_fault_checkpoint(tl: Timeline, a: Analysis) -> CriterionResult:
@@ -531,8 +533,8 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
             evidence.append(named[0])
             how = f" after a {named[0].kind.replace('_', '-')} timeout naming the stopped rank {inj.rank}"
         elif inj.signal not in (None, kind.signal):
-            problems.append(f"the marker records {inj.signal}, not {kind.signal}, so nothing proves rank {inj.rank} was "
-                            "stopped, and no timeout message names it")
+            problems.append(f"the marker records {inj.signal}, not {kind.signal or kind.name}, so nothing proves rank "
+                            f"{inj.rank} was stopped, and no timeout message names it")
             evidence.extend(after[:3])
         else:
             first = after[0]
@@ -543,7 +545,7 @@ def check_replacement_cycle(tl: Timeline, a: Analysis) -> CriterionResult:
             delay = f" {stamped - injected_at:.1f} s after the stop" if stamped and injected_at else ""
             how = (f" after a {first.kind.replace('_', '-')} timeout of rank(s) {who}{delay} (blocked waiting for the "
                    f"stopped rank {inj.rank}, whose own monitor had not fired when the launcher stopped the group; "
-                   f"the marker proves rank {inj.rank}, pid {inj.pid}, got {kind.signal})")
+                   f"the marker proves rank {inj.rank}, pid {inj.pid}, got {kind.signal or kind.name})")
     if kind is not None and kind.exit_codes:
         exit_problem, exit_how, exit_evidence = _fault_rank_exit(kind, inj, fails)
         evidence.extend(exit_evidence)

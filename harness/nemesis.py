@@ -7,7 +7,7 @@
 The entrypoint (Megatron's `pretrain_gpt.py`, the reference workload, any script) runs in
 this very process, exactly as `python ENTRYPOINT ARGS...` would run it, so a signal hits
 the real training process. On the selected global rank the nemesis waits for its moment
-(harness.spec.FAULT_MOMENTS), claims the fault's marker with O_EXCL and only then signals
+(harness.faults.FAULT_MOMENTS), claims the fault's marker with O_EXCL and only then signals
 its own process, or, for `node`, loses its whole node: its launcher (this worker's parent)
 and every process under it (the node's other workers, rank monitors, checkpoint workers) are
 stopped, then SIGKILLed together, this process last:
@@ -27,7 +27,7 @@ whatever the number of restarts.
 
 The wrapper never touches training state, except the `poison` kind's one truncated file.
 It reads the tracker and the checkpoint directory, writes markers and signals itself.
-Stdlib only (plus the vocabulary of harness.spec and the paths of harness.layout): it is
+Stdlib only (plus the vocabulary of harness.faults and the paths of harness.layout): it is
 imported by every training worker and must not pull in torch or slow startup down.
 
 Exit status: the entrypoint's own, unchanged; 2 for bad options or an unusable tracker /
@@ -54,11 +54,11 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from harness import inject
-from harness.layout import RunLayout, is_valid_run_id, parse_tracker
-from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
+from harness.faults import (DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, FLIP_DISTCP, IN_PROCESS, NODE, SIGNAL,
+                            TRUNCATE_DISTCP)
+from harness.layout import RunLayout, checkpoint_iter_dir, is_valid_run_id, parse_tracker
 
-# The signal each signal-sending kind sends itself (the in-process actions of harness.inject send none).
-FAULT_SIGNALS = {k.name: getattr(signal, k.signal) for k in FAULT_KINDS.values() if k.action in ("signal", "node")}
+FAULT_SIGNALS = {k.name: getattr(signal, k.signal) for k in FAULT_KINDS.values() if k.signal is not None}
 COMMIT_MARKER_NAME = "metadata.json"  # dist-checkpointing's commit marker inside iter_N/
 DATA_SUFFIX = ".distcp"
 DEFAULT_FAULT = "kill"
@@ -95,7 +95,7 @@ class InjectionRecord:
     checkpoint for after-commit / in-restore / last-iteration, the one being saved for in-save."""
 
     fault: str
-    signal: str
+    signal: str | None  # None: an in-process kind that sends no signal
     rank: int
     local_rank: int | None
     cycle: int | None
@@ -260,6 +260,20 @@ def poison_checkpoint(directory: Path) -> Path:
     """Truncate the largest `.distcp` file of a committed checkpoint to half its size (the run's
     own checkpoint: validation refuses a user-given checkpoint dir). Returns the file."""
     return inject.damage_checkpoint(directory, "truncate")
+
+
+# What each FaultKind.damage does to the newest committed checkpoint's iter_N/ (returns the damaged file).
+def corrupt_checkpoint(directory: Path) -> Path:
+    """Invert 4 KiB in the middle of the largest `.distcp` (size unchanged). Returns the file."""
+    return inject.damage_checkpoint(directory, "flip")
+
+
+CHECKPOINT_DAMAGE: dict[str, Callable[[Path], Path]] = {TRUNCATE_DISTCP: poison_checkpoint,
+                                                        FLIP_DISTCP: corrupt_checkpoint}
+# The action of each IN_PROCESS kind, run in the selected worker once its marker is claimed
+# (harness.faults.FaultKind.injects); test_fault_moments checks that every such kind has one.
+# They live in harness.inject (exception, segfault, abort, gil).
+IN_PROCESS_ACTIONS: dict[str, Callable[[], None]] = dict(inject.ACTIONS)
 
 
 # ---------------------------------------------------------------- marker claiming
@@ -460,6 +474,8 @@ def parse_command_line(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Nem
     if FAULT_KINDS.get(fault) is not None and not FAULT_KINDS[fault].allows(fault_at):
         raise NemesisError(f"fault {fault} fires only at {', '.join(FAULT_KINDS[fault].moments or ())}: "
                            f"use --fault-at {(FAULT_KINDS[fault].moments or ('after-commit',))[0]}")
+    if fault in FAULT_KINDS and FAULT_KINDS[fault].injects == IN_PROCESS and fault not in IN_PROCESS_ACTIONS:
+        raise NemesisError(f"fault {fault} is an in-process kind this nemesis has no action for: update nvrx-qual")
     fault_rank = options.fault_rank
     if fault_rank is None:
         fault_rank = _env_int(env, "NVRX_FAULT_RANK")
@@ -649,19 +665,19 @@ class Injector:
 
     def _inject(self, iteration: int, committed: int | None) -> None:
         rank, marker = self._config.rank, self.marker
+        kind = FAULT_KINDS[self._config.fault]
         poisoned = None
         node_pids: list[int] = []
-        if self._config.fault == "node":
+        if kind.injects == NODE:
             try:
                 node_pids = node_processes(os.getpid())
             except NodeError as exc:
                 self.failure = f"cannot lose this node: {exc}"
                 log(f"rank {rank}: not injecting: {self.failure}")
                 return
-        kind = FAULT_KINDS[self._config.fault]
         if kind.damage is not None:
             try:
-                poisoned = str(inject.damage_checkpoint(self._layout.checkpoints / f"iter_{iteration:07d}", kind.damage))
+                poisoned = str(CHECKPOINT_DAMAGE[kind.damage](checkpoint_iter_dir(self._layout.checkpoints, iteration)))
             except OSError as exc:
                 self.failure = f"poisoning checkpoint {iteration} failed: {exc}"
                 log(f"rank {rank}: not injecting: {self.failure}")
@@ -676,14 +692,10 @@ class Injector:
         if not claimed:
             log(f"rank {rank}: marker {marker} already claimed by another worker; not injecting")
             return
-        if kind.action in inject.ACTIONS:
-            self._act(kind, iteration, committed)
-            return
-        sig = FAULT_SIGNALS[self._config.fault]
-        if self._config.fault == "node":
+        if kind.injects == NODE:
             log(f"rank {rank} losing its node {socket.gethostname()} after checkpoint iteration {iteration} "
-                f"(baseline {self._baseline}): SIGKILL of launcher {node_pids[0]} and its {len(node_pids) - 1} "
-                "descendant(s)")
+                f"(baseline {self._baseline}): {kind.signal} of launcher {node_pids[0]} and its "
+                f"{len(node_pids) - 1} descendant(s)")
             kill_node(node_pids)
             return
         # One prefix for every moment (history reads it): the committed checkpoint the fault came after.
@@ -691,29 +703,19 @@ class Injector:
         what = {"in-save": f", during the async save of iteration {iteration}",
                 "in-restore": ", while the replacement loads it",
                 "last-iteration": ", the final one, before the clean exit"}.get(self.watch, "")
-        verb = "truncated" if kind.damage == "truncate" else "corrupted"
+        verb = "corrupted" if kind.damage == FLIP_DISTCP else "truncated"
         extra = f", {verb} {poisoned}" if poisoned else ""
-        log(f"rank {rank} injecting {sig.name} after checkpoint iteration {after} (baseline {self._baseline}){what}{extra}")
-        os.kill(os.getpid(), sig)
-
-    def _moment_text(self, iteration: int, committed: int | None) -> tuple[int, str]:
-        after = committed if committed is not None else iteration
-        what = {"in-save": f", during the async save of iteration {iteration}",
-                "in-restore": ", while the replacement loads it",
-                "last-iteration": ", the final one, before the clean exit"}.get(self.watch, "")
-        return after, what
-
-    def _act(self, kind, iteration: int, committed: int | None) -> None:
-        """An in-process action of harness.inject (the marker is already claimed). The line comes
-        first: a native crash or a held GIL leaves no chance to write one afterwards."""
-        after, what = self._moment_text(iteration, committed)
-        log(f"rank {self._config.rank} injecting {kind.signal} after checkpoint iteration {after} "
-            f"(baseline {self._baseline}){what}: {kind.help}")
-        try:
-            inject.ACTIONS[kind.action]()
-        except inject.InjectError as exc:
-            self.failure = f"the {kind.name} action failed: {exc}"
-            log(f"rank {self._config.rank}: {self.failure}")
+        how = kind.signal if kind.injects == SIGNAL else kind.name
+        # In-process kinds: the line comes first, a native crash or a held GIL leaves no chance afterwards.
+        log(f"rank {rank} injecting {how} after checkpoint iteration {after} (baseline {self._baseline}){what}{extra}")
+        if kind.injects == IN_PROCESS:
+            try:
+                IN_PROCESS_ACTIONS[kind.name]()
+            except inject.InjectError as exc:
+                self.failure = f"the {kind.name} action failed: {exc}"
+                log(f"rank {rank}: {self.failure}")
+            return
+        os.kill(os.getpid(), FAULT_SIGNALS[kind.name])
 
 
 # ---------------------------------------------------------------- losing a whole node

@@ -24,7 +24,8 @@ from pathlib import Path
 from harness import slurm, topology
 from harness.layout import RunLayout
 from harness.nvrx import LAUNCHER_MODULE, NvrxTarget
-from harness.spec import DEFAULT_FAULT_AT, FAULT_KINDS, RunSpec, SpecError
+from harness.faults import DEFAULT_FAULT_AT, FAULT_KINDS
+from harness.spec import RunSpec, SpecError
 from harness.workloads import megatron, megatron_cpu, reference_args
 
 NEMESIS_MODULE = "harness.nemesis"

@@ -19,7 +19,8 @@ from harness import plan as planmod
 from harness.plan import Plan
 from harness.prepare import prepare, release
 from harness.report import Verdict, write_outputs
-from harness.spec import FAULT_KINDS, RunSpec, SpecError
+from harness.faults import FAULT_KINDS
+from harness.spec import RunSpec, SpecError
 from harness.history import HistoryReader
 from harness.triage import Triage
 from harness.findings import KnownMatch

@@ -21,117 +21,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from harness import safeio, topology
+from harness.faults import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, WORKLOAD_MOMENTS  # noqa: F401 (re-exported)
 from harness.layout import FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_NAME, RunLayout, is_valid_run_id, parse_tracker
 
 WORKLOADS = ("megatron", "megatron-cpu", "reference")
 
 
-@dataclass(frozen=True)
-class FaultKind:
-    """What the nemesis does to the selected rank (one row of the fault kinds table).
-
-    `signal`: the signal it sends itself, or the one the rank dies of, or the action's token
-    in the marker and the injection line (EXCEPTION, GIL, ...); `action`: "signal" (os.kill),
-    "node" (the whole node), or an in-process action of harness.inject (exception, segfault,
-    abort, gil); `damage`: the nemesis first damages one `.distcp` of the newest committed
-    checkpoint ("truncate": poison, "flip": corrupt), so no replacement may load it;
-    `monitor_detects`: only a rank monitor's timeout can notice the fault (the process stays
-    alive), so replacement_cycle demands a timeout line; `recovery`: what a correct recovery
-    looks like; `gpu_only`/`planned`: refused before launch on CPU tiers / everywhere, with
-    the reason."""
-
-    name: str
-    signal: str
-    help: str
-    moments: tuple[str, ...] | None = None  # the moments it can be injected at; None: every one
-    action: str = "signal"
-    damage: str | None = None
-    monitor_detects: bool = False
-    recovery: str = "the launcher restarts the group; the replacement loads the latest committed checkpoint and trains on"
-    gpu_only: bool = False
-    planned: str | None = None  # why it cannot run yet (refused before launch), None: it runs
-    # The exit codes the launcher may record for the fault rank's own worker (its `failed (exitcode: N)`
-    # line, negative: the signal), when the kind fixes them; () when it does not (a signal a handler may catch).
-    exit_codes: tuple[int, ...] = ()
-
-    @property
-    def poisons_checkpoint(self) -> bool:
-        return self.damage is not None
-
-    def allows(self, moment: str) -> bool:
-        return self.moments is None or moment in self.moments
-
-
-@dataclass(frozen=True)
-class FaultMoment:
-    """When the fault fires. `faults`: how many faults the plan holds (each claims its own
-    marker); `needs_async_save`: the moment exists only while an async save is in flight."""
-
-    name: str
-    help: str
-    faults: int = 1
-    needs_async_save: bool = False
-
-
-# The fault vocabulary: one table per axis, so a new kind (Slurm's `node`) or moment joins here.
-_LOOP = ("no replacement loads the damaged checkpoint: each fails its load loudly and NVRx's no-progress rule "
-         "stops the loop (exit 93), or the stack falls back to an earlier checkpoint")
-_MONITOR = "a rank monitor's section or out-of-section timeout detects it, SIGKILLs the rank, the group restarts"
-FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
-    FaultKind("kill", "SIGKILL", "SIGKILL the rank's process (a crash)"),
-    FaultKind("hang", "SIGSTOP", "SIGSTOP the rank's process (a hang the rank monitor must detect)", monitor_detects=True,
-              recovery=_MONITOR),
-    FaultKind("term", "SIGTERM", "SIGTERM the rank's process (a preemption or an operator's kill)"),
-    FaultKind("poison", "SIGKILL", "truncate one .distcp of the newest committed checkpoint, then SIGKILL: every "
-              "replacement fails its load, a restart loop NVRx's no-progress rule must stop", damage="truncate",
-              moments=("after-commit",), recovery=_LOOP),
-    FaultKind("node", "SIGKILL", "SIGKILL of the fault rank's whole node: its launcher and every process under it "
-              "(the failure a large job meets most; --hot-spares gives the launcher a standby node)",
-              moments=("after-commit",), action="node"),
-    FaultKind("exception", "EXCEPTION", "raise a Python exception (harness.inject.InjectedFault) in the rank's training "
-              "thread: the worker exits 1 with its traceback", action="exception", exit_codes=(1,)),
-    FaultKind("segfault", "SIGSEGV", "a native crash: dereference an unmapped pointer through ctypes (SIGSEGV)",
-              action="segfault", exit_codes=(-11,)),
-    FaultKind("abort", "SIGABRT", "a native crash: libc abort() (SIGABRT)", action="abort", exit_codes=(-6,)),
-    FaultKind("gil", "GIL", "block in a native call with the GIL held: the rank stays alive, its Python threads, "
-              "heartbeats and signal handlers stop (a hang the rank monitor must detect; not a SIGSTOP)",
-              moments=("after-commit", "in-save"), action="gil", monitor_detects=True, recovery=_MONITOR,
-              exit_codes=(-9,)),  # NVRx's rank_termination_signal (SIGKILL, 0.4.1 and 0.7.0); SIGTERM is not handled
-    FaultKind("corrupt", "SIGKILL", "invert 4 KiB in the middle of one .distcp of the newest committed checkpoint (size "
-              "unchanged), then SIGKILL: a replacement that loads it loads garbage", damage="flip",
-              moments=("after-commit",), recovery=_LOOP),
-    FaultKind("disk-full", "ENOSPC", "the checkpoint filesystem fills during an async save", moments=("in-save",),
-              action="disk-full", recovery="no partial checkpoint is committed or loaded; the replacement resumes from the previous one "
-                       "or the job stops with a clear error",
-              planned="not implemented yet: it needs a size-limited filesystem mounted for the run's checkpoint "
-                      "directory (docs/faults.md, 'Planned kinds')"),
-    FaultKind("gpu-hang", "GPU_HANG", "a never-ending CUDA kernel on the rank's GPU", gpu_only=True, action="gpu-hang",
-              monitor_detects=True, recovery=_MONITOR,
-              planned="not implemented yet: the GPU kit will launch a spinning kernel (docs/faults.md, 'Planned kinds')"),
-    FaultKind("gpu-error", "GPU_ERROR", "an illegal memory access in a CUDA kernel (a sticky CUDA error)", gpu_only=True,
-              action="gpu-error",
-              planned="not implemented yet: the GPU kit will launch an out-of-bounds kernel (docs/faults.md, "
-                      "'Planned kinds')"),
-)}
-FAULT_MOMENTS: dict[str, FaultMoment] = {m.name: m for m in (
-    FaultMoment("after-commit", "right after the first checkpoint of the run is committed (the walkthrough's)"),
-    FaultMoment("in-save", "while an async save is in flight: iter_N/ holds data, metadata.json and the tracker "
-                "are not written yet (after one committed checkpoint)", needs_async_save=True),
-    FaultMoment("in-restore", "a second fault in the replacement cycle, after its checkpoint load started and "
-                "before its first step (the run needs two restarts)", faults=2),
-    FaultMoment("last-iteration", "after the final checkpoint is committed, before the clean exit"),
-)}
-DEFAULT_FAULT_AT = "after-commit"
-FAULTS = (*FAULT_KINDS, "none")
-# Moments each workload can show. All save asynchronously and load through Python's open(),
-# which is what the nemesis watches (iter_N/ contents; the audit hook of the load). Megatron's
-# own loop shows every moment on CPU (recovery_tests/test_recovery_megatron_cpu.py): its
-# persistent checkpoint worker leaves iter_N/ uncommitted until a later iteration finalizes it.
-WORKLOAD_MOMENTS: dict[str, tuple[str, ...]] = {
-    "reference": tuple(FAULT_MOMENTS),
-    "megatron": tuple(FAULT_MOMENTS),
-    "megatron-cpu": tuple(FAULT_MOMENTS),
-}
 SECTIONS = ("setup", "step", "checkpointing")
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from harness.events import iso_utc
-from harness.spec import FAULTS
+from harness.faults import FAULTS
 
 if TYPE_CHECKING:
     from harness.picture_data import TimelinePicture

@@ -16,7 +16,8 @@ from typing import Callable, TextIO
 from harness import events as ev
 from harness.criteria import Analysis, analyze, evaluate
 from harness.history import HistoryReader, RunDirError
-from harness.spec import FAULT_KINDS, RunSpec
+from harness.faults import FAULT_KINDS
+from harness.spec import RunSpec
 
 # After the launcher reported success, how long it may take to exit on its own (NVRx 0.7.0
 # waits a few seconds for other agents and its log server) before the harness stops it.

@@ -159,7 +159,7 @@ def test_the_nemesis_fires_each_crash_kind_after_the_commit(tmp_path: Path, kind
         assert (wrapper.await_exit(),) == specmod.FAULT_KINDS[kind].exit_codes, wrapper.stderr()
     marker = json.loads((run_dir / MARKER_NAME).read_text())
     assert (marker["fault"], marker["signal"], marker["iteration"]) == (kind, specmod.FAULT_KINDS[kind].signal, 5)
-    assert f"rank 1 injecting {marker['signal']} after checkpoint iteration 5" in wrapper.stderr()
+    assert f"rank 1 injecting {kind} after checkpoint iteration 5" in wrapper.stderr()
 
 
 def test_the_nemesis_corrupts_then_kills(tmp_path: Path) -> None:

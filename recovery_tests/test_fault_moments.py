@@ -1,4 +1,4 @@
-"""The fault vocabulary (harness.spec FAULT_KINDS / FAULT_MOMENTS) from the spec to the nemesis:
+"""The fault vocabulary (harness.faults FAULT_KINDS / FAULT_MOMENTS) from the spec to the nemesis:
 validation before launch, the plan's flags, and each moment fired by a real wrapper around the
 stand-in worker (the same helpers as test_nemesis)."""
 
@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import faults
+from harness import nemesis
 from harness import plan as planmod
 from harness import spec as specmod
 from harness.layout import MARKER_NAME, TRACKER_NAME, marker_index, marker_name
@@ -31,8 +33,48 @@ def problems(spec: specmod.RunSpec) -> str:
     return str(err.value)
 
 
+def test_the_vocabulary_is_one_table_per_axis_at_the_bottom_of_the_house() -> None:
+    # spec re-exports the same objects, it does not restate them
+    assert specmod.FAULT_KINDS is faults.FAULT_KINDS and specmod.FAULT_MOMENTS is faults.FAULT_MOMENTS
+    assert faults.FAULTS == (*faults.FAULT_KINDS, "none")
+    for name, moment in faults.FAULT_MOMENTS.items():
+        assert moment.moments[-1] == name, "a plan's own moment is its last fault"
+        assert set(moment.moments) <= set(faults.FAULT_MOMENTS), (name, moment.moments)
+    for kind in faults.FAULT_KINDS.values():
+        assert set(kind.moments or ()) <= set(faults.FAULT_MOMENTS), kind
+
+
+def test_every_kind_says_how_the_nemesis_injects_it() -> None:
+    for kind in faults.FAULT_KINDS.values():
+        assert kind.injects in faults.INJECTIONS
+        if kind.planned is not None:  # refused before launch (spec.fault_problems), nothing to inject yet
+            continue
+        if kind.injects == faults.IN_PROCESS:
+            assert kind.name in nemesis.IN_PROCESS_ACTIONS, f"{kind.name}: no in-process action in the nemesis"
+        else:
+            assert kind.name in nemesis.FAULT_SIGNALS, f"{kind.name}: no signal for the nemesis to send"
+        if kind.damage is not None:
+            assert kind.damage in nemesis.CHECKPOINT_DAMAGE, f"{kind.name}: the nemesis cannot do {kind.damage}"
+    assert faults.FAULT_KINDS["node"].loses_node and faults.FAULT_KINDS["poison"].poisons_checkpoint
+    assert not faults.FAULT_KINDS["kill"].loses_node and not faults.FAULT_KINDS["kill"].poisons_checkpoint
+
+
+def test_a_row_that_cannot_be_injected_is_refused_when_declared() -> None:
+    with pytest.raises(ValueError, match="needs its signal"):
+        faults.FaultKind("x", None, "x")
+    with pytest.raises(ValueError, match="injects='teleport'"):
+        faults.FaultKind("x", "SIGKILL", "x", injects="teleport")
+    with pytest.raises(ValueError, match="damage='shred'"):
+        faults.FaultKind("x", "SIGKILL", "x", damage="shred")
+    with pytest.raises(ValueError, match="SIGWHATEVER"):
+        faults.FaultKind("x", "SIGWHATEVER", "x")
+    assert faults.FaultKind("x", None, "x", injects=faults.IN_PROCESS).signal is None
+
+
 def test_every_kind_and_moment_is_a_valid_flag(tmp_path: Path) -> None:
     for kind in specmod.FAULT_KINDS:
+        if specmod.FAULT_KINDS[kind].planned is not None:  # refused with its reason: test_fault_kinds
+            continue
         for moment in specmod.FAULT_MOMENTS:
             if not specmod.FAULT_KINDS[kind].allows(moment):
                 continue

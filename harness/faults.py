@@ -1,0 +1,165 @@
+"""The fault vocabulary: what a fault is (its kind) and when it fires (its moment).
+
+One table per axis, at the bottom of the house: this module imports nothing of the harness,
+so the spec, the planner, the nemesis (inside every training worker), the criteria and the
+verdict all read the same rows without importing each other. A new kind or moment is one
+row here; what the nemesis does for it is named by the row (`FaultKind.injects`,
+`FaultKind.damage`, `FaultMoment.schedule`) and carried out by harness.nemesis.
+
+Stdlib only and nothing at import time but these tables: the nemesis imports it in every
+training worker.
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from dataclasses import dataclass
+
+# How the nemesis injects a kind (FaultKind.injects):
+SIGNAL = "signal"  # the selected rank sends FaultKind.signal to its own process
+NODE = "node"  # the rank's whole node is lost: its launcher and every process under it get FaultKind.signal
+IN_PROCESS = "in-process"  # an action inside the worker itself (harness.nemesis.IN_PROCESS_ACTIONS[kind.name])
+INJECTIONS = (SIGNAL, NODE, IN_PROCESS)
+
+# What a kind does to the run's own newest committed checkpoint before it injects (FaultKind.damage):
+TRUNCATE_DISTCP = "truncate-distcp"  # one `.distcp` file cut to half its size: every load of it fails
+FLIP_DISTCP = "flip-distcp"  # 4 KiB inverted in the middle of one `.distcp`, size unchanged: only a checksum sees it
+DAMAGES = (TRUNCATE_DISTCP, FLIP_DISTCP)
+
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    """What the nemesis does to the selected rank.
+
+    `injects`: how (SIGNAL, NODE or IN_PROCESS); `signal`: the signal it sends (its own process
+    for SIGNAL, every process of the node for NODE; for IN_PROCESS, the signal the rank is
+    expected to die of, if any, else None); `damage`: what it first does to the newest committed
+    checkpoint (None: nothing; TRUNCATE_DISTCP: every replacement fails its load, a restart
+    loop NVRx must stop; FLIP_DISTCP: a replacement that loads it loads garbage); `moments`: the
+    moments it can fire at (None: every one).
+
+    `monitor_detects`: the rank stays alive, so only a rank monitor's section or out-of-section
+    timeout can detect it (replacement_cycle demands one); `exit_codes`: the codes the launcher's
+    `failed (exitcode: N)` line may show for the fault rank's own worker (negative: the signal),
+    when the kind fixes them; `recovery`: what a correct recovery is (docs/faults.md);
+    `gpu_only` / `planned`: refused before launch on the CPU tiers / everywhere, `planned`
+    saying why."""
+
+    name: str
+    signal: str | None
+    help: str
+    injects: str = SIGNAL
+    damage: str | None = None
+    moments: tuple[str, ...] | None = None
+    monitor_detects: bool = False
+    exit_codes: tuple[int, ...] = ()
+    recovery: str = "the launcher restarts the group; the replacement loads the latest committed checkpoint and trains on"
+    gpu_only: bool = False
+    planned: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.injects not in INJECTIONS:
+            raise ValueError(f"fault kind {self.name}: injects={self.injects!r} is not one of {INJECTIONS}")
+        if self.damage is not None and self.damage not in DAMAGES:
+            raise ValueError(f"fault kind {self.name}: damage={self.damage!r} is not one of {DAMAGES}")
+        if self.signal is not None and not (self.signal.startswith("SIG") and hasattr(_signal, self.signal)):
+            raise ValueError(f"fault kind {self.name}: signal={self.signal!r} is no signal name of this platform")
+        if self.injects in (SIGNAL, NODE) and self.signal is None:
+            raise ValueError(f"fault kind {self.name}: a {self.injects} fault needs its signal")
+
+    @property
+    def poisons_checkpoint(self) -> bool:
+        """It damages the checkpoint every replacement would load: no recovery is possible."""
+        return self.damage is not None
+
+    @property
+    def loses_node(self) -> bool:
+        return self.injects == NODE
+
+    def allows(self, moment: str) -> bool:
+        return self.moments is None or moment in self.moments
+
+
+@dataclass(frozen=True)
+class FaultMoment:
+    """When the fault fires. `schedule`: the moment of each planned fault, in marker order
+    (schedule[i - 1] is the moment of fault i, which claims marker i; empty: just this moment);
+    `needs_async_save`: the moment exists only while an async save is in flight."""
+
+    name: str
+    help: str
+    schedule: tuple[str, ...] = ()
+    needs_async_save: bool = False
+
+    @property
+    def moments(self) -> tuple[str, ...]:
+        """The moment of every planned fault, fault 1 first (index + 1 = the marker number)."""
+        return self.schedule or (self.name,)
+
+    @property
+    def faults(self) -> int:
+        """How many faults the plan holds (each claims its own marker)."""
+        return len(self.moments)
+
+
+AFTER_COMMIT = "after-commit"
+_LOOP = ("no replacement loads the damaged checkpoint: each fails its load loudly and NVRx's no-progress rule "
+         "stops the loop (exit 93), or the stack falls back to an earlier checkpoint")
+_MONITOR = "a rank monitor's section or out-of-section timeout detects it, SIGKILLs the rank, the group restarts"
+_PLANNED = "not implemented yet (docs/faults.md, 'Planned kinds'): "
+
+FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
+    FaultKind("kill", "SIGKILL", "SIGKILL the rank's process (a crash)"),
+    FaultKind("hang", "SIGSTOP", "SIGSTOP the rank's process (a hang the rank monitor must detect)",
+              monitor_detects=True, recovery=_MONITOR),
+    FaultKind("term", "SIGTERM", "SIGTERM the rank's process (a preemption or an operator's kill)"),
+    FaultKind("poison", "SIGKILL", "truncate one .distcp of the newest committed checkpoint, then SIGKILL: every "
+              "replacement fails its load, a restart loop NVRx's no-progress rule must stop", damage=TRUNCATE_DISTCP,
+              moments=(AFTER_COMMIT,), recovery=_LOOP),
+    FaultKind("node", "SIGKILL", "SIGKILL of the fault rank's whole node: its launcher and every process under it "
+              "(the failure a large job meets most; --hot-spares gives the launcher a standby node)", injects=NODE,
+              moments=(AFTER_COMMIT,)),
+    FaultKind("exception", None, "raise a Python exception (harness.inject.InjectedFault) in the rank's training "
+              "thread: the worker exits 1 with its traceback", injects=IN_PROCESS, exit_codes=(1,)),
+    FaultKind("segfault", "SIGSEGV", "a native crash: dereference an unmapped pointer through ctypes (SIGSEGV)",
+              injects=IN_PROCESS, exit_codes=(-11,)),
+    FaultKind("abort", "SIGABRT", "a native crash: libc abort() (SIGABRT)", injects=IN_PROCESS, exit_codes=(-6,)),
+    # NVRx's rank monitor ends a detected rank with SIGCONT, then rank_termination_signal (SIGKILL
+    # in 0.4.1 and 0.7.0); a rank holding the GIL never runs a Python SIGTERM handler.
+    FaultKind("gil", None, "block in a native call with the GIL held: the rank stays alive, its Python threads, "
+              "heartbeats and signal handlers stop (a hang the rank monitor must detect; not a SIGSTOP)",
+              injects=IN_PROCESS, moments=(AFTER_COMMIT, "in-save"), monitor_detects=True, exit_codes=(-9,),
+              recovery=_MONITOR),
+    FaultKind("corrupt", "SIGKILL", "invert 4 KiB in the middle of one .distcp of the newest committed checkpoint "
+              "(size unchanged), then SIGKILL: a replacement that loads it loads garbage", damage=FLIP_DISTCP,
+              moments=(AFTER_COMMIT,), recovery=_LOOP),
+    FaultKind("disk-full", None, "the checkpoint filesystem fills during an async save", injects=IN_PROCESS,
+              moments=("in-save",), recovery="no partial checkpoint is committed or loaded; the replacement resumes "
+              "from the previous one or the job stops with a clear error",
+              planned=_PLANNED + "it needs a size-limited filesystem mounted for the run's checkpoint directory"),
+    FaultKind("gpu-hang", None, "a never-ending CUDA kernel on the rank's GPU", injects=IN_PROCESS, gpu_only=True,
+              monitor_detects=True, recovery=_MONITOR, planned=_PLANNED + "the GPU kit will launch a spinning kernel"),
+    FaultKind("gpu-error", None, "an illegal memory access in a CUDA kernel (a sticky CUDA error)", injects=IN_PROCESS,
+              gpu_only=True, planned=_PLANNED + "the GPU kit will launch an out-of-bounds kernel"),
+)}
+FAULT_MOMENTS: dict[str, FaultMoment] = {m.name: m for m in (
+    FaultMoment(AFTER_COMMIT, "right after the first checkpoint of the run is committed (the walkthrough's)"),
+    FaultMoment("in-save", "while an async save is in flight: iter_N/ holds data, metadata.json and the tracker "
+                "are not written yet (after one committed checkpoint)", needs_async_save=True),
+    FaultMoment("in-restore", "a second fault in the replacement cycle, after its checkpoint load started and "
+                "before its first step (the run needs two restarts)", schedule=(AFTER_COMMIT, "in-restore")),
+    FaultMoment("last-iteration", "after the final checkpoint is committed, before the clean exit"),
+)}
+DEFAULT_FAULT_AT = AFTER_COMMIT
+NO_FAULT = "none"
+FAULTS = (*FAULT_KINDS, NO_FAULT)
+# Moments each workload can show. All save asynchronously and load through Python's open(),
+# which is what the nemesis watches (iter_N/ contents; the audit hook of the load). Megatron's
+# own loop shows every moment on CPU (recovery_tests/test_recovery_megatron_cpu.py): its
+# persistent checkpoint worker leaves iter_N/ uncommitted until a later iteration finalizes it.
+WORKLOAD_MOMENTS: dict[str, tuple[str, ...]] = {
+    "reference": tuple(FAULT_MOMENTS),
+    "megatron": tuple(FAULT_MOMENTS),
+    "megatron-cpu": tuple(FAULT_MOMENTS),
+}
