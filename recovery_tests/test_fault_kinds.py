@@ -311,3 +311,29 @@ def test_megatron_cpu_recovers_from_kind(kind, megatron_cpu, scenarios):
     if kind == "gil":
         detail = outcome.verdict.criterion("replacement_cycle").detail
         assert re.search(r"after a (section|out-of-section) timeout", detail), detail
+
+
+@pytest.mark.e2e
+def test_corrupt_run_judged_as_a_fallback_when_the_replacement_loaded_an_earlier_checkpoint(
+        newest_launcher, scenarios, tmp_path):
+    """Replay of the real corrupt run whose replacement loaded checkpoint 3 (as if one had been
+    committed before the damaged 5) instead of the damaged one: loop_stopped passes, naming the
+    fallback; the real run (it loaded the damaged checkpoint) fails."""
+    outcome = scenarios.outcome(_scenario("corrupt", newest_launcher))
+    marker = json.loads((outcome.run_dir / MARKER_NAME).read_text())
+    damaged = marker["iteration"]
+    replay = tmp_path / "replay"
+    shutil.copytree(outcome.run_dir, replay, symlinks=True)
+    changed = 0
+    for log in (replay / "logs").glob("train_cycle_cycle*.log"):
+        if log.name == f"train_cycle_cycle{marker['cycle']}.log":
+            continue
+        text = log.read_text(errors="replace")
+        fallback = re.sub(rf"(loading distributed checkpoint from .* at iteration |successfully loaded checkpoint from .* "
+                          rf"at iteration ){damaged}\b", rf"\g<1>{damaged - 2}", text)
+        changed += fallback != text
+        log.write_text(fallback)
+    assert changed, "the real corrupt run's replacement logged no load of the damaged checkpoint"
+    c = verify.verify_run(replay, picture=False).criterion(LOOP_STOPPED)
+    assert c.status == PASS and f"fell back to checkpoint {damaged - 2}" in c.detail, c.detail
+    assert outcome.verdict.criterion(LOOP_STOPPED).status == FAIL
