@@ -1171,7 +1171,9 @@ def check_loop_stopped(tl: Timeline, a: Analysis) -> CriterionResult:
         problems.append(f"replacement cycle {trained[0].cycle} loaded or trained from the damaged checkpoint {k}: the "
                         f"{_damaged(a)} file went unnoticed")
         evidence.append((trained[0].first(ev.CheckpointLoaded) or trained[0].first_iteration))
-    if not stops and code != NO_RESTART_EXIT_CODE:
+    if trained and not stops and code == 0:
+        pass  # no loop to stop: the damaged checkpoint was loaded and training finished (said above)
+    elif not stops and code != NO_RESTART_EXIT_CODE:
         if launch is not None and launch.stopped_early:
             problems.append(f"NVRx never stopped the loop: the harness did ({launch.stopped_early})")
         elif gave_up or code not in (None, 0):
@@ -1204,8 +1206,9 @@ def check_loop_stopped(tl: Timeline, a: Analysis) -> CriterionResult:
     if not cause:
         problems.append("nothing names the cause of the loop (no poisoned file in the marker, no repeated failed load)")
     if problems:
-        return _result(cid, FAIL, "The restart loop was not stopped as it must be: " + "; ".join(problems) + ".",
-                       evidence)
+        lead = ("The damaged checkpoint was not refused: " if trained else
+                "The restart loop was not stopped as it must be: ")
+        return _result(cid, FAIL, lead + "; ".join(problems) + ".", evidence)
     how = f"exit {code}" if code is not None else "a no-progress stop (exit status not recorded)"
     return _result(cid, PASS, f"NVRx's no-progress rule stopped the restart loop after {len(failed_after)} failed "
                               f"replacement cycle(s) (limit {limit}, {limit_how}) with {how}: " + "; ".join(cause) + ".",
