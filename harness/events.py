@@ -19,6 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, TypeVar
 
+from harness.layout import TRACKER_NAME
+
 EVIDENCE_TEXT_MAX = 240
 
 E = TypeVar("E", bound="Event")
@@ -500,7 +502,7 @@ class CheckpointState:
         return None
 
     def tracker_src(self) -> Src:
-        return Src(f"{self.path}/latest_checkpointed_iteration.txt", 0, self.tracker if self.tracker is not None else "missing")
+        return Src(f"{self.path}/{TRACKER_NAME}", 0, self.tracker if self.tracker is not None else "missing")
 
 
 @dataclass(frozen=True)

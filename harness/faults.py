@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 # How the nemesis injects a kind (FaultKind.injects):
 SIGNAL = "signal"  # the selected rank sends FaultKind.signal to its own process
-NODE = "node"  # the rank's whole node is lost: its launcher and every process under it get FaultKind.signal
+NODE = "node"  # the rank's whole node is lost: its launcher and every process under it are stopped, then SIGKILLed
 IN_PROCESS = "in-process"  # an action inside the worker itself (harness.nemesis.IN_PROCESS_ACTIONS[kind.name])
 INJECTIONS = (SIGNAL, NODE, IN_PROCESS)
 
@@ -32,9 +32,9 @@ DAMAGES = (TRUNCATE_DISTCP, FLIP_DISTCP)
 class FaultKind:
     """What the nemesis does to the selected rank.
 
-    `injects`: how (SIGNAL, NODE or IN_PROCESS); `signal`: the signal it sends (its own process
-    for SIGNAL, every process of the node for NODE; for IN_PROCESS, the signal the rank is
-    expected to die of, if any, else None); `damage`: what it first does to the newest committed
+    `injects`: how (SIGNAL, NODE or IN_PROCESS); `signal`: the signal it sends its own process
+    (SIGNAL), the one the node's processes die of (NODE: SIGKILL), or for IN_PROCESS the one the
+    rank is expected to die of, if any, else None (the marker records it); `damage`: what it first does to the newest committed
     checkpoint (None: nothing; TRUNCATE_DISTCP: every replacement fails its load, a restart
     loop NVRx must stop; FLIP_DISTCP: a replacement that loads it loads garbage); `moments`: the
     moments it can fire at (None: every one).

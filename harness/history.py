@@ -40,7 +40,7 @@ from harness.dialect import classify_logs as _classify_logs
 from harness.dialect import epoch as _epoch
 from harness.dialect import strip_prefix as _strip_prefix
 from harness.events import Src, clip
-from harness.layout import MARKER_NAME, TRACKER_NAME, marker_index
+from harness.layout import MARKER_NAME, TRACKER_NAME, is_megatron_iter_name, marker_index, parse_iter_name, read_tracker_file
 from harness.optimizer_record import read_dcp_metadata, read_optimizer_record
 
 CHUNK_SIZE = 8 << 20
@@ -1259,11 +1259,8 @@ class HistoryReader:
         if original is not None and not _inside(path, self.run_dir):
             notes.append(f"this run directory was copied from {original}; its checkpoint dir {path} is outside it and "
                          "was read where it is now, which may not be the run's own checkpoints")
-        tracker = None
-        try:
-            tracker = safeio.read_text(path / TRACKER_NAME, limit=4096).strip()[:64]
-        except OSError:
-            pass
+        read = read_tracker_file(path / TRACKER_NAME)
+        tracker = read.text.strip()[:64] if read.text is not None else None
         wanted = self._interesting_iterations(starts, injections)
         iters = []
         try:
@@ -1273,15 +1270,14 @@ class HistoryReader:
             entries = []
         ignored = 0
         for entry in entries:
-            m = re.fullmatch(r"iter_(\d{7,})", entry.name)
-            it = number(m.group(1), "iteration") if m else None
+            it = number(str(n), "iteration") if (n := parse_iter_name(entry.name)) is not None else None
             if it is None:
                 continue
             try:
                 real_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
                 real_dir = False
-            if entry.name != f"iter_{it:07d}" or not real_dir:
+            if not is_megatron_iter_name(entry.name) or not real_dir:
                 ignored += 1
                 if ignored > MAX_IGNORED_NOTES:
                     continue

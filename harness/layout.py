@@ -11,8 +11,11 @@
       launch.json              how the launch ended (launcher exit status, early stop), by the harness
       verdict.json, report.md  written by verify
 
-Pure path arithmetic: nothing here touches the filesystem except the read-only
-`leftovers` listing.
+Path arithmetic, and the one reading of the two names Megatron gives a checkpoint directory's
+contents: the tracker (`read_tracker_file`, `parse_tracker`) and an `iter_N` entry
+(`parse_iter_name`, `iter_name`). Nothing here touches the filesystem except those read-only
+looks and the `leftovers` listing. Stdlib and harness.safeio only: the nemesis imports it in
+every worker.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness import safeio
 
 RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _RUN_ID_RE = re.compile(RUN_ID_PATTERN + r"\Z")
@@ -56,6 +61,8 @@ CYCLE_LOG_STEM = "train_cycle"
 
 
 MAX_ITERATION_DIGITS = 18  # an iteration count far beyond any run, and far below Python's int-string limit
+TRACKER_READ_LIMIT = 4096  # a tracker is a bare integer; more than this is not one
+ITER_PREFIX = "iter_"
 
 
 def parse_tracker(text: str) -> int | None:
@@ -68,13 +75,86 @@ def parse_tracker(text: str) -> int | None:
     return None
 
 
+# TrackerRead.state
+TRACKER_ABSENT = "absent"  # no file: a fresh run
+TRACKER_UNREADABLE = "unreadable"  # not a regular file (a link, a FIFO, a directory), too long, an I/O error, not UTF-8
+TRACKER_EMPTY = "empty"  # nothing but white space (Megatron writes it non-atomically: a passing state while it runs)
+TRACKER_GARBLED = "garbled"  # text that is not an iteration number ("release", "-3", "12abc")
+TRACKER_OK = "ok"
+
+
+@dataclass(frozen=True)
+class TrackerRead:
+    """One read of a tracker file. `value`: its iteration when `state` is TRACKER_OK; `text`: what
+    it holds (undecodable bytes replaced; None when absent or unreadable as a file); `error`:
+    why it is unreadable (the system's words)."""
+
+    state: str
+    value: int | None = None
+    text: str | None = None
+    error: str | None = None
+
+
+def read_tracker_file(path: str | os.PathLike) -> TrackerRead:
+    """The one reader of Megatron's tracker file, for every caller (the nemesis polls it in every
+    worker, validation reads a user's, history a received run's). Never follows a link, never
+    blocks on a FIFO (O_NONBLOCK), never reads more than TRACKER_READ_LIMIT + 1 bytes, one read
+    system call; never raises for what the file holds or is."""
+    try:
+        fd = safeio.open_regular(path)  # no link followed, no FIFO or device read; says which it was
+    except FileNotFoundError:
+        return TrackerRead(TRACKER_ABSENT)
+    except OSError as exc:
+        return TrackerRead(TRACKER_UNREADABLE, error=exc.strerror or str(exc))
+    try:
+        data = os.read(fd, TRACKER_READ_LIMIT + 1)
+    except OSError as exc:
+        return TrackerRead(TRACKER_UNREADABLE, error=exc.strerror or str(exc))
+    finally:
+        os.close(fd)
+    if len(data) > TRACKER_READ_LIMIT:
+        return TrackerRead(TRACKER_UNREADABLE, error=f"longer than {TRACKER_READ_LIMIT} bytes, not a tracker")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return TrackerRead(TRACKER_UNREADABLE, text=data.decode("utf-8", "replace"), error="not UTF-8 text")
+    if not text.strip():
+        return TrackerRead(TRACKER_EMPTY, text=text)
+    value = parse_tracker(text)
+    return TrackerRead(TRACKER_OK if value is not None else TRACKER_GARBLED, value=value, text=text)
+
+
+def iter_name(iteration: int) -> str:
+    """Megatron's name for one saved iteration's directory: `iter_%07d`."""
+    return f"{ITER_PREFIX}{iteration:07d}"
+
+
+def parse_iter_name(name: str) -> int | None:
+    """The iteration an `iter_<digits>` entry name stands for (ASCII digits, at most
+    MAX_ITERATION_DIGITS of them after the leading zeros); None for any other name. The one parser of such names:
+    whether it is Megatron's own spelling is `name == iter_name(value)` (is_megatron_iter_name)."""
+    if not name.startswith(ITER_PREFIX):
+        return None
+    digits = name[len(ITER_PREFIX):]
+    # leading zeros do not count (an entry name is at most 255 bytes); the value's digits do
+    if digits.isascii() and digits.isdigit() and len(digits) <= 255 and len(digits.lstrip("0")) <= MAX_ITERATION_DIGITS:
+        return int(digits)
+    return None
+
+
+def is_megatron_iter_name(name: str) -> bool:
+    """Exactly the name Megatron writes for its iteration (`iter_0000005`, not `iter_5` nor `iter_00000005`)."""
+    value = parse_iter_name(name)
+    return value is not None and name == iter_name(value)
+
+
 def is_valid_run_id(run_id: str) -> bool:
     return bool(_RUN_ID_RE.match(run_id))
 
 
 def checkpoint_iter_dir(checkpoints: Path, iteration: int) -> Path:
     """Megatron's `iter_%07d` directory for one saved iteration."""
-    return checkpoints / f"iter_{iteration:07d}"
+    return checkpoints / iter_name(iteration)
 
 
 @dataclass(frozen=True)

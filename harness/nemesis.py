@@ -51,12 +51,14 @@ import threading
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, ClassVar, Mapping, Sequence
 
 from harness import inject
 from harness.faults import (DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, FLIP_DISTCP, IN_PROCESS, NODE, SIGNAL,
                             TRUNCATE_DISTCP)
-from harness.layout import RunLayout, checkpoint_iter_dir, is_valid_run_id, parse_tracker
+from harness.layout import (TRACKER_ABSENT, TRACKER_EMPTY, TRACKER_NAME, TRACKER_UNREADABLE, RunLayout,
+                            checkpoint_iter_dir, is_megatron_iter_name, is_valid_run_id, parse_iter_name,
+                            parse_tracker, read_tracker_file)
 
 FAULT_SIGNALS = {k.name: getattr(signal, k.signal) for k in FAULT_KINDS.values() if k.signal is not None}
 COMMIT_MARKER_NAME = "metadata.json"  # dist-checkpointing's commit marker inside iter_N/
@@ -71,7 +73,6 @@ EXIT_USAGE = 2
 EXIT_FAULT_NEVER_HAPPENED = 3
 
 POLLER_THREAD_NAME = "nemesis-poller"
-_TRACKER_READ_LIMIT = 4096  # a tracker is a bare integer; more than this is not one
 
 
 class NemesisError(Exception):
@@ -130,49 +131,31 @@ def utc_now_iso() -> str:
 parse_iteration = parse_tracker  # the one reading of a tracker's text (harness.layout)
 
 
-def _read_tracker_text(tracker: Path) -> str:
-    # O_NONBLOCK: a FIFO put there by mistake must not block the worker; regular files
-    # ignore it; O_NOFOLLOW: a link is not followed (as harness.safeio). One read syscall per
-    # poll; a longer file is no tracker (and must not be cut into a plausible number).
-    fd = os.open(tracker, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        data = os.read(fd, _TRACKER_READ_LIMIT + 1)
-    finally:
-        os.close(fd)
-    if len(data) > _TRACKER_READ_LIMIT:
-        raise OSError(errno.EFBIG, f"longer than {_TRACKER_READ_LIMIT} bytes, not a tracker")
-    return data.decode("ascii", errors="replace")
-
-
 def read_baseline(tracker: Path) -> int:
     """The iteration already checkpointed at startup: 0 when the tracker is absent.
 
     Anything else that is not an integer raises TrackerError: treating an empty or
     garbled tracker as 0 would let the fault fire on a checkpoint that predates this run.
     """
-    try:
-        text = _read_tracker_text(tracker)
-    except FileNotFoundError:
+    read = read_tracker_file(tracker)
+    if read.state == TRACKER_ABSENT:
         return 0
-    except OSError as exc:
+    if read.state == TRACKER_UNREADABLE:
         raise TrackerError(
-            f"checkpoint tracker {tracker} is unreadable ({exc.strerror or exc}): "
+            f"checkpoint tracker {tracker} is unreadable ({read.error}): "
             "fix or remove it before starting (an absent tracker means a fresh run)"
-        ) from exc
-    if not text.strip():
+        )
+    if read.state == TRACKER_EMPTY:
         raise TrackerError(
             f"checkpoint tracker {tracker} is empty: write the last completed iteration "
             "into it or remove it before starting"
         )
-    value = parse_iteration(text)
-    if value is None:
+    if read.value is None:
         raise TrackerError(
-            f"checkpoint tracker {tracker} holds {text.strip()[:40]!r}, not an iteration number: "
+            f"checkpoint tracker {tracker} holds {(read.text or '').strip()[:40]!r}, not an iteration number: "
             "point the checkpoint dir at a training checkpoint or remove the file"
         )
-    return value
+    return read.value
 
 
 def read_tracker(tracker: Path) -> int | None:
@@ -181,10 +164,7 @@ def read_tracker(tracker: Path) -> int | None:
     Megatron writes the tracker non-atomically (open 'w', then write), so an empty or
     missing file while polling is a passing state, never a value.
     """
-    try:
-        return parse_iteration(_read_tracker_text(tracker))
-    except OSError:
-        return None
+    return read_tracker_file(tracker).value
 
 
 def watch_tracker(
@@ -213,23 +193,18 @@ class InFlightSave:
     directory: Path
 
 
-def _iter_number(name: str) -> int | None:
-    if name.startswith("iter_") and len(name) == 12 and name[5:].isdigit():
-        return int(name[5:])
-    return None
-
-
 def find_in_flight_save(checkpoints: Path, baseline: int,
                         read: Callable[[Path], int | None] = read_tracker) -> InFlightSave | None:
     """One look at the checkpoint directory: the save in flight above a checkpoint committed by
     this run (tracker > baseline), or None. The tracker is read before and after the listing:
     a commit in between makes the answer None."""
-    tracker = checkpoints / "latest_checkpointed_iteration.txt"
+    tracker = checkpoints / TRACKER_NAME
     committed = read(tracker)
     if committed is None or committed <= baseline:
         return None
     try:
-        entries = [(n, e) for e in os.scandir(checkpoints) if (n := _iter_number(e.name)) is not None and n > committed]
+        entries = [(n, e) for e in os.scandir(checkpoints)
+                   if is_megatron_iter_name(e.name) and (n := parse_iter_name(e.name)) is not None and n > committed]
     except OSError:
         return None
     for number, entry in sorted(entries, key=lambda x: x[0]):
@@ -546,64 +521,122 @@ def log(message: str) -> None:
         pass
 
 
-class Injector:
-    """The selected rank's fault: waits for its moment, claims its marker, signals.
+MOMENTS: dict[str, type[Moment]] = {}  # every Moment subclass, by its name (filled as they are defined)
 
-    `watch`: after-commit (tracker poller), in-save (checkpoint-directory poller), in-restore
-    (audit hook on the load's first read) or last-iteration (the entrypoint's normal return).
-    `fault_index` is the planned fault it stands for (its marker)."""
 
-    def __init__(self, config: NemesisConfig, layout: RunLayout, baseline: int, *, watch: str,
-                 fault_index: int = 1) -> None:
-        self._config = config
-        self._layout = layout
-        self._baseline = baseline
-        self.watch = watch
-        self.fault_index = fault_index
-        self.marker = layout.marker_for(fault_index)
-        self._stop = threading.Event()
-        self._lock = threading.Lock()  # disarm() cannot slip between claim and signal
-        self._disarmed = False
-        self._fired = False
-        self.failure: str | None = None  # why the fault did not happen, when we know
+@dataclass(frozen=True)
+class Trigger:
+    """What made a moment come: `iteration` triggered the fault (the marker's), `committed` the
+    tracker's committed iteration when it differs (in-save: the save in flight is `iteration`)."""
 
-    def start(self) -> None:
-        if self.watch in ("after-commit", "in-save"):
-            threading.Thread(target=self._run, name=POLLER_THREAD_NAME, daemon=True).start()
-        elif self.watch == "in-restore":
-            sys.addaudithook(self._audit)
+    iteration: int
+    committed: int | None = None
 
-    def disarm(self) -> None:
-        """Stop for good; waits for an injection in progress (which then ends this process)."""
-        self._stop.set()
-        with self._lock:
-            self._disarmed = True
 
-    def _run(self) -> None:
+class Moment:
+    """One fault moment as the selected worker lives it (harness.faults.FAULT_MOMENTS names them,
+    MOMENTS maps each name to its class): `arm` starts watching (by default a poller thread that
+    runs `wait` and fires what it returns), `wait` blocks until the moment comes (its Trigger) or
+    `stop` is set (None), `at_exit` is called when the entrypoint returned normally. `waits_for`
+    and `during` are its words in the arm line and the injection line. A new moment is one
+    subclass here, which registers itself in MOMENTS (and its row in harness.faults)."""
+
+    name: ClassVar[str]
+    fires_after_disarm: ClassVar[bool] = False  # it comes after the entrypoint returned (disarmed)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:  # a moment registers itself: MOMENTS[cls.name]
+            MOMENTS[cls.name] = cls
+
+    def __init__(self, injector: Injector) -> None:
+        self.injector = injector
+
+    def waits_for(self) -> str:
+        raise NotImplementedError
+
+    def arm(self) -> None:
+        threading.Thread(target=self._poll, name=POLLER_THREAD_NAME, daemon=True).start()
+
+    def wait(self, stop: threading.Event) -> Trigger | None:
+        raise NotImplementedError
+
+    def at_exit(self) -> None:
+        """The entrypoint returned normally (the injector is disarmed)."""
+
+    def during(self, trigger: Trigger) -> str:
+        """What the injection line adds after 'after checkpoint iteration K (baseline B)'."""
+        return ""
+
+    def _poll(self) -> None:
+        inj = self.injector
         try:
-            if self.watch == "in-save":
-                found = watch_in_flight_save(self._layout.checkpoints, self._baseline, self._config.poll_interval,
-                                             self._stop)
-                if found is not None:
-                    self._fire(found.iteration, committed=found.committed)
-                return
-            iteration = watch_tracker(self._layout.tracker, self._baseline, self._config.poll_interval, self._stop)
-            final = self._config.final_iteration
-            if iteration is not None and final is not None and iteration >= final:
-                self.failure = (f"the first checkpoint newer than the baseline {self._baseline} was the final one "
-                                f"(iteration {iteration}, --train-iters {final}): a fault there leaves nothing to "
-                                "recover; use a save interval below the train iterations, or --fault-at last-iteration")
-                log(f"rank {self._config.rank}: not injecting: {self.failure}")
-                return
-            if iteration is not None:
-                self._fire(iteration)
+            trigger = self.wait(inj._stop)
+            if trigger is not None:
+                inj.fire(trigger)
         except BaseException as exc:  # a dead poller must be reported at exit, not lost
-            self.failure = f"the poller thread failed: {exc!r}"
-            log(f"rank {self._config.rank}: {self.failure}")
+            inj.failure = f"the poller thread failed: {exc!r}"
+            log(f"rank {inj.rank}: {inj.failure}")
+
+
+class AfterCommit(Moment):
+    """The first tracker value above the startup baseline (unless it is the final one)."""
+
+    name = "after-commit"
+
+    def waits_for(self) -> str:
+        return f"once {self.injector.layout.tracker} passes iteration {self.injector.baseline}"
+
+    def wait(self, stop: threading.Event) -> Trigger | None:
+        inj = self.injector
+        iteration = watch_tracker(inj.layout.tracker, inj.baseline, inj.config.poll_interval, stop)
+        final = inj.config.final_iteration
+        if iteration is not None and final is not None and iteration >= final:
+            inj.failure = (f"the first checkpoint newer than the baseline {inj.baseline} was the final one "
+                           f"(iteration {iteration}, --train-iters {final}): a fault there leaves nothing to "
+                           "recover; use a save interval below the train iterations, or --fault-at last-iteration")
+            log(f"rank {inj.rank}: not injecting: {inj.failure}")
+            return None
+        return None if iteration is None else Trigger(iteration)
+
+
+class InSave(Moment):
+    """A save in flight above a checkpoint this run committed (find_in_flight_save)."""
+
+    name = "in-save"
+
+    def waits_for(self) -> str:
+        inj = self.injector
+        return (f"once a save above a committed checkpoint newer than {inj.baseline} is in flight in "
+                f"{inj.layout.checkpoints}")
+
+    def wait(self, stop: threading.Event) -> Trigger | None:
+        inj = self.injector
+        found = watch_in_flight_save(inj.layout.checkpoints, inj.baseline, inj.config.poll_interval, stop)
+        return None if found is None else Trigger(found.iteration, committed=found.committed)
+
+    def during(self, trigger: Trigger) -> str:
+        return f", during the async save of iteration {trigger.iteration}"
+
+
+class InRestore(Moment):
+    """The replacement's first read of a file under iter_*/: its load started, no step yet."""
+
+    name = "in-restore"
+
+    def __init__(self, injector: Injector) -> None:
+        super().__init__(injector)
+        self._fired = False
+
+    def waits_for(self) -> str:
+        return f"at the first read under {self.injector.layout.checkpoints}/iter_* (the load)"
+
+    def arm(self) -> None:
+        sys.addaudithook(self._audit)
 
     def _audit(self, event: str, args: tuple) -> None:
-        """in-restore: the first read of a checkpoint file is the load starting (no step yet)."""
-        if event != "open" or self._fired or self._disarmed:
+        inj = self.injector
+        if event != "open" or self._fired or inj.disarmed:
             return
         path, mode = args[0], args[1]
         if not isinstance(path, (str, bytes, os.PathLike)) or (isinstance(mode, str) and any(c in mode for c in "wax+")):
@@ -611,33 +644,97 @@ class Injector:
         if isinstance(args[2], int) and args[2] & (os.O_WRONLY | os.O_RDWR):
             return
         text = os.fsdecode(path)
-        checkpoints = os.fsdecode(os.path.abspath(self._layout.checkpoints))
+        checkpoints = os.fsdecode(os.path.abspath(inj.layout.checkpoints))
         rel = os.path.relpath(os.path.abspath(text), checkpoints)
-        if rel.startswith("..") or _iter_number(rel.split(os.sep, 1)[0]) is None:
+        loading = parse_iter_name(rel.split(os.sep, 1)[0])
+        if rel.startswith("..") or loading is None:
             return
         self._fired = True
-        iteration = read_tracker(self._layout.tracker)
-        self._fire(iteration if iteration is not None else _iter_number(rel.split(os.sep, 1)[0]) or 0)
+        iteration = read_tracker(inj.layout.tracker)
+        inj.fire(Trigger(iteration if iteration is not None else loading))
+
+    def during(self, trigger: Trigger) -> str:
+        return ", while the replacement loads it"
+
+
+class LastIteration(Moment):
+    """The entrypoint returned normally with the final checkpoint committed."""
+
+    name = "last-iteration"
+    fires_after_disarm = True
+
+    def waits_for(self) -> str:
+        return "when the entrypoint ends with the final checkpoint committed"
+
+    def arm(self) -> None:
+        pass  # nothing to watch: at_exit decides
+
+    def at_exit(self) -> None:
+        inj = self.injector
+        final = inj.config.final_iteration
+        committed = read_tracker(inj.layout.tracker)
+        if final is None:
+            inj.failure = "--fault-at last-iteration needs the entrypoint's --train-iters to know the final iteration"
+        elif committed != final:
+            inj.failure = (f"the entrypoint ended with the tracker at {committed}, not at the final iteration {final}: "
+                           "the final checkpoint was not committed")
+        else:
+            inj.fire(Trigger(final))
+            return
+        log(f"rank {inj.rank}: not injecting: {inj.failure}")
+
+    def during(self, trigger: Trigger) -> str:
+        return ", the final one, before the clean exit"
+
+
+
+
+def schedule(fault_at: str) -> tuple[type[Moment], ...]:
+    """The moment of every fault the plan `fault_at` holds, in marker order: schedule[i - 1]
+    is fault i's, which claims layout.marker_for(i) (harness.faults.FaultMoment.moments)."""
+    return tuple(MOMENTS[name] for name in FAULT_MOMENTS[fault_at].moments)
+
+
+class Injector:
+    """The selected rank's fault: its moment waits, then it claims its marker and injects.
+
+    `moment`: the Moment of this fault (schedule(fault_at)[fault_index - 1]); `fault_index`
+    is the planned fault it stands for (its marker)."""
+
+    def __init__(self, config: NemesisConfig, layout: RunLayout, baseline: int, *, watch: str,
+                 fault_index: int = 1) -> None:
+        self.config = config
+        self.layout = layout
+        self.baseline = baseline
+        self.watch = watch
+        self.fault_index = fault_index
+        self.marker = layout.marker_for(fault_index)
+        self.moment = MOMENTS[watch](self)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # disarm() cannot slip between claim and signal
+        self.disarmed = False
+        self.failure: str | None = None  # why the fault did not happen, when we know
+
+    @property
+    def rank(self) -> int:
+        return self.config.rank
+
+    def start(self) -> None:
+        self.moment.arm()
+
+    def disarm(self) -> None:
+        """Stop for good; waits for an injection in progress (which then ends this process)."""
+        self._stop.set()
+        with self._lock:
+            self.disarmed = True
 
     def at_normal_exit(self) -> None:
-        """last-iteration: the entrypoint returned normally; fire if the final checkpoint is committed."""
-        if self.watch != "last-iteration":
-            return
-        final = self._config.final_iteration
-        committed = read_tracker(self._layout.tracker)
-        if final is None:
-            self.failure = "--fault-at last-iteration needs the entrypoint's --train-iters to know the final iteration"
-        elif committed != final:
-            self.failure = (f"the entrypoint ended with the tracker at {committed}, not at the final iteration {final}: "
-                            "the final checkpoint was not committed")
-        else:
-            self._fire(final)
-            return
-        log(f"rank {self._config.rank}: not injecting: {self.failure}")
+        """The entrypoint returned normally: the moment's last word (last-iteration fires here)."""
+        self.moment.at_exit()
 
     def _record(self, iteration: int, committed: int | None, poisoned: str | None,
                 launcher_pid: int | None = None) -> InjectionRecord:
-        config = self._config
+        config = self.config
         return InjectionRecord(
             fault=config.fault,
             signal=FAULT_KINDS[config.fault].signal,
@@ -645,11 +742,11 @@ class Injector:
             local_rank=config.local_rank,
             cycle=config.cycle,
             iteration=iteration,
-            baseline_iteration=self._baseline,
+            baseline_iteration=self.baseline,
             injected_at=utc_now_iso(),
             host=socket.gethostname(),
             pid=os.getpid(),
-            tracker=os.path.abspath(self._layout.tracker),
+            tracker=os.path.abspath(self.layout.tracker),
             launcher_pid=launcher_pid,
             fault_at=self.watch,
             fault_index=self.fault_index,
@@ -657,15 +754,16 @@ class Injector:
             poisoned=poisoned,
         )
 
-    def _fire(self, iteration: int, committed: int | None = None) -> None:
+    def fire(self, trigger: Trigger) -> None:
         with self._lock:
-            if self._disarmed and self.watch != "last-iteration":
+            if self.disarmed and not self.moment.fires_after_disarm:
                 return
-            self._inject(iteration, committed)
+            self._inject(trigger)
 
-    def _inject(self, iteration: int, committed: int | None) -> None:
-        rank, marker = self._config.rank, self.marker
-        kind = FAULT_KINDS[self._config.fault]
+    def _inject(self, trigger: Trigger) -> None:
+        iteration, committed = trigger.iteration, trigger.committed
+        rank, marker = self.rank, self.marker
+        kind = FAULT_KINDS[self.config.fault]
         poisoned = None
         node_pids: list[int] = []
         if kind.injects == NODE:
@@ -677,7 +775,7 @@ class Injector:
                 return
         if kind.damage is not None:
             try:
-                poisoned = str(CHECKPOINT_DAMAGE[kind.damage](checkpoint_iter_dir(self._layout.checkpoints, iteration)))
+                poisoned = str(CHECKPOINT_DAMAGE[kind.damage](checkpoint_iter_dir(self.layout.checkpoints, iteration)))
             except OSError as exc:
                 self.failure = f"poisoning checkpoint {iteration} failed: {exc}"
                 log(f"rank {rank}: not injecting: {self.failure}")
@@ -694,20 +792,18 @@ class Injector:
             return
         if kind.injects == NODE:
             log(f"rank {rank} losing its node {socket.gethostname()} after checkpoint iteration {iteration} "
-                f"(baseline {self._baseline}): {kind.signal} of launcher {node_pids[0]} and its "
+                f"(baseline {self.baseline}): {kind.signal} of launcher {node_pids[0]} and its "
                 f"{len(node_pids) - 1} descendant(s)")
             kill_node(node_pids)
             return
         # One prefix for every moment (history reads it): the committed checkpoint the fault came after.
         after = committed if committed is not None else iteration
-        what = {"in-save": f", during the async save of iteration {iteration}",
-                "in-restore": ", while the replacement loads it",
-                "last-iteration": ", the final one, before the clean exit"}.get(self.watch, "")
+        what = self.moment.during(trigger)
         verb = "corrupted" if kind.damage == FLIP_DISTCP else "truncated"
         extra = f", {verb} {poisoned}" if poisoned else ""
         how = kind.signal if kind.injects == SIGNAL else kind.name
         # In-process kinds: the line comes first, a native crash or a held GIL leaves no chance afterwards.
-        log(f"rank {rank} injecting {how} after checkpoint iteration {after} (baseline {self._baseline}){what}{extra}")
+        log(f"rank {rank} injecting {how} after checkpoint iteration {after} (baseline {self.baseline}){what}{extra}")
         if kind.injects == IN_PROCESS:
             try:
                 IN_PROCESS_ACTIONS[kind.name]()
@@ -807,7 +903,8 @@ def arm(config: NemesisConfig) -> Injector | None:
     assert layout is not None  # parse_command_line guarantees it when a fault is requested
     if not layout.root.is_dir():
         raise NemesisError(f"run directory {layout.root} does not exist: create it (nvrx-qual does) or fix --run-dir")
-    planned = FAULT_MOMENTS[config.fault_at].faults
+    plan = schedule(config.fault_at)
+    planned = len(plan)
     index = None
     for i in range(1, planned + 1):
         path = layout.marker_for(i)
@@ -819,16 +916,12 @@ def arm(config: NemesisConfig) -> Injector | None:
         log(f"rank {config.rank}: marker {layout.marker_for(planned)} exists (fault injected in an earlier cycle); "
             f"not injecting again: every planned fault was injected")
         return None
-    # Fault 1 of a two-fault plan is the after-commit one; the plan's own moment is its last fault.
-    watch = config.fault_at if index == planned else DEFAULT_FAULT_AT
+    # The schedule's index is the marker number: the first unclaimed marker is this cycle's fault.
+    watch = plan[index - 1].name
     baseline = read_baseline(layout.tracker)
-    what = {"after-commit": f"once {layout.tracker} passes iteration {baseline}",
-            "in-save": f"once a save above a committed checkpoint newer than {baseline} is in flight in {layout.checkpoints}",
-            "in-restore": f"at the first read under {layout.checkpoints}/iter_* (the load)",
-            "last-iteration": "when the entrypoint ends with the final checkpoint committed"}[watch]
-    log(f"rank {config.rank} armed: {config.fault} (fault {index} of {planned}, {watch}) {what} "
-        f"(poll every {config.poll_interval:g} s)")
     injector = Injector(config, layout, baseline, watch=watch, fault_index=index)
+    log(f"rank {config.rank} armed: {config.fault} (fault {index} of {planned}, {watch}) {injector.moment.waits_for()} "
+        f"(poll every {config.poll_interval:g} s)")
     injector.start()
     return injector
 

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness import __version__, atomic, baseline, safeio
-from harness.layout import CLAIM_NAME, RunLayout
+from harness.layout import CLAIM_NAME, RunLayout, marker_index
 from harness.plan import Plan
 from harness.spec import SpecError, leftovers_problem
 from harness.workloads import megatron_version
@@ -131,7 +131,12 @@ def _check_fresh(layout: RunLayout) -> None:
         if not earlier.get("dry_run"):
             raise SpecError([f"run directory {layout.root} already holds run.json of a planned run: "
                              "use a new NVRX_RUN_ID for every test; old runs are never overwritten"])
-    for path, what in ((layout.marker, "an injection marker"), (layout.launch_json, "launch.json of a launched run")):
+    try:  # every planned fault's marker (fault_injected.json, fault_injected.2.json, ...), not only the first
+        markers = sorted(layout.root / e.name for e in os.scandir(layout.root) if marker_index(e.name) is not None)
+    except OSError:
+        markers = []
+    for path, what in ((layout.marker, "an injection marker"), *((m, "an injection marker") for m in markers),
+                       (layout.launch_json, "launch.json of a launched run")):
         if os.path.lexists(path):
             raise SpecError([f"run directory {layout.root} already holds {what} ({path.name}): use a new "
                              "NVRX_RUN_ID for every run; old runs are never overwritten"])

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from harness import plan as planmod
 from harness import ports
+from harness.layout import MARKER_NAME
 from harness.spec import SpecError
 
 
@@ -164,8 +165,8 @@ def render(p: planmod.Plan, opts: SbatchOptions, verify_python: list[str]) -> st
         "",
         f"RUN_DIR={run_dir}",
         "# Every test needs a fresh run ID: the marker stops replacement workers from injecting again.",
-        'if [ -e "$RUN_DIR/fault_injected.json" ]; then',
-        '  echo "nvrx-qual: $RUN_DIR already holds fault_injected.json: plan a new run ID" >&2',
+        f'if [ -e "$RUN_DIR/{MARKER_NAME}" ]; then',
+        f'  echo "nvrx-qual: $RUN_DIR already holds {MARKER_NAME}: plan a new run ID" >&2',
         "  exit 2",
         "fi",
         "",

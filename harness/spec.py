@@ -20,9 +20,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from harness import safeio, topology
-from harness.faults import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, WORKLOAD_MOMENTS  # noqa: F401 (re-exported)
-from harness.layout import FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_NAME, RunLayout, is_valid_run_id, parse_tracker
+from harness import topology
+from harness.faults import (DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS,  # noqa: F401 (re-exported)
+                            WORKLOAD_MOMENTS)
+from harness.layout import (FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_ABSENT, TRACKER_EMPTY, TRACKER_NAME,
+                            TRACKER_UNREADABLE, RunLayout, is_valid_run_id, parse_iter_name, read_tracker_file)
 
 WORKLOADS = ("megatron", "megatron-cpu", "reference")
 
@@ -37,6 +39,35 @@ class SpecError(ValueError):
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
 
+
+# Deadline profiles: the ft_launcher deadlines of a run, chosen by name (--deadline-profile);
+# an explicit --section-timeouts / --out-of-section-timeout / --workload-check-interval wins
+# and makes the profile "custom". run.json, verdict.json and report.md name the one that ran.
+# - walkthrough: the NVRx walkthrough's deadlines (the Megatron default);
+# - short: GPU qualification inside minutes; a hang is detected 60-61 s after the stop whichever
+#   section it lands in (setup stays long: Megatron's start on a cold node can take minutes);
+# - reference: the CPU reference workload's (hang detection = 10 s + one check interval);
+# - megatron-cpu: Megatron's own loop on CPU; setup covers Megatron's init and, on a restart,
+#   the load (about 12 s on an idle 2-core machine).
+# Step, checkpointing and out-of-section deadlines are equal in short and reference, so the
+# stopped rank's own monitor fires about when its blocked peers' do; replacement_cycle does
+# not depend on that (a peer's timeout counts when the marker proves which rank was stopped).
+DEADLINE_PROFILES: dict[str, dict[str, Any]] = {
+    "walkthrough": dict(section_timeouts=(("setup", 900.0), ("step", 120.0), ("checkpointing", 600.0)),
+                        out_of_section_timeout=180.0, workload_check_interval=None),
+    "short": dict(section_timeouts=(("setup", 600.0), ("step", 60.0), ("checkpointing", 60.0)),
+                  out_of_section_timeout=60.0, workload_check_interval=1.0),
+    "reference": dict(section_timeouts=(("setup", 60.0), ("step", 10.0), ("checkpointing", 10.0)),
+                      out_of_section_timeout=10.0, workload_check_interval=1.0),
+    "megatron-cpu": dict(section_timeouts=(("setup", 90.0), ("step", 15.0), ("checkpointing", 15.0)),
+                         out_of_section_timeout=15.0, workload_check_interval=1.0),
+}
+# The deadlines a RunSpec has when nothing chose others (Megatron's default): the numbers are
+# stated once, in DEADLINE_PROFILES; RunSpec's defaults, the --section-timeouts example, the
+# --help texts (profile_text) and pytest's --deadline-profile help are derived from them, and
+# test_knobs.py holds docs/usage.md's table to them.
+DEFAULT_DEADLINE_PROFILE = "walkthrough"
+_DEFAULT_DEADLINES = DEADLINE_PROFILES[DEFAULT_DEADLINE_PROFILE]
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -73,11 +104,11 @@ class RunSpec:
     checkpoint_dir: Path | None = None
     rdzv_endpoint: str | None = None
     dry_run: bool = False
-    section_timeouts: tuple[tuple[str, float], ...] = (("setup", 900.0), ("step", 120.0), ("checkpointing", 600.0))
-    out_of_section_timeout: float = 180.0
+    section_timeouts: tuple[tuple[str, float], ...] = _DEFAULT_DEADLINES["section_timeouts"]
+    out_of_section_timeout: float = _DEFAULT_DEADLINES["out_of_section_timeout"]
     max_restarts: int = 2
     monitor_interval: float | None = None
-    workload_check_interval: float | None = None
+    workload_check_interval: float | None = _DEFAULT_DEADLINES["workload_check_interval"]
     poll_interval: float | None = None  # nemesis tracker poll; None: its default
     step_time_ms: int | None = None  # reference workload only
     nvrx_version: str | None = None  # declared; None: detect the installed one
@@ -86,7 +117,7 @@ class RunSpec:
     gpu_arch: str | None = None
     transformer_engine: bool = True
     apex: bool = False  # apex with the CUDA extensions Megatron's fused paths import
-    deadline_profile: str = "walkthrough"  # DEADLINE_PROFILES name, or "custom" when a deadline was overridden
+    deadline_profile: str = DEFAULT_DEADLINE_PROFILE  # DEADLINE_PROFILES name, or "custom" when a deadline was overridden
     distributed_optimizer: bool = True  # Megatron workloads: --use-distributed-optimizer
     baseline: str = "none"  # auto | none | the run directory of an uninterrupted run (harness.baseline)
     uv: bool = False
@@ -133,28 +164,6 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-# Deadline profiles: the ft_launcher deadlines of a run, chosen by name (--deadline-profile);
-# an explicit --section-timeouts / --out-of-section-timeout / --workload-check-interval wins
-# and makes the profile "custom". run.json, verdict.json and report.md name the one that ran.
-# - walkthrough: the NVRx walkthrough's deadlines (the Megatron default);
-# - short: GPU qualification inside minutes; a hang is detected 60-61 s after the stop whichever
-#   section it lands in (setup stays long: Megatron's start on a cold node can take minutes);
-# - reference: the CPU reference workload's (hang detection = 10 s + one check interval);
-# - megatron-cpu: Megatron's own loop on CPU; setup covers Megatron's init and, on a restart,
-#   the load (about 12 s on an idle 2-core machine).
-# Step, checkpointing and out-of-section deadlines are equal in short and reference, so the
-# stopped rank's own monitor fires about when its blocked peers' do; replacement_cycle does
-# not depend on that (a peer's timeout counts when the marker proves which rank was stopped).
-DEADLINE_PROFILES: dict[str, dict[str, Any]] = {
-    "walkthrough": dict(section_timeouts=(("setup", 900.0), ("step", 120.0), ("checkpointing", 600.0)),
-                        out_of_section_timeout=180.0, workload_check_interval=None),
-    "short": dict(section_timeouts=(("setup", 600.0), ("step", 60.0), ("checkpointing", 60.0)),
-                  out_of_section_timeout=60.0, workload_check_interval=1.0),
-    "reference": dict(section_timeouts=(("setup", 60.0), ("step", 10.0), ("checkpointing", 10.0)),
-                      out_of_section_timeout=10.0, workload_check_interval=1.0),
-    "megatron-cpu": dict(section_timeouts=(("setup", 90.0), ("step", 15.0), ("checkpointing", 15.0)),
-                         out_of_section_timeout=15.0, workload_check_interval=1.0),
-}
 DEADLINE_PROFILE_USE = {
     "walkthrough": "the NVRx walkthrough's, Megatron's default",
     "short": "a GPU qualification inside minutes",
@@ -163,10 +172,15 @@ DEADLINE_PROFILE_USE = {
 }
 
 
+def sections_text(name: str) -> str:
+    """A profile's section deadlines as --section-timeouts takes them: 'setup:900,step:120,...'."""
+    return ",".join(f"{s}:{_num(v)}" for s, v in DEADLINE_PROFILES[name]["section_timeouts"])
+
+
 def profile_text(name: str) -> str:
     """One profile's deadlines in words, for --help and the docs: 'setup:60,step:10,... ; use'."""
     p = DEADLINE_PROFILES[name]
-    sections = ",".join(f"{s}:{_num(v)}" for s, v in p["section_timeouts"])
+    sections = sections_text(name)
     check = p["workload_check_interval"]
     check_text = "NVRx's check interval" if check is None else f"check interval {_num(check)}"
     use = DEADLINE_PROFILE_USE.get(name)
@@ -183,7 +197,7 @@ MEGATRON_CPU_INSTALL = "tools/install-megatron-cpu.sh"
 # Workload defaults. Megatron: the seed's default run. Reference: the CPU workload, sized to
 # finish kill + hang + none in a few minutes on two cores.
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "megatron": dict(deadline_profile="walkthrough"),
+    "megatron": dict(deadline_profile=DEFAULT_DEADLINE_PROFILE),
     "reference": dict(
         gpus_per_node=2, num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=256,
         train_iters=30, save_interval=5, deadline_profile="reference", monitor_interval=0.3, step_time_ms=100,
@@ -273,23 +287,132 @@ class Knob:
     env: str | None = None
     fix: str = ""  # what a valid value looks like, for the error message
     group: str = ""  # its --help group (HELP_GROUPS); empty: the group HELP_GROUPS lists it in
+    # Its constraints once parsed, beside its declaration: the problems of a whole RunSpec that
+    # this knob's value causes (it may read the other fields it depends on), for validate().
+    check: Callable[[RunSpec], list[str]] | None = None
+
+
+# ---- the knobs' constraints (Knob.check), used by validate() in the order of KNOBS
+
+
+def _at_least(low: int, name: str, field: str, *, word: str = "", why: str = "") -> Callable[[RunSpec], list[str]]:
+    word = word or f"{low} or more"
+
+    def check(spec: RunSpec) -> list[str]:
+        value = getattr(spec, field)
+        return [f"{name}={value} must be {word}{why}"] if value is not None and value < low else []
+    return check
+
+
+def _seconds(name: str, field: str) -> Callable[[RunSpec], list[str]]:
+    """Timeouts and intervals that the launcher, the rank monitors or the nemesis would choke on
+    (nan, inf, 1e308, zero or negative): refused here, not in the workers."""
+    def check(spec: RunSpec) -> list[str]:
+        value = getattr(spec, field)
+        values = [(f"{name} {n}", v) for n, v in value] if field == "section_timeouts" else [(name, value)]
+        return [f"{n}={v!r} must be a number of seconds above 0 and at most {MAX_SECONDS:g}"
+                for n, v in values if v is not None and not seconds_ok(v)]
+    return check
+
+
+def _check_workload(spec: RunSpec) -> list[str]:
+    problems = topology.problems(spec.topology, spec.num_layers, spec.num_attention_heads)
+    if spec.workload in ("megatron", "megatron-cpu"):
+        problems += topology.megatron_problems(spec.cp, spec.hidden_size, spec.num_attention_heads, spec.seq_length,
+                                               spec.transformer_engine)
+    return problems
+
+
+def _check_megatron_path(spec: RunSpec) -> list[str]:
+    if spec.workload != "megatron":
+        return []
+    if spec.megatron_path is None:
+        return ["MEGATRON_PATH is not set: point it at a Megatron-LM checkout "
+                "(or use --workload reference for the CPU reference run)"]
+    if not (spec.megatron_path / "pretrain_gpt.py").is_file():
+        return [f"MEGATRON_PATH={spec.megatron_path} has no pretrain_gpt.py: "
+                "point it at the root of a Megatron-LM checkout"]
+    return []
+
+
+def _check_megatron_cpu_dir(spec: RunSpec) -> list[str]:
+    return megatron_cpu_problems(spec) if spec.workload == "megatron-cpu" else []
+
+
+def _check_fault(spec: RunSpec) -> list[str]:
+    problems = []
+    if spec.fault == "node":
+        if spec.nnodes < 2:
+            problems.append(f"--fault node with NNODES={spec.nnodes}: losing the only node ends the job; "
+                            "use --nnodes 2 or more")
+        elif 0 <= spec.fault_rank < spec.world and spec.fault_rank // spec.gpus_per_node == 0:
+            problems.append(f"--fault node on rank {spec.fault_rank} would lose node 0, which hosts the rendezvous "
+                            "store every launcher depends on: choose a rank on another node, e.g. "
+                            f"NVRX_FAULT_RANK={spec.gpus_per_node}")
+    return problems + fault_problems(spec)
+
+
+def _check_fault_rank(spec: RunSpec) -> list[str]:
+    if spec.fault == "none" or 0 <= spec.fault_rank < spec.world:
+        return []
+    hint = "with one GPU set NVRX_FAULT_RANK=0" if spec.world == 1 else f"choose a rank in 0..{spec.world - 1}"
+    return [f"NVRX_FAULT_RANK={spec.fault_rank} is outside the active world of {spec.world} rank(s): {hint}"]
+
+
+def _check_rdzv_join_timeout(spec: RunSpec) -> list[str]:
+    value = spec.rdzv_join_timeout
+    return [f"--rdzv-join-timeout={value} must be a positive number of seconds"] if (
+        value is not None and not (0 < value < 1e6)) else []
+
+
+def _check_local_nodes(spec: RunSpec) -> list[str]:
+    return (["--local-nodes 1 starts one launcher per node on this machine: use --nnodes 2 or more"]
+            if spec.local_nodes and spec.nnodes + spec.hot_spares < 2 else [])
+
+
+def _check_rdzv_endpoint(spec: RunSpec) -> list[str]:
+    return ([f"RDZV_ENDPOINT={spec.rdzv_endpoint!r} is not HOST:PORT: use e.g. node001:29400"]
+            if spec.rdzv_endpoint and not _valid_endpoint(spec.rdzv_endpoint) else [])
+
+
+def _check_max_restarts(spec: RunSpec) -> list[str]:
+    if spec.max_restarts < 0:
+        return [f"--max-restarts={spec.max_restarts} must be 0 or more"]
+    if spec.fault != "none" and spec.max_restarts < 1:
+        return [f"--max-restarts={spec.max_restarts} leaves no restart to recover from the {spec.fault} fault: "
+                "use 1 or more"]
+    return []
+
+
+def _check_save_delay_ms(spec: RunSpec) -> list[str]:
+    if spec.save_delay_ms is not None and spec.save_delay_ms < 0:
+        return [f"--save-delay-ms={spec.save_delay_ms} must be 0 or more"]
+    if spec.save_delay_ms and spec.workload != "reference":
+        return ["--save-delay-ms is a knob of the reference workload only: drop it"]
+    return []
+
+
+def knob_problems(spec: RunSpec) -> list[str]:
+    """Every knob's own constraints (Knob.check), in the order of KNOBS."""
+    return [problem for knob in KNOBS if knob.check is not None for problem in knob.check(spec)]
 
 
 KNOBS: tuple[Knob, ...] = (
     Knob("workload", "--workload", _parse_choice(WORKLOADS),
          "megatron (GPU), megatron-cpu (Megatron's own loop on CPU) or reference (CPU, no GPU needed)",
-         "NVRX_QUAL_WORKLOAD", "megatron, megatron-cpu or reference"),
-    Knob("megatron_path", "--megatron-path", Path, "Megatron-LM checkout holding pretrain_gpt.py", "MEGATRON_PATH"),
+         "NVRX_QUAL_WORKLOAD", "megatron, megatron-cpu or reference", check=_check_workload),
+    Knob("megatron_path", "--megatron-path", Path, "Megatron-LM checkout holding pretrain_gpt.py", "MEGATRON_PATH",
+         check=_check_megatron_path),
     Knob("megatron_cpu_dir", "--megatron-cpu-dir", Path,
          f"megatron-cpu: the directory {MEGATRON_CPU_INSTALL} installed (default: {MEGATRON_CPU_DEFAULT_DIR})",
-         "NVRX_QUAL_MEGATRON_CPU_DIR"),
+         "NVRX_QUAL_MEGATRON_CPU_DIR", check=_check_megatron_cpu_dir),
     Knob("work_dir", "--work-dir", Path, "runs go to WORK_DIR/runs/RUN_ID (default: current directory)",
          "NVRX_WORK_DIR"),
     Knob("run_id", "--run-id", str, "fresh ID for every test (default: generated)", "NVRX_RUN_ID"),
     Knob("nnodes", "--nnodes", _parse_nnodes,
          "number of nodes, or MIN:MAX: start MAX, and after losing nodes (with no standby left) go on with as few as "
          "MIN (the launcher's elastic --nnodes MIN:MAX; the world size shrinks with them)", "NNODES",
-         "a positive integer, or MIN:MAX such as 1:2"),
+         "a positive integer, or MIN:MAX such as 1:2", check=lambda spec: shrink_problems(spec)),
     Knob("gpus_per_node", "--gpus-per-node", _parse_int, "GPUs (ranks) per node", "GPUS_PER_NODE",
          "a positive integer"),
     Knob("tp", "--tp", _parse_int, "tensor parallel size", "TP", "a positive integer"),
@@ -303,30 +426,31 @@ KNOBS: tuple[Knob, ...] = (
     Knob("micro_batch_size", "--micro-batch-size", _parse_int, "micro batch size", None, "a positive integer"),
     Knob("global_batch_size", "--global-batch-size", _parse_int, "global batch (default: active GPU count)", None,
          "a positive integer"),
-    Knob("train_iters", "--train-iters", _parse_int, "final iteration", "TRAIN_ITERS", "a positive integer"),
+    Knob("train_iters", "--train-iters", _parse_int, "final iteration", "TRAIN_ITERS", "a positive integer",
+         check=_at_least(1, "TRAIN_ITERS", "train_iters", word="a positive integer")),
     Knob("save_interval", "--save-interval", _parse_int, "checkpoint every N iterations", "SAVE_INTERVAL",
-         "a positive integer"),
+         "a positive integer", check=_at_least(1, "save interval", "save_interval", word="a positive integer")),
     Knob("fault", "--fault", _parse_choice(FAULTS),
          "; ".join(f"{k.name}: {k.help}" for k in FAULT_KINDS.values()) + "; none: no fault", "NVRX_DEMO_FAULT",
-         ", ".join(FAULTS)),
+         ", ".join(FAULTS), check=_check_fault),
     Knob("fault_at", "--fault-at", _parse_choice(tuple(FAULT_MOMENTS)),
          "; ".join(f"{m.name}: {m.help}" for m in FAULT_MOMENTS.values()), "NVRX_FAULT_AT",
          ", ".join(FAULT_MOMENTS)),
     Knob("fault_rank", "--fault-rank", _parse_int, "global rank that injects the fault", "NVRX_FAULT_RANK",
-         "a rank number such as 0 or 1"),
+         "a rank number such as 0 or 1", check=_check_fault_rank),
     Knob("hot_spares", "--hot-spares", _parse_int,
          "extra launchers (nodes) that join as standby and replace a lost node (launcher --nnodes N:N+H)", None,
-         "0 or a positive integer"),
+         "0 or a positive integer", check=_at_least(0, "--hot-spares", "hot_spares")),
     Knob("rdzv_join_timeout", "--rdzv-join-timeout", _parse_float,
          "seconds a launcher waits for enough nodes to rejoin the rendezvous (default: NVRx's)", None,
-         "a number of seconds"),
+         "a number of seconds", check=_check_rdzv_join_timeout),
     Knob("local_nodes", "--local-nodes", parse_bool,
          "1: start every node's launcher (NNODES + hot spares) on this machine, without Slurm, to test multi-node "
-         "recovery such as node loss", None, "1 or 0"),
+         "recovery such as node loss", None, "1 or 0", check=_check_local_nodes),
     Knob("checkpoint_dir", "--checkpoint-dir", Path, "existing checkpoint dir to resume into (default: the run's)",
          "NVRX_CHECKPOINT_DIR"),
     Knob("rdzv_endpoint", "--rdzv-endpoint", str, "HOST:PORT every node reaches (needed with NNODES>1)",
-         "RDZV_ENDPOINT"),
+         "RDZV_ENDPOINT", check=_check_rdzv_endpoint),
     Knob("dry_run", "--dry-run", parse_bool, "validate, create the run directory and print the exact commands; "
          "launch nothing (a flag; --dry-run 1 / 0 work too)", "NVRX_DRY_RUN", "1 or 0"),
     Knob("deadline_profile", "--deadline-profile", _parse_choice(tuple(DEADLINE_PROFILES)),
@@ -335,25 +459,30 @@ KNOBS: tuple[Knob, ...] = (
          "NVRX_DEADLINE_PROFILE", ", ".join(DEADLINE_PROFILES)),
     Knob("section_timeouts", "--section-timeouts", parse_section_timeouts,
          "ft_launcher section deadlines, seconds (overrides the profile's)", None,
-         "setup:900,step:120,checkpointing:600"),
+         sections_text(DEFAULT_DEADLINE_PROFILE), check=_seconds("--section-timeouts", "section_timeouts")),
     Knob("out_of_section_timeout", "--out-of-section-timeout", _parse_float, "seconds out of any section", None,
-         "a number of seconds"),
+         "a number of seconds", check=_seconds("--out-of-section-timeout", "out_of_section_timeout")),
     Knob("max_restarts", "--max-restarts", _parse_int, "worker-group restarts the launcher may do", None,
-         "a non-negative integer"),
+         "a non-negative integer", check=_check_max_restarts),
     Knob("max_no_progress_cycles", "--max-no-progress-cycles", _parse_int,
          "NVRx >= 0.7: cycles without checkpoint progress before the launcher stops the job with exit 93 "
-         "(--ft-max-no-progress-cycles; default: NVRx's 3)", None, "a positive integer"),
+         "(--ft-max-no-progress-cycles; default: NVRx's 3)", None, "a positive integer",
+         check=_at_least(1, "--max-no-progress-cycles", "max_no_progress_cycles",
+                         why=" (the suite never disables NVRx's progress tracker)")),
     Knob("monitor_interval", "--monitor-interval", _parse_float, "launcher monitor interval, seconds", None,
-         "a number of seconds"),
+         "a number of seconds", check=_seconds("--monitor-interval", "monitor_interval")),
     Knob("workload_check_interval", "--workload-check-interval", _parse_float,
-         "rank monitor check interval, seconds", None, "a number of seconds"),
+         "rank monitor check interval, seconds", None, "a number of seconds",
+         check=_seconds("--workload-check-interval", "workload_check_interval")),
     Knob("poll_interval", "--poll-interval", _parse_float, "nemesis tracker poll interval, seconds",
-         "NVRX_POLL_INTERVAL", "a number of seconds"),
+         "NVRX_POLL_INTERVAL", "a number of seconds",
+         check=_seconds("--poll-interval / NVRX_POLL_INTERVAL", "poll_interval")),
     Knob("step_time_ms", "--step-time-ms", _parse_int, "reference workload: minimum step time", None,
          "a non-negative integer"),
     Knob("save_delay_ms", "--save-delay-ms", _parse_int,
          "reference workload: hold every async save open this long before its metadata is written, so a fault "
-         "can land inside it (default: 400 with --fault-at in-save, else none)", None, "a non-negative integer"),
+         "can land inside it (default: 400 with --fault-at in-save, else none)", None, "a non-negative integer",
+         check=_check_save_delay_ms),
     Knob("nvrx_version", "--nvrx-version", str, "NVRx version the commands are for (default: installed)",
          "NVRX_VERSION", "e.g. 0.7.0"),
     Knob("nvrx_path", "--nvrx-path", _parse_optional_path,
@@ -514,13 +643,6 @@ def fault_problems(spec: RunSpec) -> list[str]:
         problems.append(f"--fault-at in-save hits the save after the first committed one: TRAIN_ITERS="
                         f"{spec.train_iters} must exceed 2 x save interval {spec.save_interval}; set TRAIN_ITERS="
                         f"{2 * spec.save_interval + 1} or more")
-    if spec.save_delay_ms is not None and spec.save_delay_ms < 0:
-        problems.append(f"--save-delay-ms={spec.save_delay_ms} must be 0 or more")
-    if spec.save_delay_ms and spec.workload != "reference":
-        problems.append("--save-delay-ms is a knob of the reference workload only: drop it")
-    if spec.max_no_progress_cycles is not None and spec.max_no_progress_cycles < 1:
-        problems.append(f"--max-no-progress-cycles={spec.max_no_progress_cycles} must be 1 or more (the suite never "
-                        "disables NVRx's progress tracker)")
     return problems
 
 
@@ -574,36 +696,23 @@ def _nearest_existing(path: Path) -> Path:
 
 def read_tracker(path: Path) -> int | None:
     """Megatron's tracker as the seed reads it: absent -> None (fresh run). Raises SpecError otherwise."""
-    try:
-        text = safeio.read_text(path, limit=4096, errors="strict")  # never a FIFO, a device or a link
-    except FileNotFoundError:
+    read = read_tracker_file(path)  # never a FIFO, a device or a link
+    if read.state == TRACKER_ABSENT:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([f"tracker {path} is unreadable ({exc}): fix its permissions or restore it; "
-                         "an unreadable tracker is never treated as iteration 0"]) from exc
-    if not text.strip():
+    if read.state == TRACKER_UNREADABLE:
+        raise SpecError([f"tracker {path} is unreadable ({read.error}): fix its permissions or restore it; "
+                         "an unreadable tracker is never treated as iteration 0"])
+    if read.state == TRACKER_EMPTY:
         raise SpecError([f"tracker {path} is empty: restore the iteration number, or use a fresh checkpoint dir; "
                          "only an absent tracker means a fresh run"])
-    value = parse_tracker(text)  # what the nemesis accepts in the workers: "+7" is not
-    if value is None:
-        raise SpecError([f"tracker {path} holds {text.strip()[:40]!r}, not an iteration number (bare digits): restore "
-                         "it, or use a fresh checkpoint dir"])
-    return value
+    if read.value is None:  # what the nemesis accepts in the workers: "+7" is not
+        raise SpecError([f"tracker {path} holds {(read.text or '').strip()[:40]!r}, not an iteration number (bare "
+                         "digits): restore it, or use a fresh checkpoint dir"])
+    return read.value
 
 
 MAX_RUN_ID_LEN = 128
 MAX_SECONDS = 7 * 24 * 3600.0  # any timeout or interval of a qualification run is far below a week
-
-
-def seconds_problems(spec: RunSpec) -> list[str]:
-    """Timeouts and intervals that the launcher, the rank monitors or the nemesis would choke on
-    (nan, inf, 1e308, zero or negative): refused here, not in the workers."""
-    values = [(f"--section-timeouts {name}", sec) for name, sec in spec.section_timeouts]
-    values += [("--out-of-section-timeout", spec.out_of_section_timeout), ("--monitor-interval", spec.monitor_interval),
-               ("--workload-check-interval", spec.workload_check_interval),
-               ("--poll-interval / NVRX_POLL_INTERVAL", spec.poll_interval)]
-    return [f"{name}={value!r} must be a number of seconds above 0 and at most {MAX_SECONDS:g}"
-            for name, value in values if value is not None and not seconds_ok(value)]
 
 
 def seconds_ok(value: object) -> bool:
@@ -618,9 +727,9 @@ def iterations_after(checkpoint_dir: Path, iteration: int) -> list[tuple[int, st
     try:
         with os.scandir(checkpoint_dir) as entries:
             for entry in entries:
-                name = entry.name
-                if name.startswith("iter_") and name[5:].isascii() and name[5:].isdigit() and int(name[5:]) > iteration:
-                    found.append((int(name[5:]), name))
+                number = parse_iter_name(entry.name)
+                if number is not None and number > iteration:
+                    found.append((number, entry.name))
     except OSError:
         return []
     return sorted(found)
@@ -664,52 +773,7 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
         problems.append(f"NVRX_WORK_DIR={spec.work_dir}: {blocker} is not a directory: point NVRX_WORK_DIR / "
                         "--work-dir at a directory (it is created when missing)")
 
-    problems += topology.problems(spec.topology, spec.num_layers, spec.num_attention_heads)
-    if spec.workload in ("megatron", "megatron-cpu"):
-        problems += topology.megatron_problems(spec.cp, spec.hidden_size, spec.num_attention_heads, spec.seq_length,
-                                               spec.transformer_engine)
-    if spec.fault != "none":
-        if not 0 <= spec.fault_rank < spec.world:
-            if spec.world == 1:
-                hint = "with one GPU set NVRX_FAULT_RANK=0"
-            else:
-                hint = f"choose a rank in 0..{spec.world - 1}"
-            problems.append(f"NVRX_FAULT_RANK={spec.fault_rank} is outside the active world of {spec.world} "
-                            f"rank(s): {hint}")
-    if spec.rdzv_join_timeout is not None and not (0 < spec.rdzv_join_timeout < 1e6):
-        problems.append(f"--rdzv-join-timeout={spec.rdzv_join_timeout} must be a positive number of seconds")
-    if spec.hot_spares < 0:
-        problems.append(f"--hot-spares={spec.hot_spares} must be 0 or more")
-    problems += shrink_problems(spec)
-    if spec.fault == "node":
-        if spec.nnodes < 2:
-            problems.append(f"--fault node with NNODES={spec.nnodes}: losing the only node ends the job; "
-                            "use --nnodes 2 or more")
-        elif 0 <= spec.fault_rank < spec.world and spec.fault_rank // spec.gpus_per_node == 0:
-            problems.append(f"--fault node on rank {spec.fault_rank} would lose node 0, which hosts the rendezvous "
-                            "store every launcher depends on: choose a rank on another node, e.g. "
-                            f"NVRX_FAULT_RANK={spec.gpus_per_node}")
-    problems += fault_problems(spec)
-    for name, value in (("TRAIN_ITERS", spec.train_iters), ("save interval", spec.save_interval)):
-        if value < 1:
-            problems.append(f"{name}={value} must be a positive integer")
-    problems += seconds_problems(spec)
-    if spec.max_restarts < 0:
-        problems.append(f"--max-restarts={spec.max_restarts} must be 0 or more")
-    if spec.fault != "none" and spec.max_restarts < 1:
-        problems.append(f"--max-restarts={spec.max_restarts} leaves no restart to recover from the {spec.fault} "
-                        "fault: use 1 or more")
-
-    if spec.workload == "megatron":
-        if spec.megatron_path is None:
-            problems.append("MEGATRON_PATH is not set: point it at a Megatron-LM checkout "
-                            "(or use --workload reference for the CPU reference run)")
-        elif not (spec.megatron_path / "pretrain_gpt.py").is_file():
-            problems.append(f"MEGATRON_PATH={spec.megatron_path} has no pretrain_gpt.py: "
-                            "point it at the root of a Megatron-LM checkout")
-
-    if spec.workload == "megatron-cpu":
-        problems += megatron_cpu_problems(spec)
+    problems += knob_problems(spec)  # every knob's own constraints, declared beside it in KNOBS
 
     restored = 0
     if spec.checkpoint_dir is not None:
@@ -744,8 +808,6 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
                         f"TRAIN_ITERS={spec.train_iters} must exceed the restored iteration {restored} by at least "
                         f"two save intervals (2 x {spec.save_interval}): set TRAIN_ITERS={need} or more")
 
-    if spec.local_nodes and spec.nnodes + spec.hot_spares < 2:
-        problems.append("--local-nodes 1 starts one launcher per node on this machine: use --nnodes 2 or more")
     if spec.nnodes > 1 and not spec.local_nodes:
         if needs_endpoint and not spec.rdzv_endpoint:
             problems.append(f"NNODES={spec.nnodes} needs RDZV_ENDPOINT, a HOST:PORT every node reaches: inside the "
@@ -757,9 +819,6 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
                     problem = _node_local(name, path, spec.nnodes, probe)
                     if problem:
                         problems.append(problem)
-    if spec.rdzv_endpoint and not _valid_endpoint(spec.rdzv_endpoint):
-        problems.append(f"RDZV_ENDPOINT={spec.rdzv_endpoint!r} is not HOST:PORT: use e.g. node001:29400")
-
     if problems:
         raise SpecError(problems)
     return restored

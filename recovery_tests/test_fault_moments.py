@@ -274,3 +274,54 @@ def test_triage_of_a_two_fault_run_names_the_second_marker(tmp_path: Path) -> No
                                                              second_marker=True, moment="in-restore"))
     found = diagnose(built.run_dir)
     assert "this is the fault the harness injected (fault_injected.2.json: SIGKILL)" in found.summary, found.summary
+
+
+# ---------------------------------------------------------------- the nemesis's moments: one class each
+
+
+def test_every_moment_of_the_vocabulary_has_its_class_in_the_nemesis() -> None:
+    assert set(nemesis.MOMENTS) == set(faults.FAULT_MOMENTS)
+    for name, cls in nemesis.MOMENTS.items():
+        assert cls.name == name
+    # the schedule's index is the marker number: fault i of in-restore claims marker i at its moment
+    assert [m.name for m in nemesis.schedule("in-restore")] == ["after-commit", "in-restore"]
+    assert [m.name for m in nemesis.schedule("in-save")] == ["in-save"]
+
+
+def test_a_new_moment_is_one_class_and_its_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What adding a moment takes: its Moment subclass (and its vocabulary row); arm(), the marker,
+    the record and the injection need nothing else. Here with an in-process kind, whose action
+    stands in for the signal (a signal would end pytest)."""
+    import threading
+
+    from harness.layout import RunLayout
+
+    monkeypatch.setattr(nemesis, "MOMENTS", dict(nemesis.MOMENTS))  # the class below registers itself here
+
+    class AtArm(nemesis.Moment):
+        name = "at-arm"
+
+        def waits_for(self) -> str:
+            return "at once"
+
+        def wait(self, stop: threading.Event) -> nemesis.Trigger:
+            return nemesis.Trigger(7)
+
+        def during(self, trigger: nemesis.Trigger) -> str:
+            return ", at arm time"
+
+    done = threading.Event()
+    monkeypatch.setitem(faults.FAULT_MOMENTS, "at-arm", faults.FaultMoment("at-arm", "as soon as armed"))
+    assert nemesis.MOMENTS["at-arm"] is AtArm
+    monkeypatch.setitem(faults.FAULT_KINDS, "note", faults.FaultKind("note", None, "records", injects=faults.IN_PROCESS))
+    monkeypatch.setitem(nemesis.IN_PROCESS_ACTIONS, "note", done.set)
+    layout = RunLayout.of_dir(tmp_path / "run")
+    layout.checkpoints.mkdir(parents=True)
+    config = nemesis.NemesisConfig(fault="note", fault_rank=0, rank=0, local_rank=0, cycle=0, layout=layout,
+                                   poll_interval=0.01, fault_at="at-arm")
+    injector = nemesis.arm(config)
+    assert injector is not None and isinstance(injector.moment, AtArm)
+    assert done.wait(30), "the new moment never fired"
+    record = json.loads(layout.marker_for(1).read_text())
+    assert (record["fault"], record["fault_at"], record["iteration"], record["signal"]) == ("note", "at-arm", 7, None)
+    injector.disarm()

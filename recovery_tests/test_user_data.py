@@ -134,6 +134,18 @@ def test_a_later_run_with_a_launched_run_id_is_refused(tmp_path, capsys):
         prepare(plan, dry_run=False)
 
 
+def test_a_run_directory_holding_a_later_faults_marker_is_refused(tmp_path):
+    """Every planned fault's marker counts, not only the first (in-restore's second claims fault_injected.2.json)."""
+    flags = {"workload": "reference", "work_dir": tmp_path / "work", "run_id": "second", "fault": "none"}
+    spec, target, _ = resolve.resolve_spec(flags, (), {})
+    plan = planmod.build(spec, target)
+    plan.layout.root.mkdir(parents=True)
+    (plan.layout.root / "fault_injected.2.json").write_text("{}")
+    with pytest.raises(SpecError, match=r"already holds an injection marker \(fault_injected.2.json\)"):
+        prepare(plan, dry_run=False)
+    assert (plan.layout.root / "fault_injected.2.json").read_text() == "{}"
+
+
 @pytest.mark.parametrize("what", ["file", "long"])
 def test_a_work_dir_that_is_a_file_or_an_over_long_run_id_is_refused_not_a_crash(tmp_path, capsys, what):
     if what == "file":
