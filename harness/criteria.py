@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import signal
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Callable, Mapping, Sequence
@@ -31,7 +32,7 @@ from harness import tiers
 from harness.episodes import Episode, committed_before, episodes, launcher_cycles
 from harness.events import Src, Timeline, iso_utc
 from harness.layout import MARKER_NAME, TRACKER_NAME, parse_tracker
-from harness.faults import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS
+from harness.faults import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, FLIP_DISTCP, IN_PROCESS
 from harness.render.sentences import sentence
 from harness.verdict import CriterionResult, Status, merge, qualified
 
@@ -51,7 +52,8 @@ NVRX_DEFAULT_MAX_NO_PROGRESS_CYCLES = 3
 # A signal's kind when only the nemesis's line tells: the first kind that sends it (SIGKILL: kill).
 _SIGNAL_KIND: dict[str, str] = {}
 for _kind in FAULT_KINDS.values():
-    _SIGNAL_KIND.setdefault(_kind.signal, _kind.name)
+    if _kind.signal is not None and _kind.injects != IN_PROCESS:  # an in-process kind's line names the kind
+        _SIGNAL_KIND.setdefault(_kind.signal, _kind.name)
 MAX_EVIDENCE = 12
 
 
@@ -134,7 +136,8 @@ def resolve_fault(timeline: Timeline, override: str | None) -> tuple[str, str]:
             return inj.fault, "the injection marker (no run.json)"
     for start in timeline.starts:
         for e in start.of(ev.NemesisInjected):
-            return _SIGNAL_KIND.get(e.signal, "kill"), "the nemesis's injection line (no run.json, no marker)"
+            named = e.signal if e.signal in FAULT_KINDS else _SIGNAL_KIND.get(e.signal, "kill")
+            return named, "the nemesis's injection line (no run.json, no marker)"
     return "none", "default: no run.json fault and no injection marker"
 
 
@@ -168,7 +171,14 @@ def _na_no_fault(cid: str, a: Analysis) -> CriterionResult | None:
 def _na_poisoned(cid: str, a: Analysis) -> CriterionResult:
     inj = a.opening.marker if a.opening is not None else None
     what = f"checkpoint {inj.iteration}" if inj is not None and inj.iteration is not None else "the latest checkpoint"
-    return _found(cid, NOT_APPLICABLE, "poisoned", {"fault": a.fault, "what": what}, [inj])
+    corrupted = _damaged(a) != "truncated"  # corrupt: a fallback to an earlier checkpoint is a recovery too
+    return _found(cid, NOT_APPLICABLE, "corrupted" if corrupted else "poisoned",
+                  {"fault": a.fault, "what": what, "damaged": _damaged(a)}, [inj])
+
+
+def _damaged(a: Analysis) -> str:
+    kind = FAULT_KINDS.get(a.fault)
+    return "corrupted (4 KiB inverted, size unchanged)" if kind is not None and kind.damage == FLIP_DISTCP else "truncated"
 
 
 def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
@@ -391,7 +401,9 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
         if later and a.fault == "kill":
             return found(PASS, "cycle_records_only", [inj, *[ci for ci in tl.cycle_infos if ci.cycle == c], later[0]],
                          next_cycle=later[0].cycle)
-        return found(UNKNOWN, "no_launcher_log", [inj], timeouts=" and the rank timeouts" if a.fault == "hang" else "")
+        kind = FAULT_KINDS.get(a.fault)
+        return found(UNKNOWN, "no_launcher_log", [inj],
+                     timeouts=" and the rank timeouts" if kind is not None and kind.monitor_detects else "")
     fails = ep.failures
     if not ep.last and inj.cycle is not None and not fails:  # a later fault follows: this one must have been noticed
         return found(FAIL, "earlier_fault_unnoticed", [inj], marker_cycle=inj.cycle, index=inj.fault_index,
@@ -420,7 +432,8 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
         return found(FAIL, "no_replacement", evidence, why=why)
     facts["replacement"] = new
     how = ""
-    if a.fault == "hang":
+    kind = FAULT_KINDS.get(a.fault)
+    if kind is not None and kind.monitor_detects:
         timeouts = [e for e in tl.launcher_events() if isinstance(e, ev.RankTimeout) and (e.cycle in (c, None))]
         injected_at = tl.utc(inj)
         before = [t for t in timeouts if injected_at is not None and (tl.utc(t) or injected_at) < injected_at]
@@ -434,8 +447,9 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
         elif named:
             evidence.append(named[0])
             how = sentence(cid, "how_named", {**facts, "kind": named[0].kind.replace('_', '-')})
-        elif inj.signal not in (None, "SIGSTOP"):
-            problems.append({**facts, "reason": "not_sigstop", "signal": inj.signal})
+        elif inj.signal not in (None, kind.signal):
+            problems.append({**facts, "reason": "not_sigstop", "signal": inj.signal,
+                             "expected": kind.signal or kind.name})
             evidence.extend(after[:3])
         else:
             first = after[0]
@@ -444,7 +458,14 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
             stamped = tl.utc(first)
             delay = sentence(cid, "delay", {"delay": f"{stamped - injected_at:.1f}"}) if stamped and injected_at else ""
             how = sentence(cid, "how_peer", {**facts, "kind": first.kind.replace('_', '-'), "delay": delay,
-                                             "who": ", ".join(map(str, ranks)), "pid": inj.pid})
+                                             "who": ", ".join(map(str, ranks)), "pid": inj.pid,
+                                             "got": kind.signal or kind.name})
+    if kind is not None and kind.exit_codes:
+        exit_problem, exit_how, exit_evidence = _fault_rank_exit(kind, inj, fails)
+        evidence.extend(exit_evidence)
+        if exit_problem is not None:
+            problems.append(exit_problem)
+        how += exit_how
     facts["how"] = how
     nodes = ""
     change = world_change(ep)
@@ -490,6 +511,31 @@ def _replacement_cycles_all_passed(j: Judging, passed: Sequence[CriterionResult]
     return _found("replacement_cycle", PASS, "all_restarted", {
         "faults": len(eps), "cycles": cycles, "how": last.values.get("how", ""),
         "replacement": last.values.get("replacement")}, evidence)
+
+
+def _exit_meaning(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _fault_rank_exit(kind, inj: ev.Injection, fails: Sequence[ev.Event]) -> tuple[dict[str, object] | None, str, list]:
+    """A kind that fixes how its rank dies (FaultKind.exit_codes): the launcher's `failed (exitcode`
+    line of that very worker (the marker's pid) must show it; another code means the rank died of
+    something else (for `gil`: not of the rank monitor's SIGKILL). No line for it (a peer's failure
+    was recorded first) decides nothing. (the problem's facts or None, the `how` fragment, evidence)"""
+    mine = [e for e in fails if isinstance(e, ev.WorkerFailed) and inj.pid is not None and e.pid == inj.pid]
+    if not mine:
+        return None, "", []
+    code = mine[0].exitcode
+    facts = {"rank": inj.rank, "pid": inj.pid, "code": code, "meaning": _exit_meaning(code), "kind": kind.name,
+             "wanted": " or ".join(f"{c} ({_exit_meaning(c)})" for c in kind.exit_codes)}
+    if code not in kind.exit_codes:
+        return {"reason": "died_otherwise", **facts}, "", [mine[0]]
+    return None, sentence("replacement_cycle", "how_exit_code", facts), [mine[0]]
 
 
 def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement: int,
@@ -999,11 +1045,21 @@ def check_loop_stopped(j: Judging) -> CriterionResult:
     evidence: list[object] = [inj, *stops[:1], launch.src if launch is not None else None]
     problems: list[dict[str, object]] = []
     after_last = a.closing.continuation if a.closing is not None else ()
+    # A fallback: every replacement that loaded anything loaded a checkpoint committed before the damaged one.
+    loads = [(s, s.first(ev.CheckpointLoaded)) for s in after_last]
+    earlier = [(s, e) for s, e in loads if e is not None and k is not None and e.iteration < k]
+    if earlier and all(e is None or (k is not None and e.iteration < k) for _, e in loads):
+        s, e = earlier[0]
+        return _found(cid, PASS, "fell_back", {**facts, "loaded": e.iteration, "cycle": s.cycle,
+                                               "damaged": _damaged(a)}, [inj, e])
     trained = [s for s in after_last if s.first(ev.CheckpointLoaded) is not None or s.first_iteration is not None]
     if trained:
-        problems.append({"reason": "went_unnoticed", "cycle": trained[0].cycle, "poisoned_checkpoint": k})
+        problems.append({"reason": "went_unnoticed", "cycle": trained[0].cycle, "poisoned_checkpoint": k,
+                         "damaged": _damaged(a)})
         evidence.append((trained[0].first(ev.CheckpointLoaded) or trained[0].first_iteration))
-    if not stops and code != NO_RESTART_EXIT_CODE:
+    if trained and not stops and code == 0:
+        pass  # no loop to stop: the damaged checkpoint was loaded and training finished (said above)
+    elif not stops and code != NO_RESTART_EXIT_CODE:
         if launch is not None and launch.stopped_early:
             problems.append({"reason": "harness_stopped", "why": launch.stopped_early})
         elif gave_up or code not in (None, 0):
@@ -1026,7 +1082,7 @@ def check_loop_stopped(j: Judging) -> CriterionResult:
             shown = str(PurePath(inj.poisoned).relative_to(tl.run_dir))
         except ValueError:
             pass
-        cause.append({"reason": "corrupt_file", "file": shown})
+        cause.append({"reason": "corrupt_file", "file": shown, "damaged": _damaged(a)})
     if failing and len(repeated) == len(failing):
         cause.append({"reason": "repeated_load", "failing": len(failing),
                       "loading": repeated[0].first(ev.LoadStarted).iteration})
@@ -1034,7 +1090,8 @@ def check_loop_stopped(j: Judging) -> CriterionResult:
     if not cause:
         problems.append({"reason": "no_cause"})
     if problems:
-        return _found(cid, FAIL, "not_stopped", {**facts, "problems": problems}, evidence)
+        return _found(cid, FAIL, "not_refused" if trained else "not_stopped", {**facts, "problems": problems},
+                      evidence)
     facts["how"] = sentence(cid, "how_exit" if code is not None else "how_unknown", facts)
     return _found(cid, PASS, "stopped", {**facts, "problems": cause}, evidence)
 

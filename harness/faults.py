@@ -23,7 +23,8 @@ INJECTIONS = (SIGNAL, NODE, IN_PROCESS)
 
 # What a kind does to the run's own newest committed checkpoint before it injects (FaultKind.damage):
 TRUNCATE_DISTCP = "truncate-distcp"  # one `.distcp` file cut to half its size: every load of it fails
-DAMAGES = (TRUNCATE_DISTCP,)
+FLIP_DISTCP = "flip-distcp"  # 4 KiB inverted in the middle of one `.distcp`, size unchanged: only a checksum sees it
+DAMAGES = (TRUNCATE_DISTCP, FLIP_DISTCP)
 
 
 
@@ -35,7 +36,15 @@ class FaultKind:
     (SIGNAL), the one the node's processes die of (NODE: SIGKILL), or for IN_PROCESS the one the
     rank is expected to die of, if any, else None (the marker records it); `damage`: what it first does to the newest committed
     checkpoint (None: nothing; TRUNCATE_DISTCP: every replacement fails its load, a restart
-    loop NVRx must stop); `moments`: the moments it can fire at (None: every one)."""
+    loop NVRx must stop; FLIP_DISTCP: a replacement that loads it loads garbage); `moments`: the
+    moments it can fire at (None: every one).
+
+    `monitor_detects`: the rank stays alive, so only a rank monitor's section or out-of-section
+    timeout can detect it (replacement_cycle demands one); `exit_codes`: the codes the launcher's
+    `failed (exitcode: N)` line may show for the fault rank's own worker (negative: the signal),
+    when the kind fixes them; `recovery`: what a correct recovery is (docs/faults.md);
+    `gpu_only` / `planned`: refused before launch on the CPU tiers / everywhere, `planned`
+    saying why."""
 
     name: str
     signal: str | None
@@ -43,6 +52,11 @@ class FaultKind:
     injects: str = SIGNAL
     damage: str | None = None
     moments: tuple[str, ...] | None = None
+    monitor_detects: bool = False
+    exit_codes: tuple[int, ...] = ()
+    recovery: str = "the launcher restarts the group; the replacement loads the latest committed checkpoint and trains on"
+    gpu_only: bool = False
+    planned: str | None = None
 
     def __post_init__(self) -> None:
         if self.injects not in INJECTIONS:
@@ -90,17 +104,44 @@ class FaultMoment:
 
 
 AFTER_COMMIT = "after-commit"
+_LOOP = ("no replacement loads the damaged checkpoint: each fails its load loudly and NVRx's no-progress rule "
+         "stops the loop (exit 93), or the stack falls back to an earlier checkpoint")
+_MONITOR = "a rank monitor's section or out-of-section timeout detects it, SIGKILLs the rank, the group restarts"
+_PLANNED = "not implemented yet (docs/faults.md, 'Planned kinds'): "
 
 FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
     FaultKind("kill", "SIGKILL", "SIGKILL the rank's process (a crash)"),
-    FaultKind("hang", "SIGSTOP", "SIGSTOP the rank's process (a hang the rank monitor must detect)"),
+    FaultKind("hang", "SIGSTOP", "SIGSTOP the rank's process (a hang the rank monitor must detect)",
+              monitor_detects=True, recovery=_MONITOR),
     FaultKind("term", "SIGTERM", "SIGTERM the rank's process (a preemption or an operator's kill)"),
     FaultKind("poison", "SIGKILL", "truncate one .distcp of the newest committed checkpoint, then SIGKILL: every "
               "replacement fails its load, a restart loop NVRx's no-progress rule must stop", damage=TRUNCATE_DISTCP,
-              moments=(AFTER_COMMIT,)),
+              moments=(AFTER_COMMIT,), recovery=_LOOP),
     FaultKind("node", "SIGKILL", "SIGKILL of the fault rank's whole node: its launcher and every process under it "
               "(the failure a large job meets most; --hot-spares gives the launcher a standby node)", injects=NODE,
               moments=(AFTER_COMMIT,)),
+    FaultKind("exception", None, "raise a Python exception (harness.inject.InjectedFault) in the rank's training "
+              "thread: the worker exits 1 with its traceback", injects=IN_PROCESS, exit_codes=(1,)),
+    FaultKind("segfault", "SIGSEGV", "a native crash: dereference an unmapped pointer through ctypes (SIGSEGV)",
+              injects=IN_PROCESS, exit_codes=(-11,)),
+    FaultKind("abort", "SIGABRT", "a native crash: libc abort() (SIGABRT)", injects=IN_PROCESS, exit_codes=(-6,)),
+    # NVRx's rank monitor ends a detected rank with SIGCONT, then rank_termination_signal (SIGKILL
+    # in 0.4.1 and 0.7.0); a rank holding the GIL never runs a Python SIGTERM handler.
+    FaultKind("gil", None, "block in a native call with the GIL held: the rank stays alive, its Python threads, "
+              "heartbeats and signal handlers stop (a hang the rank monitor must detect; not a SIGSTOP)",
+              injects=IN_PROCESS, moments=(AFTER_COMMIT, "in-save"), monitor_detects=True, exit_codes=(-9,),
+              recovery=_MONITOR),
+    FaultKind("corrupt", "SIGKILL", "invert 4 KiB in the middle of one .distcp of the newest committed checkpoint "
+              "(size unchanged), then SIGKILL: a replacement that loads it loads garbage", damage=FLIP_DISTCP,
+              moments=(AFTER_COMMIT,), recovery=_LOOP),
+    FaultKind("disk-full", None, "the checkpoint filesystem fills during an async save", injects=IN_PROCESS,
+              moments=("in-save",), recovery="no partial checkpoint is committed or loaded; the replacement resumes "
+              "from the previous one or the job stops with a clear error",
+              planned=_PLANNED + "it needs a size-limited filesystem mounted for the run's checkpoint directory"),
+    FaultKind("gpu-hang", None, "a never-ending CUDA kernel on the rank's GPU", injects=IN_PROCESS, gpu_only=True,
+              monitor_detects=True, recovery=_MONITOR, planned=_PLANNED + "the GPU kit will launch a spinning kernel"),
+    FaultKind("gpu-error", None, "an illegal memory access in a CUDA kernel (a sticky CUDA error)", injects=IN_PROCESS,
+              gpu_only=True, planned=_PLANNED + "the GPU kit will launch an out-of-bounds kernel"),
 )}
 FAULT_MOMENTS: dict[str, FaultMoment] = {m.name: m for m in (
     FaultMoment(AFTER_COMMIT, "right after the first checkpoint of the run is committed (the walkthrough's)"),

@@ -206,7 +206,9 @@ def _read(path: Path) -> str:
 RUN_SCRIPT = r"""#!/usr/bin/env bash
 # nvrx-qual GPU kit: install offline, then qualify kill, hang and none on one GPU (fault rank 0)
 # with the short deadline profile, inside a time limit. (On a node with two or more GPUs the
-# same tests use two GPUs and fault rank 1, the walkthrough's default.)
+# same tests use two GPUs and fault rank 1, the walkthrough's default.) The GPU-only fault
+# kinds gpu-hang (a never-ending kernel) and gpu-error (an illegal memory access) are planned:
+# `nvrx-qual run --fault gpu-hang|gpu-error` refuses them until they run here (docs/faults.md).
 #
 #   ./run-gpu-qualification.sh [OUT_DIR]      (default: ./nvrx-qual-gpu-<UTC time>; beside the kit when
 #                                             run from inside it, which must stay as its manifest lists)

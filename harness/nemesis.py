@@ -53,8 +53,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, ClassVar, Mapping, Sequence
 
-from harness import tiers
-from harness.faults import (DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, IN_PROCESS, NODE, SIGNAL,
+from harness import inject, tiers
+from harness.faults import (DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, FLIP_DISTCP, IN_PROCESS, NODE, SIGNAL,
                             TRUNCATE_DISTCP)
 from harness.layout import (TRACKER_ABSENT, TRACKER_EMPTY, TRACKER_NAME, TRACKER_UNREADABLE, RunLayout,
                             checkpoint_iter_dir, is_megatron_iter_name, is_valid_run_id, parse_iter_name,
@@ -247,28 +247,21 @@ def watch_in_flight_save(checkpoints: Path, baseline: int, interval: float, stop
 def poison_checkpoint(directory: Path) -> Path:
     """Truncate the largest `.distcp` file of a committed checkpoint to half its size (the run's
     own checkpoint: validation refuses a user-given checkpoint dir). Returns the file."""
-    candidates = []
-    for entry in os.scandir(directory):
-        if entry.name.endswith(DATA_SUFFIX) and entry.is_file(follow_symlinks=False):
-            candidates.append((entry.stat(follow_symlinks=False).st_size, entry.name))
-    if not candidates:
-        raise OSError(errno.ENOENT, f"no {DATA_SUFFIX} file in {directory}")
-    size, name = max(candidates)
-    path = directory / name
-    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.ftruncate(fd, size // 2)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return path
+    return inject.damage_checkpoint(directory, "truncate")
 
 
 # What each FaultKind.damage does to the newest committed checkpoint's iter_N/ (returns the damaged file).
-CHECKPOINT_DAMAGE: dict[str, Callable[[Path], Path]] = {TRUNCATE_DISTCP: poison_checkpoint}
+def corrupt_checkpoint(directory: Path) -> Path:
+    """Invert 4 KiB in the middle of the largest `.distcp` (size unchanged). Returns the file."""
+    return inject.damage_checkpoint(directory, "flip")
+
+
+CHECKPOINT_DAMAGE: dict[str, Callable[[Path], Path]] = {TRUNCATE_DISTCP: poison_checkpoint,
+                                                        FLIP_DISTCP: corrupt_checkpoint}
 # The action of each IN_PROCESS kind, run in the selected worker once its marker is claimed
 # (harness.faults.FaultKind.injects); test_fault_moments checks that every such kind has one.
-IN_PROCESS_ACTIONS: dict[str, Callable[[], None]] = {}
+# They live in harness.inject (exception, segfault, abort, gil).
+IN_PROCESS_ACTIONS: dict[str, Callable[[], None]] = dict(inject.ACTIONS)
 
 
 # ---------------------------------------------------------------- marker claiming
@@ -841,11 +834,17 @@ class Injector:
         # One prefix for every moment (history reads it): the committed checkpoint the fault came after.
         after = committed if committed is not None else iteration
         what = self.moment.during(trigger)
-        extra = f", truncated {poisoned}" if poisoned else ""
+        verb = "corrupted" if kind.damage == FLIP_DISTCP else "truncated"
+        extra = f", {verb} {poisoned}" if poisoned else ""
         how = kind.signal if kind.injects == SIGNAL else kind.name
+        # In-process kinds: the line comes first, a native crash or a held GIL leaves no chance afterwards.
         log(f"rank {rank} injecting {how} after checkpoint iteration {after} (baseline {self.baseline}){what}{extra}")
         if kind.injects == IN_PROCESS:
-            IN_PROCESS_ACTIONS[kind.name]()
+            try:
+                IN_PROCESS_ACTIONS[kind.name]()
+            except inject.InjectError as exc:
+                self.failure = f"the {kind.name} action failed: {exc}"
+                log(f"rank {rank}: {self.failure}")
             return
         os.kill(os.getpid(), FAULT_SIGNALS[kind.name])
 

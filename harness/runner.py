@@ -19,7 +19,7 @@ from harness import plan as planmod
 from harness.plan import Plan
 from harness.prepare import prepare, release
 from harness.report import Verdict, write_outputs
-from harness.faults import FAULT_MOMENTS
+from harness.faults import FAULT_KINDS, FAULT_MOMENTS
 from harness.spec import RunSpec, SpecError
 from harness.history import HistoryReader
 from harness.triage import Triage
@@ -83,7 +83,8 @@ def scenario_deadline(spec: RunSpec) -> float:
     if episodes:
         # a stop lands after a committed checkpoint: in a step, a save or between them, never in setup
         running = [v for name, v in sections.items() if name != "setup"] + [spec.out_of_section_timeout]
-        worst = max(running) if spec.fault == "hang" else 0.0
+        kind = FAULT_KINDS.get(spec.fault)
+        worst = max(running) if kind is not None and kind.monitor_detects else 0.0
         check = spec.workload_check_interval if spec.workload_check_interval is not None else 5.0  # NVRx's default
         total += episodes * (worst + check + RESTART_ALLOWANCE_S)
     return total

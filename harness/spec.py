@@ -640,9 +640,14 @@ def fault_problems(spec: RunSpec) -> list[str]:
     if not kind.allows(spec.fault_at):
         problems.append(f"--fault {spec.fault} --fault-at {spec.fault_at}: this kind fires only at "
                         f"{', '.join(kind.moments or ())}; use --fault-at {(kind.moments or ('after-commit',))[0]}")
+    if kind.gpu_only and spec.workload != "megatron":
+        problems.append(f"--fault {spec.fault} needs a GPU ({kind.help}): the {spec.workload} workload runs on CPU; "
+                        "use --workload megatron on a GPU machine (the GPU kit) or a CPU fault kind")
+    if kind.planned is not None:
+        problems.append(f"--fault {spec.fault} is planned, not runnable: {kind.planned}")
     if kind.poisons_checkpoint:
         if spec.checkpoint_dir is not None:
-            problems.append(f"--fault {spec.fault} truncates a checkpoint file, and NVRX_CHECKPOINT_DIR="
+            problems.append(f"--fault {spec.fault} damages a checkpoint file, and NVRX_CHECKPOINT_DIR="
                             f"{spec.checkpoint_dir} is yours: unset it so the run poisons only its own checkpoints")
     if spec.fault_at == "in-save" and spec.train_iters < 2 * spec.save_interval + 1:
         problems.append(f"--fault-at in-save hits the save after the first committed one: TRAIN_ITERS="

@@ -17,6 +17,7 @@ from harness import events as ev
 from harness.criteria import Analysis, analyze, evaluate
 from harness.episodes import committed_before
 from harness.history import HistoryReader, RunDirError
+from harness.faults import FAULT_KINDS
 from harness.spec import RunSpec
 
 # After the launcher reported success, how long it may take to exit on its own (NVRx 0.7.0
@@ -170,7 +171,8 @@ class Watcher:
 
     def _say_hang_wait(self, progress: "Progress") -> None:
         """During an injected hang, every HANG_NOTE_S: what the run waits for, and how long so far."""
-        if self._spec.fault != "hang" or not progress.injected or progress.failure_detected:
+        kind = FAULT_KINDS.get(self._spec.fault)
+        if kind is None or not kind.monitor_detects or not progress.injected or progress.failure_detected:
             return
         now = self._clock()
         if self._hang_seen_at is None:

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from harness.spec import FAULT_KINDS
+
 BASE_UTC_MS = 1795969920_000  # 2026-11-29 16:32:00 UTC
 STEP_MS = 200  # one training iteration
 LAUNCHER_PID = 17401
@@ -38,7 +40,8 @@ NODE = "vm"
 
 @dataclass(frozen=True)
 class Scenario:
-    fault: str = "kill"  # kill | hang | none
+    fault: str = "kill"  # kill | hang | none, or another kind of harness.spec.FAULT_KINDS (its signal token)
+    fault_exitcode: int | None = None  # the fault rank's `failed (exitcode` (default: -9, or the kind's first exit code)
     nvrx: str = "0.7.0"  # launcher log format: "0.7.0" (with cycle_infos) or "0.4.1"
     world: int = 2
     fault_rank: int = 1
@@ -437,19 +440,20 @@ def build(root: Path, s: Scenario = Scenario()) -> Built:  # noqa: C901 - one sc
     run.times["injected_at"] = injected / 1000
     run.facts["last_before_fault"] = k + 1
     run.facts["restored"] = k  # until a replacement loads something else
-    signal = "SIGKILL" if s.fault == "kill" else "SIGSTOP"
+    signal = _signal_of(s)
     run.say(0, injected, s.fault_rank, f"[nemesis] rank {s.fault_rank} injecting {signal} after checkpoint iteration {k} (baseline 0)")
     _marker(root, s, run, injected, k)
     # what the surviving ranks print, and the cut-off line of the killed one
     run.say(0, injected + 30, 0, "[rank0]: RuntimeError: [../gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:27554: "
                                  "Connection reset by peer.")
     run.say(0, injected + 31, 0, "\x00\x01\x02\ufffd\ufffd binary junk \x1b[0m")
-    if s.fault == "kill":
-        detected = run.failure(0, injected + 90, local_rank=s.fault_rank, exitcode=-9, restart=not s.restarts_exhausted)
+    if not FAULT_KINDS[s.fault].monitor_detects:
+        detected = run.failure(0, injected + 90, local_rank=s.fault_rank, exitcode=_exitcode_of(s),
+                               restart=not s.restarts_exhausted)
     else:
         ranks = s.timeout_ranks if s.timeout_ranks is not None else tuple(range(s.world))
         after = s.timeout_after_ms if s.timeout_after_ms is not None else int(s.step_timeout_s * 1000) + 500
-        detected = run.failure(0, injected + after, local_rank=0, exitcode=-9,
+        detected = run.failure(0, injected + after, local_rank=0, exitcode=_exitcode_of(s),
                                restart=not s.restarts_exhausted, hang_ranks=ranks)
     run.times["detected_at"] = detected / 1000
     if s.restarts_exhausted:
@@ -504,8 +508,18 @@ def build(root: Path, s: Scenario = Scenario()) -> Built:  # noqa: C901 - one sc
     return _finish(run, exit_code=0, ended_ms=end1 + 1600, cut_cycle=fault_cycle)
 
 
+def _signal_of(s: Scenario) -> str:
+    return FAULT_KINDS[s.fault].signal
+
+
+def _exitcode_of(s: Scenario) -> int:
+    if s.fault_exitcode is not None:
+        return s.fault_exitcode
+    return (FAULT_KINDS[s.fault].exit_codes or (-9,))[0]
+
+
 def _marker(root: Path, s: Scenario, run: _Run, injected_ms: int, k: int) -> None:
-    record = {"fault": s.fault, "signal": "SIGKILL" if s.fault == "kill" else "SIGSTOP", "rank": s.fault_rank,
+    record = {"fault": s.fault, "signal": _signal_of(s), "rank": s.fault_rank,
               "local_rank": s.fault_rank, "cycle": 0, "iteration": k, "baseline_iteration": 0,
               "injected_at": _Clock.iso(injected_ms), "host": NODE, "pid": 17412,
               "tracker": str(run.ckpt / "latest_checkpointed_iteration.txt")}

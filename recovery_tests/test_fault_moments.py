@@ -47,6 +47,8 @@ def test_the_vocabulary_is_one_table_per_axis_at_the_bottom_of_the_house() -> No
 def test_every_kind_says_how_the_nemesis_injects_it() -> None:
     for kind in faults.FAULT_KINDS.values():
         assert kind.injects in faults.INJECTIONS
+        if kind.planned is not None:  # refused before launch (spec.fault_problems), nothing to inject yet
+            continue
         if kind.injects == faults.IN_PROCESS:
             assert kind.name in nemesis.IN_PROCESS_ACTIONS, f"{kind.name}: no in-process action in the nemesis"
         else:
@@ -71,6 +73,8 @@ def test_a_row_that_cannot_be_injected_is_refused_when_declared() -> None:
 
 def test_every_kind_and_moment_is_a_valid_flag(tmp_path: Path) -> None:
     for kind in specmod.FAULT_KINDS:
+        if specmod.FAULT_KINDS[kind].planned is not None:  # refused with its reason: test_fault_kinds
+            continue
         for moment in specmod.FAULT_MOMENTS:
             if not specmod.FAULT_KINDS[kind].allows(moment):
                 continue

@@ -108,7 +108,7 @@ def test_library_call(good_run, tmp_path):
     assert report.rstrip().endswith("## Triage\n\nfirst traceback: none")
     with pytest.raises(RunDirError):
         verify.verify_run(tmp_path / "nothing")
-    with pytest.raises(ValueError, match="is not one of kill, hang, term, poison, node, none"):
+    with pytest.raises(ValueError, match="is not one of kill, hang, term, poison, node, exception, .*, none"):
         verify.verify_run(good_run, "crash")
 
 

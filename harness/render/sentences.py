@@ -15,6 +15,9 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("*", "no_fault"): "Fault none ({fault_how}): no injection was requested, so there is no fault to recover from.",
     ("*", "poisoned"): ("The {fault} fault truncated a file of {what} on purpose, so no replacement can recover; "
                         "loop_stopped judges whether the launcher stopped the restart loop."),
+    ("*", "corrupted"): ("The {fault} fault {damaged} a file of {what} on purpose, so no replacement may load it; "
+                         "loop_stopped judges whether the launcher stopped the restart loop (or the stack fell back to "
+                         "an earlier checkpoint)."),
     ("*", "superseded"): "Superseded: {why}.",
     ("*", "no_usable_baseline"): "No usable baseline: {problem}.",
     ("*", "crashed"): "The checker failed: {error}",
@@ -211,8 +214,8 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("loop_stopped", "no_loop_planned"): "The {fault} fault ({fault_at}) plans no restart loop.",
     ("loop_stopped", "no_injection"): ("No injection happened (see pre_fault_checkpoint): no checkpoint was poisoned, "
                                        "so no restart loop could start."),
-    ("loop_stopped", "went_unnoticed"): ("replacement cycle {cycle} loaded or trained from the poisoned checkpoint "
-                                         "{poisoned_checkpoint}: the truncated file went unnoticed"),
+    ("loop_stopped", "went_unnoticed"): ("replacement cycle {cycle} loaded or trained from the damaged checkpoint "
+                                         "{poisoned_checkpoint}: the {damaged} file went unnoticed"),
     ("loop_stopped", "harness_stopped"): "NVRx never stopped the loop: the harness did ({why})",
     ("loop_stopped", "looped_until_exhausted"): ("the launcher looped until --max-restarts ran out ({failed} failed "
                                                  "replacement cycles) and exited {exited}, instead of stopping for "
@@ -221,12 +224,16 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("loop_stopped", "stop_wrong_exit"): "the launcher logged a no-progress stop but exited {code}, not {no_restart_code}",
     ("loop_stopped", "over_the_limit"): ("{failed} replacement cycles failed before the stop, more than the limit of "
                                          "{limit} ({limit_how})"),
-    ("loop_stopped", "corrupt_file"): "the corrupt file is {file} (truncated by the fault)",
+    ("loop_stopped", "corrupt_file"): "the corrupt file is {file} ({damaged} by the fault)",
     ("loop_stopped", "repeated_load"): ("each of the {failing} failed replacement cycle(s) began loading checkpoint "
                                         "{loading} and never finished it"),
     ("loop_stopped", "no_cause"): ("nothing names the cause of the loop (no poisoned file in the marker, no repeated "
                                    "failed load)"),
     ("loop_stopped", "not_stopped"): "The restart loop was not stopped as it must be: {problems}.",
+    ("loop_stopped", "not_refused"): "The damaged checkpoint was not refused: {problems}.",
+    ("loop_stopped", "fell_back"): ("The stack fell back to checkpoint {loaded}, committed before the damaged "
+                                    "checkpoint {poisoned_checkpoint}: replacement cycle {cycle} loaded it instead of "
+                                    "the {damaged} one, so no restart loop was needed."),
     ("loop_stopped", "how_exit"): "exit {code}",
     ("loop_stopped", "how_unknown"): "a no-progress stop (exit status not recorded)",
     ("loop_stopped", "stopped"): ("NVRx's no-progress rule stopped the restart loop after {failed} failed replacement "
@@ -296,12 +303,16 @@ SENTENCES: dict[tuple[str, str], str] = {
                                                "of rank {rank} is not what the launcher detected; look at the earlier "
                                                "timeout's rank"),
     ("replacement_cycle", "how_named"): " after a {kind} timeout naming the stopped rank {rank}",
-    ("replacement_cycle", "not_sigstop"): ("the marker records {signal}, not SIGSTOP, so nothing proves rank {rank} was "
+    ("replacement_cycle", "not_sigstop"): ("the marker records {signal}, not {expected}, so nothing proves rank {rank} was "
                                            "stopped, and no timeout message names it"),
     ("replacement_cycle", "delay"): " {delay} s after the stop",
     ("replacement_cycle", "how_peer"): (" after a {kind} timeout of rank(s) {who}{delay} (blocked waiting for the "
                                         "stopped rank {rank}, whose own monitor had not fired when the launcher stopped "
-                                        "the group; the marker proves rank {rank}, pid {pid}, got SIGSTOP)"),
+                                        "the group; the marker proves rank {rank}, pid {pid}, got {got})"),
+    ("replacement_cycle", "how_exit_code"): " (rank {rank}'s worker ended with exitcode {code}, {meaning}, as {kind} does)",
+    ("replacement_cycle", "died_otherwise"): ("the fault rank {rank}'s worker (pid {pid}) ended with exitcode {code} "
+                                              "({meaning}), not {wanted} as the {kind} fault ends it: it died of "
+                                              "something else"),
     ("replacement_cycle", "allowed_min"): "--nnodes {min}:{max} allows no fewer than {min} node(s)",
     ("replacement_cycle", "allowed_fixed"): "the plan asked for a fixed number of nodes (no --nnodes MIN:MAX)",
     ("replacement_cycle", "allowed_unknown"): "no run.json says the plan allowed it (--nnodes MIN:MAX)",

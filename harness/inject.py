@@ -1,0 +1,126 @@
+"""What the nemesis does to its own rank for the fault kinds that are not a plain signal.
+
+Each action runs inside the fault rank's process (the nemesis wraps the unmodified
+entrypoint), from the nemesis's poller thread or, for `in-restore`, from the audit hook on
+the loading thread:
+
+- `exception`: an `InjectedFault` raised asynchronously in the main (training) thread
+  (CPython's PyThreadState_SetAsyncExc): it surfaces at the thread's next bytecode, like an
+  error of the training step itself (NVRx's ASYNC_EXC);
+- `segfault`: a real bad pointer dereference, a read of address 8 through ctypes (SIGSEGV);
+- `abort`: libc's `abort()` (SIGABRT), a C++ `std::terminate` or failed assertion;
+- `gil`: a native call that never returns, made with the GIL held (a ctypes.PyDLL call, which
+  does not release it, locking a plain pthread mutex its thread already holds): every Python
+  thread of the rank stops (the training thread, heartbeats, section updates) and Python
+  signal handlers never run, while the process stays alive (NVRx's LOCK_GIL). Only a rank
+  monitor's timeout can notice it; SIGKILL (NVRx's rank termination signal) ends it.
+
+The checkpoint damage of `poison` and `corrupt` is `damage_checkpoint` (truncate, or flip
+bytes in the middle so the size is unchanged). Stdlib only, like harness.nemesis.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import threading
+from pathlib import Path
+
+DATA_SUFFIX = ".distcp"
+FLIP_BYTES = 4096  # how many bytes `corrupt` inverts, from the middle of the file
+SEGFAULT_ADDRESS = 8  # never mapped: the first page of the address space is reserved
+
+
+class InjectedFault(RuntimeError):
+    """The exception the `exception` kind raises in the training thread (its traceback names it)."""
+
+
+class InjectError(OSError):
+    """The action could not be carried out (the nemesis reports it as the fault not happening)."""
+
+
+def raise_in_main_thread() -> None:
+    """Schedule InjectedFault in the main thread; it is raised at its next Python bytecode."""
+    ident = threading.main_thread().ident
+    if ident is None:
+        raise InjectError(errno.ESRCH, "the main thread has no id")
+    set_async = ctypes.pythonapi.PyThreadState_SetAsyncExc
+    set_async.argtypes = (ctypes.c_ulong, ctypes.py_object)
+    set_async.restype = ctypes.c_int
+    found = set_async(ident, InjectedFault)
+    if found != 1:
+        if found > 1:  # never for one id; undo as CPython's documentation asks
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+        raise InjectError(errno.ESRCH, f"no Python thread state for the main thread {ident}")
+
+
+def segfault() -> None:
+    """Dereference an unmapped pointer: the kernel sends SIGSEGV (a crash in native code)."""
+    ctypes.string_at(SEGFAULT_ADDRESS, 1)
+
+
+def abort() -> None:
+    """libc abort(): SIGABRT, core-dump disposition unless a handler is installed."""
+    ctypes.CDLL(None).abort()
+
+
+def hold_gil_forever() -> None:
+    """Block in native code with the GIL held; never returns. A default pthread mutex locked
+    twice by its owner deadlocks in the kernel's futex wait, which a signal does not end (the
+    C-level handler runs and the wait resumes); only SIGKILL or a default-action signal does."""
+    libc = ctypes.PyDLL(None)  # PyDLL: the call keeps the GIL
+    mutex = ctypes.create_string_buffer(64)  # zeroed: PTHREAD_MUTEX_INITIALIZER (40 bytes on x86-64)
+    libc.pthread_mutex_lock.argtypes = (ctypes.c_void_p,)
+    if libc.pthread_mutex_lock(mutex) != 0:
+        raise InjectError(errno.EINVAL, "pthread_mutex_lock failed")
+    libc.pthread_mutex_lock(mutex)
+    raise InjectError(errno.EDEADLK, "the second pthread_mutex_lock returned: the GIL was not held forever")
+
+
+# The in-process actions, by FaultKind.action ("signal" and "node" are the nemesis's own).
+ACTIONS = {
+    "exception": raise_in_main_thread,
+    "segfault": segfault,
+    "abort": abort,
+    "gil": hold_gil_forever,
+}
+
+
+def largest_shard(directory: Path) -> tuple[Path, int]:
+    candidates = []
+    for entry in os.scandir(directory):
+        if entry.name.endswith(DATA_SUFFIX) and entry.is_file(follow_symlinks=False):
+            candidates.append((entry.stat(follow_symlinks=False).st_size, entry.name))
+    if not candidates:
+        raise OSError(errno.ENOENT, f"no {DATA_SUFFIX} file in {directory}")
+    size, name = max(candidates)
+    return directory / name, size
+
+
+def damage_checkpoint(directory: Path, how: str) -> Path:
+    """Damage the largest `.distcp` of a committed checkpoint (the run's own: validation refuses a
+    user-given checkpoint dir) and return it. `truncate`: cut to half its size (poison);
+    `flip`: invert FLIP_BYTES bytes in its middle, size and names unchanged (corrupt), which only
+    a checksum or a value check can notice."""
+    path, size = largest_shard(directory)
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if how == "truncate":
+            os.ftruncate(fd, size // 2)
+        elif how == "flip":
+            if size == 0:
+                raise OSError(errno.EINVAL, f"{path} is empty: nothing to corrupt")
+            count = min(FLIP_BYTES, size)
+            start = max(0, size // 2 - count // 2)
+            data = os.pread(fd, count, start)
+            flipped = bytes(b ^ 0xFF for b in data)
+            written = os.pwrite(fd, flipped, start)
+            if written != len(flipped):
+                raise OSError(errno.EIO, f"short write corrupting {path}")
+        else:
+            raise ValueError(f"unknown checkpoint damage {how!r}")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path
