@@ -169,6 +169,15 @@ class LoadStarted(AppEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class NonPersistentLoadStarted(AppEvent):
+    """`Loading from a non-persistent checkpoint (non-persistent iter N)`: Megatron (with
+    --non-persistent-ckpt-type global) loads its non-persistent checkpoint, newer than the
+    persistent one, instead of printing `loading distributed checkpoint from ...`."""
+
+    iteration: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class OptimizerLoaded(AppEvent):
     """`Loading distributed optimizer sharded state of type ...`: once per real optimizer load."""
 

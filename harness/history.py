@@ -229,6 +229,8 @@ RULES: tuple[LineRule, ...] = (
           ev.LoadStarted, phase=PH_LOAD, opens=True),
     _rule("checkpoint", r"successfully loaded checkpoint from (?P<path>.+?)(?: \[[^\]]*\])? at iteration "
           r"(?P<iteration>\d+)", ev.CheckpointLoaded, phase=PH_LOAD),
+    _rule("checkpoint", r"Loading from a non-persistent checkpoint \(non-persistent iter (?P<iteration>\d+)\)",
+          ev.NonPersistentLoadStarted, phase=PH_LOAD, opens=True),
     _rule("checkpoint", r"could not find the metadata file", ev.StartedFromRandom, phase=PH_LOAD, opens=True),
     _rule("checkpoint", r"> using checkpoint value \S+ for (?P<name>.+?)\s*$", ev.SchedulerValueLoaded, phase=PH_LOAD),
     _rule("checkpoint", r"Overwriting old incomplete", ev.SaveOverwrite, phase=PH_ITER, stamp="line"),
@@ -263,6 +265,15 @@ assert all(r.keyword.encode() == FAST_KEYWORD for r in _FAST_RULES)
 # keywords of the rules tried before the fast ones (the nemesis's): a line holding one goes the full path
 _BEFORE_FAST = tuple(dict.fromkeys(r.keyword.encode() for r in RULES[:RULES.index(_FAST_RULES[0])]
                                    if r.keyword.encode() != FAST_KEYWORD))
+
+
+def match_rule(body: str) -> tuple[LineRule, re.Match] | tuple[None, None]:
+    """The rule that takes a line (its body, prefixes peeled): the first whose keyword and
+    pattern match; (None, None) for a line no rule takes."""
+    for rule in RULES:
+        if rule.keyword in body and (m := rule.pattern.search(body)):
+            return rule, m
+    return None, None
 
 
 def _keywords(rules: tuple[LineRule, ...]) -> tuple[bytes, ...]:
@@ -789,16 +800,13 @@ class LogParser:
             local = self._stamp(body)
             if local is not None:
                 self.offset_pairs.append((local, console))
-        rule = m = None
-        for rule in RULES:  # the first rule whose keyword and pattern match takes the line
-            if rule.keyword in body and (m := rule.pattern.search(body)):
-                break
-        if (m is None or not rule.app) and self.dialect is None:  # a launcher's line (or none's): whose?
+        rule, m = match_rule(body)
+        if (rule is None or not rule.app) and self.dialect is None:  # a launcher's line (or none's): whose?
             if "[workload:" in body:
                 self.dialect = "0.7.0"
             elif "[ft_launcher" in body or "[RankMonServer" in body:
                 self.dialect = "0.4.1"
-        if m is None:
+        if rule is None:
             return
         made = rule.make(self, m, body, src, rank) if rule.make is not None else self._make(rule, m, body, src, rank)
         for event in made if isinstance(made, tuple) else (made,):
