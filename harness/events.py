@@ -272,6 +272,7 @@ class RendezvousJoined(LauncherEvent):
 
     round: int | None
     node: str | None = None  # NVRx's node id, `<host>_<launcher pid>_<n>` (0.7.0)
+    world: int | None = None  # the world of nodes the line names (`in a world of size N`), when it does
 
 
 @dataclass(frozen=True, kw_only=True)

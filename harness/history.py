@@ -138,18 +138,17 @@ def _profiling(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) 
     local = p._stamp(b)
     if local is not None and utc is not None and len(p.offset_pairs) < 16:
         p.offset_pairs.append((local, utc))
-    if name in ev.CYCLE_START_EVENTS:
-        p.launcher_cycle = cycle
     return ev.ProfilingEvent(src=src, ts=utc, ts_utc=True, cycle=cycle, name=name, node=m.group(3))
 
 
 def _joined(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.RendezvousJoined | None:
     joined_round = p._num(m.group("round"), "cycle", src)
+    world = p._num(m.group("world"), "world", src)
     if joined_round is not None:
-        p.launcher_cycle = joined_round
-        return ev.RendezvousJoined(src=src, ts=p._stamp(b), cycle=p.launcher_cycle, round=p.launcher_cycle)
+        return ev.RendezvousJoined(src=src, ts=p._stamp(b), cycle=joined_round, round=joined_round, world=world)
     if m.group("round") is None and "has joined the rendezvous" in b:
-        return ev.RendezvousJoined(src=src, ts=p._stamp(b), cycle=p.launcher_cycle, round=None, node=m.group("node"))
+        return ev.RendezvousJoined(src=src, ts=p._stamp(b), cycle=p.launcher_cycle, round=None, node=m.group("node"),
+                                   world=world)
     return None  # a round no run reaches
 
 
@@ -265,6 +264,17 @@ assert all(r.keyword.encode() == FAST_KEYWORD for r in _FAST_RULES)
 # keywords of the rules tried before the fast ones (the nemesis's): a line holding one goes the full path
 _BEFORE_FAST = tuple(dict.fromkeys(r.keyword.encode() for r in RULES[:RULES.index(_FAST_RULES[0])]
                                    if r.keyword.encode() != FAST_KEYWORD))
+
+
+def cycle_opened(event: ev.Event) -> int | None:
+    """The one cycle rule (history's and triage's): the launcher cycle a launcher line opens.
+    A profiling event of a cycle's start (events.CYCLE_START_EVENTS) names it; torch elastic's
+    rendezvous round (NVRx 0.4.1) is it; any other line opens none (None)."""
+    if isinstance(event, ev.ProfilingEvent):
+        return event.cycle if event.name in ev.CYCLE_START_EVENTS else None
+    if isinstance(event, ev.RendezvousJoined):
+        return event.round
+    return None
 
 
 def match_rule(body: str) -> tuple[LineRule, re.Match] | tuple[None, None]:
@@ -578,6 +588,8 @@ class LogParser:
 
     def _emit(self, event: ev.LauncherEvent) -> None:
         self._seq += 1
+        if (cycle := cycle_opened(event)) is not None:
+            self.launcher_cycle = cycle
         # one group per joining node too: node_replacement compares the nodes of two cycles, and a
         # cluster of thousands of nodes must not lose some to the sampling (LAUNCHER_KEYS bounds it)
         sub = event.name if isinstance(event, ev.ProfilingEvent) else (
@@ -808,10 +820,7 @@ class LogParser:
                 self.dialect = "0.4.1"
         if rule is None:
             return
-        made = rule.make(self, m, body, src, rank) if rule.make is not None else self._make(rule, m, body, src, rank)
-        for event in made if isinstance(made, tuple) else (made,):
-            if event is None:
-                continue
+        for event in self.events_of(rule, m, body, src, rank):
             if not rule.app:
                 self._emit(event)
             elif rule.fast:
@@ -819,6 +828,12 @@ class LogParser:
             else:
                 self._seq += 1
                 self._start(rule.phase if rule.opens else None, rule.phase).add(rule.event, self._seq, event)
+
+    def events_of(self, rule: LineRule, m: re.Match, body: str, src: Src, rank: int | None) -> tuple[ev.Event, ...]:
+        """The events the line `body` makes by `rule` (m: its match), in this log's state (its
+        year, its launcher cycle): what the reader keeps, and what triage folds over."""
+        made = rule.make(self, m, body, src, rank) if rule.make is not None else self._make(rule, m, body, src, rank)
+        return tuple(e for e in (made if isinstance(made, tuple) else (made,)) if e is not None)
 
     def _make(self, rule: LineRule, m: re.Match, b: str, src: Src, rank: int | None) -> ev.Event | None:
         """The event of a rule without a factory, from its pattern's named groups."""
@@ -1723,6 +1738,13 @@ def _str(value: object) -> str | None:
 
 def _bool(value: object) -> bool | None:
     return value if isinstance(value, bool) else None
+
+
+def read_injections(run_dir: str | os.PathLike) -> tuple[list[ev.Injection], list[str]]:
+    """Every marker of a run directory (fault_injected.json, fault_injected.<n>.json up to the
+    layout's last), as history reads them, and the notes on those it could not read."""
+    notes: list[str] = []
+    return HistoryReader(run_dir)._injections(notes), notes
 
 
 def read_history(run_dir: str | os.PathLike, **kwargs) -> ev.Timeline:
