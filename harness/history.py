@@ -230,6 +230,8 @@ RULES: tuple[LineRule, ...] = (
           r"(?P<iteration>\d+)", ev.CheckpointLoaded, phase=PH_LOAD),
     _rule("checkpoint", r"Loading from a non-persistent checkpoint \(non-persistent iter (?P<iteration>\d+)\)",
           ev.NonPersistentLoadStarted, phase=PH_LOAD, opens=True),
+    # (also printed for a missing *non-persistent* tracker, followed by "will not load any non-persistent
+    # checkpoint" instead of "... will start from random": read as a start from random all the same; docs/megatron.md)
     _rule("checkpoint", r"could not find the metadata file", ev.StartedFromRandom, phase=PH_LOAD, opens=True),
     _rule("checkpoint", r"> using checkpoint value \S+ for (?P<name>.+?)\s*$", ev.SchedulerValueLoaded, phase=PH_LOAD),
     _rule("checkpoint", r"Overwriting old incomplete", ev.SaveOverwrite, phase=PH_ITER, stamp="line"),
