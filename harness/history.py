@@ -212,10 +212,11 @@ def _no_progress(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None
 # 0.4.1 and 0.6+/0.7.0; the patterns triage matches too live in harness.dialect). Adding a
 # kind of line is adding an entry here (and its event type in harness.events).
 RULES: tuple[LineRule, ...] = (
-    # the nemesis's own lines, before the checkpoint lines: they say "after checkpoint iteration N"
-    _rule("nemesis", r"\[nemesis\] rank (?P<target_rank>\d+) injecting (?P<signal>\w+) after checkpoint "
+    # the nemesis's own lines, before the checkpoint lines: they say "after checkpoint iteration N" (so its
+    # injection line is screened by "checkpoint"; a longer needle, "nemesis: requested", screens faster)
+    _rule("checkpoint", r"\[nemesis\] rank (?P<target_rank>\d+) injecting (?P<signal>\w+) after checkpoint "
           r"iteration (?P<iteration>\d+)", ev.NemesisInjected),
-    _rule("nemesis", r"nemesis: requested fault \w+ on rank \d+ never happened: (?P<reason>.*)", ev.NemesisNeverFired),
+    _rule("nemesis: requested", r"nemesis: requested fault \w+ on rank \d+ never happened: (?P<reason>.*)", ev.NemesisNeverFired),
     # saves, as many as checkpoints: the fast path; in the order the screen tries them
     _rule("checkpoint", r"successfully saved checkpoint (?:from|at) iteration +(?P<iteration>\d+) to "
           r"(?P<path>.+?)(?: \[|$)", ev.SaveCommitted, phase=PH_ITER, stamp="line", fast=True),
@@ -785,8 +786,11 @@ class LogParser:
                 break
         else:  # " checkpoint" earlier in the line in other words: search the whole line
             found = next((kind for kind, _lead, rx in _SAVE_SCREEN if rx.search(data, ls, le)), None)
-        if found is None or any(data.find(kw, ls, le) >= 0 for kw in _BEFORE_FAST):
-            return None  # an earlier rule may take it: the full path decides
+        if found is None:
+            return None
+        for kw in _BEFORE_FAST:  # an earlier rule may take it: the full path decides
+            if data.find(kw, ls, le) >= 0:
+                return None
         return found
 
     def _save(self, kind: type, entry: list) -> None:

@@ -757,7 +757,7 @@ class _Scanner:
         """The launcher events history's rule table makes of this line (none for other lines),
         and where the rule's pattern matched."""
         text = line.text
-        if not any(k in text for k in _LAUNCHER_WORDS):
+        if not _LAUNCHER_SCREEN.search(text):
             return (), 0
         rule, m = match_rule(text)
         if rule is None or rule.app:
@@ -857,7 +857,7 @@ class _Scanner:
         per_file.setdefault(key, (number_, line.lineno))
 
 
-_LAUNCHER_WORDS = tuple(k.decode() for k in LAUNCHER_KEYWORDS)
+_LAUNCHER_SCREEN = re.compile("|".join(re.escape(k.decode()) for k in LAUNCHER_KEYWORDS))  # history's screen
 def _clip_number(digits: str) -> str:
     return digits if len(digits) <= 24 else digits[:12] + "..."
 
