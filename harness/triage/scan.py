@@ -581,7 +581,8 @@ class _Scanner:
         history = LogParser(rel, split_starts=False)  # history's reading of this file's launcher lines
         for lineno, raw in _iter_lines(path):
             line = self._peel(rel, lineno, raw, per_cycle, file_local)
-            launcher, at = self._launcher_events(history, line)
+            # as history reads them: a per-cycle application log holds worker output, no launcher line
+            launcher, at = self._launcher_events(history, line) if not per_cycle else ((), 0)
             if file_cycle is None:  # launcher lines move the cycle of everything after them (history's rule)
                 for event in launcher:
                     if (opened := cycle_opened(event)) is not None:
