@@ -331,7 +331,7 @@ def strip_prefix(text: str) -> tuple[int | None, str, float | None]:
 
 # ---------------------------------------------------------------- launcher lines
 # Lines of the launcher (torch elastic's agent under ft_launcher, NVRx's rank monitors and
-# profiling), matched by history (typed events) and triage (failure evidence) alike.
+# profiling), used by history's rule table (history.RULES); triage reads these lines through that table.
 
 # NVRx >= 0.6 profiling: `Cycle: 1 Event: worker_start_completed Node: n_1_0 Rank: 0 Time: 2026-11-29 17:09:20.881 UTC`
 PROFILING_RE = re.compile(
@@ -351,7 +351,6 @@ SECTION_TIMEOUT_RE = re.compile(r"Section '([^']+)' has been open for ([\d.]+) s
 OUT_OF_SECTION_RE = re.compile(r"Was out of section for ([\d.]+) seconds\. Timeout is ([\d.]+) seconds")
 # `Did not get initial heartbeat. Waited 60.00 seconds.` (initial | subsequent, waited)
 HEARTBEAT_MISSED_RE = re.compile(r"Did not get (initial|subsequent) heartbeat\. Waited ([\d.]+) seconds")
-RANK_TIMEOUT_RES = (SECTION_TIMEOUT_RE, OUT_OF_SECTION_RE, HEARTBEAT_MISSED_RE)
 # torch elastic's agent, every NVRx version: `failed (exitcode: -9) local_rank: 1 (pid: 4242) of binary: ...`
 WORKER_FAILED_RE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
 # NVRx 0.4.1's rank monitor logger name: `[RankMonServer16902@vm:0]` (node, global rank or `<none>`)

@@ -172,7 +172,10 @@ class LoadStarted(AppEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class NonPersistentLoadStarted(LoadStarted):
-    """`Loading from a non-persistent checkpoint (non-persistent iter N)` (harness.tiers)."""
+    """`Loading from a non-persistent checkpoint (non-persistent iter N)`: Megatron (with
+    --non-persistent-ckpt-type global) loads its non-persistent checkpoint, at least as new as
+    the persistent one, instead of printing `loading distributed checkpoint from ...`
+    (harness.tiers; `path` is the tier's directory name, the line names none)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,6 +278,7 @@ class RendezvousJoined(LauncherEvent):
 
     round: int | None
     node: str | None = None  # NVRx's node id, `<host>_<launcher pid>_<n>` (0.7.0)
+    world: int | None = None  # the world of nodes the line names (`in a world of size N`), when it does
 
 
 @dataclass(frozen=True, kw_only=True)

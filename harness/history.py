@@ -17,6 +17,7 @@ Sources (docs/contracts.md, "The run directory"):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -50,34 +51,9 @@ DCP_METADATA_LIMIT = 1 << 30  # a checkpoint's .metadata lists keys: far smaller
 MAX_ARGS_LINES = 4000  # an arguments table that never ends is closed after this many lines
 MAX_IGNORED_NOTES = 10  # checkpoint-dir entries named in a note each; the rest are counted
 
-# Lines worth decoding contain one of these (iteration lines are handled separately).
-# Every keyword costs one bytes.find pass over the data, so a per-cycle application log is
-# searched for the application keywords only.
-APP_KEYWORDS = (
-    b"checkpoint",  # save / load / tracker-not-found / scheduler value / overwrite lines, and the
-    #                 nemesis's "[nemesis] rank R injecting SIG after checkpoint iteration N"
-    b"ptimizer",  # optimizer state load; [after model, optimizer, ... are built] (longer needles scan faster)
-    b"arguments ---",  # Megatron's arguments table header and footer
-    b"FT: initialized",
-    b"training is done",
-)
-LAUNCHER_KEYWORDS = (
-    b"nemesis",  # "nemesis: requested fault ... never happened" (stderr of the worker)
-    b"Cycle",  # NVRx >= 0.6 profiling events and `[Cycle N] Section ...` timeouts
-    b"Timeout is",  # section / out-of-section timeouts
-    b"heartbeat",
-    b"FT timeout",
-    b"joined",  # rendezvous rounds
-    b"(exitcode",
-    b"orker group",
-    b"attempts left",
-    b"Agent",
-    b"progress",
-)
-ALL_KEYWORDS = APP_KEYWORDS + LAUNCHER_KEYWORDS
 ITER_KEY = b" iteration "
 
-# ---- application lines (docs/megatron.md, "Log lines")
+# ---- iteration lines (docs/megatron.md, "Log lines"): the bulk of a log, folded apart from the rules below
 _ITER_RE = re.compile(r"iteration +(\d+)/ *(\d+) \|")
 _ITER_RE_B = re.compile(rb"iteration +\d+/ *\d+ \|")
 _CONSUMED_RE = re.compile(r"consumed samples: +(\d+)")
@@ -89,36 +65,266 @@ _BAD_NAN_RE = re.compile(rb"nan iterations: *[1-9]")
 # Cheap screen before those regexes: a region whose every counter field reads "0 | ... 0 |" has no bad step.
 _COUNTER_FIELD = b"number of skipped iterations:"
 _COUNTERS_ZERO = b"number of skipped iterations:   0 | number of nan iterations:   0 |"
-_SAVE_START_RE = re.compile(r"saving checkpoint at iteration +(\d+) to (.+?) in \S+ format")
-_SAVE_SCHED_RE = re.compile(r"scheduled an async checkpoint save at iteration +(\d+) to (\S+)")
-_SAVE_DONE_RE = re.compile(r"successfully saved checkpoint (?:from|at) iteration +(\d+) to (.+?)(?: \[|$)")
-_SAVE_PARSE = {ev.SaveCommitted: _SAVE_DONE_RE, ev.SaveScheduled: _SAVE_SCHED_RE, ev.SaveStarted: _SAVE_START_RE}
-# A cheap screen on the raw line, in the order the full parse tries them.
-# (kind, the words before " checkpoint", the line's pattern from those words on)
-_SAVE_SCREEN = (
-    (ev.SaveCommitted, b"successfully saved", re.compile(rb"successfully saved checkpoint (?:from|at) iteration +\d+ to ")),
-    (ev.SaveScheduled, b"scheduled an async", re.compile(rb"scheduled an async checkpoint save at iteration +\d+ to \S")),
-    (ev.SaveStarted, b"saving", re.compile(rb"saving checkpoint at iteration +\d+ to .+? in \S+ format")),
-)
-_LOAD_START_RE = re.compile(r"loading distributed checkpoint from (.+?) at iteration (\d+)")
-_LOAD_DONE_RE = re.compile(r"successfully loaded checkpoint from (.+?)(?: \[[^\]]*\])? at iteration (\d+)")
-_OPT_RE = re.compile(r"Loading distributed optimizer sharded state of type (\S+)")
-_SCHED_RE = re.compile(r"> using checkpoint value \S+ for (.+?)\s*$")
-_ARGS_HEADER_RE = re.compile(r"-{3,} arguments -{3,}")
 _ARGS_FOOTER_RE = re.compile(r"-{3,} end of arguments -{3,}")
 _ARG_LINE_RE = re.compile(r"\s*([A-Za-z_]\w*) \.* ?(?: (.*))?$")
-_NEMESIS_INJECT_RE = re.compile(r"\[nemesis\] rank (\d+) injecting (\w+) after checkpoint iteration (\d+)")
-_NEMESIS_NEVER_RE = re.compile(r"nemesis: requested fault \w+ on rank \d+ never happened: (.*)")
-
-# ---- launcher lines (NVRx 0.4.1 and 0.6+/0.7.0 sources); those triage matches too live in harness.dialect
-_GROUP_RE = re.compile(r"Worker group (UNHEALTHY|FAILED)\. (\d+)/(\d+) attempts left")
-_MIN_HEALTHY_RE = re.compile(r"(\d+)/(\d+) restart attempts left")
 _CYCLE_TAG_RE = re.compile(r"\[Cycle (\d+)\]")
-_EXIT_RE = re.compile(r"Agent(?: exits with exit code =|'s exit code =) (-?\d+)")
 
 # Phases of one application start, in the order Megatron prints them. A line that opens a
 # phase the current start has already reached begins the next start (single logs only).
 PH_NONE, PH_ARGS, PH_FT, PH_LOAD, PH_BUILT, PH_ITER, PH_DONE = -1, 0, 1, 2, 3, 4, 5
+
+
+# ---------------------------------------------------------------- the line rules
+
+
+@dataclass(frozen=True)
+class LineRule:
+    """One kind of log line, and everything the reader derives from it.
+
+    - `keyword`: a substring every such line holds. The screen (one bytes.find pass per
+      distinct keyword over the raw data) and the dispatch's cheap test both come from it:
+      a line that holds no rule's keyword is never decoded.
+    - `pattern`: matched (re.search) on the line's body, prefixes peeled. Rules are tried in
+      table order; the first whose keyword and pattern match takes the line.
+    - `event`: the event type the line makes. Without `make`, the event is built from the
+      pattern's named groups, each an event field of the same name: a count, rank, cycle or
+      iteration is range-checked (dialect.number), and a value out of range makes no event
+      unless the field accepts None.
+    - `make`: (parser, match, body, src, rank) -> the event(s), for lines that need more.
+    - `phase`: the phase of an application start the line belongs to; `opens`: the line opens
+      that phase (seen again, it begins the next start of a single log).
+    - `stamp`: which stamp gives the event its time: "line" (the stamp that starts the line),
+      "datetime" (Megatron's `] datetime:`), or None.
+    - `fast`: one of the lines a run prints at every checkpoint: once a start trains, they are
+      screened on the raw bytes (the text before " checkpoint" in the pattern, then the pattern
+      itself), counted and kept raw, and decoded only if kept.
+    """
+
+    keyword: str
+    pattern: re.Pattern
+    event: type
+    make: object = None  # Callable[[LogParser, re.Match, str, Src, int | None], ev.Event | tuple | None]
+    phase: int = PH_NONE
+    opens: bool = False
+    stamp: str | None = None
+    fast: bool = False
+
+    @property
+    def app(self) -> bool:
+        return issubclass(self.event, ev.AppEvent)
+
+
+def _rule(keyword: str, pattern: str, event: type, make: object = None, **kw) -> LineRule:  # noqa: ANN001
+    return LineRule(keyword, re.compile(pattern), event, make, **kw)
+
+
+# ---- factories of the lines that need more than their named groups
+
+
+def _arguments(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> "_ArgsBuilder":
+    """Megatron's arguments table: the lines after this header belong to it (LogParser._args_block)."""
+    if p._args is not None:
+        p._close_args()
+    p._args = _ArgsBuilder(rank, src)
+    return p._args
+
+
+def _profiling(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.ProfilingEvent | None:
+    if (cycle := p._num(m.group(1), "cycle", src)) is None:
+        return None
+    name = m.group(2)
+    utc = _epoch(*map(int, m.groups()[3:9]), m.group(10))
+    local = p._stamp(b)
+    if local is not None and utc is not None and len(p.offset_pairs) < 16:
+        p.offset_pairs.append((local, utc))
+    return ev.ProfilingEvent(src=src, ts=utc, ts_utc=True, cycle=cycle, name=name, node=m.group(3))
+
+
+def _joined(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.RendezvousJoined | None:
+    joined_round = p._num(m.group("round"), "cycle", src)
+    world = p._num(m.group("world"), "world", src)
+    if joined_round is not None:
+        return ev.RendezvousJoined(src=src, ts=p._stamp(b), cycle=joined_round, round=joined_round, world=world)
+    if m.group("round") is None and "has joined the rendezvous" in b:
+        return ev.RendezvousJoined(src=src, ts=p._stamp(b), cycle=p.launcher_cycle, round=None, node=m.group("node"),
+                                   world=world)
+    return None  # a round no run reaches
+
+
+def _timeout(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.RankTimeout:
+    if m.re is SECTION_TIMEOUT_RE:
+        kind, section, elapsed, timeout = "section", m.group(1), m.group(2), m.group(3)
+    elif m.re is OUT_OF_SECTION_RE:
+        kind, section, elapsed, timeout = "out_of_section", None, m.group(1), m.group(2)
+    else:
+        kind, section, elapsed, timeout = "heartbeat", None, None, m.group(2)
+    rank = local_rank = node = None
+    if who := RANKMON_RE.search(b):  # 0.4.1: the monitored global rank
+        node, rank = who.group(1), p._num(who.group(2), "rank", src)
+    elif who := WORKLOAD_RE.search(b):  # 0.6+: [node] [workload:<rank>(<local rank>) ...]
+        node, rank, local_rank = who.group(1), p._num(who.group(2), "rank", src), p._num(who.group(3), "rank", src)
+    tag = _CYCLE_TAG_RE.search(b)
+    cycle = p._num(tag.group(1), "cycle", src) if tag else p.launcher_cycle
+    return ev.RankTimeout(src=src, ts=p._stamp(b), cycle=cycle, kind=kind, section=section, rank=rank,
+                          local_rank=local_rank, node=node, timeout=p._num(timeout, "seconds", src, decimal),
+                          elapsed=p._num(elapsed, "seconds", src, decimal) if elapsed is not None else None)
+
+
+def _ft_timeout(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.FtTimeoutElapsed:
+    who = RANKMON_RE.search(b)
+    return ev.FtTimeoutElapsed(src=src, ts=p._stamp(b), cycle=p.launcher_cycle,
+                               rank=p._num(who.group(2), "rank", src) if who else None)
+
+
+def _attempts_left(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.LauncherEvent:
+    if m.group(1) == "0":
+        return ev.RestartsExhausted(src=src, ts=p._stamp(b), cycle=p.launcher_cycle)
+    return ev.WorkerGroupFailed(src=src, ts=p._stamp(b), cycle=p.launcher_cycle, state="FAILED",
+                                attempts_left=p._num(m.group(1), "count", src),
+                                max_restarts=p._num(m.group(2), "count", src))
+
+
+_AGENT_FAILED = ("Agent .run() raised", "terminal worker-group failure", "Some rank(s) exited with non-zero",
+                 "Agent run ended with exception")
+_AGENT_EXIT_RE = re.compile(r"Agent(?: exits with exit code =|'s exit code =) (-?\d+)")
+
+
+def _agent(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> tuple[ev.LauncherEvent, ...]:
+    """The agent's last words: one line may say it succeeded, its exit code and why it failed."""
+    ts, cycle, out = p._stamp(b), p.launcher_cycle, []
+    if "Agent .run() is OK" in b:
+        out.append(ev.LauncherSucceeded(src=src, ts=ts, cycle=cycle))
+    if (code := _AGENT_EXIT_RE.search(b)) and (value := p._num(code.group(1), "exit_code", src)) is not None:
+        out.append(ev.LauncherExit(src=src, ts=ts, cycle=cycle, code=value))
+    if any(k in b for k in _AGENT_FAILED):
+        out.append(ev.LauncherFailed(src=src, ts=ts, cycle=cycle, message=clip(b, 160)))
+    if "must not be restarted" in b and "progress" in b:
+        out.append(ev.NoProgressStop(src=src, ts=ts, cycle=cycle, message=clip(b, 160)))
+    return tuple(out)
+
+
+def _np_load(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.NonPersistentLoadStarted | None:
+    """A load of Megatron's non-persistent tier (harness.tiers): the line names no directory."""
+    if (iteration := p._num(m.group(1), "iteration", src)) is None:
+        return None
+    return ev.NonPersistentLoadStarted(src=src, rank=rank, iteration=iteration, path=tiers.NON_PERSISTENT_SUBDIR)
+
+
+def _from_random(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.StartedFromRandom | None:
+    """No tracker to load from: a start from random, unless the missing tracker is the
+    non-persistent tier's (harness.tiers), after which Megatron loads the persistent one."""
+    return None if tiers.is_non_persistent_path(b) else ev.StartedFromRandom(src=src, rank=rank)
+
+
+def _no_progress(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.NoProgressStop:
+    return ev.NoProgressStop(src=src, ts=p._stamp(b), cycle=p.launcher_cycle, message=clip(b, 160))
+
+
+# The table: application lines (docs/megatron.md, "Log lines"), then launcher lines (NVRx
+# 0.4.1 and 0.6+/0.7.0; the patterns triage matches too live in harness.dialect). Adding a
+# kind of line is adding an entry here (and its event type in harness.events).
+RULES: tuple[LineRule, ...] = (
+    # the nemesis's own lines, before the checkpoint lines: they say "after checkpoint iteration N" (so its
+    # injection line is screened by "checkpoint"; a longer needle, "nemesis: requested", screens faster)
+    _rule("checkpoint", r"\[nemesis\] rank (?P<target_rank>\d+) injecting (?P<signal>\w+) after checkpoint "
+          r"iteration (?P<iteration>\d+)", ev.NemesisInjected),
+    _rule("nemesis: requested", r"nemesis: requested fault \w+ on rank \d+ never happened: (?P<reason>.*)", ev.NemesisNeverFired),
+    # saves, as many as checkpoints: the fast path; in the order the screen tries them
+    _rule("checkpoint", r"successfully saved checkpoint (?:from|at) iteration +(?P<iteration>\d+) to "
+          r"(?P<path>.+?)(?: \[|$)", ev.SaveCommitted, phase=PH_ITER, stamp="line", fast=True),
+    _rule("checkpoint", r"scheduled an async checkpoint save at iteration +(?P<iteration>\d+) to (?P<path>\S+)",
+          ev.SaveScheduled, phase=PH_ITER, stamp="line", fast=True),
+    _rule("checkpoint", r"saving checkpoint at iteration +(?P<iteration>\d+) to (?P<path>.+?) in \S+ format",
+          ev.SaveStarted, phase=PH_ITER, stamp="line", fast=True),
+    # loads
+    _rule("checkpoint", r"loading distributed checkpoint from (?P<path>.+?) at iteration (?P<iteration>\d+)",
+          ev.LoadStarted, phase=PH_LOAD, opens=True),
+    _rule("checkpoint", r"successfully loaded checkpoint from (?P<path>.+?)(?: \[[^\]]*\])? at iteration "
+          r"(?P<iteration>\d+)", ev.CheckpointLoaded, phase=PH_LOAD),
+    _rule("checkpoint", tiers.NP_LOAD_RE.pattern, ev.NonPersistentLoadStarted, _np_load, phase=PH_LOAD, opens=True),
+    _rule("checkpoint", re.escape(tiers.NP_OLDER_TEXT), ev.NonPersistentOlder),
+    # (also printed for a missing *non-persistent* tracker, followed by "will not load any non-persistent
+    # checkpoint": no start from random, Megatron goes on to the persistent tier; docs/megatron.md)
+    _rule("checkpoint", r"could not find the metadata file", ev.StartedFromRandom, _from_random, phase=PH_LOAD,
+          opens=True),
+    _rule("checkpoint", r"> using checkpoint value \S+ for (?P<name>.+?)\s*$", ev.SchedulerValueLoaded, phase=PH_LOAD),
+    _rule("checkpoint", r"Overwriting old incomplete", ev.SaveOverwrite, phase=PH_ITER, stamp="line"),
+    _rule("ptimizer", r"Loading distributed optimizer sharded state of type (?P<kind>\S+)", ev.OptimizerLoaded,
+          phase=PH_LOAD),
+    _rule("ptimizer", r"\[after model, optimizer, and learning rate scheduler are built\]", ev.ModelBuilt,
+          phase=PH_BUILT, opens=True, stamp="datetime"),
+    _rule("arguments ---", r"-{3,} arguments -{3,}", ev.ArgumentsPrinted, _arguments, phase=PH_ARGS, opens=True),
+    _rule("FT: initialized", r"FT: initialized", ev.WorkersInitialized, phase=PH_FT, opens=True, stamp="line"),
+    _rule("training is done", r"\[after training is done\]", ev.TrainingDone, phase=PH_DONE, stamp="datetime"),
+    # the rank monitors
+    _rule("Timeout is", SECTION_TIMEOUT_RE.pattern, ev.RankTimeout, _timeout),
+    _rule("Timeout is", OUT_OF_SECTION_RE.pattern, ev.RankTimeout, _timeout),
+    _rule("heartbeat", HEARTBEAT_MISSED_RE.pattern, ev.RankTimeout, _timeout),
+    _rule("Cycle", PROFILING_RE.pattern, ev.ProfilingEvent, _profiling),
+    _rule("FT timeout", r"FT timeout elapsed", ev.FtTimeoutElapsed, _ft_timeout),
+    # the agent
+    _rule("joined", RENDEZVOUS_JOINED_RE.pattern, ev.RendezvousJoined, _joined),
+    _rule("(exitcode", r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<pid>\d+)\)",
+          ev.WorkerFailed, stamp="line"),
+    _rule("orker group", r"Worker group (?P<state>UNHEALTHY|FAILED)\. (?P<attempts_left>\d+)/(?P<max_restarts>\d+) "
+          r"attempts left", ev.WorkerGroupFailed, stamp="line"),
+    _rule("orker group", r"worker group successfully finished", ev.WorkerGroupSucceeded, stamp="line"),
+    _rule("attempts left", r"(\d+)/(\d+) restart attempts left", ev.WorkerGroupFailed, _attempts_left),
+    _rule("Agent", r"Agent", ev.LauncherEvent, _agent),
+    _rule("progress", r"detected no progress across restarts|EARLY TERMINATION", ev.NoProgressStop, _no_progress),
+)
+_FAST_RULES = tuple(r for r in RULES if r.fast)
+_RULE_OF: dict[type, LineRule] = {r.event: r for r in _FAST_RULES}
+FAST_KEYWORD = b"checkpoint"
+assert all(r.keyword.encode() == FAST_KEYWORD for r in _FAST_RULES)
+# keywords of the rules tried before the fast ones (the nemesis's): a line holding one goes the full path
+_BEFORE_FAST = tuple(dict.fromkeys(r.keyword.encode() for r in RULES[:RULES.index(_FAST_RULES[0])]
+                                   if r.keyword.encode() != FAST_KEYWORD))
+
+
+def cycle_opened(event: ev.Event) -> int | None:
+    """The one cycle rule (history's and triage's): the launcher cycle a launcher line opens.
+    A profiling event of a cycle's start (events.CYCLE_START_EVENTS) names it; torch elastic's
+    rendezvous round (NVRx 0.4.1) is it; any other line opens none (None)."""
+    if isinstance(event, ev.ProfilingEvent):
+        return event.cycle if event.name in ev.CYCLE_START_EVENTS else None
+    if isinstance(event, ev.RendezvousJoined):
+        return event.round
+    return None
+
+
+def match_rule(body: str) -> tuple[LineRule, re.Match] | tuple[None, None]:
+    """The rule that takes a line (its body, prefixes peeled): the first whose keyword and
+    pattern match; (None, None) for a line no rule takes."""
+    for rule in RULES:
+        if rule.keyword in body and (m := rule.pattern.search(body)):
+            return rule, m
+    return None, None
+
+
+def _keywords(rules: tuple[LineRule, ...]) -> tuple[bytes, ...]:
+    return tuple(dict.fromkeys(r.keyword.encode() for r in rules))
+
+
+# The screens: a per-cycle application log is searched for the application keywords only.
+APP_KEYWORDS = _keywords(tuple(r for r in RULES if r.app))
+ALL_KEYWORDS = _keywords(RULES)
+LAUNCHER_KEYWORDS = tuple(k for k in ALL_KEYWORDS if k not in APP_KEYWORDS)
+# The fast path's screen of each save line: (kind, the words before " checkpoint", the line's
+# pattern from those words on), derived from the rule.
+_SAVE_SCREEN = tuple(
+    (r.event, r.pattern.pattern.split(" checkpoint", 1)[0].encode(), re.compile(r.pattern.pattern.encode()))
+    for r in _FAST_RULES)
+assert all(re.fullmatch(rb"[\w ]+", lead) for _k, lead, _rx in _SAVE_SCREEN)  # literal words
+
+# Named groups: the quantity dialect.number checks them against (other groups are text).
+_QUANTITY = {"iteration": "iteration", "target_rank": "rank", "local_rank": "rank", "exitcode": "exit_code",
+             "pid": "pid", "attempts_left": "count", "max_restarts": "count"}
+_OPTIONAL: dict[type, frozenset[str]] = {}  # per event type: the fields that accept None
+
+
+def _optional_fields(kind: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(kind) if "None" in str(f.type))
 
 
 
@@ -145,7 +351,6 @@ class _ArgsBuilder:
 SAVES_HEAD = 8
 SAVES_TAIL = 32
 SAVES_SAMPLE = 64
-_SAVE_KINDS = (ev.SaveCommitted, ev.SaveScheduled, ev.SaveStarted)
 # Every other line kind may repeat without end too (every rank's `FT: initialized`, a
 # profiling event per node and cycle, a log that repeats one launcher line): each is kept the
 # same way, per start and kind for application lines (EVENTS_*), per kind, cycle and
@@ -399,6 +604,8 @@ class LogParser:
 
     def _emit(self, event: ev.LauncherEvent) -> None:
         self._seq += 1
+        if (cycle := cycle_opened(event)) is not None:
+            self.launcher_cycle = cycle
         # one group per joining node too: node_replacement compares the nodes of two cycles, and a
         # cluster of thousands of nodes must not lose some to the sampling (LAUNCHER_KEYS bounds it)
         sub = event.name if isinstance(event, ev.ProfilingEvent) else (
@@ -592,7 +799,12 @@ class LogParser:
                 break
         else:  # " checkpoint" earlier in the line in other words: search the whole line
             found = next((kind for kind, _lead, rx in _SAVE_SCREEN if rx.search(data, ls, le)), None)
-        return None if found is None or data.find(b"nemesis", ls, le) >= 0 else found
+        if found is None:
+            return None
+        for kw in _BEFORE_FAST:  # an earlier rule may take it: the full path decides
+            if data.find(kw, ls, le) >= 0:
+                return None
+        return found
 
     def _save(self, kind: type, entry: list) -> None:
         start = self.starts[-1] if self.starts and self.starts[-1].phase >= PH_ITER else self._start(phase=PH_ITER)
@@ -602,11 +814,10 @@ class LogParser:
         if entry[2] is None and entry[0] is not None:
             text = entry[0].decode("utf-8", "replace").rstrip("\r\n")
             rank, b, _ = _strip_prefix(text)
-            m = _SAVE_PARSE[kind].search(b)
-            iteration = number(m.group(1), "iteration") if m is not None else None
-            if iteration is not None:
-                entry[2] = kind(src=Src(self.rel, entry[1], clip(text)), ts=self._stamp(b), rank=rank,
-                                iteration=iteration, path=m.group(2))
+            rule = _RULE_OF[kind]
+            m = rule.pattern.search(b)
+            if m is not None:
+                entry[2] = self._make(rule, m, b, Src(self.rel, entry[1], clip(text)), rank)
             entry[0] = None  # parsed (or not a save after all): the raw line is no longer needed
         return entry[2]
 
@@ -620,74 +831,49 @@ class LogParser:
             local = self._stamp(body)
             if local is not None:
                 self.offset_pairs.append((local, console))
-        if self._app_line(body, src, rank):
+        rule, m = match_rule(body)
+        if (rule is None or not rule.app) and self.dialect is None:  # a launcher's line (or none's): whose?
+            if "[workload:" in body:
+                self.dialect = "0.7.0"
+            elif "[ft_launcher" in body or "[RankMonServer" in body:
+                self.dialect = "0.4.1"
+        if rule is None:
             return
-        self._launcher_line(body, src)
-
-    def _app_line(self, b: str, src: Src, rank: int | None) -> bool:  # noqa: C901 - one flat dispatch
-        if "nemesis" in b:  # before "checkpoint": its lines say "after checkpoint iteration N"
-            if m := _NEMESIS_INJECT_RE.search(b):
-                target, iteration = self._num(m.group(1), "rank", src), self._num(m.group(3), "iteration", src)
-                if target is not None and iteration is not None:
-                    self._app(ev.NemesisInjected(src=src, rank=rank, target_rank=target, signal=m.group(2),
-                                                 iteration=iteration))
-                return True
-            if m := _NEMESIS_NEVER_RE.search(b):
-                self._app(ev.NemesisNeverFired(src=src, rank=rank, reason=m.group(1)))
-                return True
-        if "checkpoint" in b:
-            if m := (_SAVE_DONE_RE.search(b) or _SAVE_SCHED_RE.search(b) or _SAVE_START_RE.search(b)):
-                kind = next(k for k, rx in _SAVE_PARSE.items() if rx is m.re)
-                if (iteration := self._num(m.group(1), "iteration", src)) is not None:
-                    self._save(kind, [None, src.line, kind(src=src, ts=self._stamp(b), rank=rank, iteration=iteration,
-                                                           path=m.group(2))])
-            elif m := _LOAD_START_RE.search(b):
-                if (iteration := self._num(m.group(2), "iteration", src)) is not None:
-                    self._app(ev.LoadStarted(src=src, rank=rank, iteration=iteration, path=m.group(1)), opener=PH_LOAD)
-            elif m := _LOAD_DONE_RE.search(b):
-                if (iteration := self._num(m.group(2), "iteration", src)) is not None:
-                    self._app(ev.CheckpointLoaded(src=src, rank=rank, iteration=iteration, path=m.group(1)), phase=PH_LOAD)
-            elif m := tiers.NP_LOAD_RE.search(b):  # harness.tiers: a load of the non-persistent tier
-                if (iteration := self._num(m.group(1), "iteration", src)) is not None:
-                    self._app(ev.NonPersistentLoadStarted(src=src, rank=rank, iteration=iteration,
-                                                          path=tiers.NON_PERSISTENT_SUBDIR), opener=PH_LOAD)
-            elif tiers.NP_OLDER_TEXT in b:
-                self._app(ev.NonPersistentOlder(src=src, rank=rank))
-            elif "could not find the metadata file" in b and tiers.is_non_persistent_path(b):
-                pass  # the non-persistent tier's tracker is missing: Megatron goes on to the persistent one
-            elif "could not find the metadata file" in b:
-                self._app(ev.StartedFromRandom(src=src, rank=rank), opener=PH_LOAD)
-            elif m := _SCHED_RE.search(b):
-                self._app(ev.SchedulerValueLoaded(src=src, rank=rank, name=m.group(1)), phase=PH_LOAD)
-            elif "Overwriting old incomplete" in b:
-                self._app(ev.SaveOverwrite(src=src, ts=self._stamp(b), rank=rank), phase=PH_ITER)
+        for event in self.events_of(rule, m, body, src, rank):
+            if not rule.app:
+                self._emit(event)
+            elif rule.fast:
+                self._save(rule.event, [None, src.line, event])
             else:
-                return False
-            return True
-        if "optimizer" in b:
-            if m := _OPT_RE.search(b):
-                self._app(ev.OptimizerLoaded(src=src, rank=rank, kind=m.group(1)), phase=PH_LOAD)
-            elif "[after model, optimizer, and learning rate scheduler are built]" in b:
-                self._app(ev.ModelBuilt(src=src, ts=self._datetime(b), rank=rank), opener=PH_BUILT)
-            else:
-                return False
-            return True
-        if "arguments" in b:
-            if _ARGS_HEADER_RE.search(b) and "end of" not in b:
-                if self._args is not None:
-                    self._close_args()
-                self._args = _ArgsBuilder(rank, src)
                 self._seq += 1
-                self._start(opener=PH_ARGS).add(ev.ArgumentsPrinted, self._seq, self._args)
-                return True
-            return False
-        if "FT: initialized" in b:
-            self._app(ev.WorkersInitialized(src=src, ts=self._stamp(b), rank=rank), opener=PH_FT)
-            return True
-        if "[after training is done]" in b:
-            self._app(ev.TrainingDone(src=src, ts=self._datetime(b), rank=rank), phase=PH_DONE)
-            return True
-        return False
+                self._start(rule.phase if rule.opens else None, rule.phase).add(rule.event, self._seq, event)
+
+    def events_of(self, rule: LineRule, m: re.Match, body: str, src: Src, rank: int | None) -> tuple[ev.Event, ...]:
+        """The events the line `body` makes by `rule` (m: its match), in this log's state (its
+        year, its launcher cycle): what the reader keeps, and what triage folds over."""
+        made = rule.make(self, m, body, src, rank) if rule.make is not None else self._make(rule, m, body, src, rank)
+        return tuple(e for e in (made if isinstance(made, tuple) else (made,)) if e is not None)
+
+    def _make(self, rule: LineRule, m: re.Match, b: str, src: Src, rank: int | None) -> ev.Event | None:
+        """The event of a rule without a factory, from its pattern's named groups."""
+        fields: dict[str, object] = {}
+        for name, text in m.groupdict().items():
+            quantity = _QUANTITY.get(name)
+            if quantity is None:
+                fields[name] = text
+                continue
+            fields[name] = value = self._num(text, quantity, src)
+            if value is None and name not in _OPTIONAL.setdefault(rule.event, _optional_fields(rule.event)):
+                return None  # a number no run prints: no event
+        if rule.stamp == "line":
+            fields["ts"] = self._stamp(b)
+        elif rule.stamp == "datetime":
+            fields["ts"] = self._datetime(b)
+        if rule.app:
+            fields["rank"] = rank
+        else:
+            fields["cycle"] = self.launcher_cycle
+        return rule.event(src=src, **fields)
 
     def _datetime(self, b: str) -> float | None:
         found = megatron_datetime(b)
@@ -695,113 +881,6 @@ class LogParser:
             return None
         self.year = found.year
         return found.ts
-
-    def _launcher_line(self, b: str, src: Src) -> None:  # noqa: C901 - one flat dispatch
-        if self.dialect is None:
-            if "[workload:" in b:
-                self.dialect = "0.7.0"
-            elif "[ft_launcher" in b or "[RankMonServer" in b:
-                self.dialect = "0.4.1"
-        emit = self._emit
-        if "Timeout is" in b or "heartbeat" in b:
-            timeout = self._timeout(b, src)
-            if timeout is not None:
-                emit(timeout)
-            return
-        if "Cycle" in b:
-            m = PROFILING_RE.search(b)
-            if m and (cycle := self._num(m.group(1), "cycle", src)) is not None:
-                name = m.group(2)
-                utc = _epoch(*map(int, m.groups()[3:9]), m.group(10))
-                local = self._stamp(b)
-                if local is not None and utc is not None and len(self.offset_pairs) < 16:
-                    self.offset_pairs.append((local, utc))
-                if name in ev.CYCLE_START_EVENTS:
-                    self.launcher_cycle = cycle
-                emit(ev.ProfilingEvent(src=src, ts=utc, ts_utc=True, cycle=cycle, name=name, node=m.group(3)))
-            return
-        if "FT timeout" in b and "FT timeout elapsed" in b:
-            m = RANKMON_RE.search(b)
-            rank = self._num(m.group(2), "rank", src) if m else None
-            emit(ev.FtTimeoutElapsed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, rank=rank))
-            return
-        if "joined" in b:
-            m = RENDEZVOUS_JOINED_RE.search(b)
-            joined_round = self._num(m.group("round"), "cycle", src) if m else None
-            if m and m.group("round") is not None and joined_round is None:
-                return  # a round no run reaches
-            if joined_round is not None:
-                self.launcher_cycle = joined_round
-                emit(ev.RendezvousJoined(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, round=self.launcher_cycle))
-            elif "has joined the rendezvous" in b:
-                emit(ev.RendezvousJoined(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, round=None,
-                                         node=m.group("node") if m else None))
-            return
-        if "(exitcode" in b:
-            m = WORKER_FAILED_RE.search(b)
-            if m:
-                code, local = self._num(m.group(1), "exit_code", src), self._num(m.group(2), "rank", src)
-                pid = self._num(m.group(3), "pid", src)
-                if code is not None and local is not None and pid is not None:
-                    emit(ev.WorkerFailed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, exitcode=code,
-                                         local_rank=local, pid=pid))
-            return
-        if "orker group" in b:
-            m = _GROUP_RE.search(b)
-            if m:
-                emit(ev.WorkerGroupFailed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, state=m.group(1),
-                                          attempts_left=self._num(m.group(2), "count", src),
-                                          max_restarts=self._num(m.group(3), "count", src)))
-            elif "worker group successfully finished" in b:
-                emit(ev.WorkerGroupSucceeded(src=src, ts=self._stamp(b), cycle=self.launcher_cycle))
-            return
-        if "attempts left" in b:
-            m = _MIN_HEALTHY_RE.search(b)
-            if m and m.group(1) == "0":
-                emit(ev.RestartsExhausted(src=src, ts=self._stamp(b), cycle=self.launcher_cycle))
-            elif m:
-                emit(ev.WorkerGroupFailed(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, state="FAILED",
-                                          attempts_left=self._num(m.group(1), "count", src),
-                                          max_restarts=self._num(m.group(2), "count", src)))
-            return
-        if "Agent" in b:
-            ts = self._stamp(b)
-            if "Agent .run() is OK" in b:
-                emit(ev.LauncherSucceeded(src=src, ts=ts, cycle=self.launcher_cycle))
-            if (m := _EXIT_RE.search(b)) and (code := self._num(m.group(1), "exit_code", src)) is not None:
-                emit(ev.LauncherExit(src=src, ts=ts, cycle=self.launcher_cycle, code=code))
-            if any(k in b for k in ("Agent .run() raised", "terminal worker-group failure",
-                                    "Some rank(s) exited with non-zero", "Agent run ended with exception")):
-                emit(ev.LauncherFailed(src=src, ts=ts, cycle=self.launcher_cycle, message=clip(b, 160)))
-            if "must not be restarted" in b and "progress" in b:
-                emit(ev.NoProgressStop(src=src, ts=ts, cycle=self.launcher_cycle, message=clip(b, 160)))
-            return
-        if "progress" in b and ("detected no progress across restarts" in b or "EARLY TERMINATION" in b):
-            emit(ev.NoProgressStop(src=src, ts=self._stamp(b), cycle=self.launcher_cycle, message=clip(b, 160)))
-
-    def _timeout(self, b: str, src: Src) -> ev.RankTimeout | None:
-        if m := SECTION_TIMEOUT_RE.search(b):
-            kind, section, elapsed, timeout = ("section", m.group(1), self._num(m.group(2), "seconds", src, decimal),
-                                               self._num(m.group(3), "seconds", src, decimal))
-        elif m := OUT_OF_SECTION_RE.search(b):
-            kind, section, elapsed, timeout = ("out_of_section", None, self._num(m.group(1), "seconds", src, decimal),
-                                               self._num(m.group(2), "seconds", src, decimal))
-        elif m := HEARTBEAT_MISSED_RE.search(b):
-            kind, section, elapsed, timeout = "heartbeat", None, None, self._num(m.group(2), "seconds", src, decimal)
-        else:
-            return None
-        rank = local_rank = node = None
-        if m := RANKMON_RE.search(b):  # 0.4.1: the monitored global rank
-            node = m.group(1)
-            rank = self._num(m.group(2), "rank", src)
-        elif m := WORKLOAD_RE.search(b):  # 0.6+: [node] [workload:<rank>(<local rank>) ...]
-            node = m.group(1)
-            rank = self._num(m.group(2), "rank", src)
-            local_rank = self._num(m.group(3), "rank", src)
-        tag = _CYCLE_TAG_RE.search(b)
-        cycle = self._num(tag.group(1), "cycle", src) if tag else self.launcher_cycle
-        return ev.RankTimeout(src=src, ts=self._stamp(b), cycle=cycle, kind=kind, section=section, rank=rank,
-                              local_rank=local_rank, node=node, elapsed=elapsed, timeout=timeout)
 
     # ---- results
 
@@ -833,7 +912,7 @@ def _keyword_lines(data: bytes, n: int, keywords: tuple[bytes, ...]) -> list[tup
     found: dict[int, tuple[int, int, int]] = {}
     find, rfind = data.find, data.rfind
     for kw in keywords:
-        checkpoint = kw == b"checkpoint"
+        checkpoint = kw == FAST_KEYWORD
         i = find(kw, 0, n)
         while i >= 0:
             ls = rfind(b"\n", 0, i) + 1
@@ -1684,6 +1763,13 @@ def _str(value: object) -> str | None:
 
 def _bool(value: object) -> bool | None:
     return value if isinstance(value, bool) else None
+
+
+def read_injections(run_dir: str | os.PathLike) -> tuple[list[ev.Injection], list[str]]:
+    """Every marker of a run directory (fault_injected.json, fault_injected.<n>.json up to the
+    layout's last), as history reads them, and the notes on those it could not read."""
+    notes: list[str] = []
+    return HistoryReader(run_dir)._injections(notes), notes
 
 
 def read_history(run_dir: str | os.PathLike, **kwargs) -> ev.Timeline:

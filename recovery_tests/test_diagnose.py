@@ -938,3 +938,56 @@ def test_per_process_state_is_bounded_by_the_number_of_ranks_kept(tmp_path: Path
     scanner.scan([path])
     assert len(made) == 5  # four processes and the one the others share
     assert len(scanner.memory) == 4
+
+
+# ----------------------------------------------------------------------------- every fault kind, every marker (issue 26)
+
+
+def _injected_run(run: Path, fault: str, *, with_signal: bool) -> None:
+    """A real 0.7.0 kill run (a real 0.4.1 hang for a stopping fault) whose rank 1 died by
+    the signal the fault kind sends, with that kind's marker."""
+    import signal as signals
+
+    from harness.faults import FAULT_KINDS
+
+    kind = FAULT_KINDS[fault]
+    sent = kind.signal
+    if sent == "SIGSTOP" or kind.monitor_detects:  # kept alive: only the monitor's timeout detects it
+        sample_run(run, "nvrx-0.4.1-hang/launcher-console.log", None)
+    else:
+        sample_run(run, "nvrx-0.7.0-kill/launcher.log", None)
+        log = run / "logs" / "launcher.log"
+        code = kind.exit_codes[0] if kind.exit_codes else -int(getattr(signals, sent))
+        log.write_text(log.read_text().replace("exitcode: -9", f"exitcode: {code}").replace("exitcode=-9", f"exitcode={code}"))
+    marker = {"fault": fault, "rank": 1, "local_rank": 1, "cycle": 0, "iteration": 10}
+    if with_signal and sent is not None:
+        marker["signal"] = sent
+    write_json(run, "fault_injected.json", marker)
+
+
+@pytest.mark.parametrize("with_signal", [True, False], ids=["marker-signal", "vocabulary-signal"])
+@pytest.mark.parametrize("fault", sorted(k.name for k in __import__("harness.faults", fromlist=["FAULT_KINDS"]).FAULT_KINDS.values()
+                                   if not k.planned and not k.gpu_only))
+def test_every_fault_kind_of_the_vocabulary_is_recognised_as_the_injected_fault(tmp_path: Path, fault: str,
+                                                                                with_signal: bool) -> None:
+    """The injected fault is told by what its signal does (a stop: the monitor's timeout; any
+    other: the rank's death by it), for each kind of spec.FAULT_KINDS, not for kill and hang only."""
+    _injected_run(tmp_path, fault, with_signal=with_signal)
+    t = diagnose(tmp_path)
+    assert (t.rank, t.injected) == (1, True), t.summary
+    assert "fault_injected.json" in t.summary
+
+
+def test_every_marker_the_layout_allows_is_matched(tmp_path: Path) -> None:
+    """A plan's markers are numbered up to the layout's last (layout.marker_index): the one that
+    claims the failure may be fault_injected.12.json, past the first nine."""
+    from harness.layout import marker_name
+
+    _injected_run(tmp_path, "kill", with_signal=True)
+    claim = json.loads((tmp_path / "fault_injected.json").read_text())
+    for index in range(1, 12):  # earlier faults of the plan, in a cycle that did not fail
+        write_json(tmp_path, marker_name(index), {**claim, "cycle": 5})
+    write_json(tmp_path, marker_name(12), claim)
+    t = diagnose(tmp_path)
+    assert (t.rank, t.injected) == (1, True), t.summary
+    assert "fault_injected.12.json" in t.summary

@@ -309,6 +309,44 @@ def test_history_and_triage_read_the_launcher_lines_alike(tmp_path: Path, line: 
     assert (kind, x.exitcode if kind == "exit" else x.rank, x.local_rank) == triage_reads
 
 
+@pytest.mark.parametrize("name", sorted(__import__("harness.events", fromlist=["x"]).CYCLE_START_EVENTS))
+def test_history_and_triage_share_one_cycle_rule(tmp_path: Path, name: str) -> None:
+    """Every profiling event that opens a cycle for history (events.CYCLE_START_EVENTS, via
+    history.cycle_opened) moves triage's cycle too: a traceback after it belongs to that cycle
+    for both readers."""
+    from harness import events as ev
+    from harness.triage import scan
+
+    rel = "logs/launcher.log"
+    _touch(tmp_path / rel, f"Cycle: 2 Event: {name} Node: vm_1_0 Rank: 0 Time: 2026-11-29 16:00:09.000 UTC\n"
+                           "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nValueError: boom\n"
+                           "[2026-11-29 16:00:10,000] failed (exitcode: 1) local_rank: 0 (pid: 4242) of binary: python\n")
+    (tmp_path / "run.json").write_text(json.dumps({"utc_offset_s": 0, "created_at": "2026-11-29T16:00:00Z"}))
+    failed = [e for e in read_history(tmp_path).launcher_events() if isinstance(e, ev.WorkerFailed)]
+    scanner = scan._Scanner(tmp_path, scan._Context(timedelta(0), 2026, 11))
+    scanner.scan([tmp_path / rel])
+    assert [e.cycle for e in failed] == [2]
+    assert [tb.cycle for tb in scanner.tracebacks] == [2] and [e.cycle for e in scanner.events] == [2]
+
+
+def test_triage_reads_the_launcher_grammar_only_through_history_rules() -> None:
+    """One reader per format: triage takes the launcher's lines (rank monitor timeouts, worker
+    exits, rendezvous rounds, profiling events) from history's rule table, never from patterns
+    of its own (a second reading would drift from history's, as its cycle rule once did)."""
+    import ast
+
+    launcher_grammar = {"PROFILING_RE", "RENDEZVOUS_JOINED_RE", "SECTION_TIMEOUT_RE", "OUT_OF_SECTION_RE",
+                        "HEARTBEAT_MISSED_RE", "RANK_TIMEOUT_RES", "WORKER_FAILED_RE", "RANKMON_RE", "WORKLOAD_RE"}
+    triage = Path(__file__).resolve().parent.parent / "harness" / "triage"
+    used = {(f.name, node.id if isinstance(node, ast.Name) else node.attr)
+            for f in sorted(triage.glob("*.py")) for node in ast.walk(ast.parse(f.read_text()))
+            if isinstance(node, (ast.Name, ast.Attribute)) and (node.id if isinstance(node, ast.Name) else node.attr)
+            in launcher_grammar}
+    used |= {(f.name, alias.name) for f in sorted(triage.glob("*.py")) for node in ast.walk(ast.parse(f.read_text()))
+             if isinstance(node, ast.ImportFrom) for alias in node.names if alias.name in launcher_grammar}
+    assert not used, f"triage matches launcher lines with its own patterns: {sorted(used)}"
+
+
 # ---------------------------------------------------------------- numbers and discovery bounds (issue 24, class 4)
 
 

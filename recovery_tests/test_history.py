@@ -580,3 +580,97 @@ def test_every_joining_node_of_a_large_cluster_is_kept(tmp_path: Path):
     joined = [e for e in read_history(tmp_path / "run").launcher_events() if isinstance(e, ev.RendezvousJoined)]
     assert {e.node for e in joined} == set(nodes)
     assert len(joined) < 2000 + 200  # the repeats of one node's line are sampled, not all kept
+
+
+# ---------------------------------------------------------------- the line rules (issue 26)
+
+# One real line per rule of history.RULES, and the event it makes. A new rule without its line
+# here fails test_every_line_rule_has_a_line_the_reader_turns_into_its_event.
+RULE_LINES = [
+    ("0: [nemesis] rank 1 injecting SIGKILL after checkpoint iteration 10", "NemesisInjected"),
+    ("nemesis: requested fault kill on rank 1 never happened: no checkpoint was committed", "NemesisNeverFired"),
+    ("0: [2026-11-29 17:32:10.000000]   successfully saved checkpoint from iteration      10 to /ckpt "
+     "[ t 1/1, p 1/1 ]", "SaveCommitted"),
+    ("0: scheduled an async checkpoint save at iteration      10 to /ckpt", "SaveScheduled"),
+    ("0: [2026-11-29 17:32:09.900000] saving checkpoint at iteration      10 to /ckpt in torch_dist format",
+     "SaveStarted"),
+    ("0:  loading distributed checkpoint from /ckpt at iteration 10", "LoadStarted"),
+    ("0:   successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 10", "CheckpointLoaded"),
+    ("0: Loading from a non-persistent checkpoint (non-persistent iter 12)", "NonPersistentLoadStarted"),
+    ("0: WARNING: non-persistent checkpoints are older than persistent checkpoint", "NonPersistentOlder"),
+    ("0: WARNING: could not find the metadata file /ckpt/latest_checkpointed_iteration.txt", "StartedFromRandom"),
+    ("0:  > using checkpoint value 0.0001 for learning rate", "SchedulerValueLoaded"),
+    ("0: Overwriting old incomplete / corrupted checkpoint...", "SaveOverwrite"),
+    ("0: INFO:megatron.core.optimizer.distrib_optimizer:Loading distributed optimizer sharded state of type "
+     "fully_sharded_model_space", "OptimizerLoaded"),
+    ("0: [after model, optimizer, and learning rate scheduler are built] datetime: 2026-11-29 17:32:08 ", "ModelBuilt"),
+    ("0: ------------------------ arguments ------------------------\n"
+     "0: -------------------- end of arguments ---------------------", "ArgumentsPrinted"),
+    ("0: FT: initialized. Timeouts=RankMonitorConfig(...)", "WorkersInitialized"),
+    ("0: [after training is done] datetime: 2026-11-29 17:33:00 ", "TrainingDone"),
+    ("2026-11-29 16:00:05,000 [RankMonServer16902@vm:4] Section 'step' has been open for 12.00 seconds. "
+     "Timeout is 10.00 seconds", "RankTimeout"),
+    ("[2026-11-29 16:00:05,000] [node7] [workload:5(1) infra:?(?)] Was out of section for 31.20 seconds. "
+     "Timeout is 30.00 seconds", "RankTimeout"),
+    ("[2026-11-29 16:00:05,000] [node7] [workload:5(1) infra:?(?)] Did not get subsequent heartbeat. Waited 30.00 "
+     "seconds.", "RankTimeout"),
+    ("[2026-11-29 17:09:20,881] [INFO] [vm] profiling.py:93 - Cycle: 1 Event: worker_start_completed Node: n_1_0 "
+     "Rank: 0 Time: 2026-11-29 17:09:20.881 UTC", "ProfilingEvent"),
+    ("[2026-11-29 16:00:06,000] [RankMonServer16902@vm:4] FT timeout elapsed.", "FtTimeoutElapsed"),
+    ("[2026-11-29 16:00:01,000] [INFO] The node 'vm_1_0' has joined round 3 of the rendezvous 'job' as rank 0 in a "
+     "world of size 2.", "RendezvousJoined"),
+    ("[2026-11-29 17:32:04,280] [ERROR] [ft_launcher17401@vm] failed (exitcode: -9) local_rank: 1 (pid: 16905) of "
+     "binary: /usr/bin/python3", "WorkerFailed"),
+    ("[2026-11-29 17:32:04,300] [INFO] [default] Worker group FAILED. 2/3 attempts left; will restart worker group",
+     "WorkerGroupFailed"),
+    ("[2026-11-29 17:33:04,300] [INFO] [default] worker group successfully finished. Waiting 300 seconds for other "
+     "agents to finish.", "WorkerGroupSucceeded"),
+    ("[2026-11-29 17:33:04,300] [INFO] 0/3 restart attempts left", "RestartsExhausted"),
+    ("[2026-11-29 17:33:05,000] [INFO] Agent .run() is OK. No failures in the result.", "LauncherSucceeded"),
+    ("[2026-11-29 17:33:05,000] [ERROR] EARLY TERMINATION: detected no progress across restarts", "NoProgressStop"),
+]
+
+
+@pytest.mark.parametrize("line,kind", RULE_LINES, ids=[f"{i}-{k}" for i, (_, k) in enumerate(RULE_LINES)])
+def test_a_line_rule_makes_its_event_through_the_screen_and_the_dispatch(line: str, kind: str):
+    """The reader's screen (keywords derived from the table) lets the line through and the
+    dispatch (the same table) makes its event; a per-cycle log's screen too, for application lines."""
+    from harness.history import ALL_KEYWORDS, APP_KEYWORDS
+
+    for keywords in (ALL_KEYWORDS, APP_KEYWORDS):
+        parser = LogParser("x.log", split_starts=True, keywords=keywords)
+        parser.feed((line + "\n").encode())
+        made = [type(e).__name__ for s in parser.snapshot_starts() for e in s[0]] + [
+            type(e).__name__ for e in parser.launcher]
+        app = issubclass(getattr(ev, kind), ev.AppEvent)
+        if keywords is APP_KEYWORDS and not app:
+            assert made == []  # a per-cycle log is not searched for launcher lines
+        else:
+            assert made == [kind]
+
+
+def test_every_line_rule_has_a_line_the_reader_turns_into_its_event():
+    """Adding a kind of log line is one entry of history.RULES and its line in RULE_LINES."""
+    from harness.dialect import strip_prefix
+    from harness.history import RULES, match_rule
+
+    taken = {id(match_rule(strip_prefix(line.splitlines()[0])[1])[0]) for line, _ in RULE_LINES}
+    missing = [f"{r.event.__name__} {r.pattern.pattern[:60]!r}" for r in RULES if id(r) not in taken]
+    assert not missing, f"rules without a line in RULE_LINES: {missing}"
+
+
+def test_non_persistent_load_opens_the_load_of_a_start():
+    """Megatron with --non-persistent-ckpt-type global prints `Loading from a non-persistent
+    checkpoint (non-persistent iter N)` where a persistent load prints `loading distributed
+    checkpoint from ...`: it is that start's load, and in a single log a second one begins the next start."""
+    start = ("------------------------ arguments ------------------------\n  train_iters ... 100\n"
+             "-------------------- end of arguments ---------------------\nFT: initialized. Timeouts=...\n")
+    np_load = ("Loading from a non-persistent checkpoint (non-persistent iter 12)\n"
+               "  successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 12\n")
+    parser = _parse(start + np_load + np_load)
+    starts = parser.snapshot_starts()
+    assert [[type(e).__name__ for e in s[0]] for s in starts] == [
+        ["ArgumentsPrinted", "WorkersInitialized", "NonPersistentLoadStarted", "CheckpointLoaded"],
+        ["NonPersistentLoadStarted", "CheckpointLoaded"]]
+    loaded = starts[0][0][2]
+    assert (loaded.iteration, loaded.src.line) == (12, 5)

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 from harness import events as ev_types
 from harness import safeio
 from harness.dialect import check_readable_dir, discover, record_number, utc_offset_problem
+from harness.history import read_injections
 from harness.layout import MARKER_NAME, RunLayout, marker_name
+from harness.faults import FAULT_KINDS
 from harness.triage.advice import _advice
 from harness.triage.model import ROOT_TRACEBACK_KINDS, ParallelConfig, Symptom, Triage, _rank_ranges, _short
 from harness.triage.scan import (_TB_START, _TEARDOWN_SIGNALS, _Context, _Event, _Frame, _Line, _Scanner, _Traceback,
@@ -138,13 +140,9 @@ def _run_facts(layout: RunLayout, files: Sequence[Path], utc_offset_s: int | Non
     if ref is None:
         ref = _newest_log(files)
     nnodes = record_number(spec.get("nnodes"), "world")
-    marker = _read_json(layout.marker)
-    markers: list[dict] = []
-    for index in range(1, 10):  # one marker per planned fault, numbered without gaps
-        found = _read_json(layout.marker_for(index))
-        if found is None:
-            break
-        markers.append(found)
+    injections, _notes = read_injections(layout.root)  # every marker the layout allows, read as history reads them
+    markers = tuple(_marker_record(inj) for inj in injections)
+    marker = next((m for m in markers if m["fault_index"] == 1), None)
     code = launch.get("launcher_exit_code")
     stopped = launch.get("stopped_early")
     commands = run.get("commands") if isinstance(run.get("commands"), list) else []
@@ -153,7 +151,7 @@ def _run_facts(layout: RunLayout, files: Sequence[Path], utc_offset_s: int | Non
     backend = collective_backend([str(a) for a in argv] if isinstance(argv, list) else [],
                                  [str(a) for a in extra] if isinstance(extra, list) else [],
                                  spec.get("workload") if isinstance(spec.get("workload"), str) else None)
-    return _RunFacts(offset, ref, nnodes, spec, marker, tuple(markers),
+    return _RunFacts(offset, ref, nnodes, spec, marker, markers,
                      launcher_failed=record_number(code, "exit_code") not in (None, 0),
                      stopped_early=str(stopped)[:200] if stopped else None, backend=backend)
 
@@ -326,17 +324,32 @@ def _choose_root(found: _Findings) -> tuple[object, str] | None:
     return None
 
 
+def _injected_signal(marker: dict) -> str | None:
+    """The signal the nemesis sent for this marker: the marker's own word, else the one the
+    fault vocabulary (faults.FAULT_KINDS) gives its kind; None for a fault it does not know."""
+    signal_ = marker.get("signal")
+    if isinstance(signal_, str) and signal_:
+        return signal_
+    kind = FAULT_KINDS.get(marker.get("fault"))  # type: ignore[arg-type]
+    return kind.signal if kind is not None else None
+
+
 def _injected_rank(category: str, ev: _Event, rank: int | None, marker: dict) -> tuple[bool, int | None]:
-    """Whether the event is the fault the nemesis injected (fault_injected.json): same
-    cycle, same rank and, for a kill, death by the marker's signal; and the rank to name."""
+    """Whether the event is the fault the nemesis injected (a marker): same cycle and what
+    the injected signal does, for every fault kind of the vocabulary: a stopped rank (SIGSTOP)
+    is a hang the rank monitor times out on; any other signal is that rank's death by it.
+    Also the rank to name."""
     marker_rank, marker_local = record_number(marker.get("rank"), "rank"), record_number(marker.get("local_rank"), "rank")
     marker_cycle = record_number(marker.get("cycle"), "cycle")
     if marker_cycle is not None and ev.cycle is not None and marker_cycle != ev.cycle:
         return False, rank
-    fault = marker.get("fault")
-    if category == "hang" and fault == "hang":
-        return True, marker_rank
-    if category == "exit" and fault == "kill" and _signal_name(ev.exitcode) == marker.get("signal", "SIGKILL"):
+    sent = _injected_signal(marker)
+    kind = FAULT_KINDS.get(marker.get("fault"))  # type: ignore[arg-type]
+    if category == "hang" and (sent == "SIGSTOP" or (kind is not None and kind.monitor_detects)):
+        return True, marker_rank  # a rank kept alive (stopped, or frozen with the GIL held): the monitor's timeout
+    died_of_it = (sent not in (None, "SIGSTOP") and _signal_name(ev.exitcode) == sent) or \
+        (kind is not None and ev.exitcode in kind.exit_codes)  # e.g. exception's exit status 1
+    if category == "exit" and died_of_it:
         if (rank is not None and rank == marker_rank) or (rank is None and ev.local_rank == marker_local):
             return True, marker_rank if marker_rank is not None else rank
     return False, rank

@@ -1,6 +1,9 @@
 """Scan: log lines -> typed records (tracebacks, failure events, configuration values).
 
-Lines are peeled and stamped by harness.dialect, the one log grammar history reads too.
+Lines are peeled and stamped by harness.dialect, the one log grammar history reads too; the
+launcher's lines (rank monitor timeouts, worker exits, the cycle each line belongs to) are
+read by history's own rule table (history.RULES, history.cycle_opened): triage folds the
+events history makes of them into its records.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from harness import safeio
-from harness.dialect import (PROFILING_RE, RANK_TIMEOUT_RES, RANKMON_RE, RENDEZVOUS_JOINED_RE, WORKER_FAILED_RE,
-                             WORKLOAD_RE, attempt_of_path, cycle_of_name, glog_month, glog_stamp, glog_year, line_stamp,
+from harness import events as ev_types
+from harness.dialect import (attempt_of_path, cycle_of_name, glog_month, glog_stamp, glog_year, line_stamp,
                              maybe_stamped, number, peel)
+from harness.events import Src
+from harness.history import LAUNCHER_KEYWORDS, LogParser, cycle_opened, match_rule
 from harness.triage.model import OomMemory
 
 _MAX_LINE = 64 * 1024  # longer lines keep their head; the rest is skipped, never buffered
@@ -573,23 +578,17 @@ class _Scanner:
         streams: dict[tuple, _Stream] = {}
         cycle_state = file_cycle
         summary = _SummaryParser(lambda entry: self._finish_summary(entry, file_rank))
+        history = LogParser(rel, split_starts=False)  # history's reading of this file's launcher lines
         for lineno, raw in _iter_lines(path):
             line = self._peel(rel, lineno, raw, per_cycle, file_local)
-            # launcher lines move the cycle of everything after them
-            if file_cycle is None and ("joined" in line.text or "Event: worker_start" in line.text):
-                joined = RENDEZVOUS_JOINED_RE.search(line.text)
-                if joined and joined.group("world") is not None:
-                    joined_round = number(joined.group("round"), "cycle")
-                    if joined_round is not None:
-                        cycle_state = joined_round
-                    world = number(joined.group("world"), "world")
-                    if world is not None:
-                        self.world_of_nodes = world
-                started = PROFILING_RE.search(line.text)
-                if started and started.group(2) in ("worker_start_started", "worker_start_completed"):
-                    started_cycle = number(started.group(1), "cycle")
-                    if started_cycle is not None:
-                        cycle_state = started_cycle
+            # as history reads them: a per-cycle application log holds worker output, no launcher line
+            launcher, at = self._launcher_events(history, line) if not per_cycle else ((), 0)
+            if file_cycle is None:  # launcher lines move the cycle of everything after them (history's rule)
+                for event in launcher:
+                    if (opened := cycle_opened(event)) is not None:
+                        cycle_state = opened
+                    if isinstance(event, ev_types.RendezvousJoined) and event.world is not None:
+                        self.world_of_nodes = event.world
             line.cycle = cycle_state
             stream = streams.get(line.key)
             if stream is None:  # one per writing process; a log naming more shares the last one
@@ -608,7 +607,7 @@ class _Scanner:
                 self._keep_traceback(tb, stream, file_rank)
             if stream.builder.current is not None and stream.builder.current.start is line:
                 stream.builder.current.time = self._stream_time(stream)
-            self._line_events(line, stream, file_rank)
+            self._line_events(line, stream, file_rank, launcher, at)
         for stream in streams.values():
             for tb in stream.builder.close():
                 self._keep_traceback(tb, stream, file_rank)
@@ -754,24 +753,35 @@ class _Scanner:
             self.failure_signs.append(line)
 
     # --------------------------------------------------------------- non-traceback lines
-    def _line_events(self, line: _Line, stream: _Stream, file_rank: int) -> None:
+    @staticmethod
+    def _launcher_events(history: LogParser, line: _Line) -> tuple[tuple[ev_types.LauncherEvent, ...], int]:
+        """The launcher events history's rule table makes of this line (none for other lines),
+        and where the rule's pattern matched."""
+        text = line.text
+        if not _LAUNCHER_SCREEN.search(text):
+            return (), 0
+        rule, m = match_rule(text)
+        if rule is None or rule.app:
+            return (), 0
+        src = Src(line.file, line.lineno, "")
+        return history.events_of(rule, m, text, src, line.rank), m.start()  # type: ignore[return-value]
+
+    def _line_events(self, line: _Line, stream: _Stream, file_rank: int,
+                     launcher: tuple[ev_types.LauncherEvent, ...] = (), at: int = 0) -> None:
         text = line.text
         if ("NCCL" in text or "nccl" in text or "DistBackendError" in text) and _NCCL_ANY.search(text):
             self._nccl_event(line, self._stream_time(stream), file_rank)
-        if "open for" in text or "heartbeat" in text or "out of section" in text:
-            hang = next((m for rx in RANK_TIMEOUT_RES if (m := rx.search(text))), None)
-            if hang:
-                when = self._stream_time(stream)
-                rank, local = line.rank, line.local_rank
-                monitor = RANKMON_RE.search(text)
-                if monitor and number(monitor.group(2), "rank") is not None:
-                    rank = number(monitor.group(2), "rank")
-                workload = WORKLOAD_RE.search(text)
-                if workload and number(workload.group(3), "rank") is not None:
-                    local = number(workload.group(3), "rank")
-                    rank = number(workload.group(2), "rank") if workload.group(2).isdigit() else rank
-                what = "rank monitor timeout: " + text[hang.start():].strip()
-                self._add_event(_Event("hang", what, line, when, rank, local, line.cycle, file_rank))
+        for event in launcher:
+            if isinstance(event, ev_types.RankTimeout):
+                rank = event.rank if event.rank is not None else line.rank
+                local = event.local_rank if event.local_rank is not None else line.local_rank
+                what = "rank monitor timeout: " + text[at:].strip()
+                self._add_event(_Event("hang", what, line, self._stream_time(stream), rank, local, line.cycle, file_rank))
+            elif isinstance(event, ev_types.WorkerFailed):
+                code = event.exitcode
+                self._add_event(_Event("exit", _exit_what(code), line, self._stream_time(stream), None, event.local_rank,
+                                       line.cycle, file_rank, code))
+                self._failure_sign(line)
         if "exitcode" in text or "srun:" in text or "slurmstepd:" in text:
             self._exit_event(line, self._stream_time(stream), file_rank)
         if ("FAILED" in text or "UNHEALTHY" in text or "non-zero" in text or "ChildFailedError" in text
@@ -817,14 +827,6 @@ class _Scanner:
 
     def _exit_event(self, line: _Line, when: datetime | None, file_rank: int) -> None:
         text = line.text
-        failed = WORKER_FAILED_RE.search(text)
-        if failed and None not in (number(failed.group(1), "exit_code"), number(failed.group(2), "rank")):
-            code, local = number(failed.group(1), "exit_code"), number(failed.group(2), "rank")
-            self._add_event(
-                _Event("exit", _exit_what(code), line, when, None, local, line.cycle, file_rank, code)
-            )
-            self._failure_sign(line)
-            return
         srun = _SRUN_EXIT.search(text)
         if srun:
             host, tasks, status, code = srun.groups()
@@ -856,6 +858,7 @@ class _Scanner:
         per_file.setdefault(key, (number_, line.lineno))
 
 
+_LAUNCHER_SCREEN = re.compile("|".join(re.escape(k.decode()) for k in LAUNCHER_KEYWORDS))  # history's screen
 def _clip_number(digits: str) -> str:
     return digits if len(digits) <= 24 else digits[:12] + "..."
 
