@@ -117,7 +117,8 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
                    for i in analysis.markers if (t := timeline.utc(i)) is not None)
     inj = analysis.opening.marker if analysis.opening is not None else None
     if inj is not None:
-        fault = f"{inj.fault} ({inj.signal or '?'}) on rank {inj.rank if inj.rank is not None else '?'} " \
+        how = f" ({inj.signal})" if inj.signal else ""  # an in-process kind (exception, gil) sends no signal
+        fault = f"{inj.fault}{how} on rank {inj.rank if inj.rank is not None else '?'} " \
                 f"after checkpoint {inj.iteration if inj.iteration is not None else '?'}"
         if analysis.fault_at != "after-commit":
             fault += f", {analysis.fault_at}" + (f" ({total} faults)" if total > 1 else "")
