@@ -6,8 +6,11 @@ docs/tiers.md). Three launches and one shared uninterrupted twin cover the cases
   fault after the newest commit of any tier: non-persistent 2) qualifies, restored from that tier;
 - the reverse order (`--fault-after persistent`: persistent 4, non-persistent 2 older): Megatron
   says "non-persistent checkpoints are older than persistent checkpoint", restores 4, qualifies;
-- a non-persistent checkpoint newer than an existing persistent one (save every 2, non-persistent
-  every 3, `--fault-after non-persistent`: 3 over 2) is restored from the non-persistent tier.
+- a non-persistent checkpoint newer than an existing persistent one (save every 4, non-persistent
+  every 5, `--fault-after non-persistent`: 5 over 4) is restored from the non-persistent tier. The
+  next save (persistent 8) is three iterations away, so the kill lands before it: with saves one
+  iteration apart (2, then 3, then 4) the next persistent one could be committed in the same
+  second as the kill, and restoring that newer one would be right, not the case under test.
 
 The plain optimizer: the distributed one's step reset on CPU (docs/megatron-cpu.md) is another test's."""
 
@@ -66,10 +69,10 @@ def test_reverse_order_restores_the_newer_persistent_checkpoint(megatron_cpu, sc
 
 
 def test_non_persistent_newer_than_a_persistent_one_is_restored(megatron_cpu, scenarios):  # noqa: F811
-    args = ("--non-persistent-ckpt-type", "global", "--non-persistent-save-interval", "3")
+    args = ("--non-persistent-ckpt-type", "global", "--non-persistent-save-interval", "5")
     outcome = scenarios.outcome(_scenario(megatron_cpu, "np-over-p", (("fault_after", "non-persistent"),
-                                                                      ("save_interval", 2), ("baseline", "none")), args))
+                                                                      ("save_interval", 4), ("baseline", "none")), args))
     _qualified(outcome)
     got, tl = _restore(outcome)
-    assert (got.tier, got.iteration) == (tiers.NON_PERSISTENT, 3)
-    assert tiers.tier_of_iteration(tl, 2) == tiers.PERSISTENT  # the persistent one it was newer than
+    assert (got.tier, got.iteration) == (tiers.NON_PERSISTENT, 5)
+    assert tiers.tier_of_iteration(tl, 4) == tiers.PERSISTENT  # the persistent one it was newer than
