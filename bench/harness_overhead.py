@@ -84,6 +84,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="nvrx-qual-overhead-") as tmp:
         work = args.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
+        # What torch elastic and NVRx leave in a temporary directory (torchelastic_errors_*, sockets)
+        # when the bare launcher command runs them goes into the bench's own, removed with it.
+        scratch = Path(tmp) / "tmp"
+        scratch.mkdir()
+        os.environ["TMPDIR"] = str(scratch)
         bytecode = "off (PYTHONDONTWRITEBYTECODE)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "on"
         print(f"harness overhead: {args.workload}, fault {args.fault}, {args.pairs} pairs, {os.cpu_count()} CPUs, "
               f"bytecode caching {bytecode}, load average {os.getloadavg()[0]:.1f} at the start")

@@ -213,6 +213,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="nvrx-qual-healthy-") as tmp:
         work = args.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
+        # What torch elastic and NVRx leave in a temporary directory (torchelastic_errors_*, sockets)
+        # when the bare launcher command runs them goes into the bench's own, removed with it.
+        scratch = Path(tmp) / "tmp"
+        scratch.mkdir()
+        os.environ["TMPDIR"] = str(scratch)
         print(f"healthy path: {args.workload}, {iters} iterations, a checkpoint every {interval}, no fault; "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start")
         print(f"{'configuration':<13} {'exit':>4} {'wall':>8} {'it/s':>7} {'samples/s':>9} {'p50 step':>9} "
