@@ -242,17 +242,6 @@ REFERENCE = {k: ALL_PASS for k in (*CRASH_KINDS, "gil")} | {"corrupt": CORRUPT_C
 MEGATRON_CPU = ("segfault", "gil")
 
 
-@pytest.fixture(scope="session")
-def newest_launcher(installed_launchers):
-    if not installed_launchers:
-        pytest.skip("no NVRx launcher installed: pip install nvidia-resiliency-ext")
-    target = installed_launchers[-1]
-    if not target.has_no_restart_exit_code:
-        pytest.skip(f"the fault kinds need NVRx >= 0.7.0; newest found is {target.version}: "
-                    "tools/install-nvrx-target.sh 0.7.0 .nvrx/0.7.0")
-    return target
-
-
 def _scenario(kind: str, target) -> Scenario:
     qualified = all(s in (PASS, NA) for s in REFERENCE[kind].values())
     return Scenario(kind, target, name=f"kinds-reference-{kind}-nvrx{target.version}",

@@ -88,17 +88,6 @@ MATRIX = (
 CELLS = {c.name: c for c in MATRIX}
 
 
-@pytest.fixture(scope="session")
-def newest_launcher(installed_launchers):
-    if not installed_launchers:
-        pytest.skip("no NVRx launcher installed: pip install nvidia-resiliency-ext")
-    target = installed_launchers[-1]
-    if not target.has_no_restart_exit_code:
-        pytest.skip(f"the matrix needs NVRx >= 0.7.0 (its no-progress rule); newest found is {target.version}: "
-                    "tools/install-nvrx-target.sh 0.7.0 .nvrx/0.7.0")
-    return target
-
-
 def scenario_of(cell: Cell, target) -> Scenario:
     return Scenario(cell.fault, target, name=f"matrix-{cell.name}-nvrx{target.version}",
                     knobs=(("fault_at", cell.fault_at), *cell.knobs),
