@@ -44,7 +44,7 @@ def _span(start: float | None, end: float | None) -> float | None:
     return None if start is None or end is None else round(end - start, 3)
 
 
-def _detection(tl: Timeline, c: int) -> ev.LauncherEvent | None:
+def detection_event(tl: Timeline, c: int) -> ev.LauncherEvent | None:
     """The launcher's earliest record of cycle `c`'s failure (an episode's detection)."""
     launcher = list(tl.launcher_events())
     profiled = [e for e in launcher if isinstance(e, ev.ProfilingEvent) and e.name == "failure_detected"
@@ -79,7 +79,7 @@ def recoveries(tl: Timeline, a: Analysis) -> tuple[Recovery, ...]:
         inj = episode.marker
         c = inj.cycle
         injected = tl.utc(inj)
-        detected = tl.utc(_detection(tl, c)) if c is not None else None
+        detected = tl.utc(detection_event(tl, c)) if c is not None else None
         later = sorted(k for k in a.workers_started if c is not None and k > c)
         started = tl.utc(a.workers_started[later[0]]) if later else None
         starts = sorted((s for s in tl.starts if s.cycle is not None and c is not None and s.cycle > c),
@@ -105,7 +105,7 @@ def compute(tl: Timeline, a: Analysis) -> Metrics:
     if injected is None:
         notes.append("the marker has no injected_at: latencies from the injection are unknown")
 
-    detected_ev = _detection(tl, ep.cycle)
+    detected_ev = detection_event(tl, ep.cycle)
     detected = tl.utc(detected_ev)
     started_ev = ep.restart
     started = tl.utc(started_ev)

@@ -25,6 +25,7 @@ from harness import events as ev
 from harness.criteria import NOT_APPLICABLE, PASS, Analysis, CriterionResult, headline
 from harness.events import ProgressPoint, Timeline, iso_utc
 from harness.metrics import Metrics
+from harness.verdict import Goodput
 from harness.picture_data import CheckpointMark, Curve, CycleMark, Moment, Segment, TimelinePicture
 
 __all__ = ["CheckpointMark", "Curve", "CycleMark", "Moment", "Segment", "TimelinePicture", "PictureUnavailable",
@@ -81,7 +82,7 @@ def _thin(marks: list[CheckpointMark], keep: set[int], limit: int) -> list[Check
 
 
 def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Sequence[CriterionResult],
-          progress: Sequence[Sequence[ProgressPoint]], qualified: bool) -> TimelinePicture:
+          progress: Sequence[Sequence[ProgressPoint]], qualified: bool, goodput: "Goodput | None" = None) -> TimelinePicture:
     curves: list[Curve] = []
     marks: list[CheckpointMark] = []
     for start, points in zip(timeline.starts, progress):

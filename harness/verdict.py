@@ -239,6 +239,93 @@ class Metrics:
         )
 
 
+GOODPUT_PARTS = ("startup", "detection", "restart", "restore", "redone", "save_stall", "rest")
+EPISODE_GOODPUT_PARTS = ("detection", "restart", "restore", "redone")
+
+
+def _parts(doc: object, names: tuple[str, ...]) -> tuple[tuple[str, float | None], ...]:
+    got = _map(doc)
+    return tuple((name, _num(got.get(name))) for name in names)
+
+
+@dataclass(frozen=True)
+class EpisodeGoodput:
+    """What one recovery episode cost in seconds (harness.goodput; docs/goodput.md): its
+    detection, restart, restore and the iterations it made the job train again, priced at
+    `step_s`. A part that is None is unknown; `reason` says why."""
+
+    number: int
+    fault_at: str
+    cycle: int | None
+    injected_at: float | None
+    badput_s: tuple[tuple[str, float | None], ...]  # EPISODE_GOODPUT_PARTS in order
+    redone_iterations: int | None = None
+    step_s: float | None = None
+    reason: str | None = None
+
+    def part(self, name: str) -> float | None:
+        return dict(self.badput_s).get(name)
+
+    def to_json(self) -> dict:
+        return {"episode": self.number, "fault_at": self.fault_at, "cycle": self.cycle,
+                "injected_at": iso_utc(self.injected_at), "badput_s": dict(self.badput_s),
+                "redone_iterations": self.redone_iterations, "step_s": self.step_s, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "EpisodeGoodput":
+        reason = doc.get("reason")
+        return cls(_int(doc.get("episode")) or 0, str(doc.get("fault_at") or ""), _int(doc.get("cycle")),
+                   _ts(doc.get("injected_at")), _parts(doc.get("badput_s"), EPISODE_GOODPUT_PARTS),
+                   _int(doc.get("redone_iterations")), _num(doc.get("step_s")),
+                   reason if isinstance(reason, str) else None)
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """Productive training time over wall time, and where the rest went (harness.goodput;
+    docs/goodput.md). verdict.json's `goodput` holds exactly ratio, wall_s, productive_s,
+    badput_s, per_episode and reason; `step_s`, `step_source`, `notes` and the baseline's own
+    figures are for the report only. `reason` says why `ratio` is None (None when it is known)."""
+
+    ratio: float | None = None
+    wall_s: float | None = None
+    productive_s: float | None = None
+    badput_s: tuple[tuple[str, float | None], ...] = tuple((p, None) for p in GOODPUT_PARTS)
+    per_episode: tuple[EpisodeGoodput, ...] = ()
+    reason: str | None = None
+    step_s: float | None = None  # the price of one iteration
+    step_source: str | None = None  # where it was measured
+    useful_iterations: int | None = None
+    part_reasons: tuple[tuple[str, str], ...] = ()  # why a part is unknown
+    notes: tuple[str, ...] = ()
+    baseline_ratio: float | None = None  # the uninterrupted baseline's own goodput, for comparison
+    baseline_startup_s: float | None = None
+
+    def part(self, name: str) -> float | None:
+        return dict(self.badput_s).get(name)
+
+    def biggest(self) -> tuple[str, float] | None:
+        """The largest known badput part (the console's one line)."""
+        known = [(p, v) for p, v in self.badput_s if v is not None]
+        return max(known, key=lambda pv: pv[1]) if known else None
+
+    def to_json(self) -> dict:
+        return {"ratio": self.ratio, "wall_s": self.wall_s, "productive_s": self.productive_s,
+                "badput_s": dict(self.badput_s), "per_episode": [e.to_json() for e in self.per_episode],
+                "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "Goodput":
+        """From verdict.json's `goodput`; a missing or mistyped value reads as unknown, and a
+        ratio outside [0, 1] as no ratio (a stranger's file)."""
+        ratio = _num(doc.get("ratio"))
+        reason = doc.get("reason")
+        return cls(ratio if ratio is not None and 0.0 <= ratio <= 1.0 else None, _num(doc.get("wall_s")),
+                   _num(doc.get("productive_s")), _parts(doc.get("badput_s"), GOODPUT_PARTS),
+                   tuple(EpisodeGoodput.from_json(e) for e in _list(doc.get("per_episode")) if isinstance(e, Mapping)),
+                   reason if isinstance(reason, str) else None)
+
+
 @dataclass(frozen=True)
 class Launcher:
     """What verdict.json's `launcher` records of the launcher that ran."""
@@ -409,6 +496,8 @@ class Verdict:
     evidence_digest: EvidenceDigest | None = None
     # one entry per recovery episode (per injection), in marker order; `criteria` is their merge
     episodes: tuple[EpisodeVerdict, ...] = ()
+    # productive training time over wall time and the badput split (harness.goodput); None: not computed
+    goodput: Goodput | None = None
     # what timeline.png shows (harness.picture_data; drawn by harness.picture); not part of verdict.json
     picture: "TimelinePicture | None" = field(default=None, compare=False, repr=False)
 
@@ -433,6 +522,8 @@ class Verdict:
         doc = self._to_json()
         if self.baseline is not None:
             doc["baseline"] = self.baseline.to_json()
+        if self.goodput is not None:
+            doc["goodput"] = self.goodput.to_json()
         return doc
 
     def _to_json(self) -> dict:
@@ -479,6 +570,7 @@ class Verdict:
             criteria_set=_strs(doc.get("criteria_set")),
             evidence_digest=EvidenceDigest.from_json(doc.get("evidence_digest")),
             episodes=tuple(EpisodeVerdict.from_json(e) for e in _list(doc.get("episodes")) if isinstance(e, Mapping)),
+            goodput=Goodput.from_json(doc["goodput"]) if isinstance(doc.get("goodput"), Mapping) else None,
         )
 
     def stale_reasons(self, required: Iterable[str], suite_version: str) -> tuple[str, ...]:

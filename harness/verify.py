@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from harness import __version__, criteria, end_state, evidence, findings, metrics, picture
+from harness import __version__, criteria, end_state, evidence, findings, goodput, metrics, picture
 from harness import events as ev
 from harness.events import Timeline
 from harness import safeio
@@ -75,6 +75,8 @@ def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | Non
     elif baseline_problem is not None:
         ref = BaselineRef(baseline_problem[0], baseline_how, problem=baseline_problem[1])
     times = metrics.compute(timeline, analysis)
+    worth = goodput.compute(timeline, analysis.episodes, baseline.timeline if baseline is not None else None,
+                            baseline_problem[1] if baseline_problem is not None else None)
     notes = [*timeline.notes, *analysis.notes]
     if ref is not None and ref.matches_run is False:
         notes.append(f"the baseline {baseline.run_dir if baseline is not None else ''} was run with another "
@@ -93,7 +95,7 @@ def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | Non
         utc_offset_source=timeline.offset_how,
     )
     qualified = criteria.qualified(results)
-    shown = picture.build(timeline, analysis, times, results, progress, qualified) if progress is not None else None
+    shown = picture.build(timeline, analysis, times, results, progress, qualified, worth) if progress is not None else None
     return Verdict(
         run_dir=str(timeline.run_dir), fault=analysis.fault, fault_how=analysis.fault_how,
         qualified=qualified, criteria=results, metrics=times, launcher=launcher, picture=shown,
@@ -101,7 +103,7 @@ def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | Non
         notes=tuple(notes), verified_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
         baseline=ref,
         suite_version=__version__, criteria_set=tuple(r.id for r in results), evidence_digest=evidence_digest,
-        episodes=tuple(_episode_verdict(timeline, e) for e in judgement.episodes),
+        episodes=tuple(_episode_verdict(timeline, e) for e in judgement.episodes), goodput=worth,
     )
 
 

@@ -100,6 +100,9 @@ class Scenario:
     # the tier the replacement loads load_iteration from: None (Megatron's own choice: the newest
     # tier) or "persistent" (Megatron says the non-persistent checkpoints are older)
     load_tier: str | None = None
+    # the training loop is blocked this long in each save (`saving checkpoint` → `scheduled an async
+    # checkpoint save`), and the next iteration comes that much later; None: today's 5 ms inside the step
+    save_stall_ms: int | None = None
 
 
 @dataclass
@@ -365,7 +368,9 @@ class _Run:
             to = self.ckpt / "non_persistent"
             self.np_saves.add(it)
         self.say(cycle, ms, 0, f"{self.clock.megatron(ms)} saving checkpoint at iteration {it:7d} to {to} in torch_dist format")
-        self.say(cycle, ms + 5, 0, f"  {self.clock.megatron(ms + 5)} scheduled an async checkpoint save at iteration {it:7d} to {to}")
+        blocked = 5 if self.s.save_stall_ms is None else self.s.save_stall_ms
+        self.say(cycle, ms + blocked, 0, f"  {self.clock.megatron(ms + blocked)} scheduled an async checkpoint save at "
+                                         f"iteration {it:7d} to {to}")
         self.saves.setdefault(it, False)
 
     def commit(self, cycle: int, ms: int, it: int) -> None:
@@ -378,9 +383,12 @@ class _Run:
         """Iterations first..last, async saves committed at the next iteration; returns the end time."""
         ms = start_ms
         pending: int | None = None
+        stall = self.s.save_stall_ms or 0
         for it in range(first, last + 1):
             ms += STEP_MS
             self.iteration(cycle, ms, it)
+            self.times.setdefault(f"first_line_{cycle}", ms / 1000)
+            self.times[f"last_line_{cycle}"] = ms / 1000
             if pending is not None:
                 self.commit(cycle, ms + 20, pending)
                 pending = None
@@ -391,8 +399,11 @@ class _Run:
                           or (self.s.non_persistent_interval and it % self.s.non_persistent_interval == 0)):
                 self.save(cycle, ms + 40, it)
                 pending = it
+                if it < last:  # the loop was blocked in the save: the next iteration comes later
+                    ms += stall
         if pending is not None and last == self.s.train_iters:  # the end of training finalizes the last async save
-            self.commit(cycle, ms + 80, pending)
+            self.commit(cycle, ms + 80 + stall, pending)
+            return ms + 100 + stall
         return ms + 100
 
 
@@ -498,7 +509,10 @@ def build(root: Path, s: Scenario = Scenario()) -> Built:  # noqa: C901 - one sc
         resume = max(i for i, ok in run.saves.items() if ok)
         la2 = run.megatron_start(2, started2 + 700)
         run.load(2, la2, resume, optimizer=True)
-        run.built(2, la2 + 700)
+        built2 = run.built(2, la2 + 700) / 1000
+        run.times.update({"injected_at_2": (end1 - 50) / 1000, "detected_at_2": det2 / 1000,
+                          "workers_started_at_2": started2 / 1000, "checkpoint_loaded_at_2": built2})
+        run.facts.update({"last_before_fault_2": last1, "restored_2": resume})
         end1 = run.train(2, la2 + 1300, resume + 1, s.train_iters)
         final_cycle = 2
     if s.training_done:
@@ -572,6 +586,7 @@ def _finish(run: _Run, *, exit_code: int, ended_ms: int, cut_cycle: int | None =
                            **({"fault_at": s.moment} if s.moment else {})},
                   "commands": [{"name": "launcher", "argv": argv, "env": {}, "cwd": str(root)}]}
         (root / "run.json").write_text(json.dumps(record, indent=2) + "\n")
+    run.times.update({"launch_started_at": (BASE_UTC_MS - 100) / 1000, "launch_ended_at": ended_ms / 1000})
     if s.launch_json:
         record = {"launcher_exit_code": exit_code, "started_at": _Clock.iso(BASE_UTC_MS - 100),
                   "ended_at": _Clock.iso(ended_ms), "stopped_early": None, "nvrx_version": s.nvrx}
