@@ -137,11 +137,12 @@ def _wall(tl: Timeline) -> tuple[float | None, float | None, str | None, tuple[s
         if not 0.0 < b - a <= MAX_WALL_S:
             return None, None, f"launch.json's launch lasted {b - a:.3f} s, which no launch does", ()
         return a, b, None, ()
+    what = "no launch.json" if launch is None else "launch.json records no usable started_at and ended_at"
     stamps = [t for t in (tl.utc(e) for e in tl.events) if plausible_time(t)]
     if len(stamps) < 2 or not 0.0 < max(stamps) - min(stamps) <= MAX_WALL_S:
-        return None, None, "no launch.json and too few stamped lines to tell the wall time", ()
+        return None, None, f"{what}, and too few stamped lines to tell the wall time", ()
     return min(stamps), max(stamps), None, (
-        "no launch.json: the wall time is the span of the run's own stamped lines, shorter than the job by its "
+        f"{what}: the wall time is the span of the run's own stamped lines, shorter than the job by its "
         "first and last unstamped moments",)
 
 
@@ -223,7 +224,7 @@ def compute(tl: Timeline, episodes: Sequence[Episode], baseline: Timeline | None
         notes.append("no baseline: an iteration is priced at this run's own measured step time, so a slowdown of "
                      "its steps after a recovery is not seen as badput")
     if step is not None and own.seconds is not None and source != "this run's own iteration lines":
-        if not 0.5 <= own.seconds / step <= 2.0:
+        if not 0.8 <= own.seconds / step <= 1.25:  # more than a quarter apart
             notes.append(f"this run's steps took {own.seconds:.3f} s, the baseline's {step:.3f} s: the machine was "
                          "not equally loaded, and the difference is in rest")
 

@@ -103,6 +103,7 @@ class Scenario:
     # the training loop is blocked this long in each save (`saving checkpoint` → `scheduled an async
     # checkpoint save`), and the next iteration comes that much later; None: today's 5 ms inside the step
     save_stall_ms: int | None = None
+    step_ms: int = STEP_MS  # one training iteration (an uninterrupted twin on a quieter machine is faster)
 
 
 @dataclass
@@ -385,7 +386,7 @@ class _Run:
         pending: int | None = None
         stall = self.s.save_stall_ms or 0
         for it in range(first, last + 1):
-            ms += STEP_MS
+            ms += self.s.step_ms
             self.iteration(cycle, ms, it)
             self.times.setdefault(f"first_line_{cycle}", ms / 1000)
             self.times[f"last_line_{cycle}"] = ms / 1000
@@ -481,7 +482,7 @@ def build(root: Path, s: Scenario = Scenario()) -> Built:  # noqa: C901 - one sc
     built1 = load_at + 700
     built_true = run.built(1, built1) / 1000
     first = 1 if loaded is None else loaded + 1
-    run.times["first_step_at"] = (built1 + 600 + STEP_MS) / 1000
+    run.times["first_step_at"] = (built1 + 600 + s.step_ms) / 1000
     if loaded is not None:  # nothing loaded, nothing to time
         run.times["checkpoint_loaded_at"] = built_true
     run.facts["first_after_restore"] = first
