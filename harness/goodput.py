@@ -278,6 +278,13 @@ def compute(tl: Timeline, episodes: Sequence[Episode], baseline: Timeline | None
             break
         stall_total += sum(s for _, s in stalls)
     parts["save_stall"] = _r(stall_total) if stall_total is not None else None
+    spans: list[tuple[str, float, float]] = []
+    if parts["startup"] is not None and first_line is not None:
+        spans.append(("startup", w0, first_line - step))
+    for ep in episodes:
+        spans.extend(_episode_spans(tl, ep))
+    if parts["save_stall"] is not None:
+        spans.extend(("save_stall", t, t + s) for start in tl.starts for t, s in _stalls(tl, start)[0])
     known = sum(v for v in parts.values() if v is not None)
     parts["rest"] = _r(wall - productive - known)
     if parts["rest"] < -0.5:
@@ -285,4 +292,16 @@ def compute(tl: Timeline, episodes: Sequence[Episode], baseline: Timeline | None
     part_reasons = tuple((p, f"{reasons[p]} (its time is in rest)") for p in GOODPUT_PARTS if p in reasons and parts.get(p) is None)
     return Goodput(ratio=round(productive / wall, 4), wall_s=wall, productive_s=productive,
                    badput_s=tuple((p, parts.get(p)) for p in GOODPUT_PARTS), useful_iterations=useful,
-                   part_reasons=part_reasons, notes=tuple(notes), **common)
+                   part_reasons=part_reasons, notes=tuple(notes), spans=tuple(spans), launch=(w0, w1), **common)
+
+
+def _episode_spans(tl: Timeline, ep: Episode) -> list[tuple[str, float, float]]:
+    """The episode's detection, restart and restore as intervals (those with both ends)."""
+    r = ep.replacement
+    loaded = tl.utc(r.first(ev.ModelBuilt)) if r is not None and r.first(ev.CheckpointLoaded) is not None else None
+    moments = (tl.utc(ep.marker), tl.utc(detection_event(tl, ep.cycle)), tl.utc(ep.restart), loaded)
+    out = []
+    for name, a, b in zip(("detection", "restart", "restore"), moments, moments[1:]):
+        if a is not None and b is not None and b >= a:
+            out.append((name, a, b))
+    return out

@@ -26,7 +26,7 @@ from harness.criteria import NOT_APPLICABLE, PASS, Analysis, CriterionResult, he
 from harness.events import ProgressPoint, Timeline, iso_utc
 from harness.metrics import Metrics
 from harness.verdict import Goodput
-from harness.picture_data import CheckpointMark, Curve, CycleMark, Moment, Segment, TimelinePicture
+from harness.picture_data import CheckpointMark, Curve, CycleMark, GoodputBand, Moment, Segment, TimelinePicture
 
 __all__ = ["CheckpointMark", "Curve", "CycleMark", "Moment", "Segment", "TimelinePicture", "PictureUnavailable",
            "build", "draw", "render", "FILE_NAME"]
@@ -138,7 +138,30 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
         moments=moments, segments=segments, recovery_s=metrics.failure_to_first_step_s, faults=faults,
         qualified=qualified, did_not_hold=tuple(failed),
         origin=timeline.launch.started_at if timeline.launch is not None else None,
+        goodput=_band(goodput),
     )
+
+
+MAX_BAND_SEGMENTS = 400  # save stalls beyond this are a smear at any width: an even selection
+
+
+def _band(g: Goodput | None) -> GoodputBand | None:
+    """The goodput band: the launch's wall time and the badput parts that are intervals of it."""
+    if g is None or g.launch is None or not _drawable(*g.launch):
+        return None
+    segments = [Segment(part, a, b) for part, a, b in g.spans if _drawable(a, b) and b >= a]
+    stalls = [s for s in segments if s.label == "save_stall"]
+    if len(stalls) > MAX_BAND_SEGMENTS:
+        stride = -(-len(stalls) // MAX_BAND_SEGMENTS)
+        keep = set(map(id, stalls[::stride]))
+        segments = [s for s in segments if s.label != "save_stall" or id(s) in keep]
+    if g.ratio is None:
+        label = f"goodput unknown ({g.reason})" if g.reason else "goodput unknown"
+    else:
+        top = g.biggest()
+        label = f"goodput {100 * g.ratio:.1f} %" + (f" (biggest badput: {top[0].replace('_', ' ')} {top[1]:.2f} s)"
+                                                     if top is not None else "")
+    return GoodputBand(g.ratio, g.launch[0], g.launch[1], tuple(segments), label)
 
 
 # ---------------------------------------------------------------- drawing (matplotlib)
@@ -275,6 +298,8 @@ def _whole_run(p: TimelinePicture, ax, Line2D, Patch) -> None:
             ax.axvspan(x(moments["injected"].t), x(span_end), **_FAILED_SPAN)
             why = f": {', '.join(p.did_not_hold)} did not hold" if p.did_not_hold else ""
             handles.append(Patch(**_FAILED_SPAN, label=f"recovery FAILED{why}"))
+    if p.goodput is not None:
+        handles += _goodput_band(p.goodput, ax, x, Patch)
     since = "the launch started, as on the console" if p.origin is not None and t0 == p.origin else iso_utc(t0)
     ax.set_xlabel(f"time ({unit}) since {since}" + (f" ({iso_utc(t0)})" if since != iso_utc(t0) else ""))
     ax.set_ylabel("iteration")
@@ -282,6 +307,29 @@ def _whole_run(p: TimelinePicture, ax, Line2D, Patch) -> None:
     ax.set_title("whole run", fontsize=10, loc="left")
     ax.grid(True, alpha=0.3)
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, borderaxespad=0)
+
+
+_BAND_COLOURS = {"startup": "#fdb863", "detection": "#f4a582", "restart": "#b2abd2", "restore": "#a6dba0",
+                 "save_stall": "#8c510a"}
+_BAND_WORDS = {"startup": "start-up", "detection": "detection", "restart": "restart", "restore": "restore",
+               "save_stall": "save stall"}
+_BAND_HEIGHT = 0.05  # of the whole-run panel, at its foot
+
+
+def _goodput_band(band: GoodputBand, ax, x, Patch) -> list:
+    """The band at the foot of the whole-run panel: the wall time in grey (training, re-done
+    iterations and rest), the badput intervals coloured by part; returns the legend entries."""
+    ax.axvspan(x(band.start), x(band.end), ymin=0, ymax=_BAND_HEIGHT, color="#d9d9d9", lw=0)
+    handles = [Patch(facecolor="#d9d9d9", label=f"{band.label}; band: wall time")]
+    seen: list[str] = []
+    for seg in band.segments:
+        colour = _BAND_COLOURS.get(seg.label, "#777777")
+        ax.axvspan(x(seg.start), x(max(seg.end, seg.start)), ymin=0, ymax=_BAND_HEIGHT, color=colour, lw=0)
+        if seg.label not in seen:
+            seen.append(seg.label)
+    for part in seen:
+        handles.append(Patch(facecolor=_BAND_COLOURS.get(part, "#777777"), label=f"  {_BAND_WORDS.get(part, part)}"))
+    return handles
 
 
 def _recovery_window(p: TimelinePicture, ax, bars, Line2D, Patch) -> None:

@@ -58,6 +58,19 @@ class Segment:
 
 
 @dataclass(frozen=True)
+class GoodputBand:
+    """The goodput band under the whole-run curve: the launch's wall time, and on it the badput
+    parts that are intervals (start-up, every recovery's detection, restart and restore, the
+    save stalls), each a Segment labelled with its part (harness.goodput)."""
+
+    ratio: float | None
+    start: float
+    end: float
+    segments: tuple[Segment, ...]
+    label: str  # the legend's words: the ratio and the biggest part
+
+
+@dataclass(frozen=True)
 class TimelinePicture:
     title: str
     subtitle: str
@@ -74,6 +87,7 @@ class TimelinePicture:
     # The launch's start (launch.json's started_at): the zero of the console's progress lines,
     # and so of the whole-run axis; None for a run directory without launch.json.
     origin: float | None = None
+    goodput: GoodputBand | None = None
 
     def _times(self) -> list[float]:
         return [p.t for c in self.curves for p in c.points] + [m.t for m in (*self.moments, *self.cycle_marks)]

@@ -17,7 +17,7 @@ from harness import atomic, safeio
 from harness import picture as picturemod
 from harness.criteria import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, headline
 from harness.events import iso_utc
-from harness.verdict import SCHEMA, Deadlines, Verdict, verdict_json
+from harness.verdict import EPISODE_GOODPUT_PARTS, GOODPUT_PARTS, SCHEMA, Deadlines, Goodput, Verdict, verdict_json
 
 __all__ = ["SCHEMA", "Verdict", "render_report", "verdict_json", "write_outputs"]
 
@@ -125,6 +125,8 @@ def render_report(verdict: Verdict, extra_sections: Sequence[str] = (), picture:
         for (name, t), key in zip(stamps, keys):
             out.append(f"| {name} | {iso_utc(t) or '—'} | {_cell('`' + m.evidence[key] + '`') if key in m.evidence else ''} |")
         out.append("")
+    if verdict.goodput is not None:
+        out += goodput_section(verdict.goodput)
     out += ["## Evidence", ""]
     for c in verdict.criteria:
         out.append(f"### `{c.id}`: {c.status}")
@@ -144,6 +146,53 @@ def render_report(verdict: Verdict, extra_sections: Sequence[str] = (), picture:
     for section in extra_sections:
         out += [section.rstrip(), ""]
     return "\n".join(out)
+
+
+GOODPUT_WORDS = {
+    "startup": ("start-up", "launch started (launch.json)", "the first iteration line, less one step"),
+    "detection": ("detection", "injected (marker)", "the launcher's first record of the failure"),
+    "restart": ("restart", "failure detected", "replacement workers started (launcher record)"),
+    "restore": ("restore", "workers started", "the model-built stamp after the load"),
+    "redone": ("re-done iterations", "iterations trained again after the restore", "× the step price"),
+    "save_stall": ("checkpoint save stalls", "`saving checkpoint`", "`scheduled an async …` / `successfully saved`"),
+    "rest": ("rest (unattributed)", "wall − productive − the parts above", "warm-up, lost partial steps, shutdown"),
+}
+
+
+def _share(value: float | None, wall: float | None) -> str:
+    return "—" if value is None or not wall else f"{100 * value / wall:.1f} %"
+
+
+def goodput_section(g: Goodput) -> list[str]:
+    """report.md's goodput section: the ratio, the badput table, every fault's share (docs/goodput.md)."""
+    out = ["## Goodput", ""]
+    if g.ratio is None:
+        out.append(f"Goodput unknown: {g.reason or 'no reason recorded'}.")
+    else:
+        out.append(f"**Goodput {100 * g.ratio:.1f} %**: {g.productive_s:.3f} s of productive training "
+                   f"({g.useful_iterations if g.useful_iterations is not None else '?'} iterations × "
+                   f"{_seconds(g.step_s)} s, priced at {g.step_source or '?'}) in {g.wall_s:.3f} s of wall time.")
+    if g.baseline_ratio is not None:
+        out.append(f"The uninterrupted baseline's own goodput: {100 * g.baseline_ratio:.1f} % "
+                   f"(start-up {_seconds(g.baseline_startup_s)} s).")
+    out += ["", "| badput | seconds | share of wall | from | to |", "|---|---|---|---|---|"]
+    for part in GOODPUT_PARTS:
+        name, start, end = GOODPUT_WORDS[part]
+        out.append(f"| {name} | {_seconds(g.part(part))} | {_share(g.part(part), g.wall_s)} | {_cell(start)} | "
+                   f"{_cell(end)} |")
+    if g.per_episode:
+        out += ["", "| fault | moment | failed cycle | " + " | ".join(GOODPUT_WORDS[p][0] for p in EPISODE_GOODPUT_PARTS)
+                + " | iterations re-done | unknown because |", "|---|---|---|" + "---|" * (len(EPISODE_GOODPUT_PARTS) + 2)]
+        for e in g.per_episode:
+            cells = " | ".join(_seconds(e.part(p)) for p in EPISODE_GOODPUT_PARTS)
+            out.append(f"| {e.number} of {len(g.per_episode)} | {e.fault_at} | {'—' if e.cycle is None else e.cycle} | "
+                       f"{cells} | {'—' if e.redone_iterations is None else e.redone_iterations} | "
+                       f"{_cell(e.reason or '')} |")
+    for part, why in g.part_reasons:
+        out.append(f"- {GOODPUT_WORDS[part][0]} unknown: {why}.")
+    out += [f"- {n}" for n in g.notes]
+    out += ["", "Goodput decides nothing: it is not a criterion (docs/goodput.md says what it cannot see).", ""]
+    return out
 
 
 @dataclass(frozen=True)

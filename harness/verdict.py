@@ -300,6 +300,10 @@ class Goodput:
     notes: tuple[str, ...] = ()
     baseline_ratio: float | None = None  # the uninterrupted baseline's own goodput, for comparison
     baseline_startup_s: float | None = None
+    # where the badput parts that are intervals of the wall time lie (part, start, end; UTC):
+    # start-up, every episode's detection, restart and restore, every save stall (the picture's band)
+    spans: tuple[tuple[str, float, float], ...] = field(default=(), compare=False, repr=False)
+    launch: tuple[float, float] | None = None  # the wall time's start and end (UTC)
 
     def part(self, name: str) -> float | None:
         return dict(self.badput_s).get(name)

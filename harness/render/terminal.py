@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from harness.plan import Plan
     from harness.report import Verdict
     from harness.runner import Outcome
+    from harness.verdict import Goodput
 
 
 def announce(plan: "Plan", which: str = "") -> str:
@@ -53,6 +54,8 @@ def run_outcome(outcome: "Outcome") -> str:
               f"latency: detection {s(m.detection_s)} | restart {s(m.restart_s)} | restore {s(m.restore_s)} | "
               f"first step {s(m.first_step_s)} | failure → first committed step {s(m.failure_to_first_step_s)} | "
               f"lost iterations {'—' if m.lost_iterations is None else m.lost_iterations}"]
+    if v.goodput is not None:
+        lines.append(goodput_line(v.goodput))
     lines += [f"warning: {w}" for w in m.warnings]
     if outcome.launch.stopped_early:
         lines.append(f"stopped early: {outcome.launch.stopped_early}")
@@ -74,6 +77,15 @@ def run_outcome(outcome: "Outcome") -> str:
     return "\n".join(lines)
 
 
+def goodput_line(g: "Goodput") -> str:
+    """One line: the goodput and its biggest badput part (report.md has the split)."""
+    if g.ratio is None:
+        return f"goodput: unknown ({g.reason})"
+    top = g.biggest()
+    worst = f"; biggest badput: {top[0].replace('_', ' ')} {top[1]:.2f} s" if top is not None else ""
+    return f"goodput: {100 * g.ratio:.1f} % ({g.productive_s:.2f} s productive of {g.wall_s:.2f} s wall){worst}"
+
+
 def verification(verdict: "Verdict", known: Sequence["KnownMatch"] = ()) -> str:
     """`nvrx-qual verify`'s lines: every criterion, the latencies, the known defects its failure
     matches, the verdict."""
@@ -88,6 +100,8 @@ def verification(verdict: "Verdict", known: Sequence["KnownMatch"] = ()) -> str:
         lines.append(f"  failure -> first committed step {s(m.failure_to_first_step_s)} (detection {s(m.detection_s)}, "
                      f"restart {s(m.restart_s)}, restore {s(m.restore_s)}, first step {s(m.first_step_s)}); "
                      f"lost iterations {m.lost_iterations if m.lost_iterations is not None else '?'}")
+    if verdict.goodput is not None:
+        lines.append("  " + goodput_line(verdict.goodput))
     lines += [f"  warning: {w}" for w in m.warnings]
     lines += [f"  advice: {k.sentence}" for k in known]
     lines.append(headline(verdict.qualified, verdict.fault))
