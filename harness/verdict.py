@@ -293,17 +293,18 @@ class Goodput:
     badput_s: tuple[tuple[str, float | None], ...] = tuple((p, None) for p in GOODPUT_PARTS)
     per_episode: tuple[EpisodeGoodput, ...] = ()
     reason: str | None = None
-    step_s: float | None = None  # the price of one iteration
-    step_source: str | None = None  # where it was measured
-    useful_iterations: int | None = None
-    part_reasons: tuple[tuple[str, str], ...] = ()  # why a part is unknown
-    notes: tuple[str, ...] = ()
-    baseline_ratio: float | None = None  # the uninterrupted baseline's own goodput, for comparison
-    baseline_startup_s: float | None = None
+    # for the report only (not in verdict.json, so not compared)
+    step_s: float | None = field(default=None, compare=False)  # the price of one iteration
+    step_source: str | None = field(default=None, compare=False)  # where it was measured
+    useful_iterations: int | None = field(default=None, compare=False)
+    part_reasons: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # why a part is unknown
+    notes: tuple[str, ...] = field(default=(), compare=False)
+    baseline_ratio: float | None = field(default=None, compare=False)  # the baseline's own goodput, for comparison
+    baseline_startup_s: float | None = field(default=None, compare=False)
     # where the badput parts that are intervals of the wall time lie (part, start, end; UTC):
     # start-up, every episode's detection, restart and restore, every save stall (the picture's band)
     spans: tuple[tuple[str, float, float], ...] = field(default=(), compare=False, repr=False)
-    launch: tuple[float, float] | None = None  # the wall time's start and end (UTC)
+    launch: tuple[float, float] | None = field(default=None, compare=False)  # the wall time's start and end (UTC)
 
     def part(self, name: str) -> float | None:
         return dict(self.badput_s).get(name)
