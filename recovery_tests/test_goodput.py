@@ -203,7 +203,7 @@ def test_a_forged_iteration_stamp_gives_no_ratio(tmp_path: Path):
     lines[i] = re.sub(r"\[2026-", "[2150-", lines[i], count=1)
     log.write_text("".join(lines))
     g = _judge(built.run_dir)
-    assert g.ratio is None and "step" in (g.reason or "")
+    assert g.ratio is None and "not one a training step takes" in (g.reason or "")
 
 
 def test_a_save_stamped_before_it_began_makes_save_stall_unknown(tmp_path: Path):
@@ -230,3 +230,19 @@ def test_a_strangers_goodput_section_reads_as_unknown(stored):
     assert g.wall_s is None or math.isfinite(g.wall_s)
     for e in g.per_episode:
         assert all(v is None for _, v in e.badput_s)
+
+
+def test_a_marker_stamped_after_the_detection_makes_detection_unknown(tmp_path: Path):
+    """A marker 5 s later than the launcher's record of the failure: detection would be negative."""
+    built = rundirs.build(tmp_path / "run", ONE)
+    full = _judge(built.run_dir)
+    path = built.run_dir / "fault_injected.json"
+    doc = json.loads(path.read_text())
+    doc["injected_at"] = rundirs._Clock.iso(int(built.times["detected_at"] * 1000) + 5000)
+    path.write_text(json.dumps(doc))
+    g = _judge(built.run_dir)
+    (ep,) = g.per_episode
+    assert ep.part("detection") is None and "clocks" in (ep.reason or "")
+    assert g.part("detection") is None and _close(g.part("restart"), full.part("restart"))
+    assert g.ratio == full.ratio
+    _assert_adds_up(g)
