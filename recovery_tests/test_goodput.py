@@ -246,3 +246,31 @@ def test_a_marker_stamped_after_the_detection_makes_detection_unknown(tmp_path: 
     assert g.part("detection") is None and _close(g.part("restart"), full.part("restart"))
     assert g.ratio == full.ratio
     _assert_adds_up(g)
+
+
+def test_report_picture_and_console_show_every_fault_and_the_split(tmp_path: Path):
+    from harness.render.terminal import goodput_line
+    from harness.report import render_report
+
+    built = rundirs.build(tmp_path / "run", TWO)
+    verdict = verify_run(built.run_dir, picture=True)
+    g = verdict.goodput
+    text = render_report(verdict)
+    section = text[text.index("## Goodput"):text.index("## Evidence")]
+    assert f"**Goodput {100 * g.ratio:.1f} %**" in section
+    for part in ("start-up", "detection", "restart", "restore", "re-done iterations", "checkpoint save stalls", "rest"):
+        assert f"| {part}" in section, part
+    assert "| 1 of 2 | after-commit | 0 |" in section and "| 2 of 2 | in-restore | 1 |" in section
+    band = verdict.picture.goodput
+    assert band is not None and f"goodput {100 * g.ratio:.1f} %" in band.label
+    labels = [s.label for s in band.segments]
+    for part in ("detection", "restart", "restore"):  # every recovery, not only the last
+        assert labels.count(part) == 2, part
+    assert labels.count("startup") == 1 and labels.count("save_stall") == 6
+    line = goodput_line(g)
+    top = max(((p, v) for p, v in g.badput_s if v is not None), key=lambda pv: pv[1])
+    assert "\n" not in line and f"{100 * g.ratio:.1f} %" in line and f"{top[0]} {top[1]:.2f} s" in line
+    (tmp_path / "out").mkdir()
+    from harness.picture import draw
+    pytest.importorskip("matplotlib")
+    assert draw(verdict.picture, tmp_path / "out" / "timeline.png").stat().st_size > 0
