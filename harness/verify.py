@@ -29,7 +29,7 @@ from harness.layout import MARKER_NAME
 from harness.render.diagnosis import render_markdown
 from harness.report import write_outputs
 from harness.triage import Triage, diagnose
-from harness.verdict import BaselineRef, Deadlines, EpisodeVerdict, EvidenceDigest, Launcher, Verdict
+from harness.verdict import BaselineRef, Deadlines, EpisodeVerdict, EvidenceDigest, Goodput, Launcher, Verdict
 
 __all__ = ["RunDirError", "Verdict", "check_baseline", "compare_end_states", "judge_run", "read_baseline", "stored_verdict", "triage", "verify_read",
            "verify_run", "verify_timeline"]
@@ -75,8 +75,11 @@ def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | Non
     elif baseline_problem is not None:
         ref = BaselineRef(baseline_problem[0], baseline_how, problem=baseline_problem[1])
     times = metrics.compute(timeline, analysis)
-    worth = goodput.compute(timeline, analysis.episodes, baseline.timeline if baseline is not None else None,
-                            baseline_problem[1] if baseline_problem is not None else None)
+    try:  # as check_safe for a criterion: a crash in the pricing is no verdict, and goodput decides nothing
+        worth = goodput.compute(timeline, analysis.episodes, baseline.timeline if baseline is not None else None,
+                                baseline_problem[1] if baseline_problem is not None else None)
+    except Exception as exc:  # noqa: BLE001
+        worth = Goodput(reason=f"goodput could not be computed: {type(exc).__name__}: {str(exc)[:160]}")
     notes = [*timeline.notes, *analysis.notes]
     if ref is not None and ref.matches_run is False:
         notes.append(f"the baseline {baseline.run_dir if baseline is not None else ''} was run with another "

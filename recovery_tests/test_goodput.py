@@ -274,3 +274,13 @@ def test_report_picture_and_console_show_every_fault_and_the_split(tmp_path: Pat
     from harness.picture import draw
     pytest.importorskip("matplotlib")
     assert draw(verdict.picture, tmp_path / "out" / "timeline.png").stat().st_size > 0
+
+
+def test_a_crash_in_the_pricing_is_no_verdict(tmp_path: Path, monkeypatch):
+    built = rundirs.build(tmp_path / "run", ONE)
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+    monkeypatch.setattr(goodput, "compute", broken)
+    verdict = verify_run(built.run_dir, picture=False)
+    assert verdict.qualified and verdict.goodput.ratio is None
+    assert "ZeroDivisionError" in verdict.goodput.reason
