@@ -130,7 +130,7 @@ def test_report_renders_failures_notes_and_escapes_pipes(tmp_path):
                 tables.append([])
             tables[-1].append(line)
         previous = line
-    assert len(tables) == 3  # criteria, latency split, moments
+    assert len(tables) == 5  # criteria, latency split, moments, goodput: badput parts and every fault
     for rows in tables:
         cells = {len(re.findall(r"(?<!\\)\|", row)) for row in rows}
         assert len(cells) == 1, rows  # an unescaped | in a cell would add a column
