@@ -284,3 +284,23 @@ def test_a_crash_in_the_pricing_is_no_verdict(tmp_path: Path, monkeypatch):
     verdict = verify_run(built.run_dir, picture=False)
     assert verdict.qualified and verdict.goodput.ratio is None
     assert "ZeroDivisionError" in verdict.goodput.reason
+
+
+@pytest.mark.e2e
+def test_a_real_reference_kill_has_every_part_and_they_add_up(nvrx_target, scenarios):
+    """A real run (the same launch as test_recovery_cpu's kill): every part is measured, the
+    recovery's parts are the metrics' latencies, and the step is priced at the baseline's."""
+    from fixtures.runs import Scenario as Launched
+
+    outcome = scenarios.outcome(Launched("kill", nvrx_target, baseline=Launched("none", nvrx_target)))
+    g, m = outcome.verdict.goodput, outcome.verdict.metrics
+    assert g is not None and g.ratio is not None and 0 < g.ratio < 1, g
+    assert all(v is not None and v >= 0 for p, v in g.badput_s if p != "rest"), g.badput_s
+    _assert_adds_up(g)
+    (ep,) = g.per_episode
+    for part in ("detection", "restart", "restore"):
+        assert _close(ep.part(part), getattr(m, f"{part}_s")), part
+    assert ep.redone_iterations == m.lost_iterations
+    assert "baseline" in (g.step_source or "") and g.baseline_ratio is not None
+    doc = json.loads((outcome.run_dir / "verdict.json").read_text())["goodput"]
+    assert doc["ratio"] == g.ratio
