@@ -164,18 +164,22 @@ def _resumed(tl: Timeline, cycle: int) -> ev.Iteration | None:
     return None
 
 
-def _episode(tl: Timeline, ep: Episode, nxt: Episode | None, step: float | None) -> EpisodeGoodput:
-    reasons: dict[str, str] = {}
-    injected = tl.utc(ep.marker)
-    detected = tl.utc(detection_event(tl, ep.cycle))
-    started = tl.utc(ep.restart)
+def _moments(tl: Timeline, ep: Episode, nxt: Episode | None) -> tuple[float | None, ...]:
+    """(injected, failure detected, workers started, checkpoint loaded) of an episode; a load
+    the next fault cut ends at that fault's injection."""
     r = ep.replacement
     built = r.first(ev.ModelBuilt) if r is not None else None
     loaded = tl.utc(built) if r is not None and r.first(ev.CheckpointLoaded) is not None else None
-    next_injected = tl.utc(nxt.marker) if nxt is not None else None
-    if loaded is None and next_injected is not None and ep.cut_before_load:
-        loaded = next_injected  # the next fault cut the load: the restore lasted until it
-    elif loaded is None and r is not None and r.first(ev.StartedFromRandom) is not None:
+    if loaded is None and nxt is not None and ep.cut_before_load:
+        loaded = tl.utc(nxt.marker)  # the next fault cut the load: the restore lasted until it
+    return tl.utc(ep.marker), tl.utc(detection_event(tl, ep.cycle)), tl.utc(ep.restart), loaded
+
+
+def _episode(tl: Timeline, ep: Episode, nxt: Episode | None, step: float | None) -> EpisodeGoodput:
+    reasons: dict[str, str] = {}
+    injected, detected, started, loaded = _moments(tl, ep, nxt)
+    r = ep.replacement
+    if loaded is None and r is not None and r.first(ev.StartedFromRandom) is not None:
         reasons["restore"] = "the replacement loaded no checkpoint (it started from random)"
     parts = {"detection": _span(injected, detected, "detection", reasons),
              "restart": _span(detected, started, "restart", reasons),
@@ -281,8 +285,8 @@ def compute(tl: Timeline, episodes: Sequence[Episode], baseline: Timeline | None
     spans: list[tuple[str, float, float]] = []
     if parts["startup"] is not None and first_line is not None:
         spans.append(("startup", w0, first_line - step))
-    for ep in episodes:
-        spans.extend(_episode_spans(tl, ep))
+    for i, ep in enumerate(episodes):
+        spans.extend(_episode_spans(tl, ep, episodes[i + 1] if i + 1 < len(episodes) else None))
     if parts["save_stall"] is not None:
         spans.extend(("save_stall", t, t + s) for start in tl.starts for t, s in _stalls(tl, start)[0])
     known = sum(v for v in parts.values() if v is not None)
@@ -295,11 +299,9 @@ def compute(tl: Timeline, episodes: Sequence[Episode], baseline: Timeline | None
                    part_reasons=part_reasons, notes=tuple(notes), spans=tuple(spans), launch=(w0, w1), **common)
 
 
-def _episode_spans(tl: Timeline, ep: Episode) -> list[tuple[str, float, float]]:
+def _episode_spans(tl: Timeline, ep: Episode, nxt: Episode | None) -> list[tuple[str, float, float]]:
     """The episode's detection, restart and restore as intervals (those with both ends)."""
-    r = ep.replacement
-    loaded = tl.utc(r.first(ev.ModelBuilt)) if r is not None and r.first(ev.CheckpointLoaded) is not None else None
-    moments = (tl.utc(ep.marker), tl.utc(detection_event(tl, ep.cycle)), tl.utc(ep.restart), loaded)
+    moments = _moments(tl, ep, nxt)
     out = []
     for name, a, b in zip(("detection", "restart", "restore"), moments, moments[1:]):
         if a is not None and b is not None and b >= a:
