@@ -304,3 +304,21 @@ def test_a_real_reference_kill_has_every_part_and_they_add_up(nvrx_target, scena
     assert "baseline" in (g.step_source or "") and g.baseline_ratio is not None
     doc = json.loads((outcome.run_dir / "verdict.json").read_text())["goodput"]
     assert doc["ratio"] == g.ratio
+
+
+def test_a_load_the_next_fault_cut_is_restore_until_that_fault(tmp_path: Path):
+    """The first replacement never finished its load (its `successfully loaded` line is gone):
+    its restore lasted from its workers' start to the second fault's injection."""
+    built = rundirs.build(tmp_path / "run", TWO)
+    t = built.times
+    log = built.run_dir / "logs/train_cycle_cycle1.log"
+    log.write_text("".join(line for line in log.read_text().splitlines(True)
+                           if "successfully loaded checkpoint" not in line))
+    g = _judge(built.run_dir)
+    one, two = g.per_episode
+    assert _close(one.part("restore"), t["injected_at_2"] - t["workers_started_at"])
+    assert _close(two.part("restore"), t["checkpoint_loaded_at_2"] - t["workers_started_at_2"])
+    tl = read_run(built.run_dir, inspect_checkpoints=False, progress=False).timeline
+    spans = goodput.compute(tl, criteria.analyze(tl).episodes).spans
+    assert ("restore", t["workers_started_at"], t["injected_at_2"]) in [(p, round(a, 3), round(b, 3)) for p, a, b in spans]
+    _assert_adds_up(g)
