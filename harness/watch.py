@@ -169,9 +169,10 @@ class Watcher:
         extra = f" + a {check:g} s check interval" if check else ""
         return f"the rank monitor's {which} timeout ({seconds:g} s{extra})"
 
-    def _say_hang_wait(self, progress: "Progress") -> None:
+    def _say_hang_wait(self, progress: "Progress", a: "Analysis | None" = None) -> None:
         """During an injected hang, every HANG_NOTE_S: what the run waits for, and how long so far."""
-        kind = FAULT_KINDS.get(self._spec.fault)
+        # the newest fault's kind (a campaign's differ per fault)
+        kind = a.kind(a.closing) if a is not None and a.closing is not None else FAULT_KINDS.get(self._spec.fault)
         if kind is None or not kind.monitor_detects or not progress.injected or progress.failure_detected:
             return
         now = self._clock()
@@ -193,7 +194,7 @@ class Watcher:
         for line in progress.changes(self._progress):
             self.say(line)
         self._progress = progress
-        self._say_hang_wait(progress)
+        self._say_hang_wait(progress, a)
         elapsed = self._clock() - self._start
         reason = None
         if self._fail_fast:
