@@ -200,7 +200,10 @@ class Watcher:
         if self._fail_fast:
             reason = certain_failure(tl, a)
             setup = dict(self._spec.section_timeouts).get("setup", 0.0)
-            if (reason is None and progress.iteration is None and elapsed > setup + self._spec.out_of_section_timeout
+            # the job never trained at all (no start logged an iteration): a replacement start that
+            # has not trained yet is the setup deadline's to judge, however long the run has been going
+            trained = any(s.last_iteration is not None for s in tl.starts)
+            if (reason is None and not trained and elapsed > setup + self._spec.out_of_section_timeout
                     and not a.poisoned):
                 reason = f"no training iteration within the setup deadline ({setup:.0f} s + out of section)"
         if reason is None and all_evidence_in(tl):
