@@ -203,3 +203,69 @@ def test_run_json_schedule_is_read_back_checked() -> None:
                 [{"kind": "kill", "rank": 1, "moment": "whenever"}], [{"kind": "x", "rank": 1, "moment": "in-save"}],
                 [{"kind": "kill", "rank": 2 ** 40, "moment": "after-commit"}]):
         assert faults.schedule_from_json(bad) is None, bad
+
+
+# ---------------------------------------------------------------- a campaign's run directory judged per fault
+
+from harness import verify  # noqa: E402
+from recovery_tests import rundirs  # noqa: E402
+
+TWO = rundirs.Scenario(second_failure_at=17, second_injection=True, second_marker=True)
+
+
+def _as_campaign(run_dir: Path, schedule: str, **spec: object) -> None:
+    """run.json rewritten as a campaign's: fault campaign, its seed and schedule (the markers keep theirs)."""
+    record = json.loads((run_dir / "run.json").read_text())
+    planned = faults.parse_schedule(schedule)
+    record["spec"].update(fault=CAMPAIGN, faults=len(planned), seed=5, **spec,
+                          schedule=[f.to_json(i) for i, f in enumerate(planned, start=1)])
+    record["spec"].pop("fault_at", None)
+    (run_dir / "run.json").write_text(json.dumps(record))
+
+
+def test_a_campaign_run_is_judged_per_fault_and_records_its_seed(tmp_path: Path) -> None:
+    run_dir = rundirs.build(tmp_path / "run", TWO).run_dir
+    _as_campaign(run_dir, "kill@1:after-commit,kill@1:after-commit")
+    v = verify.verify_run(run_dir, picture=False)
+    assert v.fault == CAMPAIGN and v.campaign == {"seed": 5, "faults": 2, "schedule": [
+        {"fault_index": 1, "kind": "kill", "rank": 1, "moment": "after-commit"},
+        {"fault_index": 2, "kind": "kill", "rank": 1, "moment": "after-commit"}]}
+    assert [(e.number, e.fault, e.rank) for e in v.episodes] == [(1, "kill", 1), (2, "kill", 1)]
+    assert v.qualified, [(c.id, c.status, c.detail) for c in v.criteria]
+    from harness.verdict import Verdict
+    assert Verdict.from_json(v.to_json()).to_json() == v.to_json()  # verdict.json's reader keeps it
+
+
+def test_a_fault_of_another_kind_than_planned_fails_its_own_episode(tmp_path: Path) -> None:
+    """The schedule planned a hang as fault 2; its marker says kill: that episode, and so the
+    campaign, fails, while fault 1 still passes."""
+    run_dir = rundirs.build(tmp_path / "run", TWO).run_dir
+    _as_campaign(run_dir, "kill@1:after-commit,hang@1:after-commit")
+    v = verify.verify_run(run_dir, picture=False)
+    first, second = ({c.id: c for c in e.criteria} for e in v.episodes)
+    assert first["pre_fault_checkpoint"].status == "pass"
+    assert second["pre_fault_checkpoint"].status == "fail" and not v.qualified
+
+
+def test_a_restart_budget_that_runs_out_is_a_named_not_qualified(tmp_path: Path) -> None:
+    """--max-restarts 1 for a campaign of 3: the second fault's cycle is not restarted. The verdict
+    is NOT QUALIFIED with replacement_cycle naming the budget, not a crash (exit 1)."""
+    run_dir = rundirs.build(tmp_path / "run", rundirs.Scenario(
+        second_failure_at=17, second_injection=True, second_marker=True, second_not_restarted=True)).run_dir
+    _as_campaign(run_dir, "kill@1:after-commit,kill@1:after-commit,kill@0:after-commit", max_restarts=1)
+    v = verify.verify_run(run_dir, picture=False)
+    assert not v.qualified and v.exit_status == 1
+    c = v.criterion("replacement_cycle")
+    assert c.status == "fail" and "the restart budget ran out: --max-restarts 1 allows 1 restart(s) and this plan " \
+                                  "injected 2 faults (campaign)" in c.detail, c.detail
+
+
+def test_the_campaign_fails_when_an_earlier_fault_fails_though_the_last_recovered(tmp_path: Path) -> None:
+    """Every fault is judged, not only the last: fault 1 was planned a hang and its marker says
+    kill (its episode fails), fault 2 recovered; the merged verdict must be NOT QUALIFIED."""
+    run_dir = rundirs.build(tmp_path / "run", TWO).run_dir
+    _as_campaign(run_dir, "hang@1:after-commit,kill@1:after-commit")
+    v = verify.verify_run(run_dir, picture=False)
+    assert [e.status for e in v.episodes] == ["fail", "pass"]
+    assert not v.qualified and v.criterion("pre_fault_checkpoint").status == "fail"
+    assert "fault_injected.json" in " ".join(v.criterion("pre_fault_checkpoint").evidence)
