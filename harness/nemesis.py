@@ -23,7 +23,11 @@ stopped, then SIGKILLed together, this process last:
 
 Each planned fault claims its own marker (`fault_injected.json`, then `fault_injected.2.json`)
 and a worker that finds its fault's marker stays quiet: one injection per planned fault,
-whatever the number of restarts.
+whatever the number of restarts. The plan's schedule (harness.faults.PlannedFault: kind, rank,
+moment per fault, in marker order) is this one fault at each moment of --fault-at, or a
+campaign's `--fault campaign --schedule kill@1:after-commit,gil@0:in-save,...`: at startup every
+worker finds the first unclaimed marker i, and only the rank the schedule names for fault i arms,
+with fault i's kind and moment (docs/campaigns.md).
 
 The wrapper never touches training state, except the `poison` kind's one truncated file.
 It reads the tracker and the checkpoint directory, writes markers and signals itself.
