@@ -210,7 +210,7 @@ def twin_spec(spec: RunSpec) -> RunSpec:
     """The uninterrupted twin: fault none, a fresh run ID and fresh local ports, no baseline of
     its own, everything else as planned. Validated (SpecError)."""
     changes: dict[str, object] = {"fault": "none", "fault_at": specmod.DEFAULT_FAULT_AT, "run_id": twin_run_id(spec),
-                                  "baseline": NONE}
+                                  "baseline": NONE, "faults": 1, "seed": None, "fault_kinds": ()}
     rdzv, log_port = ports.free_ports(2)
     if (spec.nnodes == 1 or spec.local_nodes) and (spec.rdzv_endpoint or "").startswith("127.0.0.1:"):
         changes["rdzv_endpoint"] = f"127.0.0.1:{rdzv}"

@@ -32,7 +32,8 @@ from harness import tiers
 from harness.episodes import Episode, committed_before, episodes, launcher_cycles
 from harness.events import Src, Timeline, iso_utc
 from harness.layout import MARKER_NAME, TRACKER_NAME, parse_tracker
-from harness.faults import DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, FLIP_DISTCP, IN_PROCESS
+from harness.faults import (CAMPAIGN, DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, FLIP_DISTCP, IN_PROCESS,
+                            FaultKind, PlannedFault, single_schedule)
 from harness.render.sentences import sentence
 from harness.verdict import CriterionResult, Status, merge, qualified
 
@@ -95,8 +96,20 @@ class Analysis:
     workers_started: Mapping[int, ev.LauncherEvent]  # launcher cycle -> workers-started record
     notes: tuple[str, ...] = field(default=())
     fault_at: str = DEFAULT_FAULT_AT  # the plan's moment (run.json, else the markers)
-    planned_faults: int = 1  # faults the plan holds (in-restore: 2), each with its own marker
+    planned_faults: int = 1  # faults the plan holds (in-restore: 2, a campaign: --faults), each with its own marker
     episodes: tuple[Episode, ...] = ()  # one per injection, in marker order
+    schedule: tuple[PlannedFault, ...] = ()  # every planned fault (run.json's spec.schedule, else the plan's one fault)
+
+    def kind_name(self, ep: Episode | None) -> str:
+        """The kind of an episode's fault: what the schedule planned for its marker (a campaign
+        plans one per fault), else the run's fault."""
+        index = ep.marker.fault_index if ep is not None else 0
+        if 0 < index <= len(self.schedule):
+            return self.schedule[index - 1].kind
+        return self.fault
+
+    def kind(self, ep: Episode | None) -> FaultKind | None:
+        return FAULT_KINDS.get(self.kind_name(ep))
 
     @property
     def opening(self) -> Episode | None:
@@ -150,12 +163,15 @@ def analyze(timeline: Timeline, fault: str | None = None) -> Analysis:
     moments = [e.marker.fault_at for e in found]
     fault_at = timeline.run.fault_at or (moments[-1] if moments else None) or DEFAULT_FAULT_AT
     planned = FAULT_MOMENTS[fault_at].faults if fault_at in FAULT_MOMENTS else 1
+    schedule = timeline.run.schedule or single_schedule(fault_name, timeline.run.fault_rank or 0, fault_at)
+    if fault_name == CAMPAIGN:  # its moments are per fault (the schedule), its length the plan's
+        fault_at, planned = CAMPAIGN, len(schedule) or max(1, len(found))
     count = max(len(timeline.injections), len(nemesis_lines))
     evidence: tuple[ev.Event, ...] = (*timeline.injections, *nemesis_lines)
     return Analysis(
         fault=fault_name, fault_how=how, injection_count=count, injection_evidence=evidence, never_fired=never,
         failures=cycles.failures, workers_started=cycles.workers_started, notes=notes, fault_at=fault_at,
-        planned_faults=planned, episodes=found,
+        planned_faults=planned, episodes=found, schedule=schedule,
     )
 
 
@@ -201,8 +217,8 @@ def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
         return found(FAIL, "never_injected", [*absent, *a.never_fired], final=bool(a.never_fired),
                      nemesis=(f" The nemesis said: {a.never_fired[0].reason}." if a.never_fired else ""))
     inj = ep.marker
-    facts.update(episode=ep.number, marker=inj.src.path, marked_fault=inj.fault, rank=inj.rank)
-    if inj.fault not in (a.fault, "unknown"):
+    facts.update(episode=ep.number, marker=inj.src.path, marked_fault=inj.fault, rank=inj.rank, fault=a.kind_name(ep))
+    if inj.fault not in (a.kind_name(ep), "unknown"):
         return found(FAIL, "other_fault", [inj])
     if inj.problem:
         return found(FAIL, "impossible_marker", [inj], problem=inj.problem)
@@ -390,7 +406,7 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
     if ep is None:
         return _found(cid, NOT_APPLICABLE, "no_injection", {})
     inj, c = ep.marker, ep.cycle
-    facts: dict[str, object] = {"fault": a.fault, "failed_cycle": c, "episode": ep.number, "rank": inj.rank}
+    facts: dict[str, object] = {"fault": a.kind_name(ep), "failed_cycle": c, "episode": ep.number, "rank": inj.rank}
 
     def found(status: Status, reason: str, evidence: Sequence[object], **values: object) -> CriterionResult:
         facts.update(values)
@@ -398,10 +414,10 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
 
     if not tl.has_role("launcher"):
         later = [ci for ci in tl.cycle_infos if ci.cycle > c]
-        if later and a.fault == "kill":
+        if later and a.kind_name(ep) == "kill":
             return found(PASS, "cycle_records_only", [inj, *[ci for ci in tl.cycle_infos if ci.cycle == c], later[0]],
                          next_cycle=later[0].cycle)
-        kind = FAULT_KINDS.get(a.fault)
+        kind = a.kind(ep)
         return found(UNKNOWN, "no_launcher_log", [inj],
                      timeouts=" and the rank timeouts" if kind is not None and kind.monitor_detects else "")
     fails = ep.failures
@@ -432,7 +448,7 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
         return found(FAIL, "no_replacement", evidence, why=why)
     facts["replacement"] = new
     how = ""
-    kind = FAULT_KINDS.get(a.fault)
+    kind = a.kind(ep)
     if kind is not None and kind.monitor_detects:
         timeouts = [e for e in tl.launcher_events() if isinstance(e, ev.RankTimeout) and (e.cycle in (c, None))]
         injected_at = tl.utc(inj)
@@ -480,7 +496,7 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
                 allowed = sentence(cid, "allowed_unknown", {})
             problems.append({"reason": "world_changed", "way": "shrank" if change.shrank else "grew",
                              "change": change.text(), "allowed": allowed})
-    if a.fault == "node":
+    if a.kind_name(ep) == "node":
         r = ep.replacement_cycle if ep.replacement_cycle is not None else ep.replacement.cycle
         status, nodes, infos = _node_replacement(tl, inj, c, r, fails, change)
         evidence.extend(infos)
@@ -879,7 +895,7 @@ def check_clean_finish(j: Judging) -> CriterionResult:
     success = [e for e in launcher if isinstance(e, ev.LauncherSucceeded) or (isinstance(e, ev.LauncherExit) and e.code == 0)]
     failed = [e for e in launcher if isinstance(e, ev.LauncherFailed) or (isinstance(e, ev.LauncherExit) and e.code != 0)]
     launch = tl.launch
-    lost_node_status = (a.fault == "node" and closing is not None and launch is not None
+    lost_node_status = (any(a.kind_name(e) == "node" for e in a.episodes) and closing is not None and launch is not None
                         and launch.exit_code in (128 + 9, -9) and bool(success) and not failed)
     if launch is not None and launch.exit_code not in (None, 0) and not lost_node_status:
         problems.append({"reason": "exit_status", "status": launch.exit_code})

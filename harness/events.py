@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, TypeVar
 
+from harness.faults import PlannedFault
 from harness.layout import TRACKER_NAME
 
 EVIDENCE_TEXT_MAX = 240
@@ -529,6 +530,10 @@ class RunConfig:
     config_hash: str | None = None  # run.json's configuration hash (harness.baseline); None: not recorded
     fault_rank: int | None = None
     fault_at: str | None = None  # run.json's moment; None: not recorded (after-commit, or see the markers)
+    # run.json's spec.schedule: every planned fault (kind, rank, moment) in marker order; () when not
+    # recorded (a run before campaigns: its fault, rank and moment say it); a campaign's seed
+    schedule: tuple[PlannedFault, ...] = ()
+    seed: int | None = None
     max_restarts: int | None = None
     max_no_progress_cycles: int | None = None
     train_iters: int | None = None

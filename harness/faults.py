@@ -57,6 +57,7 @@ class FaultKind:
     recovery: str = "the launcher restarts the group; the replacement loads the latest committed checkpoint and trains on"
     gpu_only: bool = False
     planned: str | None = None
+    campaign: bool = True  # a campaign may draw it: the job recovers from it and trains on (docs/campaigns.md)
 
     def __post_init__(self) -> None:
         if self.injects not in INJECTIONS:
@@ -116,7 +117,7 @@ FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
     FaultKind("term", "SIGTERM", "SIGTERM the rank's process (a preemption or an operator's kill)"),
     FaultKind("poison", "SIGKILL", "truncate one .distcp of the newest committed checkpoint, then SIGKILL: every "
               "replacement fails its load, a restart loop NVRx's no-progress rule must stop", damage=TRUNCATE_DISTCP,
-              moments=(AFTER_COMMIT,), recovery=_LOOP),
+              moments=(AFTER_COMMIT,), recovery=_LOOP, campaign=False),
     FaultKind("node", "SIGKILL", "SIGKILL of the fault rank's whole node: its launcher and every process under it "
               "(the failure a large job meets most; --hot-spares gives the launcher a standby node)", injects=NODE,
               moments=(AFTER_COMMIT,)),
@@ -133,11 +134,12 @@ FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
               recovery=_MONITOR),
     FaultKind("corrupt", "SIGKILL", "invert 4 KiB in the middle of one .distcp of the newest committed checkpoint "
               "(size unchanged), then SIGKILL: a replacement that loads it loads garbage", damage=FLIP_DISTCP,
-              moments=(AFTER_COMMIT,), recovery=_LOOP),
+              moments=(AFTER_COMMIT,), recovery=_LOOP, campaign=False),
     FaultKind("disk-full", None, "the checkpoint filesystem fills during an async save", injects=IN_PROCESS,
               moments=("in-save",), recovery="no partial checkpoint is committed or loaded; the replacement resumes "
               "from the previous one or the job stops with a clear error",
-              planned=_PLANNED + "it needs a size-limited filesystem mounted for the run's checkpoint directory"),
+              planned=_PLANNED + "it needs a size-limited filesystem mounted for the run's checkpoint directory",
+              campaign=False),
     FaultKind("gpu-hang", None, "a never-ending CUDA kernel on the rank's GPU", injects=IN_PROCESS, gpu_only=True,
               monitor_detects=True, recovery=_MONITOR, planned=_PLANNED + "the GPU kit will launch a spinning kernel"),
     FaultKind("gpu-error", None, "an illegal memory access in a CUDA kernel (a sticky CUDA error)", injects=IN_PROCESS,
@@ -153,7 +155,14 @@ FAULT_MOMENTS: dict[str, FaultMoment] = {m.name: m for m in (
 )}
 DEFAULT_FAULT_AT = AFTER_COMMIT
 NO_FAULT = "none"
-FAULTS = (*FAULT_KINDS, NO_FAULT)
+# A run of several faults (--faults N): its kinds, ranks and moments come from a seeded schedule
+# (harness.campaign, docs/campaigns.md), not from --fault / --fault-rank / --fault-at.
+CAMPAIGN = "campaign"
+FAULTS = (*FAULT_KINDS, NO_FAULT, CAMPAIGN)
+# The moments a campaign draws from (each kind's own FaultKind.moments permitting): the ones a
+# fault of any position in the run can meet; in-restore is the second fault of its own plan and
+# last-iteration the end of the run.
+CAMPAIGN_MOMENTS = (AFTER_COMMIT, "in-save")
 # Moments each workload can show. All save asynchronously and load through Python's open(),
 # which is what the nemesis watches (iter_N/ contents; the audit hook of the load). Megatron's
 # own loop shows every moment on CPU (recovery_tests/test_recovery_megatron_cpu.py): its
@@ -163,3 +172,89 @@ WORKLOAD_MOMENTS: dict[str, tuple[str, ...]] = {
     "megatron": tuple(FAULT_MOMENTS),
     "megatron-cpu": tuple(FAULT_MOMENTS),
 }
+
+
+
+# ---------------------------------------------------------------- the schedule
+
+
+@dataclass(frozen=True)
+class PlannedFault:
+    """Fault i of a plan, i = its position + 1 = the number of the marker it claims: its kind, the
+    global rank that injects it and its moment. A plan's schedule is the tuple of them, fault 1
+    first: one fault (--fault K --fault-rank R --fault-at M, `single_schedule`; in-restore holds
+    two) or a campaign's draw (harness.campaign)."""
+
+    kind: str
+    rank: int
+    moment: str
+
+    def text(self) -> str:
+        """`kind@rank:moment`, the nemesis's --schedule word (parse_schedule reads it back)."""
+        return f"{self.kind}@{self.rank}:{self.moment}"
+
+    def to_json(self, index: int) -> dict:
+        return {"fault_index": index, "kind": self.kind, "rank": self.rank, "moment": self.moment}
+
+
+MAX_PLANNED_FAULTS = 99  # the markers a run directory may hold (fault_injected.json .. fault_injected.99.json)
+
+
+def single_schedule(fault: str, rank: int, fault_at: str) -> tuple[PlannedFault, ...]:
+    """The schedule of a one-fault plan: its kind and rank at each moment of FAULT_MOMENTS[fault_at]
+    (in-restore: after-commit, then in-restore); () without a fault."""
+    if fault not in FAULT_KINDS or fault_at not in FAULT_MOMENTS:
+        return ()
+    return tuple(PlannedFault(fault, rank, m) for m in FAULT_MOMENTS[fault_at].moments)
+
+
+def schedule_text(schedule: tuple[PlannedFault, ...]) -> str:
+    return ",".join(f.text() for f in schedule)
+
+
+def parse_planned(kind: object, rank: object, moment: object) -> PlannedFault:
+    """One planned fault from its parts, checked: a kind of FAULT_KINDS, a rank 0..2^24, a moment
+    of FAULT_MOMENTS the kind allows. ValueError names what is wrong."""
+    if not isinstance(kind, str) or kind not in FAULT_KINDS:
+        raise ValueError(f"fault kind {kind!r} is not one of {', '.join(FAULT_KINDS)}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < 2 ** 24:
+        raise ValueError(f"rank {rank!r} is not a global rank (0 .. 2^24)")
+    if not isinstance(moment, str) or moment not in FAULT_MOMENTS:
+        raise ValueError(f"moment {moment!r} is not one of {', '.join(FAULT_MOMENTS)}")
+    if not FAULT_KINDS[kind].allows(moment):
+        raise ValueError(f"{kind} fires only at {', '.join(FAULT_KINDS[kind].moments or ())}, not {moment}")
+    return PlannedFault(kind, rank, moment)
+
+
+def parse_schedule(text: str) -> tuple[PlannedFault, ...]:
+    """`kind@rank:moment,...` (PlannedFault.text joined by commas) -> the schedule. ValueError
+    names the first bad entry."""
+    out = []
+    for n, word in enumerate(text.split(","), start=1):
+        kind, at, rest = word.strip().partition("@")
+        rank, colon, moment = rest.partition(":")
+        if not at or not colon or not rank.isdigit() or len(rank) > 8:
+            raise ValueError(f"fault {n} {word!r} is not KIND@RANK:MOMENT (e.g. kill@1:after-commit)")
+        try:
+            out.append(parse_planned(kind, int(rank), moment))
+        except ValueError as exc:
+            raise ValueError(f"fault {n} {word!r}: {exc}") from None
+    if len(out) > MAX_PLANNED_FAULTS:
+        raise ValueError(f"{len(out)} faults: a run holds at most {MAX_PLANNED_FAULTS}")
+    return tuple(out)
+
+
+def schedule_from_json(value: object) -> tuple[PlannedFault, ...] | None:
+    """run.json's `spec.schedule` (a list of PlannedFault.to_json) read back; None when absent or
+    not such a list (a run directory from a stranger: every entry checked)."""
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_PLANNED_FAULTS:
+        return None
+    out = []
+    for entry in value:
+        if not isinstance(entry, dict):
+            return None
+        try:
+            out.append(parse_planned(entry.get("kind"), entry.get("rank"), entry.get("moment")))
+        except ValueError:
+            return None
+    return tuple(out)

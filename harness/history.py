@@ -40,6 +40,7 @@ from harness.dialect import classify_logs as _classify_logs
 from harness.dialect import epoch as _epoch
 from harness.dialect import strip_prefix as _strip_prefix
 from harness.events import Src, clip
+from harness.faults import schedule_from_json
 from harness.layout import MARKER_NAME, TRACKER_NAME, is_megatron_iter_name, marker_index, parse_iter_name, read_tracker_file
 from harness.optimizer_record import read_dcp_metadata, read_optimizer_record
 
@@ -1571,6 +1572,7 @@ def _run_config(run_json: _JsonFile | None, launch_json: _JsonFile | None, start
         config_hash=_str(data.get("config_hash")),
         fault_rank=_int(spec.get("fault_rank")),
         fault_at=_str(spec.get("fault_at")), max_restarts=_int(spec.get("max_restarts")),
+        schedule=schedule_from_json(spec.get("schedule")) or (), seed=_int(spec.get("seed")),
         max_no_progress_cycles=_int(spec.get("max_no_progress_cycles")),
         train_iters=train_iters, train_iters_src=train_src, save_interval=save_interval, save_interval_src=save_src,
         nvrx_version=nvrx, utc_offset_s=_int(data.get("utc_offset_s")), extra_args=tuple(str(a) for a in extra),

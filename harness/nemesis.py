@@ -23,7 +23,11 @@ stopped, then SIGKILLed together, this process last:
 
 Each planned fault claims its own marker (`fault_injected.json`, then `fault_injected.2.json`)
 and a worker that finds its fault's marker stays quiet: one injection per planned fault,
-whatever the number of restarts.
+whatever the number of restarts. The plan's schedule (harness.faults.PlannedFault: kind, rank,
+moment per fault, in marker order) is this one fault at each moment of --fault-at, or a
+campaign's `--fault campaign --schedule kill@1:after-commit,gil@0:in-save,...`: at startup every
+worker finds the first unclaimed marker i, and only the rank the schedule names for fault i arms,
+with fault i's kind and moment (docs/campaigns.md).
 
 The wrapper never touches training state, except the `poison` kind's one truncated file.
 It reads the tracker and the checkpoint directory, writes markers and signals itself.
@@ -54,8 +58,8 @@ from pathlib import Path
 from typing import Callable, ClassVar, Mapping, Sequence
 
 from harness import inject, tiers
-from harness.faults import (DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, FLIP_DISTCP, IN_PROCESS, NODE, SIGNAL,
-                            TRUNCATE_DISTCP)
+from harness.faults import (CAMPAIGN, DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, FLIP_DISTCP, IN_PROCESS,
+                            NODE, SIGNAL, TRUNCATE_DISTCP, PlannedFault, parse_schedule, single_schedule)
 from harness.layout import (TRACKER_ABSENT, TRACKER_EMPTY, TRACKER_NAME, TRACKER_UNREADABLE, RunLayout,
                             checkpoint_iter_dir, is_megatron_iter_name, is_valid_run_id, parse_iter_name,
                             parse_tracker, read_tracker_file)
@@ -350,11 +354,18 @@ class NemesisConfig:
     # harness.tiers: after-commit waits on these (tier, directory) trackers; () = the persistent one only
     fault_after: str = "any"
     watch_dirs: tuple[tuple[str, Path], ...] = ()
+    # Every planned fault in marker order (harness.faults.PlannedFault: kind, rank, moment): a
+    # campaign's --schedule, else this one fault at each moment of --fault-at.
+    schedule: tuple[PlannedFault, ...] = ()
+
+    @property
+    def planned(self) -> tuple[PlannedFault, ...]:
+        return self.schedule or single_schedule(self.fault, self.fault_rank, self.fault_at)
 
     @property
     def selected(self) -> bool:
-        """This process is the one that must inject."""
-        return self.fault != "none" and self.rank == self.fault_rank
+        """This process injects some planned fault (which one, the markers decide: arm)."""
+        return self.fault != "none" and any(f.rank == self.rank for f in self.planned)
 
 
 def _env(env: Mapping[str, str], name: str) -> str | None:
@@ -405,6 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fault", choices=FAULTS, help=f"default $NVRX_DEMO_FAULT or {DEFAULT_FAULT}")
     parser.add_argument("--fault-at", choices=tuple(FAULT_MOMENTS),
                         help=f"the moment; default $NVRX_FAULT_AT or {DEFAULT_FAULT_AT}")
+    parser.add_argument("--schedule", help="--fault campaign: every planned fault in marker order, "
+                                           "KIND@RANK:MOMENT,... (fault i claims marker i)")
     parser.add_argument("--fault-after", choices=tiers.FAULT_AFTER,
                         help=f"after-commit: the checkpoint tier whose commit fires; default $NVRX_FAULT_AFTER or "
                              f"{tiers.DEFAULT_FAULT_AFTER} (harness.tiers)")
@@ -465,6 +478,18 @@ def parse_command_line(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Nem
     fault_at = options.fault_at or _env(env, "NVRX_FAULT_AT") or DEFAULT_FAULT_AT
     if fault_at not in FAULT_MOMENTS:
         raise NemesisError(f"NVRX_FAULT_AT={fault_at!r} is not one of {', '.join(FAULT_MOMENTS)}")
+    planned: tuple[PlannedFault, ...] = ()
+    if fault == CAMPAIGN or options.schedule is not None:
+        if fault != CAMPAIGN or not options.schedule:
+            raise NemesisError("--schedule goes with --fault campaign, and --fault campaign needs --schedule "
+                               "KIND@RANK:MOMENT,... (nvrx-qual plans both)")
+        try:
+            planned = parse_schedule(options.schedule)
+        except ValueError as exc:
+            raise NemesisError(f"--schedule: {exc}") from None
+    missing = [f.kind for f in planned if FAULT_KINDS[f.kind].injects == IN_PROCESS and f.kind not in IN_PROCESS_ACTIONS]
+    if missing:
+        raise NemesisError(f"fault {missing[0]} is an in-process kind this nemesis has no action for: update nvrx-qual")
     if FAULT_KINDS.get(fault) is not None and not FAULT_KINDS[fault].allows(fault_at):
         raise NemesisError(f"fault {fault} fires only at {', '.join(FAULT_KINDS[fault].moments or ())}: "
                            f"use --fault-at {(FAULT_KINDS[fault].moments or ('after-commit',))[0]}")
@@ -488,7 +513,11 @@ def parse_command_line(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Nem
     rank = _env_int(env, "RANK")
     world_size = _env_int(env, "WORLD_SIZE") if rank is not None else 1
     rank = 0 if rank is None else rank
-    if fault != "none" and world_size is not None and fault_rank >= world_size:
+    outside = [f for f in planned if world_size is not None and f.rank >= world_size]
+    if outside:
+        raise NemesisError(f"--schedule: {outside[0].text()} names rank {outside[0].rank}, which does not exist in a "
+                           f"world of {world_size}: plan the campaign for this world")
+    if fault not in ("none", CAMPAIGN) and world_size is not None and fault_rank >= world_size:
         raise NemesisError(
             f"fault rank {fault_rank} does not exist in a world of {world_size}: "
             f"set NVRX_FAULT_RANK (or --fault-rank) below {world_size}, or NVRX_DEMO_FAULT=none"
@@ -526,6 +555,7 @@ def parse_command_line(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Nem
         final_iteration=final_iteration(entrypoint.args),
         fault_after=fault_after,
         watch_dirs=watch_dirs,
+        schedule=planned,
     )
     return config, entrypoint
 
@@ -719,10 +749,12 @@ class LastIteration(Moment):
 
 
 
-def schedule(fault_at: str) -> tuple[type[Moment], ...]:
-    """The moment of every fault the plan `fault_at` holds, in marker order: schedule[i - 1]
-    is fault i's, which claims layout.marker_for(i) (harness.faults.FaultMoment.moments)."""
-    return tuple(MOMENTS[name] for name in FAULT_MOMENTS[fault_at].moments)
+def schedule(planned: str | Sequence[PlannedFault]) -> tuple[type[Moment], ...]:
+    """The moment of every planned fault, in marker order: schedule[i - 1] is fault i's, which
+    claims layout.marker_for(i). `planned`: the plan's schedule (NemesisConfig.planned), or a
+    --fault-at name for one fault at each of its moments (harness.faults.FaultMoment.moments)."""
+    names = FAULT_MOMENTS[planned].moments if isinstance(planned, str) else tuple(f.moment for f in planned)
+    return tuple(MOMENTS[name] for name in names)
 
 
 class Injector:
@@ -732,8 +764,9 @@ class Injector:
     is the planned fault it stands for (its marker)."""
 
     def __init__(self, config: NemesisConfig, layout: RunLayout, baseline: int, *, watch: str,
-                 fault_index: int = 1) -> None:
+                 fault_index: int = 1, kind: str | None = None) -> None:
         self.config = config
+        self.kind = kind or config.fault  # this fault's kind (a campaign's schedule names one per fault)
         self.layout = layout
         self.baseline = baseline
         self.watch = watch
@@ -771,8 +804,8 @@ class Injector:
                 launcher_pid: int | None = None) -> InjectionRecord:
         config = self.config
         return InjectionRecord(
-            fault=config.fault,
-            signal=FAULT_KINDS[config.fault].signal,
+            fault=self.kind,
+            signal=FAULT_KINDS[self.kind].signal,
             rank=config.rank,
             local_rank=config.local_rank,
             cycle=config.cycle,
@@ -798,7 +831,7 @@ class Injector:
     def _inject(self, trigger: Trigger) -> None:
         iteration, committed = trigger.iteration, trigger.committed
         rank, marker = self.rank, self.marker
-        kind = FAULT_KINDS[self.config.fault]
+        kind = FAULT_KINDS[self.kind]
         poisoned = None
         node_pids: list[int] = []
         if kind.injects == NODE:
@@ -938,7 +971,8 @@ def arm(config: NemesisConfig) -> Injector | None:
     assert layout is not None  # parse_command_line guarantees it when a fault is requested
     if not layout.root.is_dir():
         raise NemesisError(f"run directory {layout.root} does not exist: create it (nvrx-qual does) or fix --run-dir")
-    plan = schedule(config.fault_at)
+    faults = config.planned
+    plan = schedule(faults)
     planned = len(plan)
     index = None
     for i in range(1, planned + 1):
@@ -951,14 +985,18 @@ def arm(config: NemesisConfig) -> Injector | None:
         log(f"rank {config.rank}: marker {layout.marker_for(planned)} exists (fault injected in an earlier cycle); "
             f"not injecting again: every planned fault was injected")
         return None
-    # The schedule's index is the marker number: the first unclaimed marker is this cycle's fault.
+    # The schedule's index is the marker number: the first unclaimed marker is this cycle's fault,
+    # injected by the rank the schedule names.
+    fault = faults[index - 1]
+    if fault.rank != config.rank:
+        return None
     watch = plan[index - 1].name
     # after-commit watches the trackers of the tiers --fault-after names (harness.tiers); the
     # baseline is the newest of them, so a restarted cycle waits for a commit newer than every tier's
     trackers = [d / TRACKER_NAME for _tier, d in config.watch_dirs] if watch == "after-commit" else []
     baseline = max([read_baseline(layout.tracker), *(read_baseline(t) for t in trackers)])
-    injector = Injector(config, layout, baseline, watch=watch, fault_index=index)
-    log(f"rank {config.rank} armed: {config.fault} (fault {index} of {planned}, {watch}) {injector.moment.waits_for()} "
+    injector = Injector(config, layout, baseline, watch=watch, fault_index=index, kind=fault.kind)
+    log(f"rank {config.rank} armed: {fault.kind} (fault {index} of {planned}, {watch}) {injector.moment.waits_for()} "
         f"(poll every {config.poll_interval:g} s)")
     injector.start()
     return injector
@@ -1016,7 +1054,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"no checkpoint newer than the startup baseline appeared in {config.layout.tracker} before the entrypoint ended"
     )
     print(
-        f"nemesis: requested fault {config.fault} on rank {config.rank} never happened: {reason}",
+        f"nemesis: requested fault {injector.kind if injector is not None else config.fault} on rank {config.rank} "
+        f"never happened: {reason}",
         file=sys.stderr,
         flush=True,
     )

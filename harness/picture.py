@@ -114,14 +114,17 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
 
     verdict = headline(qualified, analysis.fault)
     total = len(analysis.episodes)
-    faults = tuple(Moment("injected", f"fault {i.fault_index} of {total} ({i.fault_at})", t)
+    faults = tuple(Moment("injected", f"fault {i.fault_index} of {total} ("
+                          + (f"{i.fault}, " if analysis.fault == "campaign" else "") + f"{i.fault_at})", t)
                    for i in analysis.markers if (t := timeline.utc(i)) is not None)
     inj = analysis.opening.marker if analysis.opening is not None else None
     if inj is not None:
         how = f" ({inj.signal})" if inj.signal else ""  # an in-process kind (exception, gil) sends no signal
         fault = f"{inj.fault}{how} on rank {inj.rank if inj.rank is not None else '?'} " \
                 f"after checkpoint {inj.iteration if inj.iteration is not None else '?'}"
-        if analysis.fault_at != "after-commit":
+        if analysis.fault == "campaign":  # every fault's kind is on its own mark
+            fault = f"campaign of {total} faults ({', '.join(i.fault for i in analysis.markers)})"
+        elif analysis.fault_at != "after-commit":
             fault += f", {analysis.fault_at}" + (f" ({total} faults)" if total > 1 else "")
     elif analysis.is_fault_run:
         fault = f"{analysis.fault} requested, never injected"

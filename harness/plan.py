@@ -21,11 +21,11 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import tiers
+from harness import campaign, tiers
 from harness import slurm, topology
 from harness.layout import RunLayout
 from harness.nvrx import LAUNCHER_MODULE, NvrxTarget
-from harness.faults import DEFAULT_FAULT_AT, FAULT_KINDS
+from harness.faults import CAMPAIGN, DEFAULT_FAULT_AT, FAULT_KINDS, schedule_text
 from harness.spec import RunSpec, SpecError
 from harness.workloads import megatron, megatron_cpu, reference_args
 
@@ -130,15 +130,37 @@ class Plan:
 
     def render(self) -> str:
         at = "" if self.spec.fault_at == DEFAULT_FAULT_AT else f" at {self.spec.fault_at}"
-        lines = [f"# nvrx-qual plan: run {self.spec.run_id} ({self.spec.workload}, fault {self.spec.fault}"
-                 f"{'' if self.spec.fault == 'none' else f' on rank {self.spec.fault_rank}{at}'}, "
-                 f"NVRx {self.nvrx.version})",
+        what = (f"fault {self.spec.fault}{'' if self.spec.fault == 'none' else f' on rank {self.spec.fault_rank}{at}'}"
+                if self.spec.fault != CAMPAIGN else f"campaign of {self.spec.faults} faults, seed {self.spec.seed}")
+        lines = [f"# nvrx-qual plan: run {self.spec.run_id} ({self.spec.workload}, {what}, NVRx {self.nvrx.version})",
+                 *(f"# {line}" for line in campaign_lines(self.spec)),
                  f"# run directory: {self.layout.root}",
                  f"# checkpoints:   {self.layout.checkpoints}",
                  f"# CUDA_DEVICE_MAX_CONNECTIONS: {self.connections.value or 'unset'} ({self.connections.reason})"]
         lines += [f"# note: {n}" for n in self.notes]
         lines += [c.shell() for _, c in self.commands]
         return "\n".join(lines) + "\n"
+
+
+def campaign_lines(spec: RunSpec) -> list[str]:
+    """What `plan` says of a campaign: the seed to replay it, every planned fault, and why the
+    run trains this long and allows this many restarts (harness.campaign.sizing)."""
+    if spec.fault != CAMPAIGN:
+        return []
+    size = campaign.sizing(spec.schedule, spec.save_interval)
+    lines = [f"campaign: seed {spec.seed} (replay: --faults {spec.faults} --seed {spec.seed}"
+             + (f" --fault-kinds {','.join(spec.fault_kinds)}" if spec.fault_kinds else "")
+             + f"), drawn from {', '.join(spec.campaign_kinds)}",
+             *campaign.describe(spec.schedule),
+             f"train iterations {spec.train_iters} (at least {size.train_iters}: {size.train_reason})"]
+    if spec.max_restarts >= size.max_restarts:
+        lines.append(size.restarts_reason if spec.max_restarts == size.max_restarts else
+                     f"--max-restarts {spec.max_restarts}: {spec.faults} needed, one restart per fault")
+    else:
+        lines.append(f"--max-restarts {spec.max_restarts} is below the {spec.faults} faults: the restart budget runs "
+                     f"out at fault {spec.max_restarts + 1}, so this run is expected NOT QUALIFIED (replacement_cycle: "
+                     "the budget ran out)")
+    return lines
 
 
 def check(spec: RunSpec, nvrx: NvrxTarget) -> None:
@@ -186,7 +208,9 @@ def workload_argv(spec: RunSpec) -> list[str]:
 
 def nemesis_argv(spec: RunSpec) -> list[str]:
     args = ["-m", NEMESIS_MODULE, "--fault", spec.fault]
-    if spec.fault != "none":
+    if spec.fault == CAMPAIGN:  # every planned fault, in marker order (harness.faults.PlannedFault)
+        args += ["--schedule", schedule_text(spec.schedule)]
+    elif spec.fault != "none":
         args += ["--fault-rank", str(spec.fault_rank)]
         if spec.fault_at != DEFAULT_FAULT_AT:
             args += ["--fault-at", spec.fault_at]

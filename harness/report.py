@@ -81,6 +81,7 @@ def render_report(verdict: Verdict, extra_sections: Sequence[str] = (), picture:
     for i, c in enumerate(verdict.criteria, 1):
         out.append(f"| {i} | `{c.id}` | {_MARK.get(c.status, c.status)} | {_cell(c.detail)} |")
     if len(verdict.episodes) > 1:  # one fault: its episode is the table above
+        out += per_fault_lines(verdict)
         out += ["", "## Every episode", "",
                 "The criteria above merge the episodes' own results (one episode per injected fault); a check "
                 "marked superseded was left to a later episode.", "",
@@ -236,3 +237,22 @@ def write_outputs(verdict: Verdict, run_dir: str | os.PathLike | None, json_path
         safeio.create_new(json_path, text)
         written.append(Path(json_path))
     return Written(tuple(written), problem)
+
+
+def per_fault_lines(verdict: Verdict) -> list[str]:
+    """One row per fault (episode): its kind, rank, moment, failed cycle and own result, and the
+    checks that held it back; a campaign's seed first. The run qualifies only when every row does."""
+    out = ["", "## Every fault", ""]
+    c = verdict.campaign
+    if c is not None:
+        out += [f"Campaign: {c.get('faults')} faults drawn from seed {c.get('seed')} (replay: `nvrx-qual run --faults "
+                f"{c.get('faults')} --seed {c.get('seed')}` with the same options); it qualifies only when every fault "
+                "does.", ""]
+    out += ["| fault | kind | rank | moment | failed cycle | result | held back by |", "|---|---|---|---|---|---|---|"]
+    n = len(verdict.episodes)
+    for e in verdict.episodes:
+        bad = [f"`{r.id}` {r.status}" for r in e.criteria if r.id not in e.superseded and r.status in ("fail", "unknown")]
+        out.append(f"| {e.number} of {n} | {e.fault or '?'} | {'—' if e.rank is None else e.rank} | {e.fault_at} | "
+                   f"{'—' if e.cycle is None else e.cycle} | {_MARK.get(e.status, e.status)} | "
+                   f"{', '.join(bad) or '—'} |")
+    return out

@@ -19,7 +19,8 @@ from harness import plan as planmod
 from harness.plan import Plan
 from harness.prepare import prepare, release
 from harness.report import Verdict, write_outputs
-from harness.faults import FAULT_KINDS, FAULT_MOMENTS
+from harness.faults import FAULT_KINDS
+from harness.spec import DEFAULTS as _WORKLOAD_DEFAULTS
 from harness.spec import RunSpec, SpecError
 from harness.history import HistoryReader
 from harness.triage import Triage
@@ -56,17 +57,17 @@ def default_deadline(spec: RunSpec) -> float:
 RESTART_ALLOWANCE_S = 120.0
 # The iterations, saves and the end of the job, which no deadline bounds as a whole.
 TRAINING_MARGIN_S = 300.0
+DEFAULT_TRAIN_ITERS = {w: d["train_iters"] for w, d in _WORKLOAD_DEFAULTS.items() if "train_iters" in d}
 # verify, report, timeline and the cleanup after the launcher stopped.
 VERIFY_GRACE_S = 120.0
 
 
 def planned_episodes(spec: RunSpec) -> int:
-    """The recovery episodes a qualifying run of `spec` has: one per planned fault (the moment
-    says how many: in-restore plans two), none without a fault."""
+    """The recovery episodes a qualifying run of `spec` has: one per planned fault (its schedule:
+    in-restore plans two, a campaign --faults), none without a fault."""
     if spec.fault == "none":
         return 0
-    moment = FAULT_MOMENTS.get(spec.fault_at)
-    return moment.faults if moment is not None else 1
+    return len(spec.schedule) or 1
 
 
 def scenario_deadline(spec: RunSpec) -> float:
@@ -83,10 +84,13 @@ def scenario_deadline(spec: RunSpec) -> float:
     if episodes:
         # a stop lands after a committed checkpoint: in a step, a save or between them, never in setup
         running = [v for name, v in sections.items() if name != "setup"] + [spec.out_of_section_timeout]
-        kind = FAULT_KINDS.get(spec.fault)
-        worst = max(running) if kind is not None and kind.monitor_detects else 0.0
         check = spec.workload_check_interval if spec.workload_check_interval is not None else 5.0  # NVRx's default
-        total += episodes * (worst + check + RESTART_ALLOWANCE_S)
+        kinds = [FAULT_KINDS.get(f.kind) for f in spec.schedule] or [FAULT_KINDS.get(spec.fault)]
+        detected = sum(1 for k in kinds if k is not None and k.monitor_detects)  # each planned fault by its own kind
+        total += detected * max(running) + episodes * (check + RESTART_ALLOWANCE_S)
+        # a campaign trains longer: its iterations beyond the workload's own default, a step deadline each at worst
+        total += max(0, spec.train_iters - DEFAULT_TRAIN_ITERS.get(spec.workload, spec.train_iters)) * sections.get(
+            "step", 0.0) if spec.fault == "campaign" else 0.0
     return total
 
 

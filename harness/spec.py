@@ -20,9 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from harness import tiers, topology
-from harness.faults import (DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS,  # noqa: F401 (re-exported)
-                            WORKLOAD_MOMENTS)
+from harness import campaign, tiers, topology
+from harness.faults import (CAMPAIGN, DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS,  # noqa: F401 (re-exported)
+                            MAX_PLANNED_FAULTS, WORKLOAD_MOMENTS, PlannedFault, single_schedule)
 from harness.layout import (FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_ABSENT, TRACKER_EMPTY, TRACKER_NAME,
                             TRACKER_UNREADABLE, RunLayout, is_valid_run_id, parse_iter_name, read_tracker_file)
 
@@ -99,6 +99,11 @@ class RunSpec:
     rdzv_join_timeout: float | None = None  # launcher --rdzv-conf join_timeout; None: NVRx's default
     local_nodes: bool = False  # every node's launcher on this machine, no Slurm (testing)
     fault_at: str = DEFAULT_FAULT_AT
+    # A campaign (fault "campaign", docs/campaigns.md): this many faults, drawn by harness.campaign
+    # from the seed out of fault_kinds (empty: campaign.default_kinds); 1: the single fault above.
+    faults: int = 1
+    seed: int | None = None
+    fault_kinds: tuple[str, ...] = ()
     fault_after: str = tiers.DEFAULT_FAULT_AFTER  # harness.tiers: the checkpoint tier whose commit arms after-commit
     max_no_progress_cycles: int | None = None  # NVRx >= 0.7 --ft-max-no-progress-cycles; None: its default (3)
     save_delay_ms: int | None = None  # reference workload only: hold every async save open this long
@@ -140,6 +145,21 @@ class RunSpec:
         return RunLayout.for_run(self.work_dir, self.run_id, self.checkpoint_dir)
 
     @property
+    def campaign_kinds(self) -> tuple[str, ...]:
+        """The kinds a campaign draws from: --fault-kinds, else the workload's default pool."""
+        return self.fault_kinds or campaign.default_kinds(self.workload, nnodes=self.nnodes,
+                                                          slurm=self.nnodes > 1 and not self.local_nodes)
+
+    @property
+    def schedule(self) -> tuple[PlannedFault, ...]:
+        """Every planned fault, fault 1 first (index + 1 = its marker): a campaign's seeded draw,
+        else the one fault at each moment of its --fault-at (harness.faults.single_schedule)."""
+        if self.fault == CAMPAIGN:
+            return campaign.draw(self.faults, self.seed or 0, self.campaign_kinds, self.world, self.workload,
+                                 gpus_per_node=self.gpus_per_node)
+        return single_schedule(self.fault, self.fault_rank, self.fault_at)
+
+    @property
     def section_timeouts_arg(self) -> str:
         return ",".join(f"{name}:{_num(sec)}" for name, sec in self.section_timeouts)
 
@@ -158,6 +178,8 @@ class RunSpec:
         out["global_batch_size_effective"] = self.topology.effective_global_batch
         out["dp"] = self.topology.dp if self.world % self.topology.model_parallel == 0 else None
         out["checkpoint_dir"] = str(self.layout.checkpoints)
+        # every planned fault (docs/contracts.md, run.json): what the nemesis injects, in marker order
+        out["schedule"] = [f.to_json(i) for i, f in enumerate(self.schedule, start=1)]
         return out
 
 
@@ -264,6 +286,16 @@ def _parse_baseline(text: str) -> str:
     return value
 
 
+def _parse_kinds(text: str) -> tuple[str, ...]:
+    """'kill,hang,exception' -> ('kill', 'hang', 'exception'); '' or 'auto': the default pool."""
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    if words == ["auto"]:
+        return ()
+    if any(w not in FAULT_KINDS for w in words):
+        raise ValueError(text)
+    return tuple(dict.fromkeys(words))
+
+
 def parse_section_timeouts(text: str) -> tuple[tuple[str, float], ...]:
     """'setup:900,step:120,checkpointing:600' -> (('setup', 900.0), ...)."""
     out = []
@@ -354,7 +386,7 @@ def _check_fault(spec: RunSpec) -> list[str]:
 
 
 def _check_fault_rank(spec: RunSpec) -> list[str]:
-    if spec.fault == "none" or 0 <= spec.fault_rank < spec.world:
+    if spec.fault in ("none", CAMPAIGN) or 0 <= spec.fault_rank < spec.world:
         return []
     hint = "with one GPU set NVRX_FAULT_RANK=0" if spec.world == 1 else f"choose a rank in 0..{spec.world - 1}"
     return [f"NVRX_FAULT_RANK={spec.fault_rank} is outside the active world of {spec.world} rank(s): {hint}"]
@@ -383,6 +415,53 @@ def _check_max_restarts(spec: RunSpec) -> list[str]:
         return [f"--max-restarts={spec.max_restarts} leaves no restart to recover from the {spec.fault} fault: "
                 "use 1 or more"]
     return []
+
+
+def _check_faults(spec: RunSpec) -> list[str]:
+    """--faults N: 1 (one fault) or a campaign of 2..99 with fault `campaign`, trained long enough
+    for every fault to find a checkpoint committed after the previous recovery."""
+    n = spec.faults
+    if not 1 <= n <= MAX_PLANNED_FAULTS:
+        return [f"--faults={n} must be between 1 and {MAX_PLANNED_FAULTS} (a run directory holds at most "
+                f"{MAX_PLANNED_FAULTS} injection markers)"]
+    if n == 1 and spec.fault == CAMPAIGN:
+        return ["--fault campaign needs --faults 2 or more: give the number of faults, or choose one kind with --fault"]
+    if n == 1:
+        return []
+    if spec.fault != CAMPAIGN:
+        return [f"--faults {n} with --fault {spec.fault}: a campaign draws its kinds from --fault-kinds; drop --fault "
+                f"(and NVRX_DEMO_FAULT), or for a campaign of one kind use --fault-kinds {spec.fault}"]
+    schedule = spec.schedule
+    if not schedule:
+        return []  # _check_fault_kinds names why nothing can be drawn
+    need = campaign.sizing(schedule, spec.save_interval).train_iters
+    if spec.train_iters < need:
+        return [f"TRAIN_ITERS={spec.train_iters} is too short for a campaign of {n} faults with save interval "
+                f"{spec.save_interval}: each fault waits for a checkpoint committed after the previous recovery; set "
+                f"TRAIN_ITERS={need} or more, or leave it out (the campaign sizes it)"]
+    return []
+
+
+def _check_seed(spec: RunSpec) -> list[str]:
+    if spec.seed is None:
+        return []
+    if not 0 <= spec.seed <= campaign.MAX_SEED:
+        return [f"--seed={spec.seed} must be between 0 and {campaign.MAX_SEED}"]
+    if spec.fault != CAMPAIGN:
+        return [f"--seed {spec.seed} draws a campaign's schedule, and this run plans one fault: add --faults N "
+                "(2 or more), or drop --seed"]
+    return []
+
+
+def _check_fault_kinds(spec: RunSpec) -> list[str]:
+    if spec.fault != CAMPAIGN:
+        return ([f"--fault-kinds {','.join(spec.fault_kinds)} is the pool of a campaign, and this run plans one "
+                 "fault: add --faults N (2 or more), or use --fault KIND"] if spec.fault_kinds else [])
+    problems = [f"--fault-kinds: {why}: drop it from the list" for k in spec.fault_kinds
+                if (why := campaign.kind_problem(k, spec.workload, nnodes=spec.nnodes)) is not None]
+    if not problems and not spec.campaign_kinds:
+        problems.append(f"no fault kind can be drawn on the {spec.workload} workload: give --fault-kinds")
+    return problems
 
 
 def _check_fault_after(spec: RunSpec) -> list[str]:
@@ -448,6 +527,17 @@ KNOBS: tuple[Knob, ...] = (
          "either; docs/tiers.md)", "NVRX_FAULT_AFTER", ", ".join(tiers.FAULT_AFTER), check=_check_fault_after),
     Knob("fault_rank", "--fault-rank", _parse_int, "global rank that injects the fault", "NVRX_FAULT_RANK",
          "a rank number such as 0 or 1", check=_check_fault_rank),
+    Knob("faults", "--faults", _parse_int,
+         "a campaign: this many faults in one job (2 or more; fault 'campaign'), their kinds, ranks and moments "
+         "drawn from --seed; TRAIN_ITERS and --max-restarts are sized from it unless given (docs/campaigns.md)",
+         "NVRX_QUAL_FAULTS", f"an integer from 1 to {MAX_PLANNED_FAULTS}", check=_check_faults),
+    Knob("seed", "--seed", _parse_int,
+         "a campaign's seed: the same seed gives the same schedule (replay); default: drawn, printed and recorded "
+         "in run.json and verdict.json", "NVRX_QUAL_SEED", "a non-negative integer", check=_check_seed),
+    Knob("fault_kinds", "--fault-kinds", _parse_kinds,
+         "a campaign's kinds, comma-separated (default: every kind this workload runs that the job recovers from: "
+         "not poison, corrupt or disk-full; node only on a multi-node job under Slurm)", "NVRX_QUAL_FAULT_KINDS",
+         "kinds separated by commas, e.g. kill,hang,exception", check=_check_fault_kinds),
     Knob("hot_spares", "--hot-spares", _parse_int,
          "extra launchers (nodes) that join as standby and replace a lost node (launcher --nnodes N:N+H)", None,
          "0 or a positive integer", check=_at_least(0, "--hot-spares", "hot_spares")),
@@ -528,7 +618,7 @@ HELP_GROUPS: dict[str, tuple[str, ...]] = {
                     "train_iters", "save_interval", "num_layers", "hidden_size", "num_attention_heads",
                     "seq_length", "vocab_size", "micro_batch_size", "global_batch_size", "distributed_optimizer",
                     "transformer_engine", "apex", "step_time_ms", "save_delay_ms", "checkpoint_dir", "dry_run"),
-    "faults": ("fault", "fault_at", "fault_after", "fault_rank", "max_restarts", "max_no_progress_cycles", "poll_interval",
+    "faults": ("fault", "fault_at", "fault_after", "fault_rank", "faults", "seed", "fault_kinds", "max_restarts", "max_no_progress_cycles", "poll_interval",
                "baseline"),
     "deadlines": ("deadline_profile", "section_timeouts", "out_of_section_timeout", "workload_check_interval",
                   "monitor_interval"),
@@ -603,6 +693,10 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
         values["megatron_cpu_dir"] = where
         if values.get("nvrx_path") is None and (where / "nvidia_resiliency_ext").is_dir():
             values["nvrx_path"] = where
+    if values.get("faults", 1) > 1 and "fault" not in raw:
+        values["fault"] = CAMPAIGN  # --faults N: a campaign, unless --fault says otherwise (refused)
+    if values.get("fault") == CAMPAIGN and values.get("seed") is None:
+        values["seed"] = secrets.randbelow(2 ** 31)  # printed and recorded: the campaign replays from it
     if not values.get("run_id"):
         fault = values.get("fault", "kill")
         moment = values.get("fault_at", DEFAULT_FAULT_AT)
@@ -611,7 +705,26 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
         # Its saves of a tiny model take milliseconds: hold each one open for a few polls of the nemesis.
         values["save_delay_ms"] = IN_SAVE_DELAY_MS
     values["extra_args"] = tuple(extra_args)
-    return RunSpec(**values)
+    spec = RunSpec(**values)
+    if spec.fault == CAMPAIGN and spec.schedule:
+        return sized_campaign(spec, given=raw)
+    return spec
+
+
+def sized_campaign(spec: RunSpec, given: Mapping[str, Any]) -> RunSpec:
+    """A campaign's knobs nobody gave, sized from its schedule (harness.campaign.sizing): the
+    train iterations, the restart budget, and for the reference workload's in-save faults the
+    save delay."""
+    changes: dict[str, Any] = {}
+    size = campaign.sizing(spec.schedule, spec.save_interval)
+    if "train_iters" not in given:
+        changes["train_iters"] = max(spec.train_iters, size.train_iters)
+    if "max_restarts" not in given:
+        changes["max_restarts"] = size.max_restarts
+    if (spec.workload == "reference" and "save_delay_ms" not in given
+            and any(f.moment == "in-save" for f in spec.schedule)):
+        changes["save_delay_ms"] = IN_SAVE_DELAY_MS
+    return dataclasses.replace(spec, **changes)
 
 
 def deadline_profile_of(values: Mapping[str, Any]) -> str:
@@ -627,7 +740,7 @@ IN_SAVE_DELAY_MS = 400
 def fault_problems(spec: RunSpec) -> list[str]:
     """The fault vocabulary's own rules: a moment the workload can show, the knobs it needs."""
     problems: list[str] = []
-    if spec.fault == "none":
+    if spec.fault in ("none", CAMPAIGN):  # a campaign's kinds and moments: _check_fault_kinds
         return problems
     moment = FAULT_MOMENTS.get(spec.fault_at)
     kind = FAULT_KINDS.get(spec.fault)

@@ -464,10 +464,17 @@ class EpisodeVerdict:
     injected_at: str | None  # UTC ISO-8601
     criteria: tuple[CriterionResult, ...] = ()
     superseded: tuple[str, ...] = ()
+    fault: str = ""  # the kind the plan scheduled for this fault (a campaign's differ per episode)
+    rank: int | None = None  # the rank that injected it (the marker's)
+
+    @property
+    def status(self) -> Status:
+        """The merge of this episode's own results, superseded ones left out."""
+        return merge(c.status for c in self.criteria if c.id not in self.superseded)
 
     def to_json(self) -> dict:
-        return {"episode": self.number, "fault_at": self.fault_at, "cycle": self.cycle, "marker": self.marker,
-                "injected_at": self.injected_at,
+        return {"episode": self.number, "fault": self.fault, "rank": self.rank, "fault_at": self.fault_at,
+                "cycle": self.cycle, "marker": self.marker, "injected_at": self.injected_at,
                 "criteria": [{**c.to_json(), "values": dict(c.values), "superseded": c.id in self.superseded}
                              for c in self.criteria]}
 
@@ -479,7 +486,8 @@ class EpisodeVerdict:
         return cls(_int(doc.get("episode")) or 0, str(doc.get("fault_at") or ""), _int(doc.get("cycle")),
                    str(doc.get("marker") or ""),
                    doc.get("injected_at") if isinstance(doc.get("injected_at"), str) else None, results,
-                   tuple(str(c.get("id")) for c in items if c.get("superseded") is True))
+                   tuple(str(c.get("id")) for c in items if c.get("superseded") is True),
+                   str(doc.get("fault") or ""), _int(doc.get("rank")))
 
 
 @dataclass(frozen=True)
@@ -503,6 +511,9 @@ class Verdict:
     episodes: tuple[EpisodeVerdict, ...] = ()
     # productive training time over wall time and the badput split (harness.goodput); None: not computed
     goodput: Goodput | None = None
+    # a campaign's replay key (verdict.json `campaign`, present only for a campaign): its seed, its
+    # number of faults and its schedule as run.json records them (docs/campaigns.md)
+    campaign: Mapping[str, Any] | None = None
     # what timeline.png shows (harness.picture_data; drawn by harness.picture); not part of verdict.json
     picture: "TimelinePicture | None" = field(default=None, compare=False, repr=False)
 
@@ -529,6 +540,8 @@ class Verdict:
             doc["baseline"] = self.baseline.to_json()
         if self.goodput is not None:
             doc["goodput"] = self.goodput.to_json()
+        if self.campaign is not None:
+            doc["campaign"] = dict(self.campaign)
         return doc
 
     def _to_json(self) -> dict:
@@ -576,6 +589,7 @@ class Verdict:
             evidence_digest=EvidenceDigest.from_json(doc.get("evidence_digest")),
             episodes=tuple(EpisodeVerdict.from_json(e) for e in _list(doc.get("episodes")) if isinstance(e, Mapping)),
             goodput=Goodput.from_json(doc["goodput"]) if isinstance(doc.get("goodput"), Mapping) else None,
+            campaign=_campaign(doc.get("campaign")),
         )
 
     def stale_reasons(self, required: Iterable[str], suite_version: str) -> tuple[str, ...]:
@@ -599,6 +613,15 @@ class Verdict:
         if self.qualified != qualified(self.criteria):
             reasons.append(f"it says qualified: {str(self.qualified).lower()}, but its own criteria say otherwise")
         return tuple(reasons)
+
+
+def _campaign(value: object) -> dict | None:
+    """verdict.json's `campaign`: {"seed": int, "faults": int, "schedule": [...]}; None when absent
+    or not an object. Numbers of the wrong type or size read as null."""
+    if not isinstance(value, Mapping):
+        return None
+    return {"seed": _int(value.get("seed")), "faults": _int(value.get("faults")),
+            "schedule": [dict(e) for e in _list(value.get("schedule")) if isinstance(e, Mapping)]}
 
 
 def verdict_json(verdict: Verdict) -> str:

@@ -25,6 +25,7 @@ from harness import events as ev
 from harness.events import Timeline
 from harness import safeio
 from harness.history import RunDirError, RunRead, check_run_dir, read_run
+from harness.faults import CAMPAIGN
 from harness.layout import MARKER_NAME
 from harness.render.diagnosis import render_markdown
 from harness.report import write_outputs
@@ -106,14 +107,23 @@ def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | Non
         notes=tuple(notes), verified_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
         baseline=ref,
         suite_version=__version__, criteria_set=tuple(r.id for r in results), evidence_digest=evidence_digest,
-        episodes=tuple(_episode_verdict(timeline, e) for e in judgement.episodes), goodput=worth,
+        episodes=tuple(_episode_verdict(timeline, analysis, e) for e in judgement.episodes),
+        campaign=_campaign(timeline.run, analysis), goodput=worth,
     )
 
 
-def _episode_verdict(timeline: Timeline, judged: criteria.EpisodeJudgement) -> EpisodeVerdict:
+def _episode_verdict(timeline: Timeline, analysis: criteria.Analysis, judged: criteria.EpisodeJudgement) -> EpisodeVerdict:
     ep = judged.episode
     return EpisodeVerdict(ep.number, ep.marker.fault_at, ep.cycle, str(ep.marker.src), ev.iso_utc(timeline.utc(ep.marker)),
-                          judged.results, judged.superseded)
+                          judged.results, judged.superseded, analysis.kind_name(ep), ep.marker.rank)
+
+
+def _campaign(run: ev.RunConfig, analysis: criteria.Analysis) -> dict | None:
+    """A campaign's replay key for verdict.json: the seed, the number of faults, the schedule."""
+    if analysis.fault != CAMPAIGN:
+        return None
+    return {"seed": run.seed, "faults": len(analysis.schedule),
+            "schedule": [f.to_json(i) for i, f in enumerate(analysis.schedule, start=1)]}
 
 
 def _deadlines(run: ev.RunConfig) -> Deadlines:

@@ -169,9 +169,10 @@ class Watcher:
         extra = f" + a {check:g} s check interval" if check else ""
         return f"the rank monitor's {which} timeout ({seconds:g} s{extra})"
 
-    def _say_hang_wait(self, progress: "Progress") -> None:
+    def _say_hang_wait(self, progress: "Progress", a: "Analysis | None" = None) -> None:
         """During an injected hang, every HANG_NOTE_S: what the run waits for, and how long so far."""
-        kind = FAULT_KINDS.get(self._spec.fault)
+        # the newest fault's kind (a campaign's differ per fault)
+        kind = a.kind(a.closing) if a is not None and a.closing is not None else FAULT_KINDS.get(self._spec.fault)
         if kind is None or not kind.monitor_detects or not progress.injected or progress.failure_detected:
             return
         now = self._clock()
@@ -193,13 +194,16 @@ class Watcher:
         for line in progress.changes(self._progress):
             self.say(line)
         self._progress = progress
-        self._say_hang_wait(progress)
+        self._say_hang_wait(progress, a)
         elapsed = self._clock() - self._start
         reason = None
         if self._fail_fast:
             reason = certain_failure(tl, a)
             setup = dict(self._spec.section_timeouts).get("setup", 0.0)
-            if (reason is None and progress.iteration is None and elapsed > setup + self._spec.out_of_section_timeout
+            # the job never trained at all (no start logged an iteration): a replacement start that
+            # has not trained yet is the setup deadline's to judge, however long the run has been going
+            trained = any(s.last_iteration is not None for s in tl.starts)
+            if (reason is None and not trained and elapsed > setup + self._spec.out_of_section_timeout
                     and not a.poisoned):
                 reason = f"no training iteration within the setup deadline ({setup:.0f} s + out of section)"
         if reason is None and all_evidence_in(tl):

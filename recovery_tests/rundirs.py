@@ -73,6 +73,7 @@ class Scenario:
     second_injection: bool = False  # ... and the nemesis says it injected again
     moment: str | None = None  # run.json spec.fault_at (e.g. in-restore: the second injection was planned)
     second_marker: bool = False  # with second_injection: fault_injected.2.json claims it (cycle 1)
+    second_not_restarted: bool = False  # the launcher starts no cycle after the second failure (its budget ran out)
     saves_after_restore: bool = True
     stop_at: int | None = None  # the replacement stops after this iteration (exit 0 anyway)
     training_done: bool = True
@@ -505,7 +506,11 @@ def build(root: Path, s: Scenario = Scenario()) -> Built:  # noqa: C901 - one sc
                           "injected_at": _Clock.iso(end1 - 50), "host": NODE, "pid": 17513,
                           "fault_at": s.moment or "after-commit", "fault_index": 2}
                 (root / "fault_injected.2.json").write_text(json.dumps(record, indent=2) + "\n")
-        det2 = run.failure(1, end1 + 100, local_rank=s.fault_rank, exitcode=-9 if s.second_injection else 1, restart=True)
+        det2 = run.failure(1, end1 + 100, local_rank=s.fault_rank, exitcode=-9 if s.second_injection else 1,
+                           restart=not s.second_not_restarted)
+        if s.second_not_restarted:
+            run.give_up(det2 + 500)
+            return _finish(run, exit_code=1, ended_ms=det2 + 600, cut_cycle=1)
         started2 = run.cycle_start(2, det2 + 2300)
         resume = max(i for i, ok in run.saves.items() if ok)
         la2 = run.megatron_start(2, started2 + 700)

@@ -36,7 +36,7 @@ def problems(spec: specmod.RunSpec) -> str:
 def test_the_vocabulary_is_one_table_per_axis_at_the_bottom_of_the_house() -> None:
     # spec re-exports the same objects, it does not restate them
     assert specmod.FAULT_KINDS is faults.FAULT_KINDS and specmod.FAULT_MOMENTS is faults.FAULT_MOMENTS
-    assert faults.FAULTS == (*faults.FAULT_KINDS, "none")
+    assert faults.FAULTS == (*faults.FAULT_KINDS, "none", faults.CAMPAIGN)
     for name, moment in faults.FAULT_MOMENTS.items():
         assert moment.moments[-1] == name, "a plan's own moment is its last fault"
         assert set(moment.moments) <= set(faults.FAULT_MOMENTS), (name, moment.moments)

@@ -77,6 +77,8 @@ REFERENCE_SCENARIOS = {
     "one-rank-fault-rank0": ["--gpus-per-node", "1", "--fault-rank", "0"],
     "none": ["--fault", "none"],
     "two-nodes": ["--nnodes", "2", "--rdzv-endpoint", "node001:29400", "--assume-shared-storage", "1"],
+    # a small campaign: its seed, every planned fault, the sized run and restart budget, the nemesis's --schedule
+    "campaign-4-seed-7": ["--faults", "4", "--seed", "7"],
 }
 
 

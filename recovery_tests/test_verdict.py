@@ -42,7 +42,7 @@ def test_qualified_is_the_merge():
 
 def test_one_fault_vocabulary():
     assert tuple(f.value for f in Fault) == spec.FAULTS == criteria.FAULTS
-    assert set(spec.FAULT_KINDS) | {"none"} == set(spec.FAULTS)
+    assert set(spec.FAULT_KINDS) | {"none", "campaign"} == set(spec.FAULTS)
 
 
 @pytest.mark.parametrize("scenario", [

@@ -578,3 +578,22 @@ def test_a_kill_says_nothing_about_waiting(tmp_path):
     watcher = Watcher(spec, tmp_path / "live", out=out, clock=clock)
     watcher._say_hang_wait(progress(injected="SIGKILL on rank 1 after checkpoint 5"))
     assert said(out) == []
+
+
+def test_a_replacement_not_training_yet_is_no_stop_however_long_the_run_has_gone(tmp_path):
+    """A long run (a campaign) restarts after the setup budget has passed since the launch: its
+    newest start has no iteration yet, and the job did train before; only the setup deadline of
+    the launcher may judge that start, not the watcher's never-trained rule."""
+    s = scenario()
+    source, writes = plan_replay(tmp_path, s)
+    live = new_live(tmp_path)
+    spec = spec_for(tmp_path, s)
+    clock = FakeClock()
+    watcher = Watcher(spec, live, out=None, clock=clock)
+    replacement = next(i for i, w in enumerate(writes)  # the replacement's load done, no iteration in it yet
+                       if w.rel == "logs/train_cycle_cycle1.log" and b"[after model, optimizer" in (w.data or b""))
+    for write in writes[:replacement + 1]:
+        apply(write, source, live)
+    clock.now += dict(spec.section_timeouts)["setup"] + spec.out_of_section_timeout + 1
+    reason = watcher()
+    assert reason is None or "no training iteration" not in reason, reason

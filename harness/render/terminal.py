@@ -22,6 +22,8 @@ def announce(plan: "Plan", which: str = "") -> str:
     spec = plan.spec
     fault = "no fault" if spec.fault == "none" else f"{spec.fault} on rank {spec.fault_rank}" + (
         "" if spec.fault_at == "after-commit" else f" at {spec.fault_at}")
+    if spec.fault == "campaign":
+        fault = f"campaign of {spec.faults} faults, seed {spec.seed} ({', '.join(f.text() for f in spec.schedule)})"
     return (f"nvrx-qual: run {spec.run_id}{f' ({which})' if which else ''}: {spec.workload} workload, {fault}, "
             f"NVRx {plan.nvrx.version}{f' ({_shown_path(plan.nvrx.path)})' if plan.nvrx.path else ''}, "
             f"{spec.nnodes}x{spec.gpus_per_node} ranks, deadline profile "
@@ -66,6 +68,7 @@ def run_outcome(outcome: "Outcome") -> str:
     lines += [f"advice: {m.sentence}" for m in outcome.known]
     if outcome.picture_problem:
         lines.append(f"timeline.png not drawn: {outcome.picture_problem}")
+    lines += fault_lines(v)
     verdict = headline(v.qualified, v.fault)
     lines.append(f"{verdict}: {outcome.plan.spec.workload} workload, fault {v.fault}; report: "
                  f"{outcome.run_dir / 'report.md'}")
@@ -86,6 +89,22 @@ def goodput_line(g: "Goodput") -> str:
     return f"goodput: {100 * g.ratio:.1f} % ({g.productive_s:.2f} s productive of {g.wall_s:.2f} s wall){worst}"
 
 
+def fault_lines(verdict: "Verdict") -> list[str]:
+    """Several faults: one line each (kind, rank, moment, cycle, its own result and what held it
+    back), a campaign's seed first; nothing for one fault (its criteria are the verdict's)."""
+    if len(verdict.episodes) < 2:
+        return []
+    c = verdict.campaign
+    lines = [f"campaign: {c.get('faults')} faults, seed {c.get('seed')}"] if c is not None else []
+    n = len(verdict.episodes)
+    for e in verdict.episodes:
+        bad = [f"{r.id} {r.status}" for r in e.criteria if r.id not in e.superseded and str(r.status) in ("fail", "unknown")]
+        lines.append(f"fault {e.number} of {n}: {e.fault or '?'} on rank {'?' if e.rank is None else e.rank}, "
+                     f"{e.fault_at}, cycle {'?' if e.cycle is None else e.cycle}: {e.status}"
+                     + (f" ({', '.join(bad)})" if bad else ""))
+    return lines
+
+
 def verification(verdict: "Verdict", known: Sequence["KnownMatch"] = ()) -> str:
     """`nvrx-qual verify`'s lines: every criterion, the latencies, the known defects its failure
     matches, the verdict."""
@@ -104,6 +123,7 @@ def verification(verdict: "Verdict", known: Sequence["KnownMatch"] = ()) -> str:
         lines.append("  " + goodput_line(verdict.goodput))
     lines += [f"  warning: {w}" for w in m.warnings]
     lines += [f"  advice: {k.sentence}" for k in known]
+    lines += [f"  {line}" for line in fault_lines(verdict)]
     lines.append(headline(verdict.qualified, verdict.fault))
     return "\n".join(lines)
 

@@ -1,0 +1,120 @@
+"""Campaigns: one job, many faults, drawn by a seeded schedule (docs/campaigns.md). Pure.
+
+`draw` turns (count, seed, kinds, ranks, workload) into the schedule of harness.faults
+(`PlannedFault`s, fault 1 first: index + 1 is the marker each claims), with its own
+`random.Random(seed)` and nothing global, so the same inputs give the same schedule on every
+machine: a campaign is replayed from its seed. Kinds come out of a shuffled bag (every kind of the
+pool once before any twice), so a campaign of at least as many faults as kinds meets every kind.
+
+`sizing` says how long the job must train and how many restarts NVRx must allow so that every
+fault finds a checkpoint committed after the previous recovery and a restart to recover with;
+the reasons are the plan's own words.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+from harness.faults import CAMPAIGN_MOMENTS, FAULT_KINDS, NODE, WORKLOAD_MOMENTS, PlannedFault
+
+MAX_SEED = 2 ** 53  # verdict.json keeps whole numbers up to 2^53 exactly
+
+
+def moments_of(kind: str, workload: str) -> tuple[str, ...]:
+    """The campaign moments a kind can fire at on this workload (CAMPAIGN_MOMENTS, in order)."""
+    k = FAULT_KINDS[kind]
+    return tuple(m for m in CAMPAIGN_MOMENTS if k.allows(m) and m in WORKLOAD_MOMENTS.get(workload, ()))
+
+
+def kind_problem(kind: str, workload: str, *, nnodes: int = 1) -> str | None:
+    """Why a campaign cannot draw `kind` on this workload (one clause), or None."""
+    k = FAULT_KINDS.get(kind)
+    if k is None:
+        return f"{kind!r} is no fault kind (one of {', '.join(FAULT_KINDS)})"
+    if not k.campaign or k.damage is not None:
+        return f"{kind} ends the job instead of being recovered from ({k.recovery})"
+    if k.planned is not None:
+        return f"{kind} is planned, not runnable: {k.planned}"
+    if k.gpu_only and workload != "megatron":
+        return f"{kind} needs a GPU and the {workload} workload runs on CPU"
+    if k.injects == NODE and nnodes < 2:
+        return f"{kind} loses a whole node and the job has NNODES={nnodes}: use --nnodes 2 or more"
+    if not moments_of(kind, workload):
+        return f"{kind} fires at none of the campaign moments ({', '.join(CAMPAIGN_MOMENTS)}) on {workload}"
+    return None
+
+
+def default_kinds(workload: str, *, nnodes: int = 1, slurm: bool = False) -> tuple[str, ...]:
+    """The kinds a campaign draws when --fault-kinds is not given: every kind of the vocabulary
+    this workload can run that the job recovers from on its own (not poison, corrupt or
+    disk-full: they end the job or need root), node only on a multi-node job under Slurm."""
+    return tuple(name for name, k in FAULT_KINDS.items()
+                 if kind_problem(name, workload, nnodes=nnodes) is None and (k.injects != NODE or slurm))
+
+
+def draw(count: int, seed: int, kinds: Sequence[str], world: int, workload: str, *,
+         gpus_per_node: int = 1) -> tuple[PlannedFault, ...]:
+    """The schedule of a campaign: `count` faults, each a kind from a shuffled bag of `kinds`, a
+    moment the kind can fire at on `workload`, a rank of the world (a node loss: a rank off
+    node 0, whose launcher hosts the rendezvous). Kinds it cannot draw are left out (validation
+    names them); () when none is left."""
+    pool = [k for k in dict.fromkeys(kinds) if k in FAULT_KINDS and moments_of(k, workload)]
+    if not pool or count < 1 or world < 1:
+        return ()
+    rng = random.Random(seed)
+    bag: list[str] = []
+    out = []
+    for _ in range(count):
+        if not bag:
+            bag = list(pool)
+            rng.shuffle(bag)
+        kind = bag.pop()
+        moment = rng.choice(moments_of(kind, workload))
+        ranks = range(gpus_per_node, world) if FAULT_KINDS[kind].injects == NODE else range(world)
+        rank = rng.choice(ranks) if ranks else 0
+        out.append(PlannedFault(kind, rank, moment))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What a schedule needs of the job: `train_iters` at least (the last fault's trigger before
+    the final iteration, and a checkpoint after the last recovery) and `max_restarts` (one per
+    fault), with the reasons the plan prints."""
+
+    train_iters: int
+    max_restarts: int
+    train_reason: str
+    restarts_reason: str
+
+
+def sizing(schedule: Sequence[PlannedFault], save_interval: int) -> Sizing:
+    """Each fault waits for a checkpoint committed after the previous recovery: after-commit
+    fires at the first commit above the restored iteration R (R + S), in-save while the save
+    after it is in flight (R + 2S); either way the next recovery restores R + S. The last fault
+    must fire before the final iteration and the last recovery must commit one more
+    checkpoint; the final iteration is rounded up to a save."""
+    s = max(1, save_interval)
+    restored, need = 0, 1
+    for f in schedule:
+        trigger = restored + (2 * s if f.moment == "in-save" else s)
+        need = max(need, trigger + 1)
+        restored += s
+    need = max(need, restored + s)
+    iters = -(-need // s) * s
+    n = len(schedule)
+    in_save = sum(1 for f in schedule if f.moment == "in-save")
+    train = (f"each of the {n} faults waits for a checkpoint committed after the previous "
+             f"recovery (save interval {s}: after-commit at the restored iteration + {s}"
+             + (f", in-save during the save at + {2 * s} ({in_save} of them)" if in_save else "")
+             + f"), and the last recovery commits one more checkpoint")
+    restarts = f"--max-restarts {n}: one restart per fault; fewer and the restart budget runs out (NOT QUALIFIED)"
+    return Sizing(iters, n, train, restarts)
+
+
+def describe(schedule: Sequence[PlannedFault]) -> list[str]:
+    """One line per planned fault: `fault 1 of 6: kill on rank 1, after-commit`."""
+    n = len(schedule)
+    return [f"fault {i} of {n}: {f.kind} on rank {f.rank}, {f.moment}" for i, f in enumerate(schedule, start=1)]
