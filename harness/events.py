@@ -508,7 +508,8 @@ class CheckpointState:
     exists: bool
     tracker: str | None  # the tracker's text, stripped; None when absent
     iterations: tuple[CheckpointOnDisk, ...] = ()  # every tier's iter_* (harness.tiers: non_persistent/ too)
-    non_persistent_tracker: str | None = None  # <path>/non_persistent's tracker text; None when absent
+    non_persistent_tracker: str | None = None  # the non-persistent tier's tracker text; None when absent
+    non_persistent_path: str | None = None  # that tier's directory as shown (<path>/non_persistent or a custom one)
 
     def get(self, iteration: int) -> CheckpointOnDisk | None:
         for ckpt in self.iterations:

@@ -213,7 +213,9 @@ def _np_load(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) ->
 def _from_random(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.StartedFromRandom | None:
     """No tracker to load from: a start from random, unless the missing tracker is the
     non-persistent tier's (harness.tiers), after which Megatron loads the persistent one."""
-    return None if tiers.is_non_persistent_path(b) else ev.StartedFromRandom(src=src, rank=rank)
+    if tiers.is_non_persistent_path(b) or any(f"{d.rstrip('/')}/" in b for d in p.np_dirs):
+        return None
+    return ev.StartedFromRandom(src=src, rank=rank)
 
 
 def _no_progress(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.NoProgressStop:
@@ -488,6 +490,9 @@ class LogParser:
         self.offset_pairs: list[tuple[float, float]] = []  # (local stamp, UTC stamp) of one line
         self.first_local_ts: float | None = None
         self._args: _ArgsBuilder | None = None
+        # --non-persistent-global-ckpt-dir values of the arguments tables read so far (harness.tiers):
+        # a missing tracker there is the non-persistent tier's, not a start from random
+        self.np_dirs: set[str] = set()
         self.out_of_range = 0  # numbers outside dialect.BOUNDS, read as no value
         self.out_of_range_first: str | None = None  # the first, for the note
 
@@ -569,7 +574,10 @@ class LogParser:
         if rank == args.rank:
             m = _ARG_LINE_RE.match(body)
             if m and body.startswith(" "):
-                args.lines.append(ev.ArgLine(m.group(1), (m.group(2) or "").strip(), lineno))
+                value = (m.group(2) or "").strip()
+                args.lines.append(ev.ArgLine(m.group(1), value, lineno))
+                if m.group(1) == tiers.NP_DIR_ARG and value not in ("", "None") and len(self.np_dirs) < 8:
+                    self.np_dirs.add(value)
                 return
         self._line(raw, lineno)  # an interleaved line of another rank or of the launcher
 
@@ -1348,17 +1356,37 @@ class HistoryReader:
         tracker = _tracker_text(path)
         wanted = self._interesting_iterations(starts, injections)
         iters = self._iter_dirs(path, shown, wanted, notes)
-        np_tracker = None
-        np_path = path / tiers.NON_PERSISTENT_SUBDIR  # harness.tiers: Megatron's non-persistent global tier
+        np_tracker = np_shown = None
+        np_path, np_how = self._non_persistent_dir(run_json, starts, path, original)
+        np_label = _shown(np_path, self.run_dir)
         if _link_below(np_path, self.run_dir) is not None:
-            notes.append(f"{shown}/{tiers.NON_PERSISTENT_SUBDIR} is a symbolic link: not followed, so the "
+            notes.append(f"{np_label} is a symbolic link: not followed, so the "
                          "non-persistent checkpoints behind it were not read")
         elif np_path.is_dir() and not np_path.is_symlink():
-            np_tracker = _tracker_text(np_path)
-            iters += self._iter_dirs(np_path, f"{shown}/{tiers.NON_PERSISTENT_SUBDIR}", wanted, notes)
+            np_tracker, np_shown = _tracker_text(np_path), np_label
+            if np_path != path:  # a custom directory that is --save itself holds no second tier
+                iters += self._iter_dirs(np_path, np_label, wanted, notes)
+        elif np_how != "default":
+            notes.append(f"the non-persistent global checkpoint directory {np_label} ({np_how}) is not here, so the "
+                         "non-persistent checkpoints were not read")
         iters.sort(key=lambda c: c.iteration)
         return ev.CheckpointState(path=shown, how=how, exists=True, tracker=tracker, iterations=tuple(iters),
-                                  non_persistent_tracker=np_tracker)
+                                  non_persistent_tracker=np_tracker, non_persistent_path=np_shown)
+
+    def _non_persistent_dir(self, run_json: _JsonFile | None, starts: list[ev.AppStart], save: Path,
+                            original: Path | None) -> tuple[Path, str]:
+        """Where Megatron wrote non-persistent global checkpoints (harness.tiers): the
+        --non-persistent-global-ckpt-dir of the arguments table (the last start's that names
+        one), else of run.json's workload arguments, else <save>/non_persistent."""
+        for start in reversed(starts):
+            value = start.arguments.get(tiers.NP_DIR_ARG) if start.arguments else None
+            if value and value != "None":
+                return _rebased(Path(value), original, self.run_dir), "the arguments table's " + tiers.NP_DIR_ARG
+        given = tiers.custom_non_persistent_dir(tuple(str(a) for a in (_spec(run_json).get("extra_args") or ())
+                                                      if isinstance(_spec(run_json).get("extra_args"), list)))
+        if given:
+            return _rebased(Path(given), original, self.run_dir), "run.json's workload arguments"
+        return save / tiers.NON_PERSISTENT_SUBDIR, "default"
 
     def _iter_dirs(self, path: Path, shown: str, wanted: set[int], notes: list[str]) -> list[ev.CheckpointOnDisk]:
         iters = []

@@ -38,6 +38,8 @@ PERSISTENT = "persistent"
 NON_PERSISTENT = "non-persistent"
 LOCAL = "local"
 NON_PERSISTENT_SUBDIR = "non_persistent"  # Megatron's _NON_PERSISTENT_CKPT_SUBDIR
+NP_DIR_FLAG = "--non-persistent-global-ckpt-dir"
+NP_DIR_ARG = "non_persistent_global_ckpt_dir"  # its name in Megatron's arguments table
 
 
 @dataclass(frozen=True)
@@ -97,12 +99,18 @@ def non_persistent_type(args: Sequence[str]) -> str | None:
     return _option(args, "--non-persistent-ckpt-type")
 
 
+def custom_non_persistent_dir(args: Sequence[str]) -> str | None:
+    """`--non-persistent-global-ckpt-dir` of a command line (None: not given, or Megatron's "None")."""
+    given = _option(args, NP_DIR_FLAG)
+    return given if given and given != "None" else None
+
+
 def non_persistent_dir(args: Sequence[str], save_dir: Path) -> Path | None:
     """Where Megatron writes non-persistent global checkpoints for this command line; None
     without `--non-persistent-ckpt-type global`."""
     if non_persistent_type(args) != "global":
         return None
-    given = _option(args, "--non-persistent-global-ckpt-dir")
+    given = custom_non_persistent_dir(args)
     return Path(given) if given else save_dir / NON_PERSISTENT_SUBDIR
 
 
@@ -134,8 +142,11 @@ def fault_after_problem(fault_after: str, workload_args: Sequence[str]) -> str |
     return None
 
 
-def is_non_persistent_path(path: str) -> bool:
-    """A directory Megatron announced is the non-persistent global one (its default name)."""
+def is_non_persistent_path(path: str, custom: str | None = None) -> bool:
+    """A directory Megatron announced is the non-persistent global one: its default name, or
+    the start's `--non-persistent-global-ckpt-dir` (`custom`)."""
+    if custom and path.rstrip("/") == custom.rstrip("/"):
+        return True
     return Path(path.rstrip("/")).name == NON_PERSISTENT_SUBDIR or f"/{NON_PERSISTENT_SUBDIR}/" in path
 
 
@@ -154,19 +165,25 @@ class Commit:
     disk: ev.CheckpointOnDisk | None = None
 
 
-def tier_of_disk(disk: ev.CheckpointOnDisk | None) -> str | None:
+def tier_of_disk(disk: ev.CheckpointOnDisk | None, ck: ev.CheckpointState | None = None) -> str | None:
+    """The tier of an `iter_N` directory: the non-persistent one's when it lies in that tier's
+    directory (a custom one as history found it, else `non_persistent/`)."""
     if disk is None:
         return None
+    custom = ck.non_persistent_path if ck is not None else None
+    if custom and disk.rel.startswith(custom.rstrip("/") + "/"):
+        return NON_PERSISTENT
     return NON_PERSISTENT if f"/{NON_PERSISTENT_SUBDIR}/" in f"/{disk.rel}" else PERSISTENT
 
 
 def _tier_of(start: ev.AppStart, iteration: int, ck: ev.CheckpointState | None) -> tuple[str, str, ev.CheckpointOnDisk | None]:
     disk = on_disk(ck, iteration)
+    custom = start.arguments.get(NP_DIR_ARG) if start.arguments else None
     for e in start.events:
         if isinstance(e, (ev.SaveStarted, ev.SaveScheduled)) and e.iteration == iteration:
-            tier = NON_PERSISTENT if is_non_persistent_path(e.path) else PERSISTENT
+            tier = NON_PERSISTENT if is_non_persistent_path(e.path, custom) else PERSISTENT
             return tier, f"{e.src}", disk
-    found = tier_of_disk(disk)
+    found = tier_of_disk(disk, ck)
     if found is not None:
         return found, f"{disk.rel} on disk", disk
     return PERSISTENT, "no save announcement or directory tells otherwise", disk
@@ -188,8 +205,8 @@ def on_disk(ck: ev.CheckpointState | None, iteration: int, tier: str | None = No
     """The `iter_N` directory of a tier (any tier when None; the persistent one first)."""
     if ck is None:
         return None
-    found = [c for c in ck.iterations if c.iteration == iteration and (tier is None or tier_of_disk(c) == tier)]
-    found.sort(key=lambda c: tier_of_disk(c) != PERSISTENT)
+    found = [c for c in ck.iterations if c.iteration == iteration and (tier is None or tier_of_disk(c, ck) == tier)]
+    found.sort(key=lambda c: tier_of_disk(c, ck) != PERSISTENT)
     return found[0] if found else None
 
 
@@ -198,7 +215,7 @@ def tier_of_iteration(tl: ev.Timeline, iteration: int, upto_cycle: int | None = 
     named = [c for c in commits(tl, upto_cycle) if c.iteration == iteration]
     if named:
         return named[-1].tier
-    return tier_of_disk(on_disk(tl.checkpoints, iteration)) or PERSISTENT
+    return tier_of_disk(on_disk(tl.checkpoints, iteration), tl.checkpoints) or PERSISTENT
 
 
 @dataclass(frozen=True)
@@ -226,7 +243,7 @@ def loaded(start: ev.AppStart) -> Load | None:
 def tracker_of(ck: ev.CheckpointState, tier: str) -> tuple[str | None, ev.Src]:
     """The tracker text of a tier's directory and the evidence line naming it."""
     if tier == NON_PERSISTENT:
-        path = f"{ck.path}/{NON_PERSISTENT_SUBDIR}/{TRACKER_NAME}"
+        path = f"{ck.non_persistent_path or f'{ck.path}/{NON_PERSISTENT_SUBDIR}'}/{TRACKER_NAME}"
         text = ck.non_persistent_tracker
         return text, ev.Src(path, 0, text if text is not None else "missing")
     return ck.tracker, ck.tracker_src()
