@@ -218,6 +218,17 @@ def _from_random(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None
     return ev.StartedFromRandom(src=src, rank=rank)
 
 
+_INPROCESS_RE = re.compile(r"\[(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\] rank=(?P<rank>\d+) "
+                           r"(?P<name>[a-z]+_ex): (?P<text>.*)$")
+
+
+def _inprocess(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.InprocessEvent:
+    """NVRx's in-process Wrapper line (harness.tiers): its own UTC stamp, the rank it names."""
+    utc = _epoch(*map(int, m.groups()[0:6]), m.group(7))
+    return ev.InprocessEvent(src=src, ts=utc, ts_utc=utc is not None, rank=rank, name=m.group("name"),
+                             wrapped_rank=p._num(m.group("rank"), "rank", src), text=clip(m.group("text"), 200))
+
+
 def _no_progress(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.NoProgressStop:
     return ev.NoProgressStop(src=src, ts=p._stamp(b), cycle=p.launcher_cycle, message=clip(b, 160))
 
@@ -249,6 +260,21 @@ RULES: tuple[LineRule, ...] = (
     # checkpoint": no start from random, Megatron goes on to the persistent tier; docs/megatron.md)
     _rule("checkpoint", r"could not find the metadata file", ev.StartedFromRandom, _from_random, phase=PH_LOAD,
           opens=True),
+    # Megatron's local checkpoints and NVRx's LocalCheckpointManager (harness.tiers); Megatron's own line is
+    # lower case, NVRx's root-logger line upper case: the save patterns above take neither ("saved local")
+    _rule("checkpoint", r"(?<![A-Za-z])successfully saved local checkpoint from iteration +(?P<iteration>\d+)",
+          ev.LocalSaveCommitted, phase=PH_ITER, stamp="line"),
+    _rule("checkpoint", r"Successfully saved local checkpoint from iteration (?P<iteration>\d+)", ev.LocalSaveValidated),
+    _rule("checkpoint", r"Failure during saving local checkpoint from iteration (?P<iteration>\d+) \(last valid "
+          r"iteration is (?:(?P<last_valid>\d+)|-1)\)", ev.LocalSaveFailed),
+    _rule("Renaming", r"Renaming \S+\.dirty\.pt to (?P<path>\S*iter_(?P<iteration>\d+)_(?P<owner>\d+)_local\.pt)\s*$",
+          ev.LocalCopyWritten),
+    _rule("Finish loading", r"Finish loading \((?P<iteration>\d+), (?P<owner>\d+),", ev.LocalCopyRead),
+    _rule("does not exist!", r"File (?P<path>\S*iter_(?P<iteration>\d+)_(?P<owner>\d+)_local\.pt) does not exist!",
+          ev.LocalCopyMissing),
+    _rule("No replicated copies", r"No replicated copies for id=\((?P<iteration>\d+), (?P<owner>\d+),", ev.LocalCopyMissing),
+    # NVRx's in-process Wrapper (inprocess/wrap.py through utils.log_exc)
+    _rule("_ex: ", _INPROCESS_RE.pattern, ev.InprocessEvent, _inprocess),
     _rule("checkpoint", r"> using checkpoint value \S+ for (?P<name>.+?)\s*$", ev.SchedulerValueLoaded, phase=PH_LOAD),
     _rule("checkpoint", r"Overwriting old incomplete", ev.SaveOverwrite, phase=PH_ITER, stamp="line"),
     _rule("ptimizer", r"Loading distributed optimizer sharded state of type (?P<kind>\S+)", ev.OptimizerLoaded,
@@ -320,7 +346,8 @@ _SAVE_SCREEN = tuple(
 assert all(re.fullmatch(rb"[\w ]+", lead) for _k, lead, _rx in _SAVE_SCREEN)  # literal words
 
 # Named groups: the quantity dialect.number checks them against (other groups are text).
-_QUANTITY = {"iteration": "iteration", "target_rank": "rank", "local_rank": "rank", "exitcode": "exit_code",
+_QUANTITY = {"iteration": "iteration", "last_valid": "iteration", "owner": "rank", "target_rank": "rank",
+             "local_rank": "rank", "exitcode": "exit_code",
              "pid": "pid", "attempts_left": "count", "max_restarts": "count"}
 _OPTIONAL: dict[type, frozenset[str]] = {}  # per event type: the fields that accept None
 

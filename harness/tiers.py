@@ -160,7 +160,7 @@ class Commit:
     iteration: int
     tier: str
     cycle: int | None
-    line: ev.SaveCommitted
+    line: ev.AppEvent  # SaveCommitted; LocalSaveCommitted for the local tier
     how: str  # how the tier was told (the save announcement, the directory on disk)
     disk: ev.CheckpointOnDisk | None = None
 
@@ -195,9 +195,12 @@ def commits(tl: ev.Timeline, upto_cycle: int | None = None) -> list[Commit]:
     for start in tl.starts:
         if upto_cycle is not None and (start.cycle is None or start.cycle > upto_cycle):
             continue
-        for save in start.of(ev.SaveCommitted):
-            tier, how, disk = _tier_of(start, save.iteration, tl.checkpoints)
-            out.append(Commit(save.iteration, tier, start.cycle, save, how, disk))
+        for e in start.events:
+            if isinstance(e, ev.SaveCommitted):
+                tier, how, disk = _tier_of(start, e.iteration, tl.checkpoints)
+                out.append(Commit(e.iteration, tier, start.cycle, e, how, disk))
+            elif isinstance(e, ev.LocalSaveCommitted):
+                out.append(Commit(e.iteration, LOCAL, start.cycle, e, f"{e.src}"))
     return out
 
 
@@ -228,14 +231,24 @@ class Load:
     np_older: ev.AppEvent | None  # Megatron's "non-persistent checkpoints are older" warning
 
 
+def local_type(start: ev.AppStart) -> bool:
+    """The start ran with `--non-persistent-ckpt-type local` (its arguments table says so)."""
+    args = start.arguments
+    return args is not None and args.get("non_persistent_ckpt_type") == "local"
+
+
 def loaded(start: ev.AppStart) -> Load | None:
-    """The tier and iteration a start loaded (None: no load line)."""
+    """The tier and iteration a start loaded (None: no load line). A local load prints no
+    announcement of its own: with `--non-persistent-ckpt-type local`, a `successfully loaded`
+    line without `loading distributed checkpoint` before it is the manager's load."""
     np_older = start.first(ev.NonPersistentOlder)
     began = start.first(ev.LoadStarted)
     done = start.first(ev.CheckpointLoaded)
     if began is None and done is None:
         return None
     tier = NON_PERSISTENT if isinstance(began, ev.NonPersistentLoadStarted) else PERSISTENT
+    if began is None and local_type(start):
+        tier = LOCAL
     iteration = done.iteration if done is not None else began.iteration
     return Load(tier, iteration, tuple(e for e in (began, done, np_older) if e is not None), np_older)
 
@@ -308,6 +321,129 @@ def naming(tl: ev.Timeline, tier: str) -> str:
     persistent ones (every verdict before tiers), "<tier> checkpoint" where tiers mix."""
     mixed = any(c.tier != PERSISTENT for c in commits(tl)) or tier != PERSISTENT
     return f"{tier} checkpoint" if mixed else "checkpoint"
+
+
+# ---------------------------------------------------------------- local checkpoints (NVRx LocalCheckpointManager)
+
+
+@dataclass(frozen=True)
+class LocalSaves:
+    """What the logs say about local checkpoints up to a cycle: the iterations whose save
+    was validated (NVRx's `Successfully saved local checkpoint`, or Megatron's own line,
+    which it prints only after NVRx's finalize passed), the failed ones, and who holds
+    which shard (NVRx's `Renaming ... to <dir>/iter_N_R_local.pt`, by the writing rank)."""
+
+    validated: dict[int, ev.AppEvent]
+    failed: dict[int, ev.LocalSaveFailed]
+    holders: dict[tuple[int, int], tuple[int, ...]]  # (iteration, owner) -> the ranks whose local dir holds it
+
+    @property
+    def newest(self) -> int | None:
+        return max(self.validated) if self.validated else None
+
+
+def local_saves(tl: ev.Timeline, upto_cycle: int | None = None) -> LocalSaves:
+    validated: dict[int, ev.AppEvent] = {}
+    failed: dict[int, ev.LocalSaveFailed] = {}
+    holders: dict[tuple[int, int], set[int]] = {}
+    for start in tl.starts:
+        if upto_cycle is not None and (start.cycle is None or start.cycle > upto_cycle):
+            continue
+        for e in start.events:
+            if isinstance(e, (ev.LocalSaveValidated, ev.LocalSaveCommitted)):
+                validated.setdefault(e.iteration, e)
+            elif isinstance(e, ev.LocalSaveFailed):
+                failed.setdefault(e.iteration, e)
+            elif isinstance(e, ev.LocalCopyWritten) and e.rank is not None:
+                holders.setdefault((e.iteration, e.owner), set()).add(e.rank)
+    for it in failed:  # a failed finalize is no validation, whatever else was printed
+        validated.pop(it, None)
+    return LocalSaves(validated, failed, {k: tuple(sorted(v)) for k, v in holders.items()})
+
+
+def has_local(tl: ev.Timeline) -> bool:
+    return any(local_type(s) or s.first(ev.LocalSaveCommitted) or s.first(ev.LocalSaveValidated) for s in tl.starts)
+
+
+def copies(start: ev.AppStart, iteration: int) -> list[tuple[int, int, ev.LocalCopyRead]]:
+    """(owner, reader, line) of every shard of `iteration` a start read from a local
+    directory (NVRx's DEBUG `Finish loading`): reader == owner is the rank's own copy; else
+    the reader held owner's replica and sent it (the retrieve plan)."""
+    return [(e.owner, e.rank, e) for e in start.of(ev.LocalCopyRead) if e.iteration == iteration and e.rank is not None]
+
+
+def describe_copies(found: list[tuple[int, int, ev.LocalCopyRead]]) -> str:
+    parts = []
+    for owner, reader, _e in sorted(found, key=lambda x: (x[0], x[1])):
+        parts.append(f"rank {owner}'s shard from its own copy" if owner == reader
+                     else f"rank {owner}'s shard from rank {reader}'s replica")
+    return "; ".join(parts)
+
+
+# ---------------------------------------------------------------- in-process restart (NVRx inprocess.Wrapper)
+
+INPROCESS_RESTARTED = "restart_ex"  # HealthCheckPassed: the Wrapper restarts the function in the same process
+INPROCESS_CAUGHT = "fn_ex"  # the wrapped function raised
+INPROCESS_GAVE_UP = ("exit_ex", "finalize_ex", "health_ex", "terminate_ex", "other_ex")
+
+
+@dataclass(frozen=True)
+class Inprocess:
+    """NVRx's in-process restarts in one start (a launcher cycle's processes): the Wrapper's
+    own lines, and Megatron's reload after the first restart."""
+
+    caught: tuple[ev.InprocessEvent, ...]
+    restarted: tuple[ev.InprocessEvent, ...]
+    gave_up: tuple[ev.InprocessEvent, ...]
+    reload: ev.CheckpointLoaded | None  # the first load after the first restart
+    reload_began: ev.LoadStarted | None
+    from_random: ev.StartedFromRandom | None  # Megatron found nothing to load after the restart
+    max_iterations: int | None  # --inprocess-max-iterations, from the arguments table
+
+    @property
+    def restarts(self) -> int:
+        """Restarts of the most restarted rank (the Wrapper's iteration count)."""
+        per: dict[int | None, int] = {}
+        for e in self.restarted:
+            per[e.wrapped_rank] = per.get(e.wrapped_rank, 0) + 1
+        return max(per.values(), default=0)
+
+
+def inprocess(start: ev.AppStart | None) -> Inprocess | None:
+    """The in-process restarts of a start, None when the Wrapper printed none of its lines."""
+    if start is None:
+        return None
+    lines = start.of(ev.InprocessEvent)
+    if not lines:
+        return None
+    restarted = [e for e in lines if e.name == INPROCESS_RESTARTED]
+    reload = began = random = None
+    if restarted:
+        after = False
+        for e in start.events:
+            if e is restarted[0]:
+                after = True
+            elif after and isinstance(e, ev.LoadStarted) and began is None:
+                began = e
+            elif after and isinstance(e, ev.StartedFromRandom) and random is None:
+                random = e
+            elif after and isinstance(e, ev.CheckpointLoaded):
+                reload = e
+                break
+    args = start.arguments
+    limit = args.get("inprocess_max_iterations") if args is not None else None
+    return Inprocess(tuple(e for e in lines if e.name == INPROCESS_CAUGHT), tuple(restarted),
+                     tuple(e for e in lines if e.name in INPROCESS_GAVE_UP), reload, began, random,
+                     int(limit) if limit is not None and str(limit).isdigit() else None)
+
+
+def fault_process_died(tl: ev.Timeline, cycle: int, pid: int | None) -> ev.LauncherEvent | None:
+    """The launcher's record that the injected process (its pid, from the marker) exited in
+    `cycle`: then whatever followed was a launcher restart, with new processes."""
+    if pid is None:
+        return None
+    return next((e for e in tl.launcher_events() if isinstance(e, ev.WorkerFailed) and e.pid == pid
+                 and e.cycle in (cycle, None)), None)
 
 
 # ---------------------------------------------------------------- what megatron-cpu cannot run
