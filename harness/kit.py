@@ -68,7 +68,7 @@ RUNTIME_REQUIREMENTS = (
 )
 SCRIPT_NAME = "run-gpu-qualification.sh"
 MANIFEST_NAME = "MANIFEST.json"
-TIME_LIMIT_S = 540  # 9 minutes for kill, hang and none together
+TIME_LIMIT_S = 1080  # 18 minutes: kill, hang, none and the three tier cases (non-persistent, local, in-process), 3 each
 MAKEFILE = """\
 # Written by nvrx-qual kit. megatron-core's wheel ships the dataset helpers compiled
 # (helpers_cpp*.so) but no Makefile, and Megatron's initialize runs `make` here: rank 0 exits
