@@ -650,7 +650,7 @@ def check_optimizer_reload(j: Judging) -> CriterionResult:
     if a.poisoned:
         return _na_poisoned(cid, a)
     r = ep.replacement
-    if r is None and ep.replacement_cycle is None and (ip := tiers.inprocess(ep.fault_start)) is not None \
+    if ep.replacement_cycle is None and (ip := tiers.inprocess(ep.fault_start)) is not None \
             and ip.restarted:  # harness.tiers: NVRx's Wrapper restarted inside the same processes
         return _inprocess_reload(cid, ep, ip)
     if r is None:

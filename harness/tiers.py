@@ -437,6 +437,21 @@ def inprocess(start: ev.AppStart | None) -> Inprocess | None:
                      int(limit) if limit is not None and str(limit).isdigit() else None)
 
 
+def after_restart(start: ev.AppStart, ip: Inprocess) -> ev.AppStart:
+    """The part of a start after the Wrapper's first restart, as a start of its own: what the
+    restarted function did (its reload, its saves, its end), in the same launcher cycle. Its
+    iteration summary is the start's last iteration (the restarted function's, since the start
+    ends with it); the first is unknown to the summary, so it is left unset."""
+    first = ip.restarted[0]
+    at = next(i for i, e in enumerate(start.events) if e is first)
+    events = start.events[at + 1:]
+    return ev.AppStart(index=start.index, cycle=start.cycle, source=start.source, events=tuple(events),
+                       first_iteration=None, last_iteration=start.last_iteration,
+                       bad_iterations=tuple(b for b in start.bad_iterations if first.ts is None or b.ts is None
+                                            or b.ts >= first.ts),
+                       saves_committed=sum(isinstance(e, ev.SaveCommitted) for e in events))
+
+
 def fault_process_died(tl: ev.Timeline, cycle: int, pid: int | None) -> ev.LauncherEvent | None:
     """The launcher's record that the injected process (its pid, from the marker) exited in
     `cycle`: then whatever followed was a launcher restart, with new processes."""

@@ -204,6 +204,11 @@ def test_an_in_process_restart_is_told_from_a_launcher_restart_and_passes(tmp_pa
     reload = results["optimizer_reload"]
     assert reload.status == PASS and "loaded checkpoint 10" in reload.detail and "in-process" in reload.detail, \
         reload.detail
+    # the restarted function's own lines (after the first restart, in the same cycle's log) are the
+    # replacement the later checks judge: its saves, its optimizer record, its end
+    for cid in ("later_checkpoint", "optimizer_state", "clean_finish"):
+        assert results[cid].status == PASS, (cid, results[cid].detail)
+    assert verify_run(run).qualified
 
 
 def test_an_in_process_restart_that_starts_over_fails(tmp_path):
