@@ -452,6 +452,26 @@ def after_restart(start: ev.AppStart, ip: Inprocess) -> ev.AppStart:
                        saves_committed=sum(isinstance(e, ev.SaveCommitted) for e in events))
 
 
+@dataclass(frozen=True)
+class InprocessMilestones:
+    """The latency split's moments of an in-process restart, from the Wrapper's own UTC stamps:
+    the fault caught (`fn_ex`, the detection), the restart approved (`restart_ex`, the
+    processes are ready again: no launcher, no new workers), then the restarted function's
+    model built after its reload (the restore)."""
+
+    caught: ev.InprocessEvent | None
+    restarted: ev.InprocessEvent
+    built: ev.ModelBuilt | None
+
+
+def inprocess_milestones(start: ev.AppStart | None) -> InprocessMilestones | None:
+    ip = inprocess(start)
+    if start is None or ip is None or not ip.restarted:
+        return None
+    after = after_restart(start, ip)
+    return InprocessMilestones(ip.caught[0] if ip.caught else None, ip.restarted[0], after.first(ev.ModelBuilt))
+
+
 def fault_process_died(tl: ev.Timeline, cycle: int, pid: int | None) -> ev.LauncherEvent | None:
     """The launcher's record that the injected process (its pid, from the marker) exited in
     `cycle`: then whatever followed was a launcher restart, with new processes."""

@@ -180,7 +180,8 @@ def _inprocess_run(tmp_path: Path, *, restarts: int = 1, reload: int | None = 10
         lines += [f"0:  loading distributed checkpoint from {ckpt} at iteration {reload}",
                   "0: INFO:megatron.core.optimizer.distrib_optimizer:Loading distributed optimizer sharded state of "
                   "type dp_reshardable",
-                  f"0:   successfully loaded checkpoint from {ckpt} [ t 1/1, gtp_remat 1/1, p 1/1 ] at iteration {reload}"]
+                  f"0:   successfully loaded checkpoint from {ckpt} [ t 1/1, gtp_remat 1/1, p 1/1 ] at iteration {reload}",
+                  "0: [after model, optimizer, and learning rate scheduler are built] datetime: 2026-11-29 17:32:05.100000 "]
     _edit(log, "successfully saved checkpoint from iteration      10", lines)
     shutil.rmtree(faulted)
     return run
@@ -208,7 +209,13 @@ def test_an_in_process_restart_is_told_from_a_launcher_restart_and_passes(tmp_pa
     # replacement the later checks judge: its saves, its optimizer record, its end
     for cid in ("later_checkpoint", "optimizer_state", "clean_finish"):
         assert results[cid].status == PASS, (cid, results[cid].detail)
-    assert verify_run(run).qualified
+    verdict = verify_run(run)
+    assert verdict.qualified
+    # the latency split of an in-process restart: the Wrapper's own UTC stamps, then the model built
+    m = verdict.metrics
+    assert (m.detection_s, m.restart_s, m.restore_s) == (0.01, 0.2, 0.7), m.to_json()
+    assert m.lost_iterations is None and any("in-process restart" in n for n in m.notes)
+    assert (m.recoveries[0].detection_s, m.recoveries[0].restart_s) == (0.01, 0.2)
 
 
 def test_an_in_process_restart_that_starts_over_fails(tmp_path):
