@@ -40,7 +40,8 @@ from harness.dialect import classify_logs as _classify_logs
 from harness.dialect import epoch as _epoch
 from harness.dialect import strip_prefix as _strip_prefix
 from harness.events import Src, clip
-from harness.layout import MARKER_NAME, TRACKER_NAME, is_megatron_iter_name, marker_index, parse_iter_name, read_tracker_file
+from harness.layout import (LOCAL_SHARD_PATTERN, MARKER_NAME, TRACKER_NAME, is_megatron_iter_name, marker_index,
+                            parse_iter_name, read_tracker_file)
 from harness.optimizer_record import read_dcp_metadata, read_optimizer_record
 
 CHUNK_SIZE = 8 << 20
@@ -267,11 +268,9 @@ RULES: tuple[LineRule, ...] = (
     _rule("checkpoint", r"Successfully saved local checkpoint from iteration (?P<iteration>\d+)", ev.LocalSaveValidated),
     _rule("checkpoint", r"Failure during saving local checkpoint from iteration (?P<iteration>\d+) \(last valid "
           r"iteration is (?:(?P<last_valid>\d+)|-1)\)", ev.LocalSaveFailed),
-    _rule("Renaming", r"Renaming \S+\.dirty\.pt to (?P<path>\S*iter_(?P<iteration>\d+)_(?P<owner>\d+)_local\.pt)\s*$",
-          ev.LocalCopyWritten),
+    _rule("Renaming", r"Renaming \S+\.dirty\.pt to (?P<path>\S*" + LOCAL_SHARD_PATTERN + r")\s*$", ev.LocalCopyWritten),
     _rule("Finish loading", r"Finish loading \((?P<iteration>\d+), (?P<owner>\d+),", ev.LocalCopyRead),
-    _rule("does not exist!", r"File (?P<path>\S*iter_(?P<iteration>\d+)_(?P<owner>\d+)_local\.pt) does not exist!",
-          ev.LocalCopyMissing),
+    _rule("does not exist!", r"File (?P<path>\S*" + LOCAL_SHARD_PATTERN + r") does not exist!", ev.LocalCopyMissing),
     _rule("No replicated copies", r"No replicated copies for id=\((?P<iteration>\d+), (?P<owner>\d+),", ev.LocalCopyMissing),
     # NVRx's in-process Wrapper (inprocess/wrap.py through utils.log_exc)
     _rule("_ex: ", _INPROCESS_RE.pattern, ev.InprocessEvent, _inprocess),
