@@ -65,8 +65,16 @@ def test_issue_21_command_faults_after_the_newest_tier_and_qualifies(megatron_cp
     outcome = scenarios.outcome(_scenario(megatron_cpu, "any"))
     _qualified(outcome)
     marker = json.loads((outcome.run_dir / "fault_injected.json").read_text())
-    assert marker["iteration"] == 2 and "/non_persistent/" in marker["tracker"], marker
     got, _ = _restore(outcome)
+    if marker["iteration"] == 4:
+        # On a loaded machine the async finalize of non-persistent 2 can land in the same poll
+        # as persistent 4's (seen 2026-12-02 with other jobs on the 2 cores): the nemesis then
+        # fires after the newest of the two, which is right for --fault-after any. The restore
+        # must then be persistent 4; the nemesis's choice between trackers is test_tiers.py's.
+        assert "/non_persistent/" not in marker["tracker"], marker
+        assert (got.tier, got.iteration) == (tiers.PERSISTENT, 4)
+        return
+    assert marker["iteration"] == 2 and "/non_persistent/" in marker["tracker"], marker
     assert (got.tier, got.iteration) == (tiers.NON_PERSISTENT, 2)
 
 
