@@ -424,6 +424,13 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
     if not ep.last and inj.cycle is not None and not fails:  # a later fault follows: this one must have been noticed
         return found(FAIL, "earlier_fault_unnoticed", [inj], marker_cycle=inj.cycle, index=inj.fault_index,
                      planned=a.planned_faults, fault_at=inj.fault_at)
+    ip = tiers.inprocess(ep.fault_start)  # harness.tiers: NVRx's in-process Wrapper in the failed cycle
+    died = tiers.fault_process_died(tl, c, inj.pid) if ip is not None else None
+    if ip is not None and ip.restarted and ep.replacement_cycle is None and died is None:
+        caught = next((e for e in ip.caught if e.wrapped_rank == inj.rank), ip.caught[0] if ip.caught else None)
+        return found(PASS, "in_process", [inj, *([caught] if caught else []), *ip.restarted[:2]],
+                     restarts=ip.restarts, pid=inj.pid, caught=sentence(cid, "inprocess_caught", {
+                         "text": caught.text, "who": caught.wrapped_rank}) if caught is not None else "")
     if not fails:
         return found(FAIL, "unnoticed", [inj])
     evidence: list[object] = [inj, *fails[:3]]
@@ -482,6 +489,12 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
         if exit_problem is not None:
             problems.append(exit_problem)
         how += exit_how
+    if ip is not None and ep.replacement_cycle is not None:  # the in-process layer did not recover it: say so
+        said = ip.gave_up[0] if ip.gave_up else (ip.caught[0] if ip.caught else None)
+        if said is not None:
+            evidence.append(said)
+            how += sentence(cid, "inprocess_then_launcher", {"name": said.name, "text": said.text,
+                                                              "who": said.wrapped_rank, "pid": inj.pid})
     facts["how"] = how
     nodes = ""
     change = world_change(ep)
@@ -653,6 +666,9 @@ def check_optimizer_reload(j: Judging) -> CriterionResult:
     if a.poisoned:
         return _na_poisoned(cid, a)
     r = ep.replacement
+    if ep.replacement_cycle is None and (ip := tiers.inprocess(ep.fault_start)) is not None \
+            and ip.restarted:  # harness.tiers: NVRx's Wrapper restarted inside the same processes
+        return _inprocess_reload(cid, ep, ip)
     if r is None:
         if ep.replacement_cycle is not None:
             return _found(cid, UNKNOWN, "no_replacement_log", {"cycle": ep.replacement_cycle}, [ep.restart])
@@ -699,6 +715,9 @@ def check_optimizer_reload(j: Judging) -> CriterionResult:
         d = tl.checkpoints.get(loaded.iteration) if tl.checkpoints is not None else None
         return found(FAIL, "loaded_partial", [*evidence, partial, *ep.expected_k_evidence[:1]],
                      where=d.rel if d is not None else rel)
+    if tiers.has_local(tl) and (local := _local_reload(tl, ep, r, k, loaded)) is not None:  # harness.tiers
+        status, reason, extra, values = local
+        return found(status, reason, [*evidence, *extra], final=status == FAIL, **values)
     if loaded.iteration < k and (older := tiers.older_tier(tl, ep.cycle, r, k)) is not None:
         return found(FAIL, "older_tier", [*evidence, *older.evidence, *ep.expected_k_evidence[:2]], final=True,
                      restored=older.restored, newest=older.newest, said=older.said)
@@ -743,6 +762,70 @@ def check_optimizer_reload(j: Judging) -> CriterionResult:
     got = tiers.loaded(r)
     return found(PASS, "reloaded", evidence, lines=lines, disk_note=disk_note, resharded=resharded,
                  ckpt=tiers.naming(tl, got.tier if got is not None else tiers.PERSISTENT))
+
+
+def _local_reload(tl: ev.Timeline, ep: Episode, r: ev.AppStart, k: int,
+                  loaded: ev.CheckpointLoaded) -> tuple[Status, str, list[object], dict[str, object]] | None:
+    """optimizer_reload's rows for Megatron's local checkpoints (harness.tiers): which local
+    checkpoint was loaded, whether NVRx validated its save, and whose copy each rank read.
+    None: the run's local tier has nothing to say about this load (the persistent rows judge it)."""
+    got = tiers.loaded(r)
+    saves = tiers.local_saves(tl, ep.cycle)
+    newest_local = saves.newest
+    if got is None or got.tier != tiers.LOCAL:
+        if newest_local is None or newest_local <= k or loaded.iteration >= newest_local:
+            return None
+        newest = tiers.describe(tiers.LOCAL, newest_local)
+        restored = tiers.describe(got.tier if got is not None else tiers.PERSISTENT, loaded.iteration,
+                                  tiers.on_disk(tl.checkpoints, loaded.iteration))
+        return FAIL, "older_tier", [saves.validated[newest_local]], {"restored": restored, "newest": newest, "said": ""}
+    it = loaded.iteration
+    if it not in saves.validated:
+        failed = saves.failed.get(it)
+        why = sentence("optimizer_reload", "local_failed" if failed is not None else "local_never_validated",
+                       {"loaded": it, "last_valid": failed.last_valid if failed is not None and failed.last_valid
+                        is not None else -1})
+        held = [f"rank {o}: {', '.join(map(str, h))}" for (i, o), h in sorted(saves.holders.items()) if i == it]
+        return FAIL, "local_unvalidated", [*([failed] if failed is not None else [])], {
+            "why": why, "held": f" (copies written: {'; '.join(held)})" if held else ""}
+    newest_it = max(k, newest_local if newest_local is not None else k)
+    if it < newest_it:
+        tier = tiers.LOCAL if newest_it == newest_local else tiers.tier_of_iteration(tl, newest_it, ep.cycle)
+        newest = tiers.describe(tier, newest_it, tiers.on_disk(tl.checkpoints, newest_it, tier))
+        return FAIL, "older_tier", [saves.validated.get(newest_it)], {
+            "restored": tiers.describe(tiers.LOCAL, it), "newest": newest, "said": ""}
+    found = tiers.copies(r, it)
+    missing = [e for e in r.of(ev.LocalCopyMissing) if e.iteration == it]
+    which = (sentence("optimizer_reload", "local_copies", {"copies": tiers.describe_copies(found)}) if found
+             else sentence("optimizer_reload", "local_copies_unlogged", {}))
+    return PASS, "local_reloaded", [saves.validated[it], *[e for _o, _r, e in found][:4], *missing[:2]], {
+        "validated": it, "which": which,
+        "missing": sentence("optimizer_reload", "local_missing", {"n": len(missing)}) if missing else ""}
+
+
+def _inprocess_reload(cid: str, ep: Episode, ip: "tiers.Inprocess") -> CriterionResult:
+    """optimizer_reload for a recovery NVRx's in-process Wrapper made inside the failed
+    cycle's processes (harness.tiers): Megatron's reload after the restart must be K, not a
+    start over (Megatron-LM #2774), within --inprocess-max-iterations (Megatron-Bridge #5755)."""
+    k = ep.expected_k
+    facts: dict[str, object] = {"expected": k, "episode": ep.number, "cycle": ep.cycle,
+                                "restarts": ip.restarts, "limit": ip.max_iterations}
+    facts["who"] = sentence(cid, "who_inprocess", facts)
+    first = ip.restarted[0]
+    if ip.max_iterations is not None and ip.restarts > ip.max_iterations:
+        return _found(cid, FAIL, "inprocess_over_limit", facts, [*ip.restarted[-2:]], final=True)
+    if ip.from_random is not None:
+        return _found(cid, FAIL, "inprocess_from_start", {**facts, "loaded": 0}, [first, ip.from_random], final=True)
+    if ip.reload is None:
+        return _found(cid, FAIL, "inprocess_no_reload", facts, [first, *ip.gave_up[:1]])
+    facts["loaded"] = ip.reload.iteration
+    evidence = [first, ip.reload_began, ip.reload]
+    if ip.reload.iteration <= 0:
+        return _found(cid, FAIL, "inprocess_from_start", facts, evidence, final=True)
+    if k is not None and ip.reload.iteration != k:
+        return _found(cid, FAIL, "inprocess_other", {**facts, "which": "an older" if ip.reload.iteration < k
+                                                      else "a newer"}, evidence, final=ip.reload.iteration < k)
+    return _found(cid, PASS, "inprocess_reloaded", facts, evidence)
 
 
 def check_later_checkpoint(j: Judging) -> CriterionResult:

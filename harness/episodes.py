@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from harness import events as ev
+from harness import tiers
 from harness.events import AppStart, Timeline, iso_utc
 
 
@@ -117,6 +118,12 @@ def episodes(timeline: Timeline, cycles: LauncherCycles | None = None) -> tuple[
         later = sorted((s for s in timeline.starts if s.cycle is not None and s.cycle > cycle
                         and (next_cycle is None or s.cycle <= next_cycle)), key=lambda s: (s.cycle, s.index))
         started = sorted(c for c in cycles.workers_started if c > cycle)
+        if not later and not started and same:  # harness.tiers: an in-process restart keeps the cycle
+            ip = tiers.inprocess(same[-1])
+            if ip is not None and ip.restarted and tiers.fault_process_died(timeline, cycle, marker.pid) is None:
+                later = [tiers.after_restart(same[-1], ip)]
+                notes.append(f"NVRx's in-process Wrapper restarted in cycle {cycle} (no new launcher cycle): the "
+                             "lines after its first restart are judged as the replacement")
         k, k_evidence = _expected_k(timeline, marker, cycle, nemesis_lines, notes)
         out.append(Episode(
             number=n, of=len(markers), marker=marker, cycle=cycle, fault_start=same[-1] if same else None,

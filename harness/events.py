@@ -184,6 +184,80 @@ class NonPersistentOlder(AppEvent):
     """`WARNING: non-persistent checkpoints are older than persistent checkpoint` (harness.tiers)."""
 
 
+# ---- Megatron's local checkpoints and NVRx's LocalCheckpointManager (harness.tiers)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalSaveCommitted(AppEvent):
+    """Megatron's `successfully saved local checkpoint from iteration N` (rank 0, after NVRx's
+    finalize validated the save: checkpointing.py's iter_finalize_fn)."""
+
+    iteration: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalSaveValidated(AppEvent):
+    """NVRx's `Successfully saved local checkpoint from iteration N` (every rank: the manager's
+    finalize found the iteration complete across the ranks, base_manager.py)."""
+
+    iteration: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalSaveFailed(AppEvent):
+    """NVRx's `Failure during saving local checkpoint from iteration N (last valid iteration is M)`."""
+
+    iteration: int
+    last_valid: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalCopyWritten(AppEvent):
+    """NVRx's `Renaming <dirty> to <dir>/iter_N_R_local.pt` (local_manager.py): the line's rank
+    holds rank `owner`'s shard of iteration N in its node-local directory (a replica when the
+    two differ)."""
+
+    iteration: int
+    owner: int
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalCopyRead(AppEvent):
+    """NVRx's `Finish loading (N, R, '<session>')` (DEBUG, base_manager.py `_load_fn`): the
+    line's rank read rank R's shard of iteration N from its own local directory, to keep it
+    (R is itself) or to send it to R (the replication strategy's retrieve plan)."""
+
+    iteration: int
+    owner: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalCopyMissing(AppEvent):
+    """NVRx's `File <dir>/iter_N_R_local.pt does not exist!` or `No replicated copies for
+    id=(N, R, ...) found!`: a shard the load needed was nowhere to read."""
+
+    iteration: int
+    owner: int
+    path: str | None = None
+
+
+# ---- NVRx's in-process restart (inprocess.Wrapper, wrap.py; harness.tiers)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InprocessEvent(AppEvent):
+    """One of the Wrapper's own lines, `[<UTC stamp>] rank=R <name>: <exception>`
+    (inprocess/utils.py log_exc): `name` is fn_ex (the wrapped function raised), term_ex (the
+    rank must restart), restart_ex (HealthCheckPassed: the restart goes ahead in the same
+    process), finalize_ex, health_ex, exit_ex (the wrapper gives up), ...; `wrapped_rank` is
+    the rank it names."""
+
+    name: str
+    wrapped_rank: int | None
+    text: str
+
+
 @dataclass(frozen=True, kw_only=True)
 class OptimizerLoaded(AppEvent):
     """`Loading distributed optimizer sharded state of type ...`: once per real optimizer load."""
@@ -509,7 +583,8 @@ class CheckpointState:
     exists: bool
     tracker: str | None  # the tracker's text, stripped; None when absent
     iterations: tuple[CheckpointOnDisk, ...] = ()  # every tier's iter_* (harness.tiers: non_persistent/ too)
-    non_persistent_tracker: str | None = None  # <path>/non_persistent's tracker text; None when absent
+    non_persistent_tracker: str | None = None  # the non-persistent tier's tracker text; None when absent
+    non_persistent_path: str | None = None  # that tier's directory as shown (<path>/non_persistent or a custom one)
 
     def get(self, iteration: int) -> CheckpointOnDisk | None:
         for ckpt in self.iterations:

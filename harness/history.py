@@ -41,7 +41,8 @@ from harness.dialect import epoch as _epoch
 from harness.dialect import strip_prefix as _strip_prefix
 from harness.events import Src, clip
 from harness.faults import schedule_from_json
-from harness.layout import MARKER_NAME, TRACKER_NAME, is_megatron_iter_name, marker_index, parse_iter_name, read_tracker_file
+from harness.layout import (LOCAL_SHARD_PATTERN, MARKER_NAME, TRACKER_NAME, is_megatron_iter_name, marker_index,
+                            parse_iter_name, read_tracker_file)
 from harness.optimizer_record import read_dcp_metadata, read_optimizer_record
 
 CHUNK_SIZE = 8 << 20
@@ -214,7 +215,20 @@ def _np_load(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) ->
 def _from_random(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.StartedFromRandom | None:
     """No tracker to load from: a start from random, unless the missing tracker is the
     non-persistent tier's (harness.tiers), after which Megatron loads the persistent one."""
-    return None if tiers.is_non_persistent_path(b) else ev.StartedFromRandom(src=src, rank=rank)
+    if tiers.is_non_persistent_path(b) or any(f"{d.rstrip('/')}/" in b for d in p.np_dirs):
+        return None
+    return ev.StartedFromRandom(src=src, rank=rank)
+
+
+_INPROCESS_RE = re.compile(r"\[(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\] rank=(?P<rank>\d+) "
+                           r"(?P<name>[a-z]+_ex): (?P<text>.*)$")
+
+
+def _inprocess(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.InprocessEvent:
+    """NVRx's in-process Wrapper line (harness.tiers): its own UTC stamp, the rank it names."""
+    utc = _epoch(*map(int, m.groups()[0:6]), m.group(7))
+    return ev.InprocessEvent(src=src, ts=utc, ts_utc=utc is not None, rank=rank, name=m.group("name"),
+                             wrapped_rank=p._num(m.group("rank"), "rank", src), text=clip(m.group("text"), 200))
 
 
 def _no_progress(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.NoProgressStop:
@@ -248,6 +262,19 @@ RULES: tuple[LineRule, ...] = (
     # checkpoint": no start from random, Megatron goes on to the persistent tier; docs/megatron.md)
     _rule("checkpoint", r"could not find the metadata file", ev.StartedFromRandom, _from_random, phase=PH_LOAD,
           opens=True),
+    # Megatron's local checkpoints and NVRx's LocalCheckpointManager (harness.tiers); Megatron's own line is
+    # lower case, NVRx's root-logger line upper case: the save patterns above take neither ("saved local")
+    _rule("checkpoint", r"(?<![A-Za-z])successfully saved local checkpoint from iteration +(?P<iteration>\d+)",
+          ev.LocalSaveCommitted, phase=PH_ITER, stamp="line"),
+    _rule("checkpoint", r"Successfully saved local checkpoint from iteration (?P<iteration>\d+)", ev.LocalSaveValidated),
+    _rule("checkpoint", r"Failure during saving local checkpoint from iteration (?P<iteration>\d+) \(last valid "
+          r"iteration is (?:(?P<last_valid>\d+)|-1)\)", ev.LocalSaveFailed),
+    _rule("Renaming", r"Renaming \S+\.dirty\.pt to (?P<path>\S*" + LOCAL_SHARD_PATTERN + r")\s*$", ev.LocalCopyWritten),
+    _rule("Finish loading", r"Finish loading \((?P<iteration>\d+), (?P<owner>\d+),", ev.LocalCopyRead),
+    _rule("does not exist!", r"File (?P<path>\S*" + LOCAL_SHARD_PATTERN + r") does not exist!", ev.LocalCopyMissing),
+    _rule("No replicated copies", r"No replicated copies for id=\((?P<iteration>\d+), (?P<owner>\d+),", ev.LocalCopyMissing),
+    # NVRx's in-process Wrapper (inprocess/wrap.py through utils.log_exc)
+    _rule("_ex: ", _INPROCESS_RE.pattern, ev.InprocessEvent, _inprocess),
     _rule("checkpoint", r"> using checkpoint value \S+ for (?P<name>.+?)\s*$", ev.SchedulerValueLoaded, phase=PH_LOAD),
     _rule("checkpoint", r"Overwriting old incomplete", ev.SaveOverwrite, phase=PH_ITER, stamp="line"),
     _rule("ptimizer", r"Loading distributed optimizer sharded state of type (?P<kind>\S+)", ev.OptimizerLoaded,
@@ -319,7 +346,8 @@ _SAVE_SCREEN = tuple(
 assert all(re.fullmatch(rb"[\w ]+", lead) for _k, lead, _rx in _SAVE_SCREEN)  # literal words
 
 # Named groups: the quantity dialect.number checks them against (other groups are text).
-_QUANTITY = {"iteration": "iteration", "target_rank": "rank", "local_rank": "rank", "exitcode": "exit_code",
+_QUANTITY = {"iteration": "iteration", "last_valid": "iteration", "owner": "rank", "target_rank": "rank",
+             "local_rank": "rank", "exitcode": "exit_code",
              "pid": "pid", "attempts_left": "count", "max_restarts": "count"}
 _OPTIONAL: dict[type, frozenset[str]] = {}  # per event type: the fields that accept None
 
@@ -489,6 +517,9 @@ class LogParser:
         self.offset_pairs: list[tuple[float, float]] = []  # (local stamp, UTC stamp) of one line
         self.first_local_ts: float | None = None
         self._args: _ArgsBuilder | None = None
+        # --non-persistent-global-ckpt-dir values of the arguments tables read so far (harness.tiers):
+        # a missing tracker there is the non-persistent tier's, not a start from random
+        self.np_dirs: set[str] = set()
         self.out_of_range = 0  # numbers outside dialect.BOUNDS, read as no value
         self.out_of_range_first: str | None = None  # the first, for the note
 
@@ -570,7 +601,10 @@ class LogParser:
         if rank == args.rank:
             m = _ARG_LINE_RE.match(body)
             if m and body.startswith(" "):
-                args.lines.append(ev.ArgLine(m.group(1), (m.group(2) or "").strip(), lineno))
+                value = (m.group(2) or "").strip()
+                args.lines.append(ev.ArgLine(m.group(1), value, lineno))
+                if m.group(1) == tiers.NP_DIR_ARG and value not in ("", "None") and len(self.np_dirs) < 8:
+                    self.np_dirs.add(value)
                 return
         self._line(raw, lineno)  # an interleaved line of another rank or of the launcher
 
@@ -1349,17 +1383,37 @@ class HistoryReader:
         tracker = _tracker_text(path)
         wanted = self._interesting_iterations(starts, injections)
         iters = self._iter_dirs(path, shown, wanted, notes)
-        np_tracker = None
-        np_path = path / tiers.NON_PERSISTENT_SUBDIR  # harness.tiers: Megatron's non-persistent global tier
+        np_tracker = np_shown = None
+        np_path, np_how = self._non_persistent_dir(run_json, starts, path, original)
+        np_label = _shown(np_path, self.run_dir)
         if _link_below(np_path, self.run_dir) is not None:
-            notes.append(f"{shown}/{tiers.NON_PERSISTENT_SUBDIR} is a symbolic link: not followed, so the "
+            notes.append(f"{np_label} is a symbolic link: not followed, so the "
                          "non-persistent checkpoints behind it were not read")
         elif np_path.is_dir() and not np_path.is_symlink():
-            np_tracker = _tracker_text(np_path)
-            iters += self._iter_dirs(np_path, f"{shown}/{tiers.NON_PERSISTENT_SUBDIR}", wanted, notes)
+            np_tracker, np_shown = _tracker_text(np_path), np_label
+            if np_path != path:  # a custom directory that is --save itself holds no second tier
+                iters += self._iter_dirs(np_path, np_label, wanted, notes)
+        elif np_how != "default":
+            notes.append(f"the non-persistent global checkpoint directory {np_label} ({np_how}) is not here, so the "
+                         "non-persistent checkpoints were not read")
         iters.sort(key=lambda c: c.iteration)
         return ev.CheckpointState(path=shown, how=how, exists=True, tracker=tracker, iterations=tuple(iters),
-                                  non_persistent_tracker=np_tracker)
+                                  non_persistent_tracker=np_tracker, non_persistent_path=np_shown)
+
+    def _non_persistent_dir(self, run_json: _JsonFile | None, starts: list[ev.AppStart], save: Path,
+                            original: Path | None) -> tuple[Path, str]:
+        """Where Megatron wrote non-persistent global checkpoints (harness.tiers): the
+        --non-persistent-global-ckpt-dir of the arguments table (the last start's that names
+        one), else of run.json's workload arguments, else <save>/non_persistent."""
+        for start in reversed(starts):
+            value = start.arguments.get(tiers.NP_DIR_ARG) if start.arguments else None
+            if value and value != "None":
+                return _rebased(Path(value), original, self.run_dir), "the arguments table's " + tiers.NP_DIR_ARG
+        given = tiers.custom_non_persistent_dir(tuple(str(a) for a in (_spec(run_json).get("extra_args") or ())
+                                                      if isinstance(_spec(run_json).get("extra_args"), list)))
+        if given:
+            return _rebased(Path(given), original, self.run_dir), "run.json's workload arguments"
+        return save / tiers.NON_PERSISTENT_SUBDIR, "default"
 
     def _iter_dirs(self, path: Path, shown: str, wanted: set[int], notes: list[str]) -> list[ev.CheckpointOnDisk]:
         iters = []

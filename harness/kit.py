@@ -4,8 +4,10 @@ and a CUDA build of torch needs to run the GPU tier offline, in one new director
     DIR/
       run-gpu-qualification.sh   installs the kit offline into a venv of its own (which sees the
                                  node's torch) and runs kill, hang and none on one GPU, fault
-                                 rank 0, short deadline profile, within a time limit; writes
-                                 OUT/SUMMARY.md
+                                 rank 0, and the checkpoint-tier cases (a non-persistent global
+                                 restore, a local-checkpoint restore, an in-process restart after
+                                 an exception), short deadline profile, within a time limit;
+                                 writes OUT/SUMMARY.md
       wheels/no-deps/            megatron-core, nvidia-resiliency-ext, nvrx-qual: installed
                                  without their declared dependencies (NVRx declares a service
                                  stack - fastapi, uvicorn, pydantic, grpcio-tools, ... - that
@@ -68,7 +70,7 @@ RUNTIME_REQUIREMENTS = (
 )
 SCRIPT_NAME = "run-gpu-qualification.sh"
 MANIFEST_NAME = "MANIFEST.json"
-TIME_LIMIT_S = 540  # 9 minutes for kill, hang and none together
+TIME_LIMIT_S = 1080  # 18 minutes: kill, hang, none and the three tier cases (non-persistent, local, in-process), 3 each
 MAKEFILE = """\
 # Written by nvrx-qual kit. megatron-core's wheel ships the dataset helpers compiled
 # (helpers_cpp*.so) but no Makefile, and Megatron's initialize runs `make` here: rank 0 exits
@@ -205,8 +207,12 @@ def _read(path: Path) -> str:
 
 RUN_SCRIPT = r"""#!/usr/bin/env bash
 # nvrx-qual GPU kit: install offline, then qualify kill, hang and none on one GPU (fault rank 0)
-# with the short deadline profile, inside a time limit. (On a node with two or more GPUs the
-# same tests use two GPUs and fault rank 1, the walkthrough's default.) The GPU-only fault
+# with the short deadline profile, inside a time limit, and Megatron's other recovery layers
+# (docs/tiers.md): a kill restored from a non-persistent global checkpoint, a kill restored from
+# a local checkpoint (NVRx's LocalCheckpointManager; replicated to a peer with two GPUs or more),
+# and an exception in the fault rank's step recovered by an in-process restart (--inprocess-restart).
+# (On a node with two or more GPUs the same tests use two GPUs and fault rank 1, the
+# walkthrough's default.) The GPU-only fault
 # kinds gpu-hang (a never-ending kernel) and gpu-error (an illegal memory access) are planned:
 # `nvrx-qual run --fault gpu-hang|gpu-error` refuses them until they run here (docs/faults.md).
 #

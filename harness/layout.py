@@ -124,6 +124,13 @@ def read_tracker_file(path: str | os.PathLike) -> TrackerRead:
     return TrackerRead(TRACKER_OK if value is not None else TRACKER_GARBLED, value=value, text=text)
 
 
+# NVRx's LocalCheckpointManager names each rank's shard of a local checkpoint
+# `iter_%07d_<rank>_local.pt` (checkpointing/local/ckpt_managers/local_manager.py,
+# _filename_from_template); its log lines name such files. The regex of that name, with the
+# iteration and the owner rank as named groups (harness.tiers reads the lines, not the files).
+LOCAL_SHARD_PATTERN = ITER_PREFIX + r"(?P<iteration>\d+)_(?P<owner>\d+)_local\.pt"
+
+
 def iter_name(iteration: int) -> str:
     """Megatron's name for one saved iteration's directory: `iter_%07d`."""
     return f"{ITER_PREFIX}{iteration:07d}"

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 
 from harness import events as ev
+from harness import tiers
 from harness.criteria import Analysis
 from harness.events import Timeline, iso_utc
 from harness.verdict import Metrics, Recovery
@@ -87,6 +88,8 @@ def recoveries(tl: Timeline, a: Analysis) -> tuple[Recovery, ...]:
         r = starts[0] if starts else None
         loaded = tl.utc(r.first(ev.ModelBuilt)) if r is not None and r.first(ev.CheckpointLoaded) is not None else None
         first = tl.utc(r.first_iteration) if r is not None else None
+        if episode.replacement_cycle is None and (ip := tiers.inprocess_milestones(episode.fault_start)) is not None:
+            detected, started, loaded, first = tl.utc(ip.caught), tl.utc(ip.restarted), tl.utc(ip.built), None
         out.append(Recovery(inj.fault_index, inj.fault_at, c, injected, _span(injected, detected),
                             _span(detected, started), _span(started, loaded), _span(loaded, first)))
     return tuple(out)
@@ -112,6 +115,13 @@ def compute(tl: Timeline, a: Analysis) -> Metrics:
 
     r = ep.replacement
     built_ev = r.first(ev.ModelBuilt) if r is not None else None
+    inproc = tiers.inprocess_milestones(ep.fault_start) if ep.replacement_cycle is None else None
+    if inproc is not None:  # an in-process restart: the Wrapper's own stamps (harness.tiers)
+        detected_ev, started_ev, built_ev = inproc.caught, inproc.restarted, inproc.built
+        detected, started = tl.utc(inproc.caught), tl.utc(inproc.restarted)
+        notes.append("an in-process restart (NVRx's Wrapper, same processes): detection ends at its 'fn_ex' line, "
+                     "restart at its 'restart_ex' line; the restarted function's first step and the last step "
+                     "before the fault are not told apart in the start's iteration summary")
     loaded_ev = r.first(ev.CheckpointLoaded) if r is not None else None
     loaded = tl.utc(built_ev) if loaded_ev is not None else None
     first_ev = r.first_iteration if r is not None else None
@@ -127,7 +137,7 @@ def compute(tl: Timeline, a: Analysis) -> Metrics:
         if e is not None:
             evidence[name] = str(e.src)
 
-    last_before = ep.fault_start.last_iteration if ep.fault_start is not None else None
+    last_before = ep.fault_start.last_iteration if ep.fault_start is not None and inproc is None else None
     if r is not None and r.first(ev.StartedFromRandom) is not None:
         k: int | None = 0  # a replacement that started from random lost everything
     else:

@@ -38,6 +38,8 @@ PERSISTENT = "persistent"
 NON_PERSISTENT = "non-persistent"
 LOCAL = "local"
 NON_PERSISTENT_SUBDIR = "non_persistent"  # Megatron's _NON_PERSISTENT_CKPT_SUBDIR
+NP_DIR_FLAG = "--non-persistent-global-ckpt-dir"
+NP_DIR_ARG = "non_persistent_global_ckpt_dir"  # its name in Megatron's arguments table
 
 
 @dataclass(frozen=True)
@@ -97,12 +99,18 @@ def non_persistent_type(args: Sequence[str]) -> str | None:
     return _option(args, "--non-persistent-ckpt-type")
 
 
+def custom_non_persistent_dir(args: Sequence[str]) -> str | None:
+    """`--non-persistent-global-ckpt-dir` of a command line (None: not given, or Megatron's "None")."""
+    given = _option(args, NP_DIR_FLAG)
+    return given if given and given != "None" else None
+
+
 def non_persistent_dir(args: Sequence[str], save_dir: Path) -> Path | None:
     """Where Megatron writes non-persistent global checkpoints for this command line; None
     without `--non-persistent-ckpt-type global`."""
     if non_persistent_type(args) != "global":
         return None
-    given = _option(args, "--non-persistent-global-ckpt-dir")
+    given = custom_non_persistent_dir(args)
     return Path(given) if given else save_dir / NON_PERSISTENT_SUBDIR
 
 
@@ -134,8 +142,11 @@ def fault_after_problem(fault_after: str, workload_args: Sequence[str]) -> str |
     return None
 
 
-def is_non_persistent_path(path: str) -> bool:
-    """A directory Megatron announced is the non-persistent global one (its default name)."""
+def is_non_persistent_path(path: str, custom: str | None = None) -> bool:
+    """A directory Megatron announced is the non-persistent global one: its default name, or
+    the start's `--non-persistent-global-ckpt-dir` (`custom`)."""
+    if custom and path.rstrip("/") == custom.rstrip("/"):
+        return True
     return Path(path.rstrip("/")).name == NON_PERSISTENT_SUBDIR or f"/{NON_PERSISTENT_SUBDIR}/" in path
 
 
@@ -149,24 +160,30 @@ class Commit:
     iteration: int
     tier: str
     cycle: int | None
-    line: ev.SaveCommitted
+    line: ev.AppEvent  # SaveCommitted; LocalSaveCommitted for the local tier
     how: str  # how the tier was told (the save announcement, the directory on disk)
     disk: ev.CheckpointOnDisk | None = None
 
 
-def tier_of_disk(disk: ev.CheckpointOnDisk | None) -> str | None:
+def tier_of_disk(disk: ev.CheckpointOnDisk | None, ck: ev.CheckpointState | None = None) -> str | None:
+    """The tier of an `iter_N` directory: the non-persistent one's when it lies in that tier's
+    directory (a custom one as history found it, else `non_persistent/`)."""
     if disk is None:
         return None
+    custom = ck.non_persistent_path if ck is not None else None
+    if custom and disk.rel.startswith(custom.rstrip("/") + "/"):
+        return NON_PERSISTENT
     return NON_PERSISTENT if f"/{NON_PERSISTENT_SUBDIR}/" in f"/{disk.rel}" else PERSISTENT
 
 
 def _tier_of(start: ev.AppStart, iteration: int, ck: ev.CheckpointState | None) -> tuple[str, str, ev.CheckpointOnDisk | None]:
     disk = on_disk(ck, iteration)
+    custom = start.arguments.get(NP_DIR_ARG) if start.arguments else None
     for e in start.events:
         if isinstance(e, (ev.SaveStarted, ev.SaveScheduled)) and e.iteration == iteration:
-            tier = NON_PERSISTENT if is_non_persistent_path(e.path) else PERSISTENT
+            tier = NON_PERSISTENT if is_non_persistent_path(e.path, custom) else PERSISTENT
             return tier, f"{e.src}", disk
-    found = tier_of_disk(disk)
+    found = tier_of_disk(disk, ck)
     if found is not None:
         return found, f"{disk.rel} on disk", disk
     return PERSISTENT, "no save announcement or directory tells otherwise", disk
@@ -178,9 +195,12 @@ def commits(tl: ev.Timeline, upto_cycle: int | None = None) -> list[Commit]:
     for start in tl.starts:
         if upto_cycle is not None and (start.cycle is None or start.cycle > upto_cycle):
             continue
-        for save in start.of(ev.SaveCommitted):
-            tier, how, disk = _tier_of(start, save.iteration, tl.checkpoints)
-            out.append(Commit(save.iteration, tier, start.cycle, save, how, disk))
+        for e in start.events:
+            if isinstance(e, ev.SaveCommitted):
+                tier, how, disk = _tier_of(start, e.iteration, tl.checkpoints)
+                out.append(Commit(e.iteration, tier, start.cycle, e, how, disk))
+            elif isinstance(e, ev.LocalSaveCommitted):
+                out.append(Commit(e.iteration, LOCAL, start.cycle, e, f"{e.src}"))
     return out
 
 
@@ -188,8 +208,8 @@ def on_disk(ck: ev.CheckpointState | None, iteration: int, tier: str | None = No
     """The `iter_N` directory of a tier (any tier when None; the persistent one first)."""
     if ck is None:
         return None
-    found = [c for c in ck.iterations if c.iteration == iteration and (tier is None or tier_of_disk(c) == tier)]
-    found.sort(key=lambda c: tier_of_disk(c) != PERSISTENT)
+    found = [c for c in ck.iterations if c.iteration == iteration and (tier is None or tier_of_disk(c, ck) == tier)]
+    found.sort(key=lambda c: tier_of_disk(c, ck) != PERSISTENT)
     return found[0] if found else None
 
 
@@ -198,7 +218,7 @@ def tier_of_iteration(tl: ev.Timeline, iteration: int, upto_cycle: int | None = 
     named = [c for c in commits(tl, upto_cycle) if c.iteration == iteration]
     if named:
         return named[-1].tier
-    return tier_of_disk(on_disk(tl.checkpoints, iteration)) or PERSISTENT
+    return tier_of_disk(on_disk(tl.checkpoints, iteration), tl.checkpoints) or PERSISTENT
 
 
 @dataclass(frozen=True)
@@ -211,14 +231,24 @@ class Load:
     np_older: ev.AppEvent | None  # Megatron's "non-persistent checkpoints are older" warning
 
 
+def local_type(start: ev.AppStart) -> bool:
+    """The start ran with `--non-persistent-ckpt-type local` (its arguments table says so)."""
+    args = start.arguments
+    return args is not None and args.get("non_persistent_ckpt_type") == "local"
+
+
 def loaded(start: ev.AppStart) -> Load | None:
-    """The tier and iteration a start loaded (None: no load line)."""
+    """The tier and iteration a start loaded (None: no load line). A local load prints no
+    announcement of its own: with `--non-persistent-ckpt-type local`, a `successfully loaded`
+    line without `loading distributed checkpoint` before it is the manager's load."""
     np_older = start.first(ev.NonPersistentOlder)
     began = start.first(ev.LoadStarted)
     done = start.first(ev.CheckpointLoaded)
     if began is None and done is None:
         return None
     tier = NON_PERSISTENT if isinstance(began, ev.NonPersistentLoadStarted) else PERSISTENT
+    if began is None and local_type(start):
+        tier = LOCAL
     iteration = done.iteration if done is not None else began.iteration
     return Load(tier, iteration, tuple(e for e in (began, done, np_older) if e is not None), np_older)
 
@@ -226,7 +256,7 @@ def loaded(start: ev.AppStart) -> Load | None:
 def tracker_of(ck: ev.CheckpointState, tier: str) -> tuple[str | None, ev.Src]:
     """The tracker text of a tier's directory and the evidence line naming it."""
     if tier == NON_PERSISTENT:
-        path = f"{ck.path}/{NON_PERSISTENT_SUBDIR}/{TRACKER_NAME}"
+        path = f"{ck.non_persistent_path or f'{ck.path}/{NON_PERSISTENT_SUBDIR}'}/{TRACKER_NAME}"
         text = ck.non_persistent_tracker
         return text, ev.Src(path, 0, text if text is not None else "missing")
     return ck.tracker, ck.tracker_src()
@@ -291,6 +321,164 @@ def naming(tl: ev.Timeline, tier: str) -> str:
     persistent ones (every verdict before tiers), "<tier> checkpoint" where tiers mix."""
     mixed = any(c.tier != PERSISTENT for c in commits(tl)) or tier != PERSISTENT
     return f"{tier} checkpoint" if mixed else "checkpoint"
+
+
+# ---------------------------------------------------------------- local checkpoints (NVRx LocalCheckpointManager)
+
+
+@dataclass(frozen=True)
+class LocalSaves:
+    """What the logs say about local checkpoints up to a cycle: the iterations whose save
+    was validated (NVRx's `Successfully saved local checkpoint`, or Megatron's own line,
+    which it prints only after NVRx's finalize passed), the failed ones, and who holds
+    which shard (NVRx's `Renaming ... to <dir>/iter_N_R_local.pt`, by the writing rank)."""
+
+    validated: dict[int, ev.AppEvent]
+    failed: dict[int, ev.LocalSaveFailed]
+    holders: dict[tuple[int, int], tuple[int, ...]]  # (iteration, owner) -> the ranks whose local dir holds it
+
+    @property
+    def newest(self) -> int | None:
+        return max(self.validated) if self.validated else None
+
+
+def local_saves(tl: ev.Timeline, upto_cycle: int | None = None) -> LocalSaves:
+    validated: dict[int, ev.AppEvent] = {}
+    failed: dict[int, ev.LocalSaveFailed] = {}
+    holders: dict[tuple[int, int], set[int]] = {}
+    for start in tl.starts:
+        if upto_cycle is not None and (start.cycle is None or start.cycle > upto_cycle):
+            continue
+        for e in start.events:
+            if isinstance(e, (ev.LocalSaveValidated, ev.LocalSaveCommitted)):
+                validated.setdefault(e.iteration, e)
+            elif isinstance(e, ev.LocalSaveFailed):
+                failed.setdefault(e.iteration, e)
+            elif isinstance(e, ev.LocalCopyWritten) and e.rank is not None:
+                holders.setdefault((e.iteration, e.owner), set()).add(e.rank)
+    for it in failed:  # a failed finalize is no validation, whatever else was printed
+        validated.pop(it, None)
+    return LocalSaves(validated, failed, {k: tuple(sorted(v)) for k, v in holders.items()})
+
+
+def has_local(tl: ev.Timeline) -> bool:
+    return any(local_type(s) or s.first(ev.LocalSaveCommitted) or s.first(ev.LocalSaveValidated) for s in tl.starts)
+
+
+def copies(start: ev.AppStart, iteration: int) -> list[tuple[int, int, ev.LocalCopyRead]]:
+    """(owner, reader, line) of every shard of `iteration` a start read from a local
+    directory (NVRx's DEBUG `Finish loading`): reader == owner is the rank's own copy; else
+    the reader held owner's replica and sent it (the retrieve plan)."""
+    return [(e.owner, e.rank, e) for e in start.of(ev.LocalCopyRead) if e.iteration == iteration and e.rank is not None]
+
+
+def describe_copies(found: list[tuple[int, int, ev.LocalCopyRead]]) -> str:
+    parts = []
+    for owner, reader, _e in sorted(found, key=lambda x: (x[0], x[1])):
+        parts.append(f"rank {owner}'s shard from its own copy" if owner == reader
+                     else f"rank {owner}'s shard from rank {reader}'s replica")
+    return "; ".join(parts)
+
+
+# ---------------------------------------------------------------- in-process restart (NVRx inprocess.Wrapper)
+
+INPROCESS_RESTARTED = "restart_ex"  # HealthCheckPassed: the Wrapper restarts the function in the same process
+INPROCESS_CAUGHT = "fn_ex"  # the wrapped function raised
+INPROCESS_GAVE_UP = ("exit_ex", "finalize_ex", "health_ex", "terminate_ex", "other_ex")
+
+
+@dataclass(frozen=True)
+class Inprocess:
+    """NVRx's in-process restarts in one start (a launcher cycle's processes): the Wrapper's
+    own lines, and Megatron's reload after the first restart."""
+
+    caught: tuple[ev.InprocessEvent, ...]
+    restarted: tuple[ev.InprocessEvent, ...]
+    gave_up: tuple[ev.InprocessEvent, ...]
+    reload: ev.CheckpointLoaded | None  # the first load after the first restart
+    reload_began: ev.LoadStarted | None
+    from_random: ev.StartedFromRandom | None  # Megatron found nothing to load after the restart
+    max_iterations: int | None  # --inprocess-max-iterations, from the arguments table
+
+    @property
+    def restarts(self) -> int:
+        """Restarts of the most restarted rank (the Wrapper's iteration count)."""
+        per: dict[int | None, int] = {}
+        for e in self.restarted:
+            per[e.wrapped_rank] = per.get(e.wrapped_rank, 0) + 1
+        return max(per.values(), default=0)
+
+
+def inprocess(start: ev.AppStart | None) -> Inprocess | None:
+    """The in-process restarts of a start, None when the Wrapper printed none of its lines."""
+    if start is None:
+        return None
+    lines = start.of(ev.InprocessEvent)
+    if not lines:
+        return None
+    restarted = [e for e in lines if e.name == INPROCESS_RESTARTED]
+    reload = began = random = None
+    if restarted:
+        after = False
+        for e in start.events:
+            if e is restarted[0]:
+                after = True
+            elif after and isinstance(e, ev.LoadStarted) and began is None:
+                began = e
+            elif after and isinstance(e, ev.StartedFromRandom) and random is None:
+                random = e
+            elif after and isinstance(e, ev.CheckpointLoaded):
+                reload = e
+                break
+    args = start.arguments
+    limit = args.get("inprocess_max_iterations") if args is not None else None
+    return Inprocess(tuple(e for e in lines if e.name == INPROCESS_CAUGHT), tuple(restarted),
+                     tuple(e for e in lines if e.name in INPROCESS_GAVE_UP), reload, began, random,
+                     int(limit) if limit is not None and str(limit).isdigit() else None)
+
+
+def after_restart(start: ev.AppStart, ip: Inprocess) -> ev.AppStart:
+    """The part of a start after the Wrapper's first restart, as a start of its own: what the
+    restarted function did (its reload, its saves, its end), in the same launcher cycle. Its
+    iteration summary is the start's last iteration (the restarted function's, since the start
+    ends with it); the first is unknown to the summary, so it is left unset."""
+    first = ip.restarted[0]
+    at = next(i for i, e in enumerate(start.events) if e is first)
+    events = start.events[at + 1:]
+    return ev.AppStart(index=start.index, cycle=start.cycle, source=start.source, events=tuple(events),
+                       first_iteration=None, last_iteration=start.last_iteration,
+                       bad_iterations=tuple(b for b in start.bad_iterations if first.ts is None or b.ts is None
+                                            or b.ts >= first.ts),
+                       saves_committed=sum(isinstance(e, ev.SaveCommitted) for e in events))
+
+
+@dataclass(frozen=True)
+class InprocessMilestones:
+    """The latency split's moments of an in-process restart, from the Wrapper's own UTC stamps:
+    the fault caught (`fn_ex`, the detection), the restart approved (`restart_ex`, the
+    processes are ready again: no launcher, no new workers), then the restarted function's
+    model built after its reload (the restore)."""
+
+    caught: ev.InprocessEvent | None
+    restarted: ev.InprocessEvent
+    built: ev.ModelBuilt | None
+
+
+def inprocess_milestones(start: ev.AppStart | None) -> InprocessMilestones | None:
+    ip = inprocess(start)
+    if start is None or ip is None or not ip.restarted:
+        return None
+    after = after_restart(start, ip)
+    return InprocessMilestones(ip.caught[0] if ip.caught else None, ip.restarted[0], after.first(ev.ModelBuilt))
+
+
+def fault_process_died(tl: ev.Timeline, cycle: int, pid: int | None) -> ev.LauncherEvent | None:
+    """The launcher's record that the injected process (its pid, from the marker) exited in
+    `cycle`: then whatever followed was a launcher restart, with new processes."""
+    if pid is None:
+        return None
+    return next((e for e in tl.launcher_events() if isinstance(e, ev.WorkerFailed) and e.pid == pid
+                 and e.cycle in (cycle, None)), None)
 
 
 # ---------------------------------------------------------------- what megatron-cpu cannot run

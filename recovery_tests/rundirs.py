@@ -105,6 +105,9 @@ class Scenario:
     # checkpoint save`), and the next iteration comes that much later; None: today's 5 ms inside the step
     save_stall_ms: int | None = None
     step_ms: int = STEP_MS  # one training iteration (an uninterrupted twin on a quieter machine is faster)
+    # the non-persistent tier in a directory of its own (--non-persistent-global-ckpt-dir, this
+    # name under the run directory) instead of checkpoints/non_persistent; the arguments table says so
+    np_dir: str | None = None
 
 
 @dataclass
@@ -172,6 +175,7 @@ class _Run:
         self.cycle_infos: list[dict] = []
         self.saves: dict[int, bool] = {}  # iteration -> committed
         self.np_saves: set[int] = set()  # the non-persistent tier's iterations
+        self.np_ckpt = root / s.np_dir if s.np_dir else self.ckpt / "non_persistent"
         self.times: dict[str, float] = {}
         self.facts: dict[str, int] = {}
         self.last = s.world - 1
@@ -303,6 +307,9 @@ class _Run:
             "save": self.ckpt, "save_interval": s.save_interval, "train_iters": s.train_iters,
             "use_distributed_optimizer": distributed, "world_size": s.world,
         }
+        if s.non_persistent_interval:
+            args["non_persistent_ckpt_type"] = "global"
+            args["non_persistent_global_ckpt_dir"] = self.np_ckpt if s.np_dir else None
         if s.world_after is not None:
             args["world_size"] = args["data_parallel_size"] = s.world if cycle == 0 else s.world_after
         for r in range(s.world):
@@ -324,7 +331,7 @@ class _Run:
             self.say(cycle, ms, 0, "    will not load any checkpoints and will start from random")
             return
         if self.s.non_persistent_interval and not self.np_saves:  # Megatron reads the tier's tracker first
-            self.say(cycle, ms - 5, 0, f"WARNING: could not find the metadata file {self.ckpt}/non_persistent/"
+            self.say(cycle, ms - 5, 0, f"WARNING: could not find the metadata file {self.np_ckpt}/"
                                        "latest_checkpointed_iteration.txt")
             self.say(cycle, ms - 4, 0, "    will not load any non-persistent checkpoint")
         if iteration in self.np_saves and self.s.load_tier != "persistent":
@@ -367,7 +374,7 @@ class _Run:
     def save(self, cycle: int, ms: int, it: int) -> None:
         to = self.ckpt
         if self.s.non_persistent_interval and it % self.s.save_interval:
-            to = self.ckpt / "non_persistent"
+            to = self.np_ckpt
             self.np_saves.add(it)
         self.say(cycle, ms, 0, f"{self.clock.megatron(ms)} saving checkpoint at iteration {it:7d} to {to} in torch_dist format")
         blocked = 5 if self.s.save_stall_ms is None else self.s.save_stall_ms
@@ -669,11 +676,11 @@ def _write_checkpoints(run: _Run) -> None:
     committed = [it for it, ok in run.saves.items() if ok and it not in run.np_saves]
     np_committed = [it for it, ok in run.saves.items() if ok and it in run.np_saves]
     if run.np_saves:
-        (run.ckpt / "non_persistent").mkdir(exist_ok=True)
+        run.np_ckpt.mkdir(exist_ok=True)
     if np_committed:
-        (run.ckpt / "non_persistent" / "latest_checkpointed_iteration.txt").write_text(str(max(np_committed)))
+        (run.np_ckpt / "latest_checkpointed_iteration.txt").write_text(str(max(np_committed)))
     for it in sorted(run.saves):
-        d = run.ckpt / ("non_persistent" if it in run.np_saves else "") / f"iter_{it:07d}"
+        d = (run.np_ckpt if it in run.np_saves else run.ckpt) / f"iter_{it:07d}"
         if d.exists():
             shutil.rmtree(d)
         shutil.copytree(_template(s.optimizer_in_checkpoints, _recorded_step(run, it), s.optimizer_record), d)

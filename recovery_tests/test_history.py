@@ -599,6 +599,22 @@ RULE_LINES = [
     ("0: Loading from a non-persistent checkpoint (non-persistent iter 12)", "NonPersistentLoadStarted"),
     ("0: WARNING: non-persistent checkpoints are older than persistent checkpoint", "NonPersistentOlder"),
     ("0: WARNING: could not find the metadata file /ckpt/latest_checkpointed_iteration.txt", "StartedFromRandom"),
+    # local checkpoints: Megatron's own line, then NVRx's LocalCheckpointManager (harness.tiers)
+    ("0:   [2026-11-29 17:32:10.000000] successfully saved local checkpoint from iteration      11",
+     "LocalSaveCommitted"),
+    ("1: INFO:root:Successfully saved local checkpoint from iteration 11", "LocalSaveValidated"),
+    ("0: nvidia_resiliency_ext.checkpointing.local.ckpt_managers.base_manager.CheckpointingException: Failure during "
+     "saving local checkpoint from iteration 2 (last valid iteration is -1)", "LocalSaveFailed"),
+    ("1: INFO:root:Renaming /nvme/ckpt/iter_0000011_0_local.dirty.pt to /nvme/ckpt/iter_0000011_0_local.pt",
+     "LocalCopyWritten"),
+    ("0: DEBUG:nvidia_resiliency_ext.checkpointing.local.ckpt_managers.base_manager:Finish loading (11, 1, '')",
+     "LocalCopyRead"),
+    ("1: INFO:root:File /nvme/ckpt/iter_0000011_1_local.pt does not exist!", "LocalCopyMissing"),
+    ("1: nvidia_resiliency_ext.checkpointing.local.replication.strategies.NoReplicasAvailableError: No replicated "
+     "copies for id=(11, 1, '') found!", "LocalCopyMissing"),
+    # NVRx's in-process Wrapper (inprocess/wrap.py, utils.log_exc)
+    ("1: 2026-11-29 17:32:04,200 [ERROR] [vm] [workload:1(1) infra:1(1)] wrap.py:582 [2026-11-29 16:32:04.200000] "
+     "rank=1 fn_ex: RuntimeError('boom')", "InprocessEvent"),
     ("0:  > using checkpoint value 0.0001 for learning rate", "SchedulerValueLoaded"),
     ("0: Overwriting old incomplete / corrupted checkpoint...", "SaveOverwrite"),
     ("0: INFO:megatron.core.optimizer.distrib_optimizer:Loading distributed optimizer sharded state of type "

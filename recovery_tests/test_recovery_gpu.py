@@ -101,10 +101,27 @@ def test_megatron_multinode(allocation_scenario, scenarios, record_property):
 
 # Megatron's non-persistent global tier on GPUs (harness.tiers, docs/tiers.md): the fault after
 # the newest commit of any tier (non-persistent 2 before persistent 5), restored from that tier.
-# In the GPU kit's script beside the single-node cases. Local checkpoints and in-process restart
-# are refused on megatron-cpu (tiers.CPU_REFUSALS, with Megatron's and NVRx's own error); on GPUs
-# they run through --workload-args until their criteria exist (docs/tiers.md, "the plan").
+# In the GPU kit's script beside the single-node cases, with the local tier and the in-process
+# restart below. Those two are refused on megatron-cpu (tiers.CPU_REFUSALS, with Megatron's and
+# NVRx's own error); recovery_tests/test_gpu_tier_plans.py holds their planned commands to
+# Megatron's own argument checks on any machine.
 TIER_ARGS = ("--non-persistent-ckpt-type", "global", "--non-persistent-save-interval", "2")
+
+
+def local_tier_args(local_dir: str, gpus: int) -> tuple[str, ...]:
+    """Megatron's local checkpoints every 3 iterations (persistent every 5) in NVRx's
+    LocalCheckpointManager; with two GPUs or more each rank's shard is replicated to a peer
+    (CliqueReplicationStrategy, factor 2), and NVRx's DEBUG lines say which copy each rank read."""
+    args = ("--non-persistent-ckpt-type", "local", "--non-persistent-local-ckpt-dir", local_dir,
+            "--non-persistent-save-interval", "3")
+    if gpus >= 2:
+        args += ("--replication", "--replication-factor", "2", "--replication-jump", "1", "--logging-level", "10")
+    return args
+
+
+# Megatron's wrapper around NVRx's inprocess.Wrapper (megatron/training/inprocess_restart.py);
+# the fault: an exception raised in the fault rank's training step, recovered in the same processes.
+INPROCESS_ARGS = ("--inprocess-restart", "--inprocess-max-iterations", "3")
 
 
 @pytest.mark.parametrize("check", CRITERIA_IDS)
@@ -115,3 +132,31 @@ def test_megatron_single_node_non_persistent_tier(check, gpu_env, gpu_options, s
     assert outcome.verdict.criterion(check).status == PASS, explain(outcome, check)
     if check == "optimizer_reload":
         assert "loaded non-persistent checkpoint 2" in outcome.verdict.criterion(check).detail
+
+
+@pytest.mark.parametrize("check", CRITERIA_IDS)
+def test_megatron_single_node_local_tier(check, gpu_env, gpu_options, scenarios, record_property, tmp_path_factory):
+    """A kill after persistent 5 (local every 3): Megatron restores the newest validated checkpoint
+    of either tier (local 6 when NVRx validated it before the kill), judged by optimizer_reload's
+    local rows (which copy each rank read, from whose local directory)."""
+    knobs, args = gpu_options
+    gpus = min(2, len(gpu_env.gpus))
+    local_dir = str(tmp_path_factory.getbasetemp() / "local-ckpt")
+    outcome = scenarios.outcome(megatron_scenario(gpu_env, "kill", (knobs, (*args, *local_tier_args(local_dir, gpus)))))
+    record_latency(record_property, outcome)
+    assert outcome.verdict.criterion(check).status == PASS, explain(outcome, check)
+
+
+@pytest.mark.parametrize("check", ("pre_fault_checkpoint", "replacement_cycle", "optimizer_reload"))
+def test_megatron_single_node_inprocess_restart(check, gpu_env, gpu_options, scenarios, record_property):
+    """An exception in the fault rank's step after checkpoint 5, recovered by NVRx's Wrapper in
+    the same processes (no new launcher cycle, the injected pid never reported failed), from
+    checkpoint 5, within --inprocess-max-iterations."""
+    knobs, args = gpu_options
+    outcome = scenarios.outcome(megatron_scenario(gpu_env, "exception", (knobs, (*args, *INPROCESS_ARGS))))
+    record_latency(record_property, outcome)
+    result = outcome.verdict.criterion(check)
+    assert result.status == PASS, explain(outcome, check)
+    if check == "replacement_cycle":
+        assert "in-process restart, not a launcher restart" in result.detail, explain(outcome, check)
+    assert outcome.verdict.qualified, explain(outcome, check)

@@ -141,3 +141,46 @@ def test_megatron_cpu_refuses_what_cpu_cannot_run_with_megatrons_own_error():
     assert any("Cowardly refusing to serialize non-leaf tensor" in p and "GPU" in p for p in problems), problems
     assert any("CUDA is not initialized" in p for p in problems), problems
     assert megatron_cpu.extra_arg_problems(("--non-persistent-ckpt-type", "global")) == []
+
+
+# ---------------------------------------------------------------- a custom --non-persistent-global-ckpt-dir
+
+
+def test_a_custom_non_persistent_directory_is_read_from_the_arguments_table(tmp_path):
+    """With `--non-persistent-global-ckpt-dir` Megatron saves, tracks and loads the tier there,
+    not under <save>/non_persistent: history must look there too, or K is "not on disk"."""
+    built = rundirs.build(tmp_path / "run", Scenario(save_interval=5, non_persistent_interval=3, fault_at=6,
+                                                     np_dir="np_ckpts"))
+    tl = read_history(built.run_dir)
+    assert tl.checkpoints.non_persistent_path == "np_ckpts"
+    assert tl.checkpoints.non_persistent_tracker is not None
+    assert tiers.tier_of_iteration(tl, 6) == tiers.NON_PERSISTENT
+    assert tiers.on_disk(tl.checkpoints, 6, tiers.NON_PERSISTENT).rel == "np_ckpts/iter_0000006"
+    results = _statuses(built.run_dir)
+    assert {cid: c.status for cid, c in results.items() if cid in CHECK_IDS} == dict.fromkeys(CHECK_IDS, PASS), \
+        [c.detail for c in results.values()]
+    assert any("np_ckpts/latest_checkpointed_iteration.txt" in e for e in results["pre_fault_checkpoint"].evidence)
+
+
+def test_an_older_tier_restore_names_the_custom_directory(tmp_path):
+    built = rundirs.build(tmp_path / "run", Scenario(save_interval=5, non_persistent_interval=3, fault_at=6,
+                                                     load_iteration=5, load_tier="persistent", np_dir="np_ckpts"))
+    reload = _statuses(built.run_dir)["optimizer_reload"]
+    assert reload.status == FAIL and reload.final, reload.detail
+    assert "older than non-persistent checkpoint 6 (np_ckpts/iter_0000006)" in reload.detail, reload.detail
+
+
+def test_a_missing_tracker_in_the_custom_directory_is_not_a_start_from_random(tmp_path):
+    built = rundirs.build(tmp_path / "run", Scenario(save_interval=5, non_persistent_interval=7, fault_at=5,
+                                                     np_dir="np_ckpts"))
+    tl = read_history(built.run_dir)
+    replacement = [s for s in tl.starts if s.cycle == 1][0]
+    assert replacement.first(ev.StartedFromRandom) is None
+    assert verify_run(built.run_dir).qualified
+
+
+def test_run_json_workload_arguments_name_the_custom_directory_when_no_table_does():
+    assert tiers.custom_non_persistent_dir(("--non-persistent-global-ckpt-dir", "/x/np")) == "/x/np"
+    assert tiers.custom_non_persistent_dir(("--non-persistent-global-ckpt-dir=None",)) is None
+    assert tiers.non_persistent_dir(("--non-persistent-ckpt-type", "global", "--non-persistent-global-ckpt-dir=/y"),
+                                    Path("/s")) == Path("/y")

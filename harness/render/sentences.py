@@ -135,6 +135,38 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("optimizer_reload", "resharded"): ("; resharded: the checkpoint saved by {before} ranks was loaded by {after}, "
                                         "with its optimizer state (optimizer_state and loss_continuity judge what that "
                                         "state holds)"),
+    # harness.tiers: local checkpoints (NVRx's LocalCheckpointManager)
+    ("optimizer_reload", "local_reloaded"): ("{who} loaded local checkpoint {loaded}, the newest committed at fault "
+                                             "time (NVRx validated its save){which}{missing}."),
+    ("optimizer_reload", "local_copies"): ": {copies}",
+    ("optimizer_reload", "local_copies_unlogged"): ("; which copy each rank read is not in the log (NVRx prints it "
+                                                    "at DEBUG only: --logging-level 10)"),
+    ("optimizer_reload", "local_missing"): ("; {n} shard file(s) were missing where NVRx first looked, so they "
+                                            "came from replicas"),
+    ("optimizer_reload", "local_unvalidated"): ("{who} loaded local checkpoint {loaded}, whose save NVRx never "
+                                                "validated: {why}{held}; a replica or shard of an unfinished save may "
+                                                "be incomplete or inconsistent across ranks (Megatron-LM #5281)."),
+    ("optimizer_reload", "local_failed"): ("its finalize said 'Failure during saving local checkpoint from iteration "
+                                           "{loaded} (last valid iteration is {last_valid})'"),
+    ("optimizer_reload", "local_never_validated"): ("no 'Successfully saved local checkpoint from iteration {loaded}' "
+                                                    "(NVRx) nor Megatron's 'successfully saved local checkpoint' line "
+                                                    "came before the fault"),
+    # harness.tiers: NVRx's in-process Wrapper
+    ("optimizer_reload", "who_inprocess"): "The restarted function (in-process restart in cycle {cycle})",
+    ("optimizer_reload", "inprocess_reloaded"): ("{who} loaded checkpoint {loaded}, the latest committed at fault "
+                                                 "time, after {restarts} in-process restart(s)."),
+    ("optimizer_reload", "inprocess_from_start"): ("{who} started over from iteration {loaded} instead of loading "
+                                                   "checkpoint {expected}: an in-process restart that restarts training "
+                                                   "from the beginning loses all work (Megatron-LM #2774); check that "
+                                                   "the restarted function loads --load."),
+    ("optimizer_reload", "inprocess_other"): ("{who} loaded checkpoint {loaded}, {which} one than {expected}, the "
+                                              "latest committed at fault time."),
+    ("optimizer_reload", "inprocess_no_reload"): ("NVRx's Wrapper restarted in cycle {cycle}, but Megatron printed no "
+                                                  "checkpoint load after the restart, so nothing shows what it "
+                                                  "resumed from."),
+    ("optimizer_reload", "inprocess_over_limit"): ("NVRx's Wrapper restarted {restarts} times in cycle {cycle}, past "
+                                                   "--inprocess-max-iterations {limit}: the retry limit did not hold "
+                                                   "(Megatron-Bridge PR #5755)."),
     ("optimizer_reload", "older_tier"): ("{who} restored {restored}, older than {newest}, the newest committed at "
                                          "fault time{said}: the loader chose an older checkpoint tier than the newest "
                                          "committed one, so the work since then is lost; check that --load, "
@@ -326,6 +358,16 @@ SENTENCES: dict[tuple[str, str], str] = {
                                                 "precede its fault, so the clocks or the UTC offset ({offset} s, "
                                                 "{offset_how}) do not match, or the marker is not this run's."),
     ("replacement_cycle", "shrank_allowed"): "; the job shrank, as its --nnodes {min}:{max} allows: {change}",
+    # harness.tiers: NVRx's in-process Wrapper
+    ("replacement_cycle", "in_process"): ("NVRx's in-process Wrapper recovered the fault inside the same processes: "
+                                          "{caught}it restarted {restarts} time(s) ('restart_ex: HealthCheckPassed') "
+                                          "with no new launcher cycle after cycle {failed_cycle}, and the launcher "
+                                          "never reported the injected worker (pid {pid}) failed: an in-process "
+                                          "restart, not a launcher restart."),
+    ("replacement_cycle", "inprocess_caught"): "rank {who}'s step raised ({text}), ",
+    ("replacement_cycle", "inprocess_then_launcher"): (" (NVRx's in-process Wrapper did not recover it first: rank "
+                                                       "{who}'s '{name}: {text}'; so this is a launcher restart, "
+                                                       "with new processes)"),
     ("replacement_cycle", "restarted"): ("The launcher recorded the failure of cycle {failed_cycle}{how} and started "
                                          "replacement workers in {replacement}{nodes}{shrink}."),
     # replacement_cycle, merged over several episodes that all passed
