@@ -85,8 +85,7 @@ def scenario_deadline(spec: RunSpec) -> float:
         running = [v for name, v in sections.items() if name != "setup"] + [spec.out_of_section_timeout]
         kind = FAULT_KINDS.get(spec.fault)
         worst = max(running) if kind is not None and kind.monitor_detects else 0.0
-        check = spec.workload_check_interval if spec.workload_check_interval is not None else 5.0  # NVRx's default
-        total += episodes * (worst + check + RESTART_ALLOWANCE_S)
+        total += episodes * (worst + nvrx.check_interval(spec.workload_check_interval) + RESTART_ALLOWANCE_S)
     return total
 
 
