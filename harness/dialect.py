@@ -74,6 +74,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "seconds": (0.0, 1e9),  # timeouts and elapsed times
     "megabytes": (0.0, 1e12),  # memory reports
     "loss": (-1e300, 1e300),  # a finite loss (NaN and inf read as no value)
+    "record": (-(1 << 53), 1 << 53),  # any number a JSON record (run.json, verdict.json, ...) holds: bigger is damage
 }
 _MAX_DIGITS = 24  # longer than any bound above: never handed to int() (whose limit is 4300 digits)
 
@@ -94,13 +95,23 @@ def number(text: str | bytes | None, quantity: str) -> int | None:
     return value if low <= value <= high else None
 
 
-def record_number(value: object, quantity: str) -> int | None:
-    """A whole number of a JSON record (an int, not a bool, not a string) within
-    BOUNDS[quantity]; None otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int):
+def record_number(value: object, quantity: str, *, fraction: bool = False, digits: bool = False) -> int | float | None:
+    """The one reader of a JSON record's numbers: a whole number (an int, not a bool) within
+    BOUNDS[quantity]; None otherwise. `fraction`: a finite float is a value too (NaN and inf
+    are not); `digits`: so is a string of at most 16 decimal digits, optionally after `-`
+    (records that write numbers as text)."""
+    if isinstance(value, bool):
+        return None
+    if digits and isinstance(value, str):
+        text = value.strip()
+        body = text[1:] if text[:1] == "-" else text
+        if not (body.isascii() and body.isdigit() and len(body) <= 16):
+            return None
+        value = int(text)
+    if not isinstance(value, int) and not (fraction and isinstance(value, float)):
         return None
     low, high = BOUNDS[quantity]
-    return value if low <= value <= high else None
+    return value if low <= value <= high else None  # NaN fails both comparisons
 
 
 def decimal(text: str | bytes | None, quantity: str) -> float | None:

@@ -35,7 +35,7 @@ from harness.dialect import CYCLE_INFO_RE as _CYCLE_INFO_RE
 from harness.dialect import MAX_UTC_OFFSET_S, RunDirError, check_readable_dir, parse_iso_utc, utc_offset_problem
 from harness.dialect import HEARTBEAT_MISSED_RE, OUT_OF_SECTION_RE, SECTION_TIMEOUT_RE
 from harness.dialect import PROFILING_RE, RANKMON_RE, RENDEZVOUS_JOINED_RE, WORKER_FAILED_RE, WORKLOAD_RE
-from harness.dialect import LogClock, decimal, megatron_datetime, number, read_line
+from harness.dialect import LogClock, decimal, megatron_datetime, number, read_line, record_number
 from harness.dialect import classify_logs as _classify_logs
 from harness.dialect import epoch as _epoch
 from harness.dialect import strip_prefix as _strip_prefix
@@ -1840,22 +1840,9 @@ def _deadlines(spec: dict) -> tuple[str | None, tuple[tuple[str, float], ...]]:
     return profile, tuple(out)
 
 
-MAX_INT = 1 << 53  # any count, rank, pid or iteration of a real run is far below; bigger is damage
-
-
 def _int(value: object) -> int | None:
-    """An integer of a JSON record, or None when it is missing or not a plausible one."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        text = value.strip()
-        digits = text[1:] if text[:1] == "-" else text
-        if not (digits.isascii() and digits.isdigit() and len(digits) <= 16):
-            return None
-        value = int(text)
-    if isinstance(value, int) and -MAX_INT <= value <= MAX_INT:
-        return value
-    return None
+    """An integer of a JSON record, or None when it is missing or not a plausible one (dialect.record_number)."""
+    return record_number(value, "record", digits=True)  # type: ignore[return-value]
 
 
 def _str(value: object) -> str | None:
