@@ -374,6 +374,12 @@ class DiagnosticEvent(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TracebackStarted(DiagnosticEvent):
+    """`Traceback (most recent call last):` ending a line: a Python traceback opens (triage
+    reassembles its frames and exception lines, per writing process)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class CollectiveFailed(DiagnosticEvent):
     """An NCCL error line (watchdog timeout, communicator aborted, ncclXxxError, c10::DistBackendError);
     `weak`: only an `NCCL WARN`."""

@@ -342,6 +342,7 @@ RULES: tuple[LineRule, ...] = (
     _rule("Agent", r"Agent", ev.LauncherEvent, _agent),
     _rule("progress", r"detected no progress across restarts|EARLY TERMINATION", ev.NoProgressStop, _no_progress),
     # failure lines, read for triage only (events.DiagnosticEvent): each is tried on every line it reads
+    _rule("Traceback (most recent call last):", r"Traceback \(most recent call last\):\s*$", ev.TracebackStarted),
     _rule("NCCL", r"Watchdog caught|watchdog thread terminated|communicator was aborted|nccl\w+Error|NCCL error|"
           r"DistBackendError|Some NCCL operations|NCCL WARN", ev.CollectiveFailed, _collective,
           alternatives=("nccl", "DistBackendError")),
@@ -392,11 +393,25 @@ def match_rule(body: str) -> tuple[LineRule, re.Match] | tuple[None, None]:
     return None, None
 
 
+# every keyword and alternative of the failure-line rules: the screen of each line triage reads
+_DIAGNOSTIC_SCREEN = re.compile("|".join(dict.fromkeys(re.escape(k) for r in DIAGNOSTIC_RULES
+                                                       for k in (r.keyword, *r.alternatives))))
+_DIAGNOSTIC_NEEDLES = tuple((r, (r.keyword, *r.alternatives)) for r in DIAGNOSTIC_RULES)
+
+
 def diagnostic_matches(body: str) -> list[tuple[LineRule, re.Match]]:
     """Every failure-line rule (DIAGNOSTIC_RULES) that takes the line `body`, in table order:
     triage reads each line for all of them (one line may say an NCCL error and be a failure sign)."""
-    return [(rule, m) for rule in DIAGNOSTIC_RULES
-            if (rule.keyword in body or any(k in body for k in rule.alternatives)) and (m := rule.pattern.search(body))]
+    if not _DIAGNOSTIC_SCREEN.search(body):  # most lines: one pass in C
+        return []
+    out = []
+    for rule, needles in _DIAGNOSTIC_NEEDLES:
+        for needle in needles:
+            if needle in body:
+                if m := rule.pattern.search(body):
+                    out.append((rule, m))
+                break
+    return out
 
 
 def _keywords(rules: tuple[LineRule, ...]) -> tuple[bytes, ...]:

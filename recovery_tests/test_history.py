@@ -629,6 +629,7 @@ RULE_LINES = [
     ("[2026-11-29 17:33:05,000] [INFO] Agent .run() is OK. No failures in the result.", "LauncherSucceeded"),
     ("[2026-11-29 17:33:05,000] [ERROR] EARLY TERMINATION: detected no progress across restarts", "NoProgressStop"),
     # failure lines, read for triage only (events.DiagnosticEvent)
+    ("[rank3]: Traceback (most recent call last):", "TracebackStarted"),
     ("[rank1]:[E1129 16:42:11.123456789 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation "
      "timeout: WorkNCCL(SeqNum=1873, OpType=ALLREDUCE) ran for 600083 milliseconds before timing out.",
      "CollectiveFailed"),

@@ -78,6 +78,7 @@ def _triage_patterns() -> list[tuple[str, str]]:
 # one line of each one-line kind only history.RULES may read (NCCL wording and torch elastic's
 # ChildFailedError also classify a traceback's exception, so their lines are not listed)
 ONE_LINE_KINDS = {
+    "TracebackStarted": "[rank3]: Traceback (most recent call last):",
     "TaskExited": "srun: error: node-2: task 5: Exited with exit code 1",
     "HostOomKilled": "slurmstepd: error: Detected 1 oom_kill event in StepId=4242.0.",
     "StepCancelled": "slurmstepd: error: *** STEP 4242.0 ON node-1 CANCELLED AT 2026-11-29T16:50:00 DUE TO TIME LIMIT ***",

@@ -132,12 +132,13 @@ class _TracebackBuilder:
         self._state = "idle"  # idle | frames | after_exception | chain
         self._blank = 0
 
-    def feed(self, line: LogLine, text: str | None = None) -> list[_Traceback]:
+    def feed(self, line: LogLine, opens: bool, text: str | None = None) -> list[_Traceback]:
+        """`opens`: the line opens a traceback (history.RULES made a TracebackStarted of it)."""
         text = line.body if text is None else text
         done: list[_Traceback] = []
         stripped = text.strip()
         if self._state == "idle":
-            if stripped.endswith(_TB_START):
+            if opens:
                 self._start(line, text)
             return done
         if self._state in ("after_exception", "chain"):
@@ -149,18 +150,18 @@ class _TracebackBuilder:
             if stripped in _CHAIN_MARKERS:
                 self._state = "chain"
                 return done
-            if self._state == "chain" and stripped.endswith(_TB_START):
+            if self._state == "chain" and opens:
                 self._state = "frames"
                 return done
             done.append(self._finish())
-            if stripped.endswith(_TB_START):
+            if opens:
                 self._start(line, text)
             return done
         # frames
         assert self.current is not None
         if not stripped:
             return done
-        if stripped.endswith(_TB_START):  # the previous one was cut off
+        if opens:  # the previous one was cut off
             done.append(self._finish())
             self._start(line, text)
             return done
@@ -406,8 +407,8 @@ class _SummaryParser:
         self._section: str | None = None  # None: not inside a block
         self._entry: _SummaryEntry | None = None
 
-    def feed(self, line: LogLine) -> bool:
-        """True when the line belongs to a block (and is consumed)."""
+    def feed(self, line: LogLine, opens: bool) -> bool:
+        """True when the line belongs to a block (and is consumed); `opens`: it opens a traceback."""
         text = line.body
         stripped = text.strip()
         if stripped == "Failures:" or stripped.startswith("Root Cause (first observed failure)"):
@@ -432,7 +433,7 @@ class _SummaryParser:
             self._section = None
             return False
         if entry.builder is not None:
-            entry.tracebacks.extend(entry.builder.feed(line))
+            entry.tracebacks.extend(entry.builder.feed(line, opens))
             return True
         match = _SUMMARY_FIELD.match(text)
         if not match:
@@ -441,9 +442,9 @@ class _SummaryParser:
             return False
         name, value = match.group(1), match.group(2).strip()
         entry.fields[name] = value
-        if name == "traceback" and value.startswith(_TB_START):
+        if name == "traceback" and opens:  # `traceback : Traceback (most recent call last):`
             entry.builder = _TracebackBuilder(base=len(text) - len(text.lstrip()))
-            entry.builder.feed(line, _TB_START)
+            entry.builder.feed(line, True, _TB_START)
         return True
 
     def close(self) -> None:
@@ -540,13 +541,15 @@ class _Scanner:
                         tb.time = line.time
                     stream.waiting.clear()
 
-            if summary.feed(line):
+            failures = self._failure_events(history, line)
+            opens = bool(failures) and any(isinstance(e, ev_types.TracebackStarted) for e in failures)
+            if summary.feed(line, opens):
                 continue
-            for tb in stream.builder.feed(line):
+            for tb in stream.builder.feed(line, opens):
                 self._keep_traceback(tb, stream, file_rank)
             if stream.builder.current is not None and stream.builder.current.start is line:
                 stream.builder.current.time = self._stream_time(stream)
-            self._line_events(line, stream, file_rank, history, launcher, at)
+            self._line_events(line, stream, file_rank, failures, launcher, at)
         for stream in streams.values():
             for tb in stream.builder.close():
                 self._keep_traceback(tb, stream, file_rank)
@@ -634,9 +637,11 @@ class _Scanner:
         cycle, local, _ = self._file_identity(rel)
         builder = _TracebackBuilder()
         found: list[_Traceback] = []
+        history = LogParser(rel, split_starts=False)
         for lineno, text in enumerate(callstack.splitlines(), start=1):
             line = LogLine(rel, lineno, text, text, None, local, (), None, cycle=cycle)
-            found.extend(builder.feed(line))
+            opens = any(isinstance(e, ev_types.TracebackStarted) for e in self._failure_events(history, line))
+            found.extend(builder.feed(line, opens))
         found.extend(builder.close())
         for tb in found:
             tb.time, tb.source, tb.local_rank = when, "error-file", local
@@ -675,15 +680,20 @@ class _Scanner:
         src = Src(line.file, line.lineno, "")
         return history.events_of(rule, m, text, src, line.rank), m.start()  # type: ignore[return-value]
 
-    def _line_events(self, line: LogLine, stream: _Stream, file_rank: int, history: LogParser,
+    @staticmethod
+    def _failure_events(history: LogParser, line: LogLine) -> list[ev_types.Event]:
+        """The events history's failure-line rules (events.DiagnosticEvent) make of this line."""
+        text = line.body
+        matches = diagnostic_matches(text)
+        return [event for rule, m in matches
+                for event in history.events_of(rule, m, text, Src(line.file, line.lineno, ""), line.rank)] if matches else []
+
+    def _line_events(self, line: LogLine, stream: _Stream, file_rank: int, diagnostic: list[ev_types.Event],
                      launcher: tuple[ev_types.LauncherEvent, ...] = (), at: int = 0) -> None:
         """The fold: the line's events (history's launcher rules, then its failure-line rules,
         events.DiagnosticEvent) into triage's records."""
         text = line.body
         when = self._stream_time(stream)
-        diagnostic: list[ev_types.Event] = []
-        for rule, m in diagnostic_matches(text):
-            diagnostic.extend(history.events_of(rule, m, text, Src(line.file, line.lineno, ""), line.rank))
         for event in diagnostic:  # a collective's error first (as the line is read: before its launcher's word)
             if isinstance(event, ev_types.CollectiveFailed):
                 rank = line.rank if line.rank is not None else event.named_rank
