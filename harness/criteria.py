@@ -208,7 +208,8 @@ def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
         return found(FAIL, "impossible_marker", [inj], problem=inj.problem)
     outside = _outside_the_run(tl, inj)
     if outside:
-        return found(FAIL, "outside_the_run", [inj, tl.launch.src] if tl.launch is not None else [inj], when=outside)
+        return found(FAIL, "outside_the_run", [inj, tl.launch.src] if tl.launch is not None else [inj],
+                     when=sentence(cid, *outside))
     in_save = inj.fault_at == "in-save"
     k = committed_before(inj)
     if in_save and (k is None or inj.iteration is None):
@@ -277,31 +278,34 @@ def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
 CLOCK_SLACK_S = 60.0  # clocks of one cluster agree far better; more is a marker of another run or a broken clock
 
 
-def _outside_the_run(tl: Timeline, inj: ev.Injection) -> str | None:
-    """Where the marker's time falls outside the launch (launch.json's start..end), or None."""
+def _outside_the_run(tl: Timeline, inj: ev.Injection) -> tuple[str, dict[str, object]] | None:
+    """Where the marker's time falls outside the launch (launch.json's start..end): the reason
+    and its facts (render.sentences), or None."""
     t = tl.utc(inj)
     launch = tl.launch
     if t is None or launch is None:
         return None
     if launch.started_at is not None and t < launch.started_at - CLOCK_SLACK_S:
-        return f"{iso_utc(t)}, {launch.started_at - t:.0f} s before the launch started ({iso_utc(launch.started_at)})"
+        return "before_launch", {"at": iso_utc(t), "gap": f"{launch.started_at - t:.0f}",
+                                 "launch": iso_utc(launch.started_at)}
     if launch.ended_at is not None and t > launch.ended_at + CLOCK_SLACK_S:
-        return f"{iso_utc(t)}, {t - launch.ended_at:.0f} s after the launch ended ({iso_utc(launch.ended_at)})"
+        return "after_launch", {"at": iso_utc(t), "gap": f"{t - launch.ended_at:.0f}", "launch": iso_utc(launch.ended_at)}
     return None
 
 
 def _before_the_injection(tl: Timeline, ep: Episode, fails: Sequence[ev.LauncherEvent]) -> str | None:
-    """A recovery step stamped before the episode's injection: what and when, or None."""
+    """A recovery step stamped before the episode's injection: what and when (rendered), or None."""
     injected = tl.utc(ep.marker)
     if injected is None or tl.offset_how.startswith("assumed"):
         return None
     first = ep.replacement.first_iteration if ep.replacement is not None else None
-    for what, e in (("the failure of the injected cycle", min(fails, key=lambda f: tl.utc(f) or float("inf"),
-                                                              default=None)),
-                    ("the replacement's first iteration", first)):
+    for step, e in (("early_failure", min(fails, key=lambda f: tl.utc(f) or float("inf"), default=None)),
+                    ("early_first_iteration", first)):
         t = tl.utc(e)
         if t is not None and t < injected - 1.0:
-            return f"{what} is stamped {iso_utc(t)}, {injected - t:.1f} s before the injection at {iso_utc(injected)}"
+            return sentence("replacement_cycle", "stamped_early", {
+                "what": sentence("replacement_cycle", step, {}), "at": iso_utc(t), "gap": f"{injected - t:.1f}",
+                "injected": iso_utc(injected)})
     return None
 
 
@@ -338,9 +342,11 @@ class WorldChange:
         return self.after < self.before
 
     def text(self) -> str:
-        dp = lambda d: f" (DP {d})" if d is not None else ""  # noqa: E731
-        return (f"world size {self.before}{dp(self.dp_before)} in cycle {self.failed}, {self.after}"
-                f"{dp(self.dp_after)} in cycle {self.replacement} (Megatron's arguments)")
+        """The change, rendered from its facts (render.sentences)."""
+        dp = {side: sentence("*", "dp", {"dp": d}) if d is not None else ""
+              for side, d in (("dp_before", self.dp_before), ("dp_after", self.dp_after))}
+        return sentence("*", "world_change", {"before": self.before, "after": self.after, "failed": self.failed,
+                                              "replacement": self.replacement, **dp})
 
     def allowed(self, tl: Timeline) -> bool:
         """The plan let the job shrink this far: --nnodes MIN:MAX, MIN nodes' worth of ranks or more."""
@@ -516,10 +522,10 @@ def _replacement_cycles_all_passed(j: Judging, passed: Sequence[CriterionResult]
 def _exit_meaning(code: int) -> str:
     if code < 0:
         try:
-            return f"killed by {signal.Signals(-code).name}"
+            return sentence("*", "killed_by", {"signal": signal.Signals(-code).name})
         except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit status {code}"
+            return sentence("*", "killed_by_number", {"number": -code})
+    return sentence("*", "exit_status", {"code": code})
 
 
 def _fault_rank_exit(kind, inj: ev.Injection, fails: Sequence[ev.Event]) -> tuple[dict[str, object] | None, str, list]:
@@ -532,14 +538,15 @@ def _fault_rank_exit(kind, inj: ev.Injection, fails: Sequence[ev.Event]) -> tupl
         return None, "", []
     code = mine[0].exitcode
     facts = {"rank": inj.rank, "pid": inj.pid, "code": code, "meaning": _exit_meaning(code), "kind": kind.name,
-             "wanted": " or ".join(f"{c} ({_exit_meaning(c)})" for c in kind.exit_codes)}
+             "wanted": " or ".join(sentence("*", "code_meaning", {"code": c, "meaning": _exit_meaning(c)})
+                                   for c in kind.exit_codes)}
     if code not in kind.exit_codes:
         return {"reason": "died_otherwise", **facts}, "", [mine[0]]
     return None, sentence("replacement_cycle", "how_exit_code", facts), [mine[0]]
 
 
 def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement: int,
-                      fails: Sequence[ev.Event], change: "WorldChange | None" = None) -> tuple[str, str, list]:
+                      fails: Sequence[ev.Event], change: WorldChange | None = None) -> tuple[str, str, list]:
     """For a lost node: (status, text, cycle records). The lost node is the marker's host; the
     cycle records (NVRx >= 0.6) name the nodes each cycle ran on."""
     from harness.slurm import expand_hostlist
@@ -558,33 +565,33 @@ def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement:
         by_joins = _node_replacement_by_joins(tl, inj, failed, replacement, fails)
         if by_joins is not None:
             return by_joins
+    facts: dict[str, object] = {"lost": lost, "rank": inj.rank, "failed": failed, "replacement": replacement}
+
+    def said(status: str, reason: str, **values: object) -> tuple[str, str, list]:
+        return status, sentence("replacement_cycle", reason, {**facts, **values}), infos
+
     if before is None or after is None or not lost:
-        missing = "the injection marker names no host" if not lost else (
-            f"no cycle record (cycle_infos/, NVRx >= 0.6) names the nodes of cycle "
-            f"{failed if before is None else replacement}")
-        return UNKNOWN, f"{missing}, so the lost and the replacing node cannot be named", infos
+        if not lost:
+            return said(UNKNOWN, "node_no_host")
+        return said(UNKNOWN, "node_no_record", cycle=failed if before is None else replacement)
     was, now = expand_hostlist(before.active_nodes or ""), expand_hostlist(after.active_nodes or "")
     if not was or not now:
-        return UNKNOWN, (f"the cycle records' active nodes ({before.active_nodes!r}, {after.active_nodes!r}) are not "
-                         "host lists, so the replacing node cannot be named"), infos
+        return said(UNKNOWN, "node_not_host_lists", was=repr(before.active_nodes), now=repr(after.active_nodes))
     if lost in now:
-        return FAIL, (f"the lost node {lost} is still active in cycle {replacement} ({after.active_nodes}): the node "
-                      "was not lost"), infos
+        return said(FAIL, "node_still_active", active=after.active_nodes)
     promoted = [n for n in now if n not in was]
     if lost not in was:
-        return FAIL, (f"the lost node {lost} is not among the nodes of cycle {failed} ({before.active_nodes}): the "
-                      "fault did not hit an active node"), infos
+        return said(FAIL, "node_not_active", active=before.active_nodes)
+    facts.update(was=", ".join(was), now=", ".join(now), promoted=", ".join(promoted))
     if (len(now) < len(was) and not promoted and change is not None and change.allowed(tl)
             and tl.run.min_nnodes is not None and len(now) >= tl.run.min_nnodes):
-        return PASS, (f"; node {lost} (rank {inj.rank}) was lost and the job shrank: cycle {replacement} runs on "
-                      f"{', '.join(now)} alone, {len(now)} of {len(was)} node(s), as --nnodes {tl.run.min_nnodes}:"
-                      f"{tl.run.nnodes} allows; {change.text()}"), infos
+        return said(PASS, "node_lost_shrank", n_now=len(now), n_was=len(was), min=tl.run.min_nnodes,
+                    max=tl.run.nnodes, change=change.text())
     if len(now) < len(was) or not promoted:
-        shrank = f" (the job shrank: {change.text()})" if change is not None and change.shrank else ""
-        return FAIL, (f"cycle {replacement} runs on {', '.join(now)}, fewer nodes than cycle {failed} "
-                      f"({', '.join(was)}): no standby node replaced {lost}{shrank}"), infos
-    return PASS, (f"; node {lost} (rank {inj.rank}) was lost and cycle {replacement} runs on {', '.join(now)}: "
-                  f"standby {', '.join(promoted)} took its place"), infos
+        shrank = sentence("replacement_cycle", "node_job_shrank", {"change": change.text()}) \
+            if change is not None and change.shrank else ""
+        return said(FAIL, "node_not_replaced", shrank=shrank)
+    return said(PASS, "node_replaced")
 
 
 def _node_replacement_by_joins(tl: Timeline, inj: ev.Injection, failed: int, replacement: int,
@@ -606,15 +613,14 @@ def _node_replacement_by_joins(tl: Timeline, inj: ev.Injection, failed: int, rep
     if not was or not now or len(lost) != 1:
         return None
     lost_id, evidence = lost[0], [*before[:1], *after[:2]]
-    if lost_id in now:
-        return FAIL, (f"the lost node {lost_id} joined the rendezvous again after the failure of cycle {failed}: the "
-                      "node was not lost"), evidence
     promoted = [n for n in now if n not in was]
+    facts = {"lost": lost_id, "rank": inj.rank, "failed": failed, "replacement": replacement, "was": ", ".join(was),
+             "now": ", ".join(now), "promoted": ", ".join(promoted)}
+    if lost_id in now:
+        return FAIL, sentence("replacement_cycle", "node_joined_again", facts), evidence
     if len(now) < len(was) or not promoted:
-        return FAIL, (f"only {', '.join(now)} joined the rendezvous after the failure of cycle {failed}, fewer nodes "
-                      f"than before ({', '.join(was)}): no standby node replaced {lost_id}"), evidence
-    return PASS, (f"; node {lost_id} (rank {inj.rank}'s launcher) was lost and cycle {replacement} runs on "
-                  f"{', '.join(now)}: standby {', '.join(promoted)} took its place"), evidence
+        return FAIL, sentence("replacement_cycle", "node_joins_fewer", facts), evidence
+    return PASS, sentence("replacement_cycle", "node_replaced_by_joins", facts), evidence
 
 
 def _node_pid(node_id: str) -> int | None:

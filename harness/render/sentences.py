@@ -21,6 +21,14 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("*", "superseded"): "Superseded: {why}.",
     ("*", "no_usable_baseline"): "No usable baseline: {problem}.",
     ("*", "crashed"): "The checker failed: {error}",
+    # fragments several checks share: a world change, how a process ended
+    ("*", "world_change"): ("world size {before}{dp_before} in cycle {failed}, {after}{dp_after} in cycle {replacement} "
+                            "(Megatron's arguments)"),
+    ("*", "dp"): " (DP {dp})",
+    ("*", "killed_by"): "killed by {signal}",
+    ("*", "killed_by_number"): "killed by signal {number}",
+    ("*", "exit_status"): "exit status {code}",
+    ("*", "code_meaning"): "{code} ({meaning})",
     # pre_fault_checkpoint
     ("pre_fault_checkpoint", "never_injected"): (
         "The {fault} fault was requested ({fault_how}) but never injected: there is no fault_injected.json.{nemesis} "
@@ -33,6 +41,8 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("pre_fault_checkpoint", "outside_the_run"): ("{marker} says the fault was injected at {when}: the marker is not "
                                                   "this run's (copied from another run?) or a clock is wrong; rerun "
                                                   "with a new run id."),
+    ("pre_fault_checkpoint", "before_launch"): "{at}, {gap} s before the launch started ({launch})",
+    ("pre_fault_checkpoint", "after_launch"): "{at}, {gap} s after the launch ended ({launch})",
     ("pre_fault_checkpoint", "in_save_incomplete"): ("The in-save marker does not record both the committed checkpoint "
                                                      "(committed_iteration) and the save in flight (iteration): it is "
                                                      "damaged; rerun with a new run id."),
@@ -319,6 +329,35 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("replacement_cycle", "world_changed"): ("the job {way}: {change}, and {allowed}; a replacement must run the world "
                                              "the checkpoint was trained on, or the plan must allow the change"),
     ("replacement_cycle", "node_text"): "{text}",
+    # the nodes of a node fault's cycles (cycle records, else the rendezvous lines' node ids)
+    ("replacement_cycle", "node_no_host"): ("the injection marker names no host, so the lost and the replacing node "
+                                            "cannot be named"),
+    ("replacement_cycle", "node_no_record"): ("no cycle record (cycle_infos/, NVRx >= 0.6) names the nodes of cycle "
+                                              "{cycle}, so the lost and the replacing node cannot be named"),
+    ("replacement_cycle", "node_not_host_lists"): ("the cycle records' active nodes ({was}, {now}) are not host lists, "
+                                                   "so the replacing node cannot be named"),
+    ("replacement_cycle", "node_still_active"): ("the lost node {lost} is still active in cycle {replacement} ({active}): "
+                                                 "the node was not lost"),
+    ("replacement_cycle", "node_not_active"): ("the lost node {lost} is not among the nodes of cycle {failed} ({active}): "
+                                               "the fault did not hit an active node"),
+    ("replacement_cycle", "node_lost_shrank"): ("; node {lost} (rank {rank}) was lost and the job shrank: cycle "
+                                                "{replacement} runs on {now} alone, {n_now} of {n_was} node(s), as "
+                                                "--nnodes {min}:{max} allows; {change}"),
+    ("replacement_cycle", "node_job_shrank"): " (the job shrank: {change})",
+    ("replacement_cycle", "node_not_replaced"): ("cycle {replacement} runs on {now}, fewer nodes than cycle {failed} "
+                                                 "({was}): no standby node replaced {lost}{shrank}"),
+    ("replacement_cycle", "node_replaced"): ("; node {lost} (rank {rank}) was lost and cycle {replacement} runs on "
+                                             "{now}: standby {promoted} took its place"),
+    ("replacement_cycle", "node_joined_again"): ("the lost node {lost} joined the rendezvous again after the failure of "
+                                                 "cycle {failed}: the node was not lost"),
+    ("replacement_cycle", "node_joins_fewer"): ("only {now} joined the rendezvous after the failure of cycle {failed}, "
+                                                "fewer nodes than before ({was}): no standby node replaced {lost}"),
+    ("replacement_cycle", "node_replaced_by_joins"): ("; node {lost} (rank {rank}'s launcher) was lost and cycle "
+                                                      "{replacement} runs on {now}: standby {promoted} took its place"),
+    # a recovery step stamped before its fault
+    ("replacement_cycle", "stamped_early"): "{what} is stamped {at}, {gap} s before the injection at {injected}",
+    ("replacement_cycle", "early_failure"): "the failure of the injected cycle",
+    ("replacement_cycle", "early_first_iteration"): "the replacement's first iteration",
     ("replacement_cycle", "node_unknown"): ("The launcher restarted the workers in {replacement} after the loss of a "
                                             "node, but {nodes}."),
     ("replacement_cycle", "restarted_but"): "The launcher restarted the workers, but {problems}.",
