@@ -199,7 +199,8 @@ def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
                   Src("run.json", 0, f"spec.fault = {a.fault}") if a.fault_how.startswith("run.json") else None]
         # final: the nemesis itself said it will not fire
         return found(FAIL, "never_injected", [*absent, *a.never_fired], final=bool(a.never_fired),
-                     nemesis=(f" The nemesis said: {a.never_fired[0].reason}." if a.never_fired else ""))
+                     nemesis=(sentence(cid, "nemesis_said", {"reason": a.never_fired[0].reason})
+                              if a.never_fired else ""))
     inj = ep.marker
     facts.update(episode=ep.number, marker=inj.src.path, marked_fault=inj.fault, rank=inj.rank)
     if inj.fault not in (a.fault, "unknown"):
@@ -272,7 +273,7 @@ def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
         caveats.append(sentence(cid, "caveat_also_committed", {"also": ep.expected_k}))
     agree = "agree_all" if ck is not None and ck.exists and pruned is None else "agree_log"
     return found(PASS, "committed", evidence, when=iso_utc(tl.utc(inj)), agree=sentence(cid, agree, {}),
-                 caveats=f" ({'; '.join(caveats)})" if caveats else "")
+                 caveats=sentence(cid, "caveats", {"caveats": "; ".join(caveats)}) if caveats else "")
 
 
 CLOCK_SLACK_S = 60.0  # clocks of one cluster agree far better; more is a marker of another run or a broken clock
@@ -409,7 +410,7 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
                          next_cycle=later[0].cycle)
         kind = FAULT_KINDS.get(a.fault)
         return found(UNKNOWN, "no_launcher_log", [inj],
-                     timeouts=" and the rank timeouts" if kind is not None and kind.monitor_detects else "")
+                     timeouts=sentence(cid, "and_timeouts", {}) if kind is not None and kind.monitor_detects else "")
     fails = ep.failures
     if not ep.last and inj.cycle is not None and not fails:  # a later fault follows: this one must have been noticed
         return found(FAIL, "earlier_fault_unnoticed", [inj], marker_cycle=inj.cycle, index=inj.fault_index,
@@ -725,7 +726,7 @@ def check_optimizer_reload(j: Judging) -> CriterionResult:
         disk_note = sentence(cid, "disk_keys" if ck.optimizer_keys is not None else "disk_keys_unlisted", facts)
     else:
         disk_note = sentence(cid, "disk_absent", facts)
-    lines = "optimizer and scheduler" if opt and sched else ("optimizer" if opt else "scheduler (plain optimizer)")
+    lines = sentence(cid, "loaded_both" if opt and sched else "loaded_optimizer" if opt else "loaded_scheduler", {})
     resharded = ""
     if change is not None:
         evidence.extend(change.evidence)
@@ -990,7 +991,7 @@ def check_optimizer_state(j: Judging) -> CriterionResult:
     facts["rel"] = ck.rel
     evidence: list[object] = [loaded, first, ck.record_src()]
     if rec is None or rec.steps is None:
-        facts["why"] = (rec.note if rec is not None else None) or ck.inspect_note or "it was not read"
+        facts["why"] = (rec.note if rec is not None else None) or ck.inspect_note or sentence(cid, "not_read", {})
         return _found(cid, UNKNOWN, "unreadable", facts, evidence)
     before = tl.checkpoints.get(k) if tl.checkpoints is not None else None
     if before is not None and before.optimizer_record is not None and before.optimizer_record.steps:
@@ -1002,8 +1003,8 @@ def check_optimizer_state(j: Judging) -> CriterionResult:
         shown = ", ".join(rec.missing_moments) + (" ..." if rec.missing_count > len(rec.missing_moments) else "")
         return _found(cid, FAIL, "missing_moments", {**facts, "missing": rec.missing_count, "shown": shown}, evidence)
     if not rec.steps:
-        where = (f"neither a common_step nor a param group step in its common state ({rec.common_read})"
-                 if rec.common_read else "no optimizer object and no common state holding one")
+        where = (sentence(cid, "step_not_in_common", {"common": rec.common_read})
+                 if rec.common_read else sentence(cid, "step_nowhere", {}))
         return _found(cid, NOT_APPLICABLE, "no_step_counter", {**facts, "where": where}, evidence)
     skipped = [it for s in tl.starts for it in s.bad_iterations if (it.skipped or 0) > 0]
     if skipped:
@@ -1023,7 +1024,7 @@ def check_optimizer_state(j: Judging) -> CriterionResult:
 
 
 def _slots(n: int) -> str:
-    return f"{n} optimizer state slot{'' if n == 1 else 's'} (buckets or parameters)"
+    return sentence("optimizer_state", "slots", {"n": n, "s": "" if n == 1 else "s"})
 
 
 def check_loop_stopped(j: Judging) -> CriterionResult:
@@ -1070,7 +1071,7 @@ def check_loop_stopped(j: Judging) -> CriterionResult:
             problems.append({"reason": "harness_stopped", "why": launch.stopped_early})
         elif gave_up or code not in (None, 0):
             problems.append({**facts, "reason": "looped_until_exhausted",
-                             "exited": code if code is not None else "with a failure"})
+                             "exited": code if code is not None else sentence(cid, "with_a_failure", {})})
             evidence.extend(gave_up[:1])
         else:
             problems.append({"reason": "no_stop_unknown_exit"})
@@ -1163,7 +1164,8 @@ def compare_losses(losses: LossComparison | None, fault: str, restored: int | No
         return found(NOT_APPLICABLE, "final_restored", facts)
     missing = [i for i in wanted if i not in ours or i not in theirs]
     if missing or not wanted:
-        side = "this run" if any(i not in ours for i in missing) else f"the baseline {baseline_dir}"
+        side = sentence(cid, "side_ours", {}) if any(i not in ours for i in missing) else \
+            sentence(cid, "side_baseline", {"baseline": baseline_dir})
         return found(FAIL if missing else UNKNOWN, "not_logged",
                      {**facts, "side": side, "missing": missing[0] if missing else "?"})
     averaged = None
@@ -1216,19 +1218,19 @@ def determinism(tl: Timeline) -> tuple[bool, str, tuple[Src, ...]]:
     reductions are not ordered)."""
     workload = tl.run.workload
     if workload == "reference":
-        return True, "the reference workload is bitwise deterministic", ()
+        return True, sentence(STATE_EQUIVALENCE, "deterministic_reference", {}), ()
     if workload == "megatron-cpu":
         tables = [s.arguments for s in tl.starts if s.arguments is not None]
         seen = [(name, t.get(name), t.src_of(name)) for t in tables for name in DROPOUT_ARGS]
         srcs = tuple(src for _, _, src in seen if src is not None)
         if tables and all(_is_zero(value) for _, value, _ in seen):
-            return True, "Megatron on CPU with hidden_dropout and attention_dropout 0 is bitwise deterministic", srcs[:2]
+            return True, sentence(STATE_EQUIVALENCE, "deterministic_cpu", {}), srcs[:2]
         nonzero = next(((n, v) for n, v, _ in seen if not _is_zero(v)), None)
-        why = (f"{nonzero[0]} is {nonzero[1]}" if nonzero is not None and nonzero[1] is not None
-               else "its arguments tables do not show the dropout")
-        return False, f"Megatron on CPU with dropout is not bitwise deterministic ({why})", srcs[:2]
-    shown = workload or "unrecorded (no run.json)"
-    return False, f"the {shown} workload is not bitwise deterministic (GPU reductions, dropout)", ()
+        why = (sentence(STATE_EQUIVALENCE, "dropout_is", {"name": nonzero[0], "value": nonzero[1]})
+               if nonzero is not None and nonzero[1] is not None else sentence(STATE_EQUIVALENCE, "dropout_unseen", {}))
+        return False, sentence(STATE_EQUIVALENCE, "not_deterministic_cpu", {"why": why}), srcs[:2]
+    shown = workload or sentence(STATE_EQUIVALENCE, "workload_unrecorded", {})
+    return False, sentence(STATE_EQUIVALENCE, "not_deterministic", {"workload": shown}), ()
 
 
 def _is_zero(value: str | None) -> bool:
@@ -1346,15 +1348,13 @@ class Check:
 
 def _load_cut(_a: Analysis, ep: Episode) -> str | None:
     if ep.cut_before_load:
-        return (f"fault {ep.number + 1} hit cycle {ep.next_cycle} before this episode's replacement finished its "
-                f"load; episode {ep.number + 1} judges the recovery")
+        return sentence("*", "superseded_load_cut", {"next": ep.number + 1, "next_cycle": ep.next_cycle})
     return None
 
 
 def _not_last(_a: Analysis, ep: Episode) -> str | None:
     if not ep.last:
-        return (f"fault {ep.number + 1} (cycle {ep.next_cycle}) ended this episode's training; the training to the "
-                "end of the run is judged in the last episode")
+        return sentence("*", "superseded_not_last", {"next": ep.number + 1, "next_cycle": ep.next_cycle})
     return None
 
 
@@ -1368,8 +1368,7 @@ def _nothing_new_committed(a: Analysis, ep: Episode) -> str | None:
     named = committed_before(ep.marker)
     if previous.cut_before_load or (named is not None and previous.expected_k is not None
                                     and named <= previous.expected_k):
-        return (f"no checkpoint beyond episode {previous.number}'s ({previous.expected_k}) was committed before this "
-                f"fault: what was committed before it is episode {previous.number}'s")
+        return sentence("*", "superseded_nothing_new", {"previous": previous.number, "k": previous.expected_k})
     return None
 
 

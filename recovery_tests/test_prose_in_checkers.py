@@ -1,6 +1,7 @@
 """Facts apart from prose (issue 26): the checkers' helpers that once built sentence fragments
 inline (a node fault's replacement, a recovery stamped before its fault, a marker outside the
-launch, a world change, how a worker ended) return facts and render them through
+launch, a world change, how a worker ended, why an episode's check is superseded, whether the
+training is deterministic) return facts and render them through
 harness.render.sentences. Read from the source with `ast`: a prose literal (a string or an
 f-string with words) in one of them fails here."""
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RENDERED = {"_node_replacement", "_node_replacement_by_joins", "_before_the_injection", "_outside_the_run",
-            "WorldChange", "_exit_meaning", "_fault_rank_exit"}
+            "WorldChange", "_exit_meaning", "_fault_rank_exit", "_load_cut", "_not_last", "_nothing_new_committed",
+            "determinism", "_slots"}
 
 
 def _prose(node: ast.AST) -> list[str]:
