@@ -215,7 +215,8 @@ def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
                   Src("run.json", 0, f"spec.fault = {a.fault}") if a.fault_how.startswith("run.json") else None]
         # final: the nemesis itself said it will not fire
         return found(FAIL, "never_injected", [*absent, *a.never_fired], final=bool(a.never_fired),
-                     nemesis=(f" The nemesis said: {a.never_fired[0].reason}." if a.never_fired else ""))
+                     nemesis=(sentence(cid, "nemesis_said", {"reason": a.never_fired[0].reason})
+                              if a.never_fired else ""))
     inj = ep.marker
     facts.update(episode=ep.number, marker=inj.src.path, marked_fault=inj.fault, rank=inj.rank, fault=a.kind_name(ep))
     if inj.fault not in (a.kind_name(ep), "unknown"):
@@ -224,7 +225,8 @@ def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
         return found(FAIL, "impossible_marker", [inj], problem=inj.problem)
     outside = _outside_the_run(tl, inj)
     if outside:
-        return found(FAIL, "outside_the_run", [inj, tl.launch.src] if tl.launch is not None else [inj], when=outside)
+        return found(FAIL, "outside_the_run", [inj, tl.launch.src] if tl.launch is not None else [inj],
+                     when=sentence(cid, *outside))
     in_save = inj.fault_at == "in-save"
     k = committed_before(inj)
     if in_save and (k is None or inj.iteration is None):
@@ -287,37 +289,40 @@ def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
         caveats.append(sentence(cid, "caveat_also_committed", {"also": ep.expected_k}))
     agree = "agree_all" if ck is not None and ck.exists and pruned is None else "agree_log"
     return found(PASS, "committed", evidence, when=iso_utc(tl.utc(inj)), agree=sentence(cid, agree, {}),
-                 caveats=f" ({'; '.join(caveats)})" if caveats else "")
+                 caveats=sentence(cid, "caveats", {"caveats": "; ".join(caveats)}) if caveats else "")
 
 
 CLOCK_SLACK_S = 60.0  # clocks of one cluster agree far better; more is a marker of another run or a broken clock
 
 
-def _outside_the_run(tl: Timeline, inj: ev.Injection) -> str | None:
-    """Where the marker's time falls outside the launch (launch.json's start..end), or None."""
+def _outside_the_run(tl: Timeline, inj: ev.Injection) -> tuple[str, dict[str, object]] | None:
+    """Where the marker's time falls outside the launch (launch.json's start..end): the reason
+    and its facts (render.sentences), or None."""
     t = tl.utc(inj)
     launch = tl.launch
     if t is None or launch is None:
         return None
     if launch.started_at is not None and t < launch.started_at - CLOCK_SLACK_S:
-        return f"{iso_utc(t)}, {launch.started_at - t:.0f} s before the launch started ({iso_utc(launch.started_at)})"
+        return "before_launch", {"at": iso_utc(t), "gap": f"{launch.started_at - t:.0f}",
+                                 "launch": iso_utc(launch.started_at)}
     if launch.ended_at is not None and t > launch.ended_at + CLOCK_SLACK_S:
-        return f"{iso_utc(t)}, {t - launch.ended_at:.0f} s after the launch ended ({iso_utc(launch.ended_at)})"
+        return "after_launch", {"at": iso_utc(t), "gap": f"{t - launch.ended_at:.0f}", "launch": iso_utc(launch.ended_at)}
     return None
 
 
 def _before_the_injection(tl: Timeline, ep: Episode, fails: Sequence[ev.LauncherEvent]) -> str | None:
-    """A recovery step stamped before the episode's injection: what and when, or None."""
+    """A recovery step stamped before the episode's injection: what and when (rendered), or None."""
     injected = tl.utc(ep.marker)
     if injected is None or tl.offset_how.startswith("assumed"):
         return None
     first = ep.replacement.first_iteration if ep.replacement is not None else None
-    for what, e in (("the failure of the injected cycle", min(fails, key=lambda f: tl.utc(f) or float("inf"),
-                                                              default=None)),
-                    ("the replacement's first iteration", first)):
+    for step, e in (("early_failure", min(fails, key=lambda f: tl.utc(f) or float("inf"), default=None)),
+                    ("early_first_iteration", first)):
         t = tl.utc(e)
         if t is not None and t < injected - 1.0:
-            return f"{what} is stamped {iso_utc(t)}, {injected - t:.1f} s before the injection at {iso_utc(injected)}"
+            return sentence("replacement_cycle", "stamped_early", {
+                "what": sentence("replacement_cycle", step, {}), "at": iso_utc(t), "gap": f"{injected - t:.1f}",
+                "injected": iso_utc(injected)})
     return None
 
 
@@ -354,9 +359,11 @@ class WorldChange:
         return self.after < self.before
 
     def text(self) -> str:
-        dp = lambda d: f" (DP {d})" if d is not None else ""  # noqa: E731
-        return (f"world size {self.before}{dp(self.dp_before)} in cycle {self.failed}, {self.after}"
-                f"{dp(self.dp_after)} in cycle {self.replacement} (Megatron's arguments)")
+        """The change, rendered from its facts (render.sentences)."""
+        dp = {side: sentence("*", "dp", {"dp": d}) if d is not None else ""
+              for side, d in (("dp_before", self.dp_before), ("dp_after", self.dp_after))}
+        return sentence("*", "world_change", {"before": self.before, "after": self.after, "failed": self.failed,
+                                              "replacement": self.replacement, **dp})
 
     def allowed(self, tl: Timeline) -> bool:
         """The plan let the job shrink this far: --nnodes MIN:MAX, MIN nodes' worth of ranks or more."""
@@ -419,7 +426,7 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
                          next_cycle=later[0].cycle)
         kind = a.kind(ep)
         return found(UNKNOWN, "no_launcher_log", [inj],
-                     timeouts=" and the rank timeouts" if kind is not None and kind.monitor_detects else "")
+                     timeouts=sentence(cid, "and_timeouts", {}) if kind is not None and kind.monitor_detects else "")
     fails = ep.failures
     if not ep.last and inj.cycle is not None and not fails:  # a later fault follows: this one must have been noticed
         return found(FAIL, "earlier_fault_unnoticed", [inj], marker_cycle=inj.cycle, index=inj.fault_index,
@@ -545,10 +552,10 @@ def _replacement_cycles_all_passed(j: Judging, passed: Sequence[CriterionResult]
 def _exit_meaning(code: int) -> str:
     if code < 0:
         try:
-            return f"killed by {signal.Signals(-code).name}"
+            return sentence("*", "killed_by", {"signal": signal.Signals(-code).name})
         except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit status {code}"
+            return sentence("*", "killed_by_number", {"number": -code})
+    return sentence("*", "exit_status", {"code": code})
 
 
 def _fault_rank_exit(kind, inj: ev.Injection, fails: Sequence[ev.Event]) -> tuple[dict[str, object] | None, str, list]:
@@ -561,14 +568,15 @@ def _fault_rank_exit(kind, inj: ev.Injection, fails: Sequence[ev.Event]) -> tupl
         return None, "", []
     code = mine[0].exitcode
     facts = {"rank": inj.rank, "pid": inj.pid, "code": code, "meaning": _exit_meaning(code), "kind": kind.name,
-             "wanted": " or ".join(f"{c} ({_exit_meaning(c)})" for c in kind.exit_codes)}
+             "wanted": " or ".join(sentence("*", "code_meaning", {"code": c, "meaning": _exit_meaning(c)})
+                                   for c in kind.exit_codes)}
     if code not in kind.exit_codes:
         return {"reason": "died_otherwise", **facts}, "", [mine[0]]
     return None, sentence("replacement_cycle", "how_exit_code", facts), [mine[0]]
 
 
 def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement: int,
-                      fails: Sequence[ev.Event], change: "WorldChange | None" = None) -> tuple[str, str, list]:
+                      fails: Sequence[ev.Event], change: WorldChange | None = None) -> tuple[str, str, list]:
     """For a lost node: (status, text, cycle records). The lost node is the marker's host; the
     cycle records (NVRx >= 0.6) name the nodes each cycle ran on."""
     from harness.slurm import expand_hostlist
@@ -587,33 +595,33 @@ def _node_replacement(tl: Timeline, inj: ev.Injection, failed: int, replacement:
         by_joins = _node_replacement_by_joins(tl, inj, failed, replacement, fails)
         if by_joins is not None:
             return by_joins
+    facts: dict[str, object] = {"lost": lost, "rank": inj.rank, "failed": failed, "replacement": replacement}
+
+    def said(status: str, reason: str, **values: object) -> tuple[str, str, list]:
+        return status, sentence("replacement_cycle", reason, {**facts, **values}), infos
+
     if before is None or after is None or not lost:
-        missing = "the injection marker names no host" if not lost else (
-            f"no cycle record (cycle_infos/, NVRx >= 0.6) names the nodes of cycle "
-            f"{failed if before is None else replacement}")
-        return UNKNOWN, f"{missing}, so the lost and the replacing node cannot be named", infos
+        if not lost:
+            return said(UNKNOWN, "node_no_host")
+        return said(UNKNOWN, "node_no_record", cycle=failed if before is None else replacement)
     was, now = expand_hostlist(before.active_nodes or ""), expand_hostlist(after.active_nodes or "")
     if not was or not now:
-        return UNKNOWN, (f"the cycle records' active nodes ({before.active_nodes!r}, {after.active_nodes!r}) are not "
-                         "host lists, so the replacing node cannot be named"), infos
+        return said(UNKNOWN, "node_not_host_lists", was=repr(before.active_nodes), now=repr(after.active_nodes))
     if lost in now:
-        return FAIL, (f"the lost node {lost} is still active in cycle {replacement} ({after.active_nodes}): the node "
-                      "was not lost"), infos
+        return said(FAIL, "node_still_active", active=after.active_nodes)
     promoted = [n for n in now if n not in was]
     if lost not in was:
-        return FAIL, (f"the lost node {lost} is not among the nodes of cycle {failed} ({before.active_nodes}): the "
-                      "fault did not hit an active node"), infos
+        return said(FAIL, "node_not_active", active=before.active_nodes)
+    facts.update(was=", ".join(was), now=", ".join(now), promoted=", ".join(promoted))
     if (len(now) < len(was) and not promoted and change is not None and change.allowed(tl)
             and tl.run.min_nnodes is not None and len(now) >= tl.run.min_nnodes):
-        return PASS, (f"; node {lost} (rank {inj.rank}) was lost and the job shrank: cycle {replacement} runs on "
-                      f"{', '.join(now)} alone, {len(now)} of {len(was)} node(s), as --nnodes {tl.run.min_nnodes}:"
-                      f"{tl.run.nnodes} allows; {change.text()}"), infos
+        return said(PASS, "node_lost_shrank", n_now=len(now), n_was=len(was), min=tl.run.min_nnodes,
+                    max=tl.run.nnodes, change=change.text())
     if len(now) < len(was) or not promoted:
-        shrank = f" (the job shrank: {change.text()})" if change is not None and change.shrank else ""
-        return FAIL, (f"cycle {replacement} runs on {', '.join(now)}, fewer nodes than cycle {failed} "
-                      f"({', '.join(was)}): no standby node replaced {lost}{shrank}"), infos
-    return PASS, (f"; node {lost} (rank {inj.rank}) was lost and cycle {replacement} runs on {', '.join(now)}: "
-                  f"standby {', '.join(promoted)} took its place"), infos
+        shrank = sentence("replacement_cycle", "node_job_shrank", {"change": change.text()}) \
+            if change is not None and change.shrank else ""
+        return said(FAIL, "node_not_replaced", shrank=shrank)
+    return said(PASS, "node_replaced")
 
 
 def _node_replacement_by_joins(tl: Timeline, inj: ev.Injection, failed: int, replacement: int,
@@ -635,15 +643,14 @@ def _node_replacement_by_joins(tl: Timeline, inj: ev.Injection, failed: int, rep
     if not was or not now or len(lost) != 1:
         return None
     lost_id, evidence = lost[0], [*before[:1], *after[:2]]
-    if lost_id in now:
-        return FAIL, (f"the lost node {lost_id} joined the rendezvous again after the failure of cycle {failed}: the "
-                      "node was not lost"), evidence
     promoted = [n for n in now if n not in was]
+    facts = {"lost": lost_id, "rank": inj.rank, "failed": failed, "replacement": replacement, "was": ", ".join(was),
+             "now": ", ".join(now), "promoted": ", ".join(promoted)}
+    if lost_id in now:
+        return FAIL, sentence("replacement_cycle", "node_joined_again", facts), evidence
     if len(now) < len(was) or not promoted:
-        return FAIL, (f"only {', '.join(now)} joined the rendezvous after the failure of cycle {failed}, fewer nodes "
-                      f"than before ({', '.join(was)}): no standby node replaced {lost_id}"), evidence
-    return PASS, (f"; node {lost_id} (rank {inj.rank}'s launcher) was lost and cycle {replacement} runs on "
-                  f"{', '.join(now)}: standby {', '.join(promoted)} took its place"), evidence
+        return FAIL, sentence("replacement_cycle", "node_joins_fewer", facts), evidence
+    return PASS, sentence("replacement_cycle", "node_replaced_by_joins", facts), evidence
 
 
 def _node_pid(node_id: str) -> int | None:
@@ -754,7 +761,7 @@ def check_optimizer_reload(j: Judging) -> CriterionResult:
         disk_note = sentence(cid, "disk_keys" if ck.optimizer_keys is not None else "disk_keys_unlisted", facts)
     else:
         disk_note = sentence(cid, "disk_absent", facts)
-    lines = "optimizer and scheduler" if opt and sched else ("optimizer" if opt else "scheduler (plain optimizer)")
+    lines = sentence(cid, "loaded_both" if opt and sched else "loaded_optimizer" if opt else "loaded_scheduler", {})
     resharded = ""
     if change is not None:
         evidence.extend(change.evidence)
@@ -1083,7 +1090,7 @@ def check_optimizer_state(j: Judging) -> CriterionResult:
     facts["rel"] = ck.rel
     evidence: list[object] = [loaded, first, ck.record_src()]
     if rec is None or rec.steps is None:
-        facts["why"] = (rec.note if rec is not None else None) or ck.inspect_note or "it was not read"
+        facts["why"] = (rec.note if rec is not None else None) or ck.inspect_note or sentence(cid, "not_read", {})
         return _found(cid, UNKNOWN, "unreadable", facts, evidence)
     before = tl.checkpoints.get(k) if tl.checkpoints is not None else None
     if before is not None and before.optimizer_record is not None and before.optimizer_record.steps:
@@ -1095,8 +1102,8 @@ def check_optimizer_state(j: Judging) -> CriterionResult:
         shown = ", ".join(rec.missing_moments) + (" ..." if rec.missing_count > len(rec.missing_moments) else "")
         return _found(cid, FAIL, "missing_moments", {**facts, "missing": rec.missing_count, "shown": shown}, evidence)
     if not rec.steps:
-        where = (f"neither a common_step nor a param group step in its common state ({rec.common_read})"
-                 if rec.common_read else "no optimizer object and no common state holding one")
+        where = (sentence(cid, "step_not_in_common", {"common": rec.common_read})
+                 if rec.common_read else sentence(cid, "step_nowhere", {}))
         return _found(cid, NOT_APPLICABLE, "no_step_counter", {**facts, "where": where}, evidence)
     skipped = [it for s in tl.starts for it in s.bad_iterations if (it.skipped or 0) > 0]
     if skipped:
@@ -1116,7 +1123,7 @@ def check_optimizer_state(j: Judging) -> CriterionResult:
 
 
 def _slots(n: int) -> str:
-    return f"{n} optimizer state slot{'' if n == 1 else 's'} (buckets or parameters)"
+    return sentence("optimizer_state", "slots", {"n": n, "s": "" if n == 1 else "s"})
 
 
 def check_loop_stopped(j: Judging) -> CriterionResult:
@@ -1163,7 +1170,7 @@ def check_loop_stopped(j: Judging) -> CriterionResult:
             problems.append({"reason": "harness_stopped", "why": launch.stopped_early})
         elif gave_up or code not in (None, 0):
             problems.append({**facts, "reason": "looped_until_exhausted",
-                             "exited": code if code is not None else "with a failure"})
+                             "exited": code if code is not None else sentence(cid, "with_a_failure", {})})
             evidence.extend(gave_up[:1])
         else:
             problems.append({"reason": "no_stop_unknown_exit"})
@@ -1256,7 +1263,8 @@ def compare_losses(losses: LossComparison | None, fault: str, restored: int | No
         return found(NOT_APPLICABLE, "final_restored", facts)
     missing = [i for i in wanted if i not in ours or i not in theirs]
     if missing or not wanted:
-        side = "this run" if any(i not in ours for i in missing) else f"the baseline {baseline_dir}"
+        side = sentence(cid, "side_ours", {}) if any(i not in ours for i in missing) else \
+            sentence(cid, "side_baseline", {"baseline": baseline_dir})
         return found(FAIL if missing else UNKNOWN, "not_logged",
                      {**facts, "side": side, "missing": missing[0] if missing else "?"})
     averaged = None
@@ -1309,19 +1317,19 @@ def determinism(tl: Timeline) -> tuple[bool, str, tuple[Src, ...]]:
     reductions are not ordered)."""
     workload = tl.run.workload
     if workload == "reference":
-        return True, "the reference workload is bitwise deterministic", ()
+        return True, sentence(STATE_EQUIVALENCE, "deterministic_reference", {}), ()
     if workload == "megatron-cpu":
         tables = [s.arguments for s in tl.starts if s.arguments is not None]
         seen = [(name, t.get(name), t.src_of(name)) for t in tables for name in DROPOUT_ARGS]
         srcs = tuple(src for _, _, src in seen if src is not None)
         if tables and all(_is_zero(value) for _, value, _ in seen):
-            return True, "Megatron on CPU with hidden_dropout and attention_dropout 0 is bitwise deterministic", srcs[:2]
+            return True, sentence(STATE_EQUIVALENCE, "deterministic_cpu", {}), srcs[:2]
         nonzero = next(((n, v) for n, v, _ in seen if not _is_zero(v)), None)
-        why = (f"{nonzero[0]} is {nonzero[1]}" if nonzero is not None and nonzero[1] is not None
-               else "its arguments tables do not show the dropout")
-        return False, f"Megatron on CPU with dropout is not bitwise deterministic ({why})", srcs[:2]
-    shown = workload or "unrecorded (no run.json)"
-    return False, f"the {shown} workload is not bitwise deterministic (GPU reductions, dropout)", ()
+        why = (sentence(STATE_EQUIVALENCE, "dropout_is", {"name": nonzero[0], "value": nonzero[1]})
+               if nonzero is not None and nonzero[1] is not None else sentence(STATE_EQUIVALENCE, "dropout_unseen", {}))
+        return False, sentence(STATE_EQUIVALENCE, "not_deterministic_cpu", {"why": why}), srcs[:2]
+    shown = workload or sentence(STATE_EQUIVALENCE, "workload_unrecorded", {})
+    return False, sentence(STATE_EQUIVALENCE, "not_deterministic", {"workload": shown}), ()
 
 
 def _is_zero(value: str | None) -> bool:
@@ -1439,15 +1447,13 @@ class Check:
 
 def _load_cut(_a: Analysis, ep: Episode) -> str | None:
     if ep.cut_before_load:
-        return (f"fault {ep.number + 1} hit cycle {ep.next_cycle} before this episode's replacement finished its "
-                f"load; episode {ep.number + 1} judges the recovery")
+        return sentence("*", "superseded_load_cut", {"next": ep.number + 1, "next_cycle": ep.next_cycle})
     return None
 
 
 def _not_last(_a: Analysis, ep: Episode) -> str | None:
     if not ep.last:
-        return (f"fault {ep.number + 1} (cycle {ep.next_cycle}) ended this episode's training; the training to the "
-                "end of the run is judged in the last episode")
+        return sentence("*", "superseded_not_last", {"next": ep.number + 1, "next_cycle": ep.next_cycle})
     return None
 
 
@@ -1461,8 +1467,7 @@ def _nothing_new_committed(a: Analysis, ep: Episode) -> str | None:
     named = committed_before(ep.marker)
     if previous.cut_before_load or (named is not None and previous.expected_k is not None
                                     and named <= previous.expected_k):
-        return (f"no checkpoint beyond episode {previous.number}'s ({previous.expected_k}) was committed before this "
-                f"fault: what was committed before it is episode {previous.number}'s")
+        return sentence("*", "superseded_nothing_new", {"previous": previous.number, "k": previous.expected_k})
     return None
 
 

@@ -74,6 +74,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "seconds": (0.0, 1e9),  # timeouts and elapsed times
     "megabytes": (0.0, 1e12),  # memory reports
     "loss": (-1e300, 1e300),  # a finite loss (NaN and inf read as no value)
+    "record": (-(1 << 53), 1 << 53),  # any number a JSON record (run.json, verdict.json, ...) holds: bigger is damage
 }
 _MAX_DIGITS = 24  # longer than any bound above: never handed to int() (whose limit is 4300 digits)
 
@@ -94,13 +95,23 @@ def number(text: str | bytes | None, quantity: str) -> int | None:
     return value if low <= value <= high else None
 
 
-def record_number(value: object, quantity: str) -> int | None:
-    """A whole number of a JSON record (an int, not a bool, not a string) within
-    BOUNDS[quantity]; None otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int):
+def record_number(value: object, quantity: str, *, fraction: bool = False, digits: bool = False) -> int | float | None:
+    """The one reader of a JSON record's numbers: a whole number (an int, not a bool) within
+    BOUNDS[quantity]; None otherwise. `fraction`: a finite float is a value too (NaN and inf
+    are not); `digits`: so is a string of at most 16 decimal digits, optionally after `-`
+    (records that write numbers as text)."""
+    if isinstance(value, bool):
+        return None
+    if digits and isinstance(value, str):
+        text = value.strip()
+        body = text[1:] if text[:1] == "-" else text
+        if not (body.isascii() and body.isdigit() and len(body) <= 16):
+            return None
+        value = int(text)
+    if not isinstance(value, int) and not (fraction and isinstance(value, float)):
         return None
     low, high = BOUNDS[quantity]
-    return value if low <= value <= high else None
+    return value if low <= value <= high else None  # NaN fails both comparisons
 
 
 def decimal(text: str | bytes | None, quantity: str) -> float | None:
@@ -174,7 +185,8 @@ DATETIME_RE = re.compile(r"\] datetime: (\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\
 
 class LocalStamp(NamedTuple):
     ts: float | None  # local wall-clock time read as UTC; None when the date is impossible
-    year: int  # the stamp's year (what a later glog stamp of the same log inherits)
+    year: int  # the stamp's year and month (what a later glog stamp of the same log is near: LogClock)
+    month: int = 0
 
 
 def line_stamp(text: str) -> LocalStamp | None:
@@ -183,7 +195,7 @@ def line_stamp(text: str) -> LocalStamp | None:
     if not m:
         return None
     y = int(m.group(1))
-    return LocalStamp(epoch(y, *map(int, m.groups()[1:6]), m.group(7)), y)
+    return LocalStamp(epoch(y, *map(int, m.groups()[1:6]), m.group(7)), y, int(m.group(2)))
 
 
 def glog_stamp(text: str, year: int) -> float | None:
@@ -195,25 +207,13 @@ def glog_stamp(text: str, year: int) -> float | None:
     return epoch(year, int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), g[5])
 
 
-def glog_month(text: str) -> int | None:
-    """The month of the glog stamp that starts `text` (to choose its year), or None."""
-    m = GLOG_RE.match(text)
-    return int(m.group(1)) if m else None
-
-
-def glog_year(month: int, ref_year: int, ref_month: int) -> int:
-    """The year of a glog stamp of `month` in logs written around ref_year-ref_month: a
-    month more than half a year after the reference belongs to the year before."""
-    return ref_year - (1 if month > ref_month + 6 else 0)
-
-
 def megatron_datetime(text: str) -> LocalStamp | None:
     """Megatron's `] datetime: ...` stamp anywhere in `text`, or None."""
     m = DATETIME_RE.search(text)
     if not m:
         return None
     y = int(m.group(1))
-    return LocalStamp(epoch(*map(int, m.groups()[:6]), m.group(7)), y)
+    return LocalStamp(epoch(*map(int, m.groups()[:6]), m.group(7)), y, int(m.group(2)))
 
 
 def maybe_stamped(text: str) -> bool:
@@ -225,6 +225,50 @@ def maybe_stamped(text: str) -> bool:
     if first.isdigit():
         return head[4] == "-" and head[:4].isdigit()
     return first in "IWEF" and head[1:5].isdigit()
+
+
+class LogClock:
+    """The one time model of a log file, history's and triage's.
+
+    A full-date stamp at the start of a line (or Megatron's `] datetime:`) gives its time and
+    becomes the log's reference date. A glog stamp has no year: it takes the year that puts
+    it nearest the reference (within half a year: a December reference makes a January stamp
+    next year's), the reference being the log's last full date, else the `anchor` the reader
+    was given (the run's own date: triage has it; history's log reader starts without one),
+    else there is no time. Times are the writer's local wall clock read as UTC epoch seconds."""
+
+    __slots__ = ("year", "month", "anchor")
+
+    def __init__(self, anchor: tuple[int, int] | None = None) -> None:
+        self.year: int | None = None  # of the log's last full date
+        self.month: int | None = None
+        self.anchor = anchor  # (year, month) before any full date
+
+    def peek(self, text: str) -> tuple[float | None, LocalStamp | None]:
+        """(local time, the full date if it is one) of the stamp that starts `text`; changes nothing."""
+        full = line_stamp(text)
+        if full is not None:
+            return full.ts, full
+        m = GLOG_RE.match(text)
+        if m is None:
+            return None, None
+        ref = (self.year, self.month) if self.year is not None else self.anchor
+        if ref is None:
+            return None, None
+        month, ref_year, ref_month = int(m.group(1)), ref[0], ref[1] or int(m.group(1))
+        year = ref_year - 1 if month > ref_month + 6 else ref_year + 1 if month < ref_month - 6 else ref_year
+        return glog_stamp(text, year), None
+
+    def saw(self, stamp: LocalStamp) -> None:
+        """A full date read in this log: the reference of the glog stamps after it."""
+        self.year, self.month = stamp.year, stamp.month
+
+    def read(self, text: str) -> float | None:
+        """The local time of the stamp that starts `text`; a full date becomes the reference."""
+        t, full = self.peek(text)
+        if full is not None:
+            self.saw(full)
+        return t
 
 
 # ---------------------------------------------------------------- line prefixes
@@ -327,6 +371,53 @@ def strip_prefix(text: str) -> tuple[int | None, str, float | None]:
     if rank is None:
         rank = p.label if p.label is not None else p.local_rank
     return rank, p.body, p.console
+
+
+@dataclass(slots=True)
+class LogLine:
+    """One line of a log as every reader sees it (history's and triage's): where it is, its
+    text with the prefixes peeled, who wrote it, when, and the launcher cycle it belongs to."""
+
+    file: str  # relative to the run directory
+    lineno: int
+    raw: str
+    body: str  # with the console stamp, the tee role, the label and torch's rank prefix peeled off
+    rank: int | None  # global rank: torch's `[rank<N>]:`, else the `<N>: ` label where labels are ranks
+    local_rank: int | None  # the tee prefix's local rank, else the file's (torch elastic's attempt directories)
+    key: tuple  # the writing process within this file: (node label, ("rank"|"local", N))
+    console: float | None  # the harness's capture time, UTC epoch seconds
+    time: float | None = None  # UTC epoch seconds; the reader's clock sets it (console stamp first)
+    cycle: int | None = None  # the reader sets it (history.cycle_opened)
+
+    def evidence(self, cap: int = 400) -> str:
+        text = self.raw.strip()
+        if len(text) > cap:
+            text = text[:cap] + "..."
+        return f"{self.file}:{self.lineno}: {text}"
+
+
+def read_line(file: str, lineno: int, raw: str, *, labels_are_ranks: bool, file_local: int | None = None) -> LogLine:
+    """The LogLine of `raw`. A `<N>: ` label is a global rank where `labels_are_ranks` (a
+    per-cycle application log, NVRx >= 0.6; history reads every label so), else a node
+    (srun --label, NVRx's infra-rank prefix of a launcher log)."""
+    p = peel(raw)
+    node = rank = None
+    local = file_local
+    key: tuple = ()
+    if p.local_rank is not None:
+        local = p.local_rank
+        key = ("local", local)
+    if p.label is not None:
+        if labels_are_ranks:
+            rank = p.label
+            key = ("rank", rank)
+        else:
+            node = p.label
+    if p.torch_rank is not None:
+        rank = p.torch_rank
+        if not key:
+            key = ("rank", rank)
+    return LogLine(file, lineno, raw, p.body, rank, local, (node, *key), p.console)
 
 
 # ---------------------------------------------------------------- launcher lines

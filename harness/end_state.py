@@ -39,7 +39,7 @@ from harness.events import (
 )
 from harness import safe_unpickle
 from harness.optimizer_record import (
-    SHARD_FILE_RE, BytesEntry, StorageInfo, _open_regular, _read_at, _RecordError, read_dcp_metadata,
+    SHARD_FILE_RE, BytesEntry, StorageInfo, open_checkpoint_file, read_at, RecordError, read_dcp_metadata,
 )
 
 MAX_ITEM_BYTES = 2 << 30  # one tensor item read into memory at a time (twice: ours and the baseline's)
@@ -102,7 +102,7 @@ class _Checkpoint:
         try:
             self._dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
-            raise _RecordError(f"{directory.name} cannot be opened as a directory ({exc.strerror or exc})") from None
+            raise RecordError(f"{directory.name} cannot be opened as a directory ({exc.strerror or exc})") from None
 
     def close(self) -> None:
         for fd, _size in self._fds.values():
@@ -114,7 +114,7 @@ class _Checkpoint:
         try:
             metadata = read_dcp_metadata(self.directory)
         except ValueError as exc:
-            raise _RecordError(str(exc)) from None
+            raise RecordError(str(exc)) from None
         storage = {(idx.fqn, idx.offset): info for idx, info in metadata.storage_data.items()}
         for fqn, meta in metadata.state_dict_metadata.items():
             if isinstance(meta, BytesEntry):
@@ -122,34 +122,34 @@ class _Checkpoint:
                 continue
             dtype = meta.dtype
             if dtype is None or safe_unpickle.itemsize(dtype) is None:
-                raise _RecordError(f"{fqn} names no dtype the suite reads ({clip(repr(meta.dtype), 40)})")
+                raise RecordError(f"{fqn} names no dtype the suite reads ({clip(repr(meta.dtype), 40)})")
             for offsets, sizes in meta.chunks:
                 if any(s < 0 for s in sizes) or any(o < 0 for o in offsets):
-                    raise _RecordError(f"{fqn} has a chunk with a negative offset or size")
+                    raise RecordError(f"{fqn} has a chunk with a negative offset or size")
                 info = storage.get((fqn, offsets))
                 if info is None:
-                    raise _RecordError(f"{fqn} chunk at {list(offsets)} has no storage entry in .metadata")
+                    raise RecordError(f"{fqn} chunk at {list(offsets)} has no storage entry in .metadata")
                 key = fqn if len(meta.chunks) == 1 else f"{fqn}[{','.join(map(str, offsets))}]"
                 self.items[key] = _checked_item(key, dtype, math.prod(sizes), info)
 
     def payload(self, item: _Item) -> bytes:
         if item.file not in self._fds:
-            self._fds[item.file] = _open_regular(self._dfd, item.file, 1 << 62)
+            self._fds[item.file] = open_checkpoint_file(self._dfd, item.file, 1 << 62)
         fd, size = self._fds[item.file]
         if item.offset + item.length > size:
-            raise _RecordError(f"{item.key} lies at {item.offset}+{item.length} beyond the end of {item.file} "
+            raise RecordError(f"{item.key} lies at {item.offset}+{item.length} beyond the end of {item.file} "
                                f"({size} bytes)")
-        return _read_at(fd, item.offset, item.length)
+        return read_at(fd, item.offset, item.length)
 
 
 def _checked_item(key: str, dtype: str, numel: int, info: StorageInfo) -> _Item:
     name, offset, length = info.relative_path, info.offset, info.length
     if not isinstance(name, str) or not SHARD_FILE_RE.fullmatch(name):
-        raise _RecordError(f"{key} is stored in {clip(repr(name), 60)}, not a __<rank>_<n>.distcp file")
+        raise RecordError(f"{key} is stored in {clip(repr(name), 60)}, not a __<rank>_<n>.distcp file")
     if info.transformed:
-        raise _RecordError(f"{key} is stored transformed (DCP's transform_descriptors); not read")
+        raise RecordError(f"{key} is stored transformed (DCP's transform_descriptors); not read")
     if not (isinstance(offset, int) and isinstance(length, int) and offset >= 0 and 0 < length <= MAX_ITEM_BYTES):
-        raise _RecordError(f"{key} has offset {offset!r} and length {length!r} out of range "
+        raise RecordError(f"{key} has offset {offset!r} and length {length!r} out of range "
                            f"(at most {MAX_ITEM_BYTES} bytes per tensor item are read)")
     return _Item(key, dtype, numel, name, offset, length)
 
@@ -160,33 +160,33 @@ def _storage(item: _Item, data: bytes) -> tuple[bytes, bytes]:
     expected = item.numel * safe_unpickle.itemsize(item.dtype)
     if not data.startswith(b"PK\x03\x04"):
         if len(data) != expected:
-            raise _RecordError(f"{item.key} holds {len(data)} bytes, neither a torch.save archive nor the "
+            raise RecordError(f"{item.key} holds {len(data)} bytes, neither a torch.save archive nor the "
                                f"{expected} bytes of its {item.numel} {item.dtype} values")
         return b"", data
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         members = archive.infolist()
     except (zipfile.BadZipFile, ValueError, OSError) as exc:
-        raise _RecordError(f"{item.key} is not a readable torch.save archive ({clip(str(exc), 60)})") from None
+        raise RecordError(f"{item.key} is not a readable torch.save archive ({clip(str(exc), 60)})") from None
     prefixes = {m.filename.split("/", 1)[0] for m in members}
     if len(prefixes) != 1 or any(m.compress_type != zipfile.ZIP_STORED for m in members):
-        raise _RecordError(f"{item.key} is not a torch.save archive (one top directory, stored members)")
+        raise RecordError(f"{item.key} is not a torch.save archive (one top directory, stored members)")
     top = prefixes.pop()
     by_name = {m.filename: m for m in members}
     storages = [m for m in members if m.filename.startswith(f"{top}/data/")]
     layout = by_name.get(f"{top}/data.pkl")
     order = by_name.get(f"{top}/byteorder")
     if layout is None or len(storages) != 1 or layout.file_size > MAX_LAYOUT_BYTES:
-        raise _RecordError(f"{item.key}'s archive does not hold one tensor storage and its layout record")
+        raise RecordError(f"{item.key}'s archive does not hold one tensor storage and its layout record")
     if order is not None and (order.file_size > 16 or archive.read(order) != b"little"):
-        raise _RecordError(f"{item.key} was written big-endian; not compared")
+        raise RecordError(f"{item.key} was written big-endian; not compared")
     if storages[0].file_size != expected:
-        raise _RecordError(f"{item.key}'s storage holds {storages[0].file_size} bytes, not the {expected} of its "
+        raise RecordError(f"{item.key}'s storage holds {storages[0].file_size} bytes, not the {expected} of its "
                            f"{item.numel} {item.dtype} values")
     try:
         return archive.read(layout), archive.read(storages[0])
     except (zipfile.BadZipFile, ValueError, OSError) as exc:
-        raise _RecordError(f"{item.key}'s archive is damaged ({clip(str(exc), 60)})") from None
+        raise RecordError(f"{item.key}'s archive is damaged ({clip(str(exc), 60)})") from None
 
 
 def _compare_values(item: _Item, ours: bytes, theirs: bytes) -> tuple[float, bool]:
@@ -222,12 +222,12 @@ def compare_checkpoints(ours: Path, theirs: Path, *, shown: str, baseline_shown:
         for directory, who in ((ours, shown), (theirs, baseline_shown)):
             try:
                 ck = _Checkpoint(directory)
-            except _RecordError as exc:
+            except RecordError as exc:
                 return _replace(base, note=f"{who}: {exc}")
             sides.append(ck)
             try:
                 ck.index()
-            except _RecordError as exc:
+            except RecordError as exc:
                 return _replace(base, note=f"{who}: {exc}")
         mine, other = sides
         only_ours = sorted(set(mine.items) - set(other.items), key=_order)
@@ -246,11 +246,11 @@ def compare_checkpoints(ours: Path, theirs: Path, *, shown: str, baseline_shown:
                                            f"{b.numel} {b.dtype} in the baseline's: not the same configuration")
             try:
                 layout_a, data_a = _storage(a, mine.payload(a))
-            except _RecordError as exc:
+            except RecordError as exc:
                 return _replace(base, note=f"{shown}: {exc}")
             try:
                 layout_b, data_b = _storage(b, other.payload(b))
-            except _RecordError as exc:
+            except RecordError as exc:
                 return _replace(base, note=f"{baseline_shown}: {exc}")
             if layout_a != layout_b:
                 return _replace(base, note=f"{key} is laid out differently in the two checkpoints (their torch.save "
@@ -273,7 +273,7 @@ def compare_checkpoints(ours: Path, theirs: Path, *, shown: str, baseline_shown:
             not_compared=tuple(sorted(mine.objects)[:MAX_SHOWN]), not_compared_count=len(mine.objects))
     except OSError as exc:
         return _replace(base, note=f"a checkpoint file could not be read ({exc.strerror or exc})")
-    except _RecordError as exc:
+    except RecordError as exc:
         return _replace(base, note=str(exc))
     finally:
         for ck in sides:

@@ -438,6 +438,79 @@ class RestartsExhausted(LauncherEvent):
 # ---------------------------------------------------------------- records of other files
 
 
+# ---------------------------------------------------------------- failure lines (triage's)
+# Lines history's rule table (history.RULES) reads for triage only: a Timeline keeps none of
+# them; diagnose folds over them with the launcher events (harness.triage.scan).
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiagnosticEvent(Event):
+    """A failure or configuration line only triage folds over."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TracebackStarted(DiagnosticEvent):
+    """`Traceback (most recent call last):` ending a line: a Python traceback opens (triage
+    reassembles its frames and exception lines, per writing process)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectiveFailed(DiagnosticEvent):
+    """An NCCL error line (watchdog timeout, communicator aborted, ncclXxxError, c10::DistBackendError);
+    `weak`: only an `NCCL WARN`."""
+
+    what: str
+    weak: bool = False
+    named_rank: int | None = None  # the `[Rank N]` the line names
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskExited(DiagnosticEvent):
+    """`srun: error: <host>: task(s) <ids>: Exited with exit code N` (or Killed, Terminated, ...)."""
+
+    host: str
+    tasks: str
+    status: str
+    exitcode: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostOomKilled(DiagnosticEvent):
+    """`slurmstepd: error: Detected N oom-kill event(s)`: the kernel's OOM killer, not CUDA."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepCancelled(DiagnosticEvent):
+    """`slurmstepd: error: *** STEP|JOB <id> ON <host> CANCELLED AT <time> [DUE TO <reason>]`."""
+
+    reason: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryReport(DiagnosticEvent):
+    """Megatron's `[Rank N] (after K iterations) memory (MB) | allocated: ... | max allocated: ...`."""
+
+    rank: int
+    iterations: str
+    max_allocated: str
+    max_reserved: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailureSign(DiagnosticEvent):
+    """A launcher line that says some worker failed (`Worker group FAILED`, `ChildFailedError`,
+    a non-zero agent exit code): proof that the run failed, whoever failed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigValue(DiagnosticEvent):
+    """One value of the job's shape: a row of Megatron's arguments table (`  seq_length ... 4096`)
+    or its `using world size: N, data-parallel size: ...` line."""
+
+    name: str
+    value: int
+
+
 @dataclass(frozen=True, kw_only=True)
 class CycleInfo(Event):
     """One `cycle_infos/cycle_info.<job>.<attempt>.<cycle>` record (times UTC)."""

@@ -35,7 +35,7 @@ from harness.dialect import CYCLE_INFO_RE as _CYCLE_INFO_RE
 from harness.dialect import MAX_UTC_OFFSET_S, RunDirError, check_readable_dir, parse_iso_utc, utc_offset_problem
 from harness.dialect import HEARTBEAT_MISSED_RE, OUT_OF_SECTION_RE, SECTION_TIMEOUT_RE
 from harness.dialect import PROFILING_RE, RANKMON_RE, RENDEZVOUS_JOINED_RE, WORKER_FAILED_RE, WORKLOAD_RE
-from harness.dialect import decimal, glog_stamp, line_stamp, megatron_datetime, number
+from harness.dialect import LogClock, decimal, megatron_datetime, number, read_line, record_number
 from harness.dialect import classify_logs as _classify_logs
 from harness.dialect import epoch as _epoch
 from harness.dialect import strip_prefix as _strip_prefix
@@ -100,6 +100,12 @@ class LineRule:
     - `fast`: one of the lines a run prints at every checkpoint: once a start trains, they are
       screened on the raw bytes (the text before " checkpoint" in the pattern, then the pattern
       itself), counted and kept raw, and decoded only if kept.
+    - `alternatives`: other substrings, any of which lets the line through instead of `keyword`
+      (failure lines only, which have more than one wording).
+
+    A rule whose event is an events.DiagnosticEvent (a failure line: NCCL errors, srun exits,
+    memory reports, ...) is read for triage only: the reader's screens and dispatch leave it
+    out, and `diagnostic_matches` tries each such rule on every line triage reads.
     """
 
     keyword: str
@@ -110,10 +116,15 @@ class LineRule:
     opens: bool = False
     stamp: str | None = None
     fast: bool = False
+    alternatives: tuple[str, ...] = ()
 
     @property
     def app(self) -> bool:
         return issubclass(self.event, ev.AppEvent)
+
+    @property
+    def diagnostic(self) -> bool:
+        return issubclass(self.event, ev.DiagnosticEvent)
 
 
 def _rule(keyword: str, pattern: str, event: type, make: object = None, **kw) -> LineRule:  # noqa: ANN001
@@ -235,6 +246,64 @@ def _no_progress(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None
     return ev.NoProgressStop(src=src, ts=p._stamp(b), cycle=p.launcher_cycle, message=clip(b, 160))
 
 
+def _tail(text: str, start: int, limit: int = 200) -> str:
+    out = text[start:].strip()
+    return out if len(out) <= limit else out[:limit] + "..."
+
+
+_NCCL_NAME = re.compile(r"nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error")
+_NCCL_STRONG = (
+    (re.compile(r"Watchdog caught collective operation timeout"), "NCCL watchdog: collective operation timeout"),
+    (re.compile(r"Process group watchdog thread terminated"), "NCCL watchdog terminated the process group"),
+    (re.compile(r"NCCL communicator was aborted"), "NCCL communicator aborted"),
+    (_NCCL_NAME, None),
+    (re.compile(r"NCCL error"), None),
+    (re.compile(r"c10::DistBackendError"), "process aborted on c10::DistBackendError"),
+    (re.compile(r"Some NCCL operations have failed or timed out"), "NCCL operations failed or timed out"),
+)
+_NCCL_RANK = re.compile(r"\bRank (\d+)\]")
+
+
+def _collective(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.CollectiveFailed | None:
+    """What an NCCL error line says (the strongest wording first); an `NCCL WARN` alone is weak."""
+    what = None
+    for pattern, label in _NCCL_STRONG:
+        found = pattern.search(b)
+        if found:
+            what = label if label is not None else (
+                found.group(0) if pattern is _NCCL_NAME else "NCCL error: " + _tail(b, found.start()))
+            break
+    weak = what is None
+    if weak:
+        if "NCCL WARN" not in b:
+            return None
+        what = "NCCL WARN " + _tail(b, b.index("NCCL WARN") + 10)
+    named = _NCCL_RANK.search(b)
+    return ev.CollectiveFailed(src=src, what=what, weak=weak,
+                               named_rank=p._num(named.group(1), "rank", src) if named else None)
+
+
+_WORLD_LINE_KEYS = {
+    "world": "world_size", "data-parallel": "data_parallel_size", "context-parallel": "context_parallel_size",
+    "tensor-model-parallel": "tensor_model_parallel_size", "pipeline-model-parallel": "pipeline_model_parallel_size",
+}  # fmt: skip
+_WORLD_LINE_RE = re.compile(
+    r"(world|data-parallel|context-parallel|tensor-model-parallel|pipeline-model-parallel) size: (\d+)")
+
+
+def _world_sizes(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> tuple[ev.ConfigValue, ...]:
+    """Megatron's `using world size: N, data-parallel size: N, ...`: one value per size it names."""
+    return tuple(ev.ConfigValue(src=src, name=_WORLD_LINE_KEYS[name], value=value)
+                 for name, text in _WORLD_LINE_RE.findall(b) if (value := number(text, "count")) is not None)
+
+
+CONFIG_KEYS = (
+    "micro_batch_size", "global_batch_size", "seq_length", "tensor_model_parallel_size",
+    "pipeline_model_parallel_size", "context_parallel_size", "data_parallel_size", "world_size",
+    "num_attention_heads", "num_layers",
+)  # fmt: skip  (the values of the job's shape triage reports)
+
+
 # The table: application lines (docs/megatron.md, "Log lines"), then launcher lines (NVRx
 # 0.4.1 and 0.6+/0.7.0; the patterns triage matches too live in harness.dialect). Adding a
 # kind of line is adding an entry here (and its event type in harness.events).
@@ -300,7 +369,28 @@ RULES: tuple[LineRule, ...] = (
     _rule("attempts left", r"(\d+)/(\d+) restart attempts left", ev.WorkerGroupFailed, _attempts_left),
     _rule("Agent", r"Agent", ev.LauncherEvent, _agent),
     _rule("progress", r"detected no progress across restarts|EARLY TERMINATION", ev.NoProgressStop, _no_progress),
+    # failure lines, read for triage only (events.DiagnosticEvent): each is tried on every line it reads
+    _rule("Traceback (most recent call last):", r"Traceback \(most recent call last\):\s*$", ev.TracebackStarted),
+    _rule("NCCL", r"Watchdog caught|watchdog thread terminated|communicator was aborted|nccl\w+Error|NCCL error|"
+          r"DistBackendError|Some NCCL operations|NCCL WARN", ev.CollectiveFailed, _collective,
+          alternatives=("nccl", "DistBackendError")),
+    _rule("srun:", r"srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\-\[\]]+): (?P<status>Exited with exit code "
+          r"(?P<exitcode>\d+)|Killed|Terminated|Aborted|Segmentation fault|Bus error)", ev.TaskExited),
+    _rule("slurmstepd:", r"slurmstepd: error: Detected \d+ oom[-_]kill event", ev.HostOomKilled),
+    _rule("slurmstepd:", r"slurmstepd: error: \*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO "
+          r"(?P<reason>[A-Z ]+))?", ev.StepCancelled),
+    _rule("memory (MB)", r"\[Rank (?P<rank>\d+)\] \(after (?P<iterations>\d+) iterations\) memory \(MB\) \| "
+          r"allocated: [\d.]+ \| max allocated: (?P<max_allocated>[\d.]+)(?: \| reserved: [\d.]+ \| max reserved: "
+          r"(?P<max_reserved>[\d.]+))?", ev.MemoryReport),
+    _rule("FAILED", r"Worker group (?:FAILED|UNHEALTHY)|Some rank\(s\) exited with non-zero|ChildFailedError|"
+          r"Agent's exit code = [1-9]|exits with exit code = [1-9]", ev.FailureSign,
+          alternatives=("UNHEALTHY", "non-zero", "ChildFailedError", "exit code =")),
+    _rule(" ...", r"^\s{1,4}(?P<name>" + "|".join(CONFIG_KEYS) + r") \.{3,} (?P<value>\S+)\s*$", ev.ConfigValue),
+    _rule("using world size", r"size: ", ev.ConfigValue, _world_sizes),
 )
+READER_RULES = tuple(r for r in RULES if not r.diagnostic)  # what history's reader keeps
+DIAGNOSTIC_RULES = tuple(r for r in RULES if r.diagnostic)  # what triage reads besides (events.DiagnosticEvent)
+assert not any(r.alternatives for r in READER_RULES)  # the reader's screens are its keywords
 _FAST_RULES = tuple(r for r in RULES if r.fast)
 _RULE_OF: dict[type, LineRule] = {r.event: r for r in _FAST_RULES}
 FAST_KEYWORD = b"checkpoint"
@@ -323,11 +413,33 @@ def cycle_opened(event: ev.Event) -> int | None:
 
 def match_rule(body: str) -> tuple[LineRule, re.Match] | tuple[None, None]:
     """The rule that takes a line (its body, prefixes peeled): the first whose keyword and
-    pattern match; (None, None) for a line no rule takes."""
-    for rule in RULES:
+    pattern match; (None, None) for a line no rule takes. Failure lines (DIAGNOSTIC_RULES) are
+    `diagnostic_matches`'."""
+    for rule in READER_RULES:
         if rule.keyword in body and (m := rule.pattern.search(body)):
             return rule, m
     return None, None
+
+
+# every keyword and alternative of the failure-line rules: the screen of each line triage reads
+_DIAGNOSTIC_SCREEN = re.compile("|".join(dict.fromkeys(re.escape(k) for r in DIAGNOSTIC_RULES
+                                                       for k in (r.keyword, *r.alternatives))))
+_DIAGNOSTIC_NEEDLES = tuple((r, (r.keyword, *r.alternatives)) for r in DIAGNOSTIC_RULES)
+
+
+def diagnostic_matches(body: str) -> list[tuple[LineRule, re.Match]]:
+    """Every failure-line rule (DIAGNOSTIC_RULES) that takes the line `body`, in table order:
+    triage reads each line for all of them (one line may say an NCCL error and be a failure sign)."""
+    if not _DIAGNOSTIC_SCREEN.search(body):  # most lines: one pass in C
+        return []
+    out = []
+    for rule, needles in _DIAGNOSTIC_NEEDLES:
+        for needle in needles:
+            if needle in body:
+                if m := rule.pattern.search(body):
+                    out.append((rule, m))
+                break
+    return out
 
 
 def _keywords(rules: tuple[LineRule, ...]) -> tuple[bytes, ...]:
@@ -335,8 +447,8 @@ def _keywords(rules: tuple[LineRule, ...]) -> tuple[bytes, ...]:
 
 
 # The screens: a per-cycle application log is searched for the application keywords only.
-APP_KEYWORDS = _keywords(tuple(r for r in RULES if r.app))
-ALL_KEYWORDS = _keywords(RULES)
+APP_KEYWORDS = _keywords(tuple(r for r in READER_RULES if r.app))
+ALL_KEYWORDS = _keywords(READER_RULES)
 LAUNCHER_KEYWORDS = tuple(k for k in ALL_KEYWORDS if k not in APP_KEYWORDS)
 # The fast path's screen of each save line: (kind, the words before " checkpoint", the line's
 # pattern from those words on), derived from the rule.
@@ -347,8 +459,8 @@ assert all(re.fullmatch(rb"[\w ]+", lead) for _k, lead, _rx in _SAVE_SCREEN)  # 
 
 # Named groups: the quantity dialect.number checks them against (other groups are text).
 _QUANTITY = {"iteration": "iteration", "last_valid": "iteration", "owner": "rank", "target_rank": "rank",
-             "local_rank": "rank", "exitcode": "exit_code",
-             "pid": "pid", "attempts_left": "count", "max_restarts": "count"}
+             "local_rank": "rank", "exitcode": "exit_code", "pid": "pid", "attempts_left": "count",
+             "max_restarts": "count", "rank": "rank", "value": "count"}
 _OPTIONAL: dict[type, frozenset[str]] = {}  # per event type: the fields that accept None
 
 
@@ -511,7 +623,7 @@ class LogParser:
         self._seq = 0  # events in the order read
         self._launcher: dict[tuple, _Kept] = {}  # (kind, cycle, profiling event name) -> its lines
         self._launcher_list: list[ev.LauncherEvent] | None = []  # what `launcher` gives; None: to be merged
-        self.year: int | None = None
+        self.clock = LogClock()  # the one time model (dialect.LogClock): the log's year, from its last full date
         self.launcher_cycle = 0
         self.dialect: str | None = None
         self.offset_pairs: list[tuple[float, float]] = []  # (local stamp, UTC stamp) of one line
@@ -801,18 +913,20 @@ class LogParser:
 
     # ---- stamps
 
+    @property
+    def year(self) -> int | None:
+        return self.clock.year
+
     def _read_stamp(self, body: str) -> tuple[float | None, int | None]:
-        """(local time, the year a full-date stamp gave) of the stamp that starts `body`; a glog
-        stamp (no year) takes the year of the log's last full date. Changes nothing."""
-        full = line_stamp(body)
-        if full is not None:
-            return full.ts, full.year
-        return (glog_stamp(body, self.year) if self.year is not None else None), None
+        """(local time, the year a full-date stamp gave) of the stamp that starts `body`
+        (dialect.LogClock.peek). Changes nothing."""
+        t, full = self.clock.peek(body)
+        return t, (full.year if full is not None else None)
 
     def _stamp(self, body: str) -> float | None:
-        t, year = self._read_stamp(body)
-        if year is not None:
-            self.year = year
+        t, full = self.clock.peek(body)
+        if full is not None:
+            self.clock.saw(full)
             if self.first_local_ts is None:
                 self.first_local_ts = t
         return t
@@ -860,7 +974,9 @@ class LogParser:
 
     def _line(self, raw: bytes, lineno: int) -> None:
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
-        rank, body, console = _strip_prefix(text)
+        line = read_line(self.rel, lineno, text, labels_are_ranks=True)  # the one line model (dialect.LogLine)
+        rank = line.rank if line.rank is not None else line.local_rank
+        body, console = line.body, line.console
         src = Src(self.rel, lineno, clip(text))
         if console is not None and len(self.offset_pairs) < 16:
             local = self._stamp(body)
@@ -906,7 +1022,7 @@ class LogParser:
             fields["ts"] = self._datetime(b)
         if rule.app:
             fields["rank"] = rank
-        else:
+        elif not rule.diagnostic:
             fields["cycle"] = self.launcher_cycle
         return rule.event(src=src, **fields)
 
@@ -914,7 +1030,7 @@ class LogParser:
         found = megatron_datetime(b)
         if found is None:
             return None
-        self.year = found.year
+        self.clock.saw(found)
         return found.ts
 
     # ---- results
@@ -1795,22 +1911,9 @@ def _deadlines(spec: dict) -> tuple[str | None, tuple[tuple[str, float], ...]]:
     return profile, tuple(out)
 
 
-MAX_INT = 1 << 53  # any count, rank, pid or iteration of a real run is far below; bigger is damage
-
-
 def _int(value: object) -> int | None:
-    """An integer of a JSON record, or None when it is missing or not a plausible one."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        text = value.strip()
-        digits = text[1:] if text[:1] == "-" else text
-        if not (digits.isascii() and digits.isdigit() and len(digits) <= 16):
-            return None
-        value = int(text)
-    if isinstance(value, int) and -MAX_INT <= value <= MAX_INT:
-        return value
-    return None
+    """An integer of a JSON record, or None when it is missing or not a plausible one (dialect.record_number)."""
+    return record_number(value, "record", digits=True)  # type: ignore[return-value]
 
 
 def _str(value: object) -> str | None:

@@ -19,6 +19,15 @@ DIST_NAME = "nvidia-resiliency-ext"
 LAUNCHER_MODULE = "nvidia_resiliency_ext.fault_tolerance.launcher"
 # Megatron's --enable-ft-package calls init_workload_monitoring(num_warmup_iters=...), new in 0.6.0.
 MEGATRON_MIN_VERSION = (0, 6, 0)
+# How often NVRx's rank monitors check their rank when --ft-workload-check-interval is not given
+# (FaultToleranceConfig.workload_check_interval, 5.0 in 0.4.1 and 0.7.0): a timeout is noticed
+# up to one interval after it expires.
+DEFAULT_CHECK_INTERVAL_S = 5.0
+
+
+def check_interval(chosen: float | None) -> float:
+    """The rank monitors' check interval of a run: the one it chose, else NVRx's default."""
+    return DEFAULT_CHECK_INTERVAL_S if chosen is None else chosen
 
 
 class NvrxError(ValueError):

@@ -107,38 +107,40 @@ class DcpMetadata:
         return [info for idx, info in self.storage_data.items() if idx.fqn == fqn]
 
 
-class _RecordError(Exception):
-    """Why the record could not be read (one phrase)."""
+class RecordError(Exception):
+    """Why the record could not be read (one phrase). Public, with open_checkpoint_file and
+    read_at: the reader's API for a checkpoint's files, which end_state reads through too."""
 
 
-def _open_regular(directory_fd: int, name: str, limit: int) -> tuple[int, int]:
+def open_checkpoint_file(directory_fd: int, name: str, limit: int) -> tuple[int, int]:
     """(fd, size) of a regular file in the directory, never through a link; the caller closes fd."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory_fd)
     except OSError as exc:
-        raise _RecordError(f"{name} cannot be opened ({exc.strerror or exc})") from None
+        raise RecordError(f"{name} cannot be opened ({exc.strerror or exc})") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise _RecordError(f"{name} is not a regular file")
+        raise RecordError(f"{name} is not a regular file")
     if st.st_size > limit:
         os.close(fd)
-        raise _RecordError(f"{name} is {st.st_size} bytes, more than the {limit} a checkpoint's file may have here")
+        raise RecordError(f"{name} is {st.st_size} bytes, more than the {limit} a checkpoint's file may have here")
     return fd, st.st_size
 
 
-def _read_at(fd: int, offset: int, length: int) -> bytes:
+def read_at(fd: int, offset: int, length: int) -> bytes:
+    """`length` bytes at `offset` of an open file; RecordError when it ends before."""
     out = bytearray()
     while len(out) < length:
         chunk = os.pread(fd, length - len(out), offset + len(out))
         if not chunk:
-            raise _RecordError("the file ended early")
+            raise RecordError("the file ended early")
         out += chunk
     return bytes(out)
 
 
-def _metadata_error(what: str) -> _RecordError:
-    return _RecordError(f".metadata is not DCP metadata: {what}")
+def _metadata_error(what: str) -> RecordError:
+    return RecordError(f".metadata is not DCP metadata: {what}")
 
 
 def _int_tuple(value: object, what: str) -> tuple[int, ...]:
@@ -164,7 +166,7 @@ def _stub(value: object, cls: str, what: str) -> safe_unpickle.Stub:
 
 def _typed_metadata(raw: object) -> DcpMetadata:
     """The unpickled `.metadata` as DcpMetadata, every field used type-checked (a wrong type is a
-    _RecordError naming the field and the type, never an exception further on)."""
+    RecordError naming the field and the type, never an exception further on)."""
     md = _stub(raw, "Metadata", "its top object")
     entries = md.get("state_dict_metadata")
     if not isinstance(entries, dict):
@@ -219,15 +221,15 @@ def _typed_metadata(raw: object) -> DcpMetadata:
 
 
 def _metadata(directory_fd: int) -> DcpMetadata:
-    fd, size = _open_regular(directory_fd, ".metadata", MAX_METADATA_BYTES)
+    fd, size = open_checkpoint_file(directory_fd, ".metadata", MAX_METADATA_BYTES)
     try:
-        data = _read_at(fd, 0, size)
+        data = read_at(fd, 0, size)
     finally:
         os.close(fd)
     try:
         raw = safe_unpickle.load_pickle(data, ".metadata", safe_unpickle.METADATA)
     except safe_unpickle.UnpickleRefused as exc:
-        raise _RecordError(str(exc)) from None
+        raise RecordError(str(exc)) from None
     return _typed_metadata(raw)
 
 
@@ -245,7 +247,7 @@ def read_dcp_metadata(directory: Path) -> DcpMetadata:
     dfd = _opened(directory)
     try:
         return _metadata(dfd)
-    except _RecordError as exc:
+    except RecordError as exc:
         raise ValueError(str(exc)) from None
     finally:
         os.close(dfd)
@@ -257,20 +259,20 @@ def _object(directory_fd: int, metadata: DcpMetadata, key: str, limit: int, prof
     through harness.safe_unpickle."""
     entries = [metadata.storage_data[index]] if index in metadata.storage_data else metadata.stored(key)
     if len(entries) != 1:
-        raise _RecordError(f"{key} has {len(entries)} storage entries in .metadata, not one")
+        raise RecordError(f"{key} has {len(entries)} storage entries in .metadata, not one")
     info = entries[0]
     name, offset, length = info.relative_path, info.offset, info.length
     if not SHARD_FILE_RE.fullmatch(name):
-        raise _RecordError(f"{key} is stored in {clip(repr(name), 60)}, not a __<rank>_<n>.distcp file")
+        raise RecordError(f"{key} is stored in {clip(repr(name), 60)}, not a __<rank>_<n>.distcp file")
     if info.transformed:
-        raise _RecordError(f"{key} is stored transformed; not read")
+        raise RecordError(f"{key} is stored transformed; not read")
     if not 0 < length <= limit:
-        raise _RecordError(f"{key} has length {length}, out of range (1..{limit})")
-    fd, size = _open_regular(directory_fd, name, 1 << 62)
+        raise RecordError(f"{key} has length {length}, out of range (1..{limit})")
+    fd, size = open_checkpoint_file(directory_fd, name, 1 << 62)
     try:
         if offset + length > size:
-            raise _RecordError(f"{key} lies at {offset}+{length} beyond the end of {name} ({size} bytes)")
-        data = _read_at(fd, offset, length)
+            raise RecordError(f"{key} lies at {offset}+{length} beyond the end of {name} ({size} bytes)")
+        data = read_at(fd, offset, length)
     finally:
         os.close(fd)
     return _torch_object(data, key, profile)
@@ -280,9 +282,9 @@ def _torch_object(data: bytes, key: str, profile: str) -> object:
     try:
         return safe_unpickle.load_torch_save(data, key, profile, max_tensor_bytes=MAX_OBJECT_BYTES)
     except ImportError as exc:  # numpy absent: unknown with the reason; a broken import (SystemError) is a bug
-        raise _RecordError(f"numpy is not importable here ({type(exc).__name__})") from None
+        raise RecordError(f"numpy is not importable here ({type(exc).__name__})") from None
     except safe_unpickle.UnpickleRefused as exc:
-        raise _RecordError(f"{key} is not a plain optimizer record ({exc})") from None
+        raise RecordError(f"{key} is not a plain optimizer record ({exc})") from None
 
 
 def read_dcp_object(directory: Path, metadata: DcpMetadata, fqn: str, profile: str = safe_unpickle.TENSORS,
@@ -294,7 +296,7 @@ def read_dcp_object(directory: Path, metadata: DcpMetadata, fqn: str, profile: s
     dfd = _opened(directory)
     try:
         return _object(dfd, metadata, fqn, limit, profile, index)
-    except _RecordError as exc:
+    except RecordError as exc:
         raise ValueError(str(exc)) from None
     finally:
         os.close(dfd)
@@ -318,21 +320,21 @@ def _step_value(value: object, where: str) -> float:
         # a tensor, as harness.safe_unpickle rebuilds it (a numpy array)
         n = value.numel() if callable(getattr(value, "numel", None)) else value.size
         if n != 1:
-            raise _RecordError(f"{where} is a tensor of {n} elements, not a step count")
+            raise RecordError(f"{where} is a tensor of {n} elements, not a step count")
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not 0 <= value <= MAX_STEP:
-        raise _RecordError(f"{where} is {clip(repr(value), 40)}, not a step count")
+        raise RecordError(f"{where} is {clip(repr(value), 40)}, not a step count")
     return float(value)
 
 
 def _group_steps(groups: object, where: str) -> list[float]:
     if not isinstance(groups, list):
-        raise _RecordError(f"{where} has no param_groups list")
+        raise RecordError(f"{where} has no param_groups list")
     steps: list[float] = []
     for group in groups:
         if not isinstance(group, dict):
-            raise _RecordError("a param group is not a mapping")
+            raise RecordError("a param group is not a mapping")
         if "step" in group:
             steps.append(_step_value(group["step"], "a param group's step"))
     return steps
@@ -345,7 +347,7 @@ def _steps(obj: object) -> tuple[float, ...]:
     steps: list[float] = []
     for holder in holders:
         if not isinstance(holder, dict):
-            raise _RecordError("the optimizer object has no param_groups list")
+            raise RecordError("the optimizer object has no param_groups list")
         steps += _group_steps(holder.get("param_groups"), "the optimizer object")
     return tuple(steps)
 
@@ -355,7 +357,7 @@ def _common_steps(common: object) -> tuple[str, tuple[float, ...]]:
     if isinstance(common, (list, tuple)) and len(common) == 1:
         common = common[0]
     if not isinstance(common, dict):
-        raise _RecordError(f"the common state is {_kind(common)}, not Megatron's state dict")
+        raise RecordError(f"the common state is {_kind(common)}, not Megatron's state dict")
     opt = common.get("optimizer")
     if opt is None:
         return "optimizer (absent: saved without optimizer state)", ()
@@ -371,7 +373,7 @@ def _common_steps(common: object) -> tuple[str, tuple[float, ...]]:
         if isinstance(sub, dict) and isinstance(sub.get("optimizer"), dict):  # the fp16/bf16 wrapper
             label, sub = f"{label}.optimizer", sub["optimizer"]
         if not isinstance(sub, dict) or not isinstance(sub.get("state", {}), dict):
-            raise _RecordError(f"{label} of the common state is {_kind(sub)}, not an optimizer state dict")
+            raise RecordError(f"{label} of the common state is {_kind(sub)}, not an optimizer state dict")
         state = sub.get("state", {})
         if "common_step" in state:
             steps.append(_step_value(state["common_step"], f"{label}.state.common_step"))
@@ -405,7 +407,7 @@ def read_optimizer_record(directory: Path) -> OptimizerRecord:
             step_keys = sorted(firsts.values())
             if step_keys:
                 if len(step_keys) > MAX_STEP_OBJECTS:
-                    raise _RecordError(f".metadata lists {len(step_keys)} chained optimizers, more than "
+                    raise RecordError(f".metadata lists {len(step_keys)} chained optimizers, more than "
                                        f"{MAX_STEP_OBJECTS}")
                 steps: list[float] = []
                 for key in step_keys:
@@ -417,9 +419,9 @@ def read_optimizer_record(directory: Path) -> OptimizerRecord:
                 common = _object(dfd, metadata, common_keys[0], MAX_COMMON_BYTES, safe_unpickle.COMMON_STATE)
                 key = common_keys[0]
             elif not common_keys and _exists(dfd, "common.pt"):
-                fd, size = _open_regular(dfd, "common.pt", MAX_COMMON_BYTES)
+                fd, size = open_checkpoint_file(dfd, "common.pt", MAX_COMMON_BYTES)
                 try:
-                    data = _read_at(fd, 0, size)
+                    data = read_at(fd, 0, size)
                 finally:
                     os.close(fd)
                 key = "common.pt"
@@ -430,7 +432,7 @@ def read_optimizer_record(directory: Path) -> OptimizerRecord:
             if not steps_read:
                 return OptimizerRecord(key=None, steps=(), common_read=key, **moments)
             return OptimizerRecord(key=key, steps=steps_read, step_field=field, **moments)
-        except _RecordError as exc:
+        except RecordError as exc:
             return OptimizerRecord(note=str(exc))
     finally:
         os.close(dfd)

@@ -84,7 +84,7 @@ def scenario_deadline(spec: RunSpec) -> float:
     if episodes:
         # a stop lands after a committed checkpoint: in a step, a save or between them, never in setup
         running = [v for name, v in sections.items() if name != "setup"] + [spec.out_of_section_timeout]
-        check = spec.workload_check_interval if spec.workload_check_interval is not None else 5.0  # NVRx's default
+        check = nvrx.check_interval(spec.workload_check_interval)
         kinds = [FAULT_KINDS.get(f.kind) for f in spec.schedule] or [FAULT_KINDS.get(spec.fault)]
         detected = sum(1 for k in kinds if k is not None and k.monitor_detects)  # each planned fault by its own kind
         total += detected * max(running) + episodes * (check + RESTART_ALLOWANCE_S)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from harness import plan as planmod
 from harness import ports
-from harness.layout import MARKER_NAME
+from harness.layout import MARKER_GLOB, MARKER_NAME
 from harness.spec import SpecError
 
 
@@ -99,6 +99,9 @@ def _job_name(p: planmod.Plan, opts: SbatchOptions) -> str:
 
 
 _BARE = re.compile(r"[A-Za-z0-9._/:%=+,@-]+")
+# The batch script's reading of layout.marker_index, as shell `case` patterns: fault 1's marker,
+# then fault_injected.<2..99>.json (test_sbatch_render holds the two to the same names).
+MARKER_CASES = (MARKER_NAME, "fault_injected.[2-9].json", "fault_injected.[1-9][0-9].json")
 
 
 def _sbatch_word(value: str) -> str:
@@ -164,11 +167,15 @@ def render(p: planmod.Plan, opts: SbatchOptions, verify_python: list[str]) -> st
         f"cd {q(str(p.launcher.cwd))}",
         "",
         f"RUN_DIR={run_dir}",
-        "# Every test needs a fresh run ID: the marker stops replacement workers from injecting again.",
-        f'if [ -e "$RUN_DIR/{MARKER_NAME}" ]; then',
-        f'  echo "nvrx-qual: $RUN_DIR already holds {MARKER_NAME}: plan a new run ID" >&2',
-        "  exit 2",
-        "fi",
+        "# Every test needs a fresh run ID: a marker (one per planned fault) stops replacement workers from",
+        "# injecting again.",
+        f'for marker in "$RUN_DIR"/{MARKER_GLOB}; do',
+        '  case "${marker##*/}" in',
+        f'    {"|".join(MARKER_CASES)})',
+        '      echo "nvrx-qual: $RUN_DIR already holds ${marker##*/}: plan a new run ID" >&2',
+        "      exit 2;;",
+        "  esac",
+        "done",
         "",
         'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
         "# The batch step runs on the first node: ask its OS for free ports (rendezvous, NVRx log server).",

@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from harness.dialect import record_number  # the one JSON number reader (bound: BOUNDS['record'])
 from harness.events import iso_utc
 from harness.faults import FAULTS
 
@@ -119,18 +120,13 @@ def _ts(value: object) -> float | None:
     return parse_iso_utc(value)
 
 
-_MAX_NUMBER = 2 ** 53  # every count, code, iteration or second a verdict records is far below
-
-
 def _num(value: object) -> float | None:
     """A finite JSON number of plausible size, else None (inf, NaN, 1e308 read as not measured)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return value if -_MAX_NUMBER <= value <= _MAX_NUMBER else None  # NaN fails both comparisons
+    return record_number(value, "record", fraction=True)
 
 
 def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _MAX_NUMBER else None
+    return record_number(value, "record")  # type: ignore[return-value]
 
 
 def _list(value: object) -> list:

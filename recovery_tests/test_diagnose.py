@@ -526,7 +526,7 @@ def test_an_error_repeated_forever_is_kept_once(tmp_path: Path) -> None:
     t = diagnose(tmp_path)
     assert (t.category, t.rank) == ("traceback", 4)
     assert t.evidence[0] == "logs/job.err:1: [rank4]: Traceback (most recent call last):"
-    scanner = scan._Scanner(tmp_path, scan._Context(timedelta(0), 2026, 11))  # white box: what is kept
+    scanner = scan._Scanner(tmp_path, scan._Context(0))  # white box: what is kept
     scanner.scan([path])
     assert len(scanner.tracebacks) == 1
 
@@ -934,7 +934,7 @@ def test_per_process_state_is_bounded_by_the_number_of_ranks_kept(tmp_path: Path
     lines = [f"[rank{r}]: [Rank {r}] (after 10 iterations) memory (MB) | allocated: 1.0 | max allocated: 2.0"
              for r in range(50)]
     path = write(tmp_path, "logs/job.err", lines)
-    scanner = scan._Scanner(tmp_path, scan._Context(timedelta(0), 2026, 11))
+    scanner = scan._Scanner(tmp_path, scan._Context(0))
     scanner.scan([path])
     assert len(made) == 5  # four processes and the one the others share
     assert len(scanner.memory) == 4

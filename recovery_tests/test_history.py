@@ -644,7 +644,34 @@ RULE_LINES = [
     ("[2026-11-29 17:33:04,300] [INFO] 0/3 restart attempts left", "RestartsExhausted"),
     ("[2026-11-29 17:33:05,000] [INFO] Agent .run() is OK. No failures in the result.", "LauncherSucceeded"),
     ("[2026-11-29 17:33:05,000] [ERROR] EARLY TERMINATION: detected no progress across restarts", "NoProgressStop"),
+    # failure lines, read for triage only (events.DiagnosticEvent)
+    ("[rank3]: Traceback (most recent call last):", "TracebackStarted"),
+    ("[rank1]:[E1129 16:42:11.123456789 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation "
+     "timeout: WorkNCCL(SeqNum=1873, OpType=ALLREDUCE) ran for 600083 milliseconds before timing out.",
+     "CollectiveFailed"),
+    ("srun: error: node-2: task 5: Exited with exit code 1", "TaskExited"),
+    ("slurmstepd: error: Detected 1 oom_kill event in StepId=4242.0. Some of the step tasks have been OOM Killed.",
+     "HostOomKilled"),
+    ("slurmstepd: error: *** STEP 4242.0 ON node-1 CANCELLED AT 2026-11-29T16:50:00 DUE TO TIME LIMIT ***",
+     "StepCancelled"),
+    ("[Rank 5] (after 10 iterations) memory (MB) | allocated: 1024.0 | max allocated: 2048.0 | reserved: 3072.0 | "
+     "max reserved: 3072.0", "MemoryReport"),
+    ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "FailureSign"),
+    ("  seq_length ...................................... 4096", "ConfigValue"),
+    ("using world size: 8, data-parallel size: 2, context-parallel size: 1, tensor-model-parallel size: 2",
+     "ConfigValue"),
 ]
+
+
+def _triage_reads(line: str) -> list[str]:
+    """The failure-line events triage's dispatch (history.diagnostic_matches) makes of `line`."""
+    from harness.dialect import strip_prefix
+    from harness.history import diagnostic_matches
+
+    rank, body, _ = strip_prefix(line)
+    parser = LogParser("x.log", split_starts=False)
+    return [type(e).__name__ for rule, m in diagnostic_matches(body)
+            for e in parser.events_of(rule, m, body, ev.Src("x.log", 1, ""), rank)]
 
 
 @pytest.mark.parametrize("line,kind", RULE_LINES, ids=[f"{i}-{k}" for i, (_, k) in enumerate(RULE_LINES)])
@@ -659,7 +686,9 @@ def test_a_line_rule_makes_its_event_through_the_screen_and_the_dispatch(line: s
         made = [type(e).__name__ for s in parser.snapshot_starts() for e in s[0]] + [
             type(e).__name__ for e in parser.launcher]
         app = issubclass(getattr(ev, kind), ev.AppEvent)
-        if keywords is APP_KEYWORDS and not app:
+        if issubclass(getattr(ev, kind), ev.DiagnosticEvent):  # triage's alone: history's timeline keeps none
+            assert kind not in made and kind in _triage_reads(line)
+        elif keywords is APP_KEYWORDS and not app:
             assert made == []  # a per-cycle log is not searched for launcher lines
         else:
             assert made == [kind]
@@ -668,9 +697,10 @@ def test_a_line_rule_makes_its_event_through_the_screen_and_the_dispatch(line: s
 def test_every_line_rule_has_a_line_the_reader_turns_into_its_event():
     """Adding a kind of log line is one entry of history.RULES and its line in RULE_LINES."""
     from harness.dialect import strip_prefix
-    from harness.history import RULES, match_rule
+    from harness.history import RULES, diagnostic_matches, match_rule
 
-    taken = {id(match_rule(strip_prefix(line.splitlines()[0])[1])[0]) for line, _ in RULE_LINES}
+    bodies = [strip_prefix(line.splitlines()[0])[1] for line, _ in RULE_LINES]
+    taken = {id(match_rule(b)[0]) for b in bodies} | {id(rule) for b in bodies for rule, _m in diagnostic_matches(b)}
     missing = [f"{r.event.__name__} {r.pattern.pattern[:60]!r}" for r in RULES if id(r) not in taken]
     assert not missing, f"rules without a line in RULE_LINES: {missing}"
 

@@ -96,3 +96,45 @@ def test_local_nodes_make_no_batch_script(tmp_path, clean_spec_env, capsys):
     assert cli.main(sbatch(tmp_path, "--local-nodes", "1")) == 2
     assert "--local-nodes" in capsys.readouterr().err
     assert not (tmp_path / "work").exists()
+
+
+def _marker_check(script: str) -> str:
+    """The script's lines from `RUN_DIR=` to the blank line after them: its check for markers."""
+    start = script.index("\nRUN_DIR=") + 1
+    return script[start:script.index("\n\n", start)] + "\n"
+
+
+@pytest.mark.parametrize("name,refused", [("fault_injected.json", True), ("fault_injected.2.json", True),
+                                          ("fault_injected.37.json", True), ("fault_injected.99.json", True),
+                                          ("fault_injected.1.json", False), ("fault_injected.100.json", False),
+                                          ("fault_injected.bak.json", False), (None, False)])
+def test_the_batch_script_refuses_a_run_dir_holding_any_marker(name, refused, tmp_path, clean_spec_env, capsys):
+    """Every marker the layout allows (fault 1's and fault_injected.<2..99>.json, layout.marker_index)
+    makes the batch script stop before launching: a second fault's marker left by an earlier run would
+    keep that fault from being injected. Other names do not."""
+    from harness.layout import marker_index
+
+    assert cli.main(sbatch(tmp_path)) == 0
+    script = (tmp_path / "work" / "runs" / "r1" / "sbatch.sh").read_text()
+    run = tmp_path / "work" / "runs" / "r1"
+    if name is not None:
+        (run / name).write_text("{}")
+        assert (marker_index(name) is not None) == refused  # the script reads markers as the layout does
+    done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + _marker_check(script) + "echo launched"],
+                          text=True, capture_output=True)
+    if refused:
+        assert done.returncode == 2 and "launched" not in done.stdout, done
+        assert f"already holds {name}" in done.stderr
+    else:
+        assert (done.returncode, done.stdout) == (0, "launched\n"), done
+
+
+def test_the_scripts_marker_patterns_name_the_layouts_markers() -> None:
+    from fnmatch import fnmatchcase
+
+    from harness.layout import marker_index, marker_name
+    from harness.sbatch import MARKER_CASES
+
+    names = [marker_name(i) for i in range(1, 100)] + ["fault_injected.0.json", "fault_injected.1.json",
+                                                       "fault_injected.100.json", "fault_injected.07.json"]
+    assert [n for n in names if any(fnmatchcase(n, p) for p in MARKER_CASES) != (marker_index(n) is not None)] == []

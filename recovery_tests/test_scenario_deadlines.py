@@ -47,6 +47,20 @@ def test_scenario_deadline_is_setup_per_cycle_worst_section_restart_and_margin()
     assert runner.pytest_timeout(walk) == runner.scenario_deadline(walk) + runner.VERIFY_GRACE_S
 
 
+def test_the_check_interval_a_run_leaves_to_nvrx_is_stated_once(monkeypatch):
+    """NVRx's default check interval is one fact (nvrx.DEFAULT_CHECK_INTERVAL_S, checked against
+    the installed NVRx's own default); the scenario deadline takes it from there, not from a copy."""
+    from harness import nvrx
+
+    walk = spec("hang")  # the walkthrough leaves the interval to NVRx
+    assert walk.workload_check_interval is None
+    before = runner.scenario_deadline(walk)
+    monkeypatch.setattr(nvrx, "DEFAULT_CHECK_INTERVAL_S", nvrx.DEFAULT_CHECK_INTERVAL_S + 7)
+    assert runner.scenario_deadline(walk) == before + 7
+    config = pytest.importorskip("nvidia_resiliency_ext.fault_tolerance.config")
+    assert config.FaultToleranceConfig().workload_check_interval == nvrx.DEFAULT_CHECK_INTERVAL_S - 7
+
+
 # ---------------------------------------------------------------- inner pytest sessions
 
 CONFTEST = '''

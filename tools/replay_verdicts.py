@@ -8,7 +8,7 @@ call records its Scenario (a frozen dataclass whose repr evaluates back to it) i
 tools/replay_scenarios.txt, one a line, sorted, without duplicates. `dump` replays the recorded
 samples (recovery_tests/data/samples/*) and builds each recorded Scenario in a temporary
 directory, judges it with harness.verify.verify_run (writing nothing into the run directory)
-and writes the verdict JSON with the fields that vary from one replay to the next (the time
+and writes the verdict JSON (and, beside it, diagnose's triage JSON as <name>.triage.json) with the fields that vary from one replay to the next (the time
 of the verdict, the temporary path, the evidence digest's sha256, which covers the entries'
 modification times) normalised. Diff two dumps
 (`diff -r BEFORE AFTER`) to see what a change to the judging did to every verdict.
@@ -90,6 +90,17 @@ def _judge(run_dir: Path) -> dict:
     return _normalise(json.loads(verdict_json(verdict)), run_dir)
 
 
+def _triage(run_dir: Path) -> dict:
+    """diagnose's reading of the run directory (triage.to_json), whether or not it qualified."""
+    from harness.triage import diagnose
+
+    try:
+        found = diagnose(run_dir)
+    except Exception as exc:  # noqa: BLE001 - a replay records what happened, whatever it was
+        return {"replay_error": f"{type(exc).__name__}: {exc}"}
+    return _normalise(found.to_json(), run_dir)
+
+
 def dump(out: Path) -> int:
     from recovery_tests import rundirs
     from recovery_tests.rundirs import Scenario  # noqa: F401 - eval of the recorded reprs
@@ -101,6 +112,8 @@ def dump(out: Path) -> int:
             copy = Path(tmp) / sample.name
             shutil.copytree(sample, copy, symlinks=True)
             (out / f"sample-{sample.name}.json").write_text(json.dumps(_judge(copy), indent=1, sort_keys=True) + "\n")
+            (out / f"sample-{sample.name}.triage.json").write_text(
+                json.dumps(_triage(copy), indent=1, sort_keys=True) + "\n")
             count += 1
         for n, line in enumerate(SCENARIOS.read_text(encoding="utf-8").splitlines()):
             scenario = eval(line, {"Scenario": rundirs.Scenario})  # noqa: S307 - our own recorded reprs
@@ -108,6 +121,8 @@ def dump(out: Path) -> int:
             built = rundirs.build(root, scenario)
             doc = {"scenario": line, "verdict": _judge(built.run_dir)}
             (out / f"scenario-{n:03d}.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+            triage = {"scenario": line, "triage": _triage(built.run_dir)}
+            (out / f"scenario-{n:03d}.triage.json").write_text(json.dumps(triage, indent=1, sort_keys=True) + "\n")
             shutil.rmtree(root, ignore_errors=True)
             count += 1
     print(f"{count} verdicts -> {out}")

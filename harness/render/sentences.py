@@ -19,8 +19,22 @@ SENTENCES: dict[tuple[str, str], str] = {
                          "loop_stopped judges whether the launcher stopped the restart loop (or the stack fell back to "
                          "an earlier checkpoint)."),
     ("*", "superseded"): "Superseded: {why}.",
+    ("*", "superseded_load_cut"): ("fault {next} hit cycle {next_cycle} before this episode's replacement finished "
+                                   "its load; episode {next} judges the recovery"),
+    ("*", "superseded_not_last"): ("fault {next} (cycle {next_cycle}) ended this episode's training; the training to "
+                                   "the end of the run is judged in the last episode"),
+    ("*", "superseded_nothing_new"): ("no checkpoint beyond episode {previous}'s ({k}) was committed before this "
+                                      "fault: what was committed before it is episode {previous}'s"),
     ("*", "no_usable_baseline"): "No usable baseline: {problem}.",
     ("*", "crashed"): "The checker failed: {error}",
+    # fragments several checks share: a world change, how a process ended
+    ("*", "world_change"): ("world size {before}{dp_before} in cycle {failed}, {after}{dp_after} in cycle {replacement} "
+                            "(Megatron's arguments)"),
+    ("*", "dp"): " (DP {dp})",
+    ("*", "killed_by"): "killed by {signal}",
+    ("*", "killed_by_number"): "killed by signal {number}",
+    ("*", "exit_status"): "exit status {code}",
+    ("*", "code_meaning"): "{code} ({meaning})",
     # pre_fault_checkpoint
     ("pre_fault_checkpoint", "never_injected"): (
         "The {fault} fault was requested ({fault_how}) but never injected: there is no fault_injected.json.{nemesis} "
@@ -33,6 +47,10 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("pre_fault_checkpoint", "outside_the_run"): ("{marker} says the fault was injected at {when}: the marker is not "
                                                   "this run's (copied from another run?) or a clock is wrong; rerun "
                                                   "with a new run id."),
+    ("pre_fault_checkpoint", "nemesis_said"): " The nemesis said: {reason}.",
+    ("pre_fault_checkpoint", "caveats"): " ({caveats})",
+    ("pre_fault_checkpoint", "before_launch"): "{at}, {gap} s before the launch started ({launch})",
+    ("pre_fault_checkpoint", "after_launch"): "{at}, {gap} s after the launch ended ({launch})",
     ("pre_fault_checkpoint", "in_save_incomplete"): ("The in-save marker does not record both the committed checkpoint "
                                                      "(committed_iteration) and the save in flight (iteration): it is "
                                                      "damaged; rerun with a new run id."),
@@ -96,6 +114,9 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("optimizer_reload", "no_replacement"): ("No replacement workers started (see replacement_cycle), so nothing was "
                                              "reloaded."),
     ("optimizer_reload", "who"): "The replacement workers (cycle {cycle})",
+    ("optimizer_reload", "loaded_both"): "optimizer and scheduler",
+    ("optimizer_reload", "loaded_optimizer"): "optimizer",
+    ("optimizer_reload", "loaded_scheduler"): "scheduler (plain optimizer)",
     ("optimizer_reload", "who_changed"): "The replacement workers (cycle {cycle}, after the job {way}: {change})",
     ("optimizer_reload", "skip_flag"): ("{who} ran with {option}: Megatron skips the optimizer state when loading "
                                         "checkpoint {expected}; remove {option} from the workload arguments."),
@@ -243,6 +264,7 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("clean_finish", "clean"): ("The launcher reported success {shape}, no no-progress stop, and Megatron reached "
                                 "'[after training is done]'."),
     # loop_stopped
+    ("loop_stopped", "with_a_failure"): "with a failure",
     ("loop_stopped", "no_loop_planned"): "The {fault} fault ({fault_at}) plans no restart loop.",
     ("loop_stopped", "no_injection"): ("No injection happened (see pre_fault_checkpoint): no checkpoint was poisoned, "
                                        "so no restart loop could start."),
@@ -351,6 +373,36 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("replacement_cycle", "world_changed"): ("the job {way}: {change}, and {allowed}; a replacement must run the world "
                                              "the checkpoint was trained on, or the plan must allow the change"),
     ("replacement_cycle", "node_text"): "{text}",
+    ("replacement_cycle", "and_timeouts"): " and the rank timeouts",
+    # the nodes of a node fault's cycles (cycle records, else the rendezvous lines' node ids)
+    ("replacement_cycle", "node_no_host"): ("the injection marker names no host, so the lost and the replacing node "
+                                            "cannot be named"),
+    ("replacement_cycle", "node_no_record"): ("no cycle record (cycle_infos/, NVRx >= 0.6) names the nodes of cycle "
+                                              "{cycle}, so the lost and the replacing node cannot be named"),
+    ("replacement_cycle", "node_not_host_lists"): ("the cycle records' active nodes ({was}, {now}) are not host lists, "
+                                                   "so the replacing node cannot be named"),
+    ("replacement_cycle", "node_still_active"): ("the lost node {lost} is still active in cycle {replacement} ({active}): "
+                                                 "the node was not lost"),
+    ("replacement_cycle", "node_not_active"): ("the lost node {lost} is not among the nodes of cycle {failed} ({active}): "
+                                               "the fault did not hit an active node"),
+    ("replacement_cycle", "node_lost_shrank"): ("; node {lost} (rank {rank}) was lost and the job shrank: cycle "
+                                                "{replacement} runs on {now} alone, {n_now} of {n_was} node(s), as "
+                                                "--nnodes {min}:{max} allows; {change}"),
+    ("replacement_cycle", "node_job_shrank"): " (the job shrank: {change})",
+    ("replacement_cycle", "node_not_replaced"): ("cycle {replacement} runs on {now}, fewer nodes than cycle {failed} "
+                                                 "({was}): no standby node replaced {lost}{shrank}"),
+    ("replacement_cycle", "node_replaced"): ("; node {lost} (rank {rank}) was lost and cycle {replacement} runs on "
+                                             "{now}: standby {promoted} took its place"),
+    ("replacement_cycle", "node_joined_again"): ("the lost node {lost} joined the rendezvous again after the failure of "
+                                                 "cycle {failed}: the node was not lost"),
+    ("replacement_cycle", "node_joins_fewer"): ("only {now} joined the rendezvous after the failure of cycle {failed}, "
+                                                "fewer nodes than before ({was}): no standby node replaced {lost}"),
+    ("replacement_cycle", "node_replaced_by_joins"): ("; node {lost} (rank {rank}'s launcher) was lost and cycle "
+                                                      "{replacement} runs on {now}: standby {promoted} took its place"),
+    # a recovery step stamped before its fault
+    ("replacement_cycle", "stamped_early"): "{what} is stamped {at}, {gap} s before the injection at {injected}",
+    ("replacement_cycle", "early_failure"): "the failure of the injected cycle",
+    ("replacement_cycle", "early_first_iteration"): "the replacement's first iteration",
     ("replacement_cycle", "node_unknown"): ("The launcher restarted the workers in {replacement} after the loss of a "
                                             "node, but {nodes}."),
     ("replacement_cycle", "restarted_but"): "The launcher restarted the workers, but {problems}.",
@@ -411,6 +463,11 @@ SENTENCES: dict[tuple[str, str], str] = {
                                        "{restored}, holds Adam's step counter {first_g} in {key} ({field}), one step "
                                        "per iteration continued from checkpoint {restored}, and exp_avg and "
                                        "exp_avg_sq in all {slots_text}."),
+    ("optimizer_state", "not_read"): "it was not read",
+    ("optimizer_state", "step_not_in_common"): ("neither a common_step nor a param group step in its common state "
+                                                "({common})"),
+    ("optimizer_state", "step_nowhere"): "no optimizer object and no common state holding one",
+    ("optimizer_state", "slots"): "{n} optimizer state slot{s} (buckets or parameters)",
     ("optimizer_state", "reset"): "it counts only the {since} steps since the restore: the step was reset to 0 when "
                                   "checkpoint {restored} was loaded",
     ("optimizer_state", "ahead"): "it ran ahead of one step per iteration since the restore",
@@ -425,6 +482,8 @@ SENTENCES: dict[tuple[str, str], str] = {
                                             "end state)."),
     ("loss_continuity", "not_logged"): ("Iterations {from}..{last} must be logged by both runs; {side} lacks "
                                         "iteration {missing} (log every iteration: --log-interval 1)."),
+    ("loss_continuity", "side_ours"): "this run",
+    ("loss_continuity", "side_baseline"): "the baseline {baseline}",
     ("loss_continuity", "mean_hint"): (" (or {mean}, the mean of this run's {before} and the baseline's {iteration}, "
                                        "as Megatron prints the second iteration of a start)"),
     ("loss_continuity", "differs"): ("lm loss at iteration {iteration} is {ours} after the restore of checkpoint "
@@ -435,6 +494,16 @@ SENTENCES: dict[tuple[str, str], str] = {
                                            "baseline's {averaged})"),
     ("loss_continuity", "equal"): ("lm loss of iterations {first}..{end} after the restore of checkpoint {restored} "
                                    "equals the uninterrupted baseline's, all {count} of them{note}."),
+    # state_equivalence: whether the workload's training is bitwise deterministic (criteria.determinism)
+    ("state_equivalence", "deterministic_reference"): "the reference workload is bitwise deterministic",
+    ("state_equivalence", "deterministic_cpu"): ("Megatron on CPU with hidden_dropout and attention_dropout 0 is "
+                                                 "bitwise deterministic"),
+    ("state_equivalence", "dropout_is"): "{name} is {value}",
+    ("state_equivalence", "dropout_unseen"): "its arguments tables do not show the dropout",
+    ("state_equivalence", "not_deterministic_cpu"): "Megatron on CPU with dropout is not bitwise deterministic ({why})",
+    ("state_equivalence", "workload_unrecorded"): "unrecorded (no run.json)",
+    ("state_equivalence", "not_deterministic"): ("the {workload} workload is not bitwise deterministic (GPU reductions, "
+                                                 "dropout)"),
 }
 
 

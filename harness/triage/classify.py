@@ -5,20 +5,20 @@ from __future__ import annotations
 import dataclasses
 import signal
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from functools import cmp_to_key
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 from harness import events as ev_types
 from harness import safeio
-from harness.dialect import check_readable_dir, discover, record_number, utc_offset_problem
+from harness.dialect import LogLine, check_readable_dir, discover, record_number, utc_offset_problem
 from harness.history import read_injections
 from harness.layout import MARKER_NAME, RunLayout, marker_name
 from harness.faults import FAULT_KINDS
 from harness.triage.advice import _advice
 from harness.triage.model import ROOT_TRACEBACK_KINDS, ParallelConfig, Symptom, Triage, _rank_ranges, _short
-from harness.triage.scan import (_TB_START, _TEARDOWN_SIGNALS, _Context, _Event, _Frame, _Line, _Scanner, _Traceback,
+from harness.triage.scan import (_TB_START, _TEARDOWN_SIGNALS, _Context, _Event, _Frame, _Scanner, _Traceback,
                                  _headline_exception, _oom_memory, _phase, _signal_name)
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ _EVIDENCE_CAP = 16
 @dataclass(frozen=True)
 class _Candidate:
     kind: str  # the category it would give
-    time: datetime | None
+    time: float | None  # UTC epoch seconds
     cycle: int | None
     file: str
     file_rank: int
@@ -73,7 +73,7 @@ class _RunFacts:
     files (`_run_facts`) or taken from history's Timeline (`_timeline_facts`)."""
 
     utc_offset_s: int
-    ref: datetime
+    ref: datetime  # when the run was made: the date a log's glog stamps (no year) are near until it states a full date
     nnodes: int | None
     spec: dict
     marker: dict | None
@@ -207,7 +207,7 @@ def diagnose(run_dir: Path, *, utc_offset_s: int | None = None,
     else:
         timeline = history if isinstance(history, ev_types.Timeline) else history.timeline
         facts = _timeline_facts(timeline, files, utc_offset_s)
-    ctx = _Context(timedelta(seconds=facts.utc_offset_s), facts.ref.year, facts.ref.month)
+    ctx = _Context(facts.utc_offset_s, (facts.ref.year, facts.ref.month))
     scanner = _Scanner(root, ctx)
     scanner.scan(files)
     return _stopped_by_harness(facts, _decide(root, scanner, facts))
@@ -262,7 +262,7 @@ class _Findings:
 
     tracebacks: list[_Traceback]
     events: list[_Event]
-    failure_signs: list[_Line]
+    failure_signs: list[LogLine]
     launcher_failed: bool
     global_rank: RankResolver
 

@@ -1,9 +1,13 @@
 """Scan: log lines -> typed records (tracebacks, failure events, configuration values).
 
-Lines are peeled and stamped by harness.dialect, the one log grammar history reads too; the
-launcher's lines (rank monitor timeouts, worker exits, the cycle each line belongs to) are
-read by history's own rule table (history.RULES, history.cycle_opened): triage folds the
-events history makes of them into its records.
+A fold over history's event stream. Each line is a dialect.LogLine (the one line model),
+dated by a dialect.LogClock (the one time model: a glog stamp takes the year of the log's
+last full date); every one-line kind (the launcher's rank monitor timeouts and worker exits,
+the cycle each line belongs to, NCCL errors, srun exits, Slurm's OOM kills and
+cancellations, Megatron's memory reports and shape values, failure signs) is an entry of
+history's rule table (history.RULES, history.cycle_opened), and triage folds the typed
+events those rules make into its records. Only what spans lines is read here: Python
+tracebacks (chained ones too) and torch elastic's ChildFailedError summary block.
 """
 
 from __future__ import annotations
@@ -11,16 +15,15 @@ from __future__ import annotations
 import re
 import signal
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from harness import safeio
 from harness import events as ev_types
-from harness.dialect import (attempt_of_path, cycle_of_name, glog_month, glog_stamp, glog_year, line_stamp,
-                             maybe_stamped, number, peel)
+from harness.dialect import LogClock, LogLine, attempt_of_path, cycle_of_name, maybe_stamped, number, read_line
 from harness.events import Src
-from harness.history import LAUNCHER_KEYWORDS, LogParser, cycle_opened, match_rule
+from harness.history import LAUNCHER_KEYWORDS, LogParser, cycle_opened, diagnostic_matches, match_rule
 from harness.triage.model import OomMemory
 
 _MAX_LINE = 64 * 1024  # longer lines keep their head; the rest is skipped, never buffered
@@ -30,38 +33,12 @@ _MAX_CHAIN = 16
 _MAX_KEPT = 20_000  # tracebacks / failure lines kept after per-file de-duplication
 _MAX_RANKS = 1 << 16  # ranks whose memory report is kept
 _SCAN_EXTENSIONS = (".log", ".err", ".out")
-_EPOCH = datetime(1970, 1, 1)
 
 
 # ============================================================================ lines
 
 
-@dataclass(slots=True)
-class _Line:
-    file: str  # relative to the run directory
-    lineno: int
-    raw: str
-    text: str  # with the rank/launcher prefixes peeled off
-    time: datetime | None  # UTC, naive; the line's own stamp only (see _Scanner._time)
-    rank: int | None  # global rank
-    local_rank: int | None
-    key: tuple  # the writing process within this file
-    cycle: int | None
-    stamped: bool = False  # looks stamped; parsed lazily, only when a time is needed
-
-    def evidence(self) -> str:
-        text = self.raw.strip()
-        if len(text) > _TEXT_CAP:
-            text = text[:_TEXT_CAP] + "..."
-        return f"{self.file}:{self.lineno}: {text}"
-
-
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def _naive_utc(ts: float | None, offset: timedelta = timedelta(0)) -> datetime | None:
-    """UTC epoch seconds (or a local stamp read as UTC, with its offset) -> naive UTC datetime."""
-    return None if ts is None else _EPOCH + timedelta(seconds=ts) - offset
 
 
 def _clean(chunk: bytes) -> str:
@@ -126,11 +103,11 @@ _CHAIN_MARKERS = (
 
 @dataclass
 class _Traceback:
-    start: _Line
+    start: LogLine
     base: int  # indentation of the `Traceback` line; the exception line sits at it
     frames: list[_Frame] = field(default_factory=list)
-    exceptions: list[tuple[str, _Line]] = field(default_factory=list)
-    time: datetime | None = None
+    exceptions: list[tuple[str, LogLine]] = field(default_factory=list)
+    time: float | None = None  # UTC epoch seconds
     rank: int | None = None
     local_rank: int | None = None
     cycle: int | None = None
@@ -155,12 +132,13 @@ class _TracebackBuilder:
         self._state = "idle"  # idle | frames | after_exception | chain
         self._blank = 0
 
-    def feed(self, line: _Line, text: str | None = None) -> list[_Traceback]:
-        text = line.text if text is None else text
+    def feed(self, line: LogLine, opens: bool, text: str | None = None) -> list[_Traceback]:
+        """`opens`: the line opens a traceback (history.RULES made a TracebackStarted of it)."""
+        text = line.body if text is None else text
         done: list[_Traceback] = []
         stripped = text.strip()
         if self._state == "idle":
-            if stripped.endswith(_TB_START):
+            if opens:
                 self._start(line, text)
             return done
         if self._state in ("after_exception", "chain"):
@@ -172,18 +150,18 @@ class _TracebackBuilder:
             if stripped in _CHAIN_MARKERS:
                 self._state = "chain"
                 return done
-            if self._state == "chain" and stripped.endswith(_TB_START):
+            if self._state == "chain" and opens:
                 self._state = "frames"
                 return done
             done.append(self._finish())
-            if stripped.endswith(_TB_START):
+            if opens:
                 self._start(line, text)
             return done
         # frames
         assert self.current is not None
         if not stripped:
             return done
-        if stripped.endswith(_TB_START):  # the previous one was cut off
+        if opens:  # the previous one was cut off
             done.append(self._finish())
             self._start(line, text)
             return done
@@ -215,7 +193,7 @@ class _TracebackBuilder:
     def close(self) -> list[_Traceback]:
         return [self._finish()] if self._state != "idle" else []
 
-    def _start(self, line: _Line, text: str) -> None:
+    def _start(self, line: LogLine, text: str) -> None:
         base = self._forced_base
         if base is None:
             base = len(text) - len(text.lstrip())
@@ -366,8 +344,8 @@ class _Event:
 
     kind: str  # nccl | nccl-weak | hang | exit
     what: str
-    line: _Line
-    time: datetime | None
+    line: LogLine
+    time: float | None  # UTC epoch seconds
     rank: int | None
     local_rank: int | None
     cycle: int | None
@@ -376,48 +354,6 @@ class _Event:
     secondary: bool = False  # torch elastic listed it under "Failures:", not as the root cause
 
 
-_NCCL_NAME = re.compile(r"nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage|InvalidArgument)Error")
-_NCCL_STRONG = (
-    (re.compile(r"Watchdog caught collective operation timeout"), "NCCL watchdog: collective operation timeout"),
-    (re.compile(r"Process group watchdog thread terminated"), "NCCL watchdog terminated the process group"),
-    (re.compile(r"NCCL communicator was aborted"), "NCCL communicator aborted"),
-    (_NCCL_NAME, None),
-    (re.compile(r"NCCL error"), None),
-    (re.compile(r"c10::DistBackendError"), "process aborted on c10::DistBackendError"),
-    (re.compile(r"Some NCCL operations have failed or timed out"), "NCCL operations failed or timed out"),
-)
-_NCCL_ANY = re.compile(
-    r"Watchdog caught|watchdog thread terminated|communicator was aborted|nccl\w+Error|NCCL error|DistBackendError|"
-    r"Some NCCL operations|NCCL WARN"
-)
-_NCCL_RANK = re.compile(r"\bRank (\d+)\]")
-_SRUN_EXIT = re.compile(
-    r"srun: error: (\S+): tasks? ([\d,\-\[\]]+): (Exited with exit code (\d+)|Killed|Terminated|Aborted|"
-    r"Segmentation fault|Bus error)"
-)
-_SLURM_OOM = re.compile(r"slurmstepd: error: Detected \d+ oom[-_]kill event")
-_SLURM_CANCEL = re.compile(r"slurmstepd: error: \*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+))?")
-_FAILURE_SIGNS = re.compile(
-    r"Worker group (?:FAILED|UNHEALTHY)|Some rank\(s\) exited with non-zero|ChildFailedError|"
-    r"Agent's exit code = [1-9]|exits with exit code = [1-9]"
-)
-_MEMORY_REPORT = re.compile(
-    r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \(MB\) \| allocated: ([\d.]+) \| max allocated: ([\d.]+)"
-    r"(?: \| reserved: ([\d.]+) \| max reserved: ([\d.]+))?"
-)
-_CONFIG_KEYS = (
-    "micro_batch_size", "global_batch_size", "seq_length", "tensor_model_parallel_size",
-    "pipeline_model_parallel_size", "context_parallel_size", "data_parallel_size", "world_size",
-    "num_attention_heads", "num_layers",
-)  # fmt: skip
-_ARG_ROW = re.compile(r"\s{1,4}(" + "|".join(_CONFIG_KEYS) + r") \.{3,} (\S+)\s*$")
-_WORLD_LINE = re.compile(
-    r"(world|data-parallel|context-parallel|tensor-model-parallel|pipeline-model-parallel) size: (\d+)"
-)
-_WORLD_LINE_KEYS = {
-    "world": "world_size", "data-parallel": "data_parallel_size", "context-parallel": "context_parallel_size",
-    "tensor-model-parallel": "tensor_model_parallel_size", "pipeline-model-parallel": "pipeline_model_parallel_size",
-}  # fmt: skip
 _SUMMARY_FIELD = re.compile(r"\s+(time|host|rank|exitcode|error_file|traceback)\s*: ?(.*)$")
 _SUMMARY_RANK = re.compile(r"(-?\d+) \(local_rank: (\d+)\)")
 _SUMMARY_EXIT = re.compile(r"(-?\d+)")
@@ -448,14 +384,14 @@ class _Stream:
     """Per writing process within one file."""
 
     builder: _TracebackBuilder = field(default_factory=_TracebackBuilder)
-    last_stamped: _Line | None = None
+    last_stamped: LogLine | None = None
     waiting: list[_Traceback] = field(default_factory=list)  # tracebacks still without a time
 
 
 @dataclass
 class _SummaryEntry:
     section: str
-    first: _Line
+    first: LogLine
     fields: dict[str, str] = field(default_factory=dict)
     builder: _TracebackBuilder | None = None
     tracebacks: list[_Traceback] = field(default_factory=list)
@@ -471,9 +407,9 @@ class _SummaryParser:
         self._section: str | None = None  # None: not inside a block
         self._entry: _SummaryEntry | None = None
 
-    def feed(self, line: _Line) -> bool:
-        """True when the line belongs to a block (and is consumed)."""
-        text = line.text
+    def feed(self, line: LogLine, opens: bool) -> bool:
+        """True when the line belongs to a block (and is consumed); `opens`: it opens a traceback."""
+        text = line.body
         stripped = text.strip()
         if stripped == "Failures:" or stripped.startswith("Root Cause (first observed failure)"):
             self._flush()
@@ -497,7 +433,7 @@ class _SummaryParser:
             self._section = None
             return False
         if entry.builder is not None:
-            entry.tracebacks.extend(entry.builder.feed(line))
+            entry.tracebacks.extend(entry.builder.feed(line, opens))
             return True
         match = _SUMMARY_FIELD.match(text)
         if not match:
@@ -506,9 +442,9 @@ class _SummaryParser:
             return False
         name, value = match.group(1), match.group(2).strip()
         entry.fields[name] = value
-        if name == "traceback" and value.startswith(_TB_START):
+        if name == "traceback" and opens:  # `traceback : Traceback (most recent call last):`
             entry.builder = _TracebackBuilder(base=len(text) - len(text.lstrip()))
-            entry.builder.feed(line, _TB_START)
+            entry.builder.feed(line, True, _TB_START)
         return True
 
     def close(self) -> None:
@@ -527,18 +463,18 @@ class _SummaryParser:
 
 @dataclass
 class _Context:
-    utc_offset: timedelta
-    ref_year: int
-    ref_month: int
+    utc_offset_s: float  # local minus UTC: what turns a writer's local stamp into UTC
+    anchor: tuple[int, int] | None = None  # (year, month) of the run: glog stamps before a log's first full date are near it
 
 
 class _Scanner:
     def __init__(self, root: Path, ctx: _Context) -> None:
         self.root = root
         self.ctx = ctx
+        self._clock = LogClock(ctx.anchor)  # the clock of the file being read (its LogParser's)
         self.tracebacks: list[_Traceback] = []
         self.events: list[_Event] = []
-        self.failure_signs: list[_Line] = []
+        self.failure_signs: list[LogLine] = []
         self._seen: set[tuple] = set()  # the same failure repeated in one file is kept once
         self.dropped = 0
         self.configs: dict[str, dict[str, tuple[int, int]]] = {}  # file -> key -> (value, lineno)
@@ -578,9 +514,13 @@ class _Scanner:
         streams: dict[tuple, _Stream] = {}
         cycle_state = file_cycle
         summary = _SummaryParser(lambda entry: self._finish_summary(entry, file_rank))
-        history = LogParser(rel, split_starts=False)  # history's reading of this file's launcher lines
+        history = LogParser(rel, split_starts=False)  # history's reading of this file's lines, its clock too
+        history.clock.anchor = self.ctx.anchor
+        self._clock = history.clock
         for lineno, raw in _iter_lines(path):
-            line = self._peel(rel, lineno, raw, per_cycle, file_local)
+            # a `<N>: ` label is a rank in a per-cycle application log, a node elsewhere
+            line = read_line(rel, lineno, raw, labels_are_ranks=per_cycle, file_local=file_local)
+            stamped = self._date(line)
             # as history reads them: a per-cycle application log holds worker output, no launcher line
             launcher, at = self._launcher_events(history, line) if not per_cycle else ((), 0)
             if file_cycle is None:  # launcher lines move the cycle of everything after them (history's rule)
@@ -594,74 +534,46 @@ class _Scanner:
             if stream is None:  # one per writing process; a log naming more shares the last one
                 stream = streams[line.key if len(streams) < _MAX_RANKS else ("more processes",)] = (
                     streams.get(("more processes",)) or _Stream())
-            if line.time is not None or line.stamped:
+            if stamped:
                 stream.last_stamped = line
-                if stream.waiting and self._time(line) is not None:
+                if stream.waiting and line.time is not None:
                     for tb in stream.waiting:  # an upper bound beats no time at all
                         tb.time = line.time
                     stream.waiting.clear()
 
-            if summary.feed(line):
+            failures = self._failure_events(history, line)
+            opens = bool(failures) and any(isinstance(e, ev_types.TracebackStarted) for e in failures)
+            if summary.feed(line, opens):
                 continue
-            for tb in stream.builder.feed(line):
+            for tb in stream.builder.feed(line, opens):
                 self._keep_traceback(tb, stream, file_rank)
             if stream.builder.current is not None and stream.builder.current.start is line:
                 stream.builder.current.time = self._stream_time(stream)
-            self._line_events(line, stream, file_rank, launcher, at)
+            self._line_events(line, stream, file_rank, failures, launcher, at)
         for stream in streams.values():
             for tb in stream.builder.close():
                 self._keep_traceback(tb, stream, file_rank)
         summary.close()
 
-    def _peel(self, rel: str, lineno: int, raw: str, per_cycle: bool, file_local: int | None) -> _Line:
-        p = peel(raw)
-        time = _naive_utc(p.console)
-        node: int | None = None
-        rank: int | None = None
-        local = file_local
-        key: tuple = ()
-        if p.local_rank is not None:
-            local = p.local_rank
-            key = ("local", local)
-        if p.label is not None:
-            if per_cycle:
-                rank = p.label
-                key = ("rank", rank)
-            else:  # srun --label or NVRx's infra-rank file prefix: a node, not a worker
-                node = p.label
-        if p.torch_rank is not None:
-            rank = p.torch_rank
-            if not key:
-                key = ("rank", rank)
-        text = p.body
-        stamped = time is None and maybe_stamped(text)
-        return _Line(rel, lineno, raw, text, time, rank, local, (node, *key), None, stamped)
-
-    def _time(self, line: _Line | None) -> datetime | None:
-        if line is None:
-            return None
-        if line.stamped:
-            line.stamped = False
-            line.time = self._own_time(line.text)
-        return line.time
-
-    def _stream_time(self, stream: _Stream) -> datetime | None:
-        return self._time(stream.last_stamped)
-
     # --------------------------------------------------------------- time
-    def _own_time(self, text: str) -> datetime | None:
-        """A stamp the writer put at the start of its line, converted to UTC."""
-        head = text[:48]
-        if not head:
-            return None
-        stamp = line_stamp(head)
-        if stamp is not None:
-            return _naive_utc(stamp.ts, self.ctx.utc_offset)
-        month = glog_month(head)
-        if month is not None:
-            year = glog_year(month, self.ctx.ref_year, self.ctx.ref_month)
-            return _naive_utc(glog_stamp(head, year), self.ctx.utc_offset)
-        return None
+    def _date(self, line: LogLine) -> bool:
+        """Sets the line's UTC time: the harness's console stamp, else the writer's own stamp
+        read by the file's clock (dialect.LogClock, history's) and shifted by the run's UTC
+        offset. True when the line looks stamped (a stamp with an impossible date dates nothing
+        and still ends the time a traceback before it could take)."""
+        own = maybe_stamped(line.body)
+        local = self._clock.read(line.body) if own else None  # a full date moves the log's year
+        if line.console is not None:
+            line.time = line.console
+            return True
+        line.time = self._utc(local)
+        return own
+
+    def _utc(self, local: float | None) -> float | None:
+        return None if local is None else local - self.ctx.utc_offset_s
+
+    def _stream_time(self, stream: _Stream) -> float | None:
+        return stream.last_stamped.time if stream.last_stamped is not None else None
 
     # --------------------------------------------------------------- tracebacks
     def _keep_traceback(self, tb: _Traceback, stream: _Stream | None, file_rank: int) -> None:
@@ -688,7 +600,7 @@ class _Scanner:
         local = number(rank_match.group(2), "rank") if rank_match else None
         exit_match = _SUMMARY_EXIT.match(fields.get("exitcode", ""))
         exitcode = number(exit_match.group(1), "exit_code") if exit_match else None
-        when = self._own_time(fields["time"]) if fields.get("time") else None
+        when = self._utc(self._clock.read(fields["time"])) if fields.get("time") else None
         line = entry.first
         for tb in entry.tracebacks:
             tb.rank, tb.local_rank, tb.time, tb.source = rank, local, when, "elastic-summary"
@@ -718,16 +630,18 @@ class _Scanner:
         if not isinstance(callstack, str):
             return
         when = None
-        try:
-            when = datetime.fromtimestamp(int(extra.get("timestamp")), timezone.utc).replace(tzinfo=None)
+        try:  # a time datetime can hold, or none
+            when = datetime.fromtimestamp(int(extra.get("timestamp")), timezone.utc).timestamp()
         except (TypeError, ValueError, OverflowError, OSError):
             pass
         cycle, local, _ = self._file_identity(rel)
         builder = _TracebackBuilder()
         found: list[_Traceback] = []
+        history = LogParser(rel, split_starts=False)
         for lineno, text in enumerate(callstack.splitlines(), start=1):
-            line = _Line(rel, lineno, text, text, None, None, local, (), cycle)
-            found.extend(builder.feed(line))
+            line = LogLine(rel, lineno, text, text, None, local, (), None, cycle=cycle)
+            opens = any(isinstance(e, ev_types.TracebackStarted) for e in self._failure_events(history, line))
+            found.extend(builder.feed(line, opens))
         found.extend(builder.close())
         for tb in found:
             tb.time, tb.source, tb.local_rank = when, "error-file", local
@@ -748,16 +662,16 @@ class _Scanner:
         if self._first(("ev", ev.line.file, ev.kind, ev.rank, ev.local_rank, ev.cycle, ev.exitcode, anonymous)):
             self.events.append(ev)
 
-    def _failure_sign(self, line: _Line) -> None:
+    def _failure_sign(self, line: LogLine) -> None:
         if len(self.failure_signs) < _MAX_KEPT:
             self.failure_signs.append(line)
 
-    # --------------------------------------------------------------- non-traceback lines
+    # --------------------------------------------------------------- one-line kinds: history's events
     @staticmethod
-    def _launcher_events(history: LogParser, line: _Line) -> tuple[tuple[ev_types.LauncherEvent, ...], int]:
+    def _launcher_events(history: LogParser, line: LogLine) -> tuple[tuple[ev_types.LauncherEvent, ...], int]:
         """The launcher events history's rule table makes of this line (none for other lines),
         and where the rule's pattern matched."""
-        text = line.text
+        text = line.body
         if not _LAUNCHER_SCREEN.search(text):
             return (), 0
         rule, m = match_rule(text)
@@ -766,103 +680,73 @@ class _Scanner:
         src = Src(line.file, line.lineno, "")
         return history.events_of(rule, m, text, src, line.rank), m.start()  # type: ignore[return-value]
 
-    def _line_events(self, line: _Line, stream: _Stream, file_rank: int,
+    @staticmethod
+    def _failure_events(history: LogParser, line: LogLine) -> list[ev_types.Event]:
+        """The events history's failure-line rules (events.DiagnosticEvent) make of this line."""
+        text = line.body
+        matches = diagnostic_matches(text)
+        return [event for rule, m in matches
+                for event in history.events_of(rule, m, text, Src(line.file, line.lineno, ""), line.rank)] if matches else []
+
+    def _line_events(self, line: LogLine, stream: _Stream, file_rank: int, diagnostic: list[ev_types.Event],
                      launcher: tuple[ev_types.LauncherEvent, ...] = (), at: int = 0) -> None:
-        text = line.text
-        if ("NCCL" in text or "nccl" in text or "DistBackendError" in text) and _NCCL_ANY.search(text):
-            self._nccl_event(line, self._stream_time(stream), file_rank)
+        """The fold: the line's events (history's launcher rules, then its failure-line rules,
+        events.DiagnosticEvent) into triage's records."""
+        text = line.body
+        when = self._stream_time(stream)
+        for event in diagnostic:  # a collective's error first (as the line is read: before its launcher's word)
+            if isinstance(event, ev_types.CollectiveFailed):
+                rank = line.rank if line.rank is not None else event.named_rank
+                self._add_event(_Event("nccl-weak" if event.weak else "nccl", event.what, line, when, rank,
+                                       line.local_rank, line.cycle, file_rank))
         for event in launcher:
             if isinstance(event, ev_types.RankTimeout):
                 rank = event.rank if event.rank is not None else line.rank
                 local = event.local_rank if event.local_rank is not None else line.local_rank
                 what = "rank monitor timeout: " + text[at:].strip()
-                self._add_event(_Event("hang", what, line, self._stream_time(stream), rank, local, line.cycle, file_rank))
+                self._add_event(_Event("hang", what, line, when, rank, local, line.cycle, file_rank))
             elif isinstance(event, ev_types.WorkerFailed):
                 code = event.exitcode
-                self._add_event(_Event("exit", _exit_what(code), line, self._stream_time(stream), None, event.local_rank,
+                self._add_event(_Event("exit", _exit_what(code), line, when, None, event.local_rank,
                                        line.cycle, file_rank, code))
                 self._failure_sign(line)
-        if "exitcode" in text or "srun:" in text or "slurmstepd:" in text:
-            self._exit_event(line, self._stream_time(stream), file_rank)
-        if ("FAILED" in text or "UNHEALTHY" in text or "non-zero" in text or "ChildFailedError" in text
-                or "exit code =" in text) and _FAILURE_SIGNS.search(text):
-            self._failure_sign(line)
-        if " ..." in text:
-            row = _ARG_ROW.match(text)
-            if row:
-                self._config_value(line, row.group(1), row.group(2))
-        if "size: " in text and "using world size" in text:
-            for name, value in _WORLD_LINE.findall(text):
-                self._config_value(line, _WORLD_LINE_KEYS[name], value)
-        if "memory (MB)" in text:
-            report = _MEMORY_REPORT.search(text)
-            if report and number(report.group(1), "rank") is not None and len(self.memory) < _MAX_RANKS:
-                rank, iters, _alloc, max_alloc, _res, max_res = report.groups()
-                peak = f"max allocated {max_alloc} MB"
-                if max_res:
-                    peak += f", max reserved {max_res} MB"
+        for event in diagnostic:
+            if isinstance(event, ev_types.TaskExited):
+                what = f"srun: task {event.tasks} on {event.host}: {event.status}"
+                self._exit(line, what, when, file_rank, event.exitcode)
+            elif isinstance(event, ev_types.HostOomKilled):
+                what = "host out of memory: slurmstepd reported an oom_kill event (the kernel OOM killer, not CUDA)"
+                self._exit(line, what, when, file_rank, -9)
+            elif isinstance(event, ev_types.StepCancelled):
+                why = (event.reason or "").strip()
+                self._exit(line, "Slurm cancelled the step" + (f" due to {why.lower()}" if why else ""), when,
+                           file_rank, -15)
+            elif isinstance(event, ev_types.FailureSign):
+                self._failure_sign(line)
+            elif isinstance(event, ev_types.ConfigValue):
+                self._config_value(line, event.name, event.value)
+            elif isinstance(event, ev_types.MemoryReport) and len(self.memory) < _MAX_RANKS:
+                peak = f"max allocated {event.max_allocated} MB"
+                if event.max_reserved:
+                    peak += f", max reserved {event.max_reserved} MB"
                 where = f"{line.file}:{line.lineno}"
-                self.memory[number(rank, "rank")] = f"{peak} (Megatron's report after {_clip_number(iters)} iterations, {where})"
+                self.memory[event.rank] = (f"{peak} (Megatron's report after {_clip_number(event.iterations)} "
+                                           f"iterations, {where})")
 
-    def _nccl_event(self, line: _Line, when: datetime | None, file_rank: int) -> None:
-        text = line.text
-        what = None
-        for pattern, label in _NCCL_STRONG:
-            match = pattern.search(text)
-            if match:
-                if label is None:
-                    label = match.group(0) if pattern is _NCCL_NAME else "NCCL error: " + _tail(text, match.start())
-                what = label
-                break
-        kind = "nccl"
-        if what is None:
-            if "NCCL WARN" not in text:
-                return
-            kind, what = "nccl-weak", "NCCL WARN " + _tail(text, text.index("NCCL WARN") + 10)
-        rank = line.rank
-        if rank is None:
-            named = _NCCL_RANK.search(text)
-            rank = number(named.group(1), "rank") if named else None
-        self._add_event(_Event(kind, what, line, when, rank, line.local_rank, line.cycle, file_rank))
+    def _exit(self, line: LogLine, what: str, when: float | None, file_rank: int, exitcode: int | None) -> None:
+        """A scheduler's word that a task or step ended (srun, slurmstepd)."""
+        self._add_event(_Event("exit", what, line, when, None, None, line.cycle, file_rank, exitcode))
+        self._failure_sign(line)
 
-    def _exit_event(self, line: _Line, when: datetime | None, file_rank: int) -> None:
-        text = line.text
-        srun = _SRUN_EXIT.search(text)
-        if srun:
-            host, tasks, status, code = srun.groups()
-            exitcode = number(code, "exit_code") if code else None
-            what = f"srun: task {tasks} on {host}: {status}"
-            self._add_event(_Event("exit", what, line, when, None, None, line.cycle, file_rank, exitcode))
-            self._failure_sign(line)
-            return
-        if _SLURM_OOM.search(text):
-            what = "host out of memory: slurmstepd reported an oom_kill event (the kernel OOM killer, not CUDA)"
-            self._add_event(_Event("exit", what, line, when, None, None, line.cycle, file_rank, -9))
-            self._failure_sign(line)
-            return
-        cancel = _SLURM_CANCEL.search(text)
-        if cancel:
-            why = (cancel.group(1) or "").strip()
-            what = "Slurm cancelled the step" + (f" due to {why.lower()}" if why else "")
-            self._add_event(_Event("exit", what, line, when, None, None, line.cycle, file_rank, -15))
-            self._failure_sign(line)
-
-    def _config_value(self, line: _Line, key: str, value: str) -> None:
-        number_ = number(value, "count")
-        if number_ is None:
-            return
+    def _config_value(self, line: LogLine, key: str, value: int) -> None:
         per_file = self.configs.get(line.file)
         if per_file is None:
             per_file = self.configs[line.file] = {}
             self.config_order.append(line.file)
-        per_file.setdefault(key, (number_, line.lineno))
+        per_file.setdefault(key, (value, line.lineno))
 
 
 _LAUNCHER_SCREEN = re.compile("|".join(re.escape(k.decode()) for k in LAUNCHER_KEYWORDS))  # history's screen
 def _clip_number(digits: str) -> str:
     return digits if len(digits) <= 24 else digits[:12] + "..."
 
-
-def _tail(text: str, start: int, limit: int = 200) -> str:
-    out = text[start:].strip()
-    return out if len(out) <= limit else out[:limit] + "..."

@@ -14,11 +14,15 @@ set -euo pipefail
 cd <MEGATRON>
 
 RUN_DIR=<WORK>/runs/gold-sbatch
-# Every test needs a fresh run ID: the marker stops replacement workers from injecting again.
-if [ -e "$RUN_DIR/fault_injected.json" ]; then
-  echo "nvrx-qual: $RUN_DIR already holds fault_injected.json: plan a new run ID" >&2
-  exit 2
-fi
+# Every test needs a fresh run ID: a marker (one per planned fault) stops replacement workers from
+# injecting again.
+for marker in "$RUN_DIR"/fault_injected*.json; do
+  case "${marker##*/}" in
+    fault_injected.json|fault_injected.[2-9].json|fault_injected.[1-9][0-9].json)
+      echo "nvrx-qual: $RUN_DIR already holds ${marker##*/}: plan a new run ID" >&2
+      exit 2;;
+  esac
+done
 
 export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 # The batch step runs on the first node: ask its OS for free ports (rendezvous, NVRx log server).
