@@ -17,9 +17,10 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
+from harness.dialect import BOUNDS
 from harness.faults import CAMPAIGN_MOMENTS, FAULT_KINDS, NODE, WORKLOAD_MOMENTS, PlannedFault
 
-MAX_SEED = 2 ** 53  # verdict.json keeps whole numbers up to 2^53 exactly
+MAX_SEED = int(BOUNDS["record"][1])  # the largest whole number run.json and verdict.json keep exactly
 
 
 def moments_of(kind: str, workload: str) -> tuple[str, ...]:
