@@ -1115,9 +1115,13 @@ def check_disk_full_handled(j: Judging) -> CriterionResult:
     evidence: list[object] = [inj, *full[:2]]
     problems: list[dict[str, object]] = []
     fault_saves = ep.fault_start.of(ev.SaveCommitted) if ep.fault_start is not None else []
+    filled_at = j.tl.utc(inj)
     committed = [e for e in fault_saves if e.iteration == n]
-    if committed and not full:
-        return _found(cid, NOT_APPLICABLE, "fill_too_late", facts, [inj, committed[0]])
+    # committed before the fill (by the clocks), or without any write meeting ENOSPC: no save met the full
+    # disk in flight (pre_fault_checkpoint says the in-save fault came after the save)
+    early = [e for e in committed if (t := j.tl.utc(e)) is not None and filled_at is not None and t <= filled_at]
+    if early or (committed and not full):
+        return _found(cid, NOT_APPLICABLE, "fill_too_late", facts, [inj, (early or committed)[0]])
     if committed:
         problems.append({"reason": "committed_partial", "in_flight": n, "cycle": ep.cycle})
         evidence.append(committed[0])

@@ -34,6 +34,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -481,8 +482,11 @@ def _assert_released(outcome) -> None:
     assert launch_record["checkpoint_tmpfs"] and launch_record["checkpoint_tmpfs_left"] is None, launch_record
     assert not (run_dir / "checkpoints" / inject.FILLER_NAME).exists()
     assert not list(run_dir.glob(tmpfs.STAGING_PREFIX + "*"))
-    again = verify.verify_run(run_dir, picture=False)
-    assert [(c.id, c.status) for c in again.criteria] == [(c.id, c.status) for c in outcome.verdict.criteria]
+    base = json.loads((run_dir / "verdict.json").read_text()).get("baseline") or {}
+    baseline = base.get("run_dir") if isinstance(base, dict) else None
+    again = verify.verify_run(run_dir, picture=False, baseline=baseline)
+    judged = [(c.id, c.status) for c in outcome.verdict.criteria]
+    assert [(c.id, c.status) for c in again.criteria] == judged, (baseline, judged)
 
 
 @pytest.mark.e2e
@@ -553,6 +557,10 @@ def test_disk_full_run_that_committed_the_partial_save_fails(newest_launcher, sc
             return text
         saved = next(line for line in text.splitlines(keepends=True)
                      if re.search(rf"successfully saved checkpoint from iteration +{k} ", line))
+        # stamped 0.2 s after the fill, in the local time the workload writes
+        after = datetime.fromisoformat(marker["injected_at"].replace("Z", "+00:00")) + timedelta(seconds=0.2)
+        saved = re.sub(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+\]",
+                       f"[{after.astimezone().strftime('%Y-%m-%d %H:%M:%S.%f')}]", saved)
         return text + re.sub(rf"iteration +{k} ", f"iteration {n} ", saved)
 
     assert _replay(outcome.run_dir, tmp_path / "committed", commit_the_partial)

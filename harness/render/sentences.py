@@ -213,9 +213,10 @@ SENTENCES: dict[tuple[str, str], str] = {
     # disk_full_handled
     ("disk_full_handled", "no_injection"): ("No disk-full injection happened (see pre_fault_checkpoint): no save met a "
                                             "full filesystem."),
-    ("disk_full_handled", "fill_too_late"): ("The save of iteration {in_flight} was committed in the fault's cycle and "
-                                             "no write reported ENOSPC: it finished before the filesystem filled, so "
-                                             "nothing met a full disk; rerun (a slower save, --save-delay-ms)."),
+    ("disk_full_handled", "fill_too_late"): ("The save of iteration {in_flight} was committed before the filesystem "
+                                             "filled (or no write of it reported ENOSPC): the fault came after the "
+                                             "save, not in it (see pre_fault_checkpoint); rerun with a slower save "
+                                             "(--save-delay-ms)."),
     ("disk_full_handled", "committed_partial"): ("the save of iteration {in_flight}, in flight when the filesystem "
                                                  "filled, was committed in cycle {cycle} although a write of it "
                                                  "reported ENOSPC"),
