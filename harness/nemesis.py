@@ -838,6 +838,8 @@ class Injector:
         except MarkerError as exc:
             self.failure = f"claiming the marker failed: {exc}"
             log(f"rank {rank}: not injecting: {exc}")
+            if filled is not None:  # no marker names the filler: take it back now
+                inject.free_filesystem(self.layout.checkpoints)
             return
         if not claimed:
             log(f"rank {rank}: marker {marker} already claimed by another worker; not injecting")
