@@ -232,8 +232,10 @@ def test_a_disk_full_mount_goes_with_the_harness(tmp_path, record, harness_proc,
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         assert await_gone([doc["pid"], *doc["orphans"]]) == []
-        deadline = time.monotonic() + GONE_WITHIN_S  # the watchdog releases it right after the kill
-        while _mounted_under(tmp_path) and time.monotonic() < deadline:
+        deadline = time.monotonic() + GONE_WITHIN_S  # the watchdog releases it right after the kill:
+        released = lambda: not _mounted_under(tmp_path) and not list(  # noqa: E731 unmounted, the copy moved back
+            checkpoints.parent.glob(tmpfs.STAGING_PREFIX + "*"))
+        while not released() and time.monotonic() < deadline:
             time.sleep(0.05)
     else:
         proc.send_signal(sig)
