@@ -25,7 +25,9 @@ Each planned fault claims its own marker (`fault_injected.json`, then `fault_inj
 and a worker that finds its fault's marker stays quiet: one injection per planned fault,
 whatever the number of restarts.
 
-The wrapper never touches training state, except the `poison` kind's one truncated file.
+The wrapper never touches training state, except the one file `poison` truncates or `corrupt`
+flips, and `disk-full`'s filler (written beside the checkpoints on the run's own tmpfs, removed
+by the fault rank's next cycle).
 It reads the tracker and the checkpoint directory, writes markers and signals itself.
 Stdlib only (plus the vocabulary of harness.faults and the paths of harness.layout): it is
 imported by every training worker and must not pull in torch or slow startup down.
