@@ -16,7 +16,9 @@ the loading thread:
   monitor's timeout can notice it; SIGKILL (NVRx's rank termination signal) ends it.
 
 The checkpoint damage of `poison` and `corrupt` is `damage_checkpoint` (truncate, or flip
-bytes in the middle so the size is unchanged). Stdlib only, like harness.nemesis.
+bytes in the middle so the size is unchanged); `disk-full`'s filler is `fill_filesystem` (only
+on a tmpfs mount point, the one harness.tmpfs mounts for the run) and `free_filesystem`.
+Stdlib only, like harness.nemesis.
 """
 
 from __future__ import annotations
