@@ -601,6 +601,7 @@ RULE_LINES = [
     ("0: WARNING: could not find the metadata file /ckpt/latest_checkpointed_iteration.txt", "StartedFromRandom"),
     ("0:  > using checkpoint value 0.0001 for learning rate", "SchedulerValueLoaded"),
     ("0: Overwriting old incomplete / corrupted checkpoint...", "SaveOverwrite"),
+    ("0: [rank0]: OSError: [Errno 28] No space left on device", "NoSpaceLeft"),
     ("0: INFO:megatron.core.optimizer.distrib_optimizer:Loading distributed optimizer sharded state of type "
      "fully_sharded_model_space", "OptimizerLoaded"),
     ("0: [after model, optimizer, and learning rate scheduler are built] datetime: 2026-11-29 17:32:08 ", "ModelBuilt"),
