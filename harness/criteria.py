@@ -48,6 +48,7 @@ OPTIMIZER_STATE = "optimizer_state"
 CHECK_IDS = (*CRITERIA_IDS, OPTIMIZER_STATE)
 # Then, only for a plan that makes a restart loop: the loop stopped by NVRx's no-progress rule.
 LOOP_STOPPED = "loop_stopped"
+DISK_FULL_HANDLED = "disk_full_handled"
 NO_RESTART_EXIT_CODE = 93  # NVRx 0.7.0's --ft-no-restart-exit-code, as the plan passes it
 NVRX_DEFAULT_MAX_NO_PROGRESS_CYCLES = 3
 # A signal's kind when only the nemesis's line tells: the first kind that sends it (SIGKILL: kill).
@@ -1202,6 +1203,62 @@ def check_loop_stopped(j: Judging) -> CriterionResult:
     return _found(cid, PASS, "stopped", {**facts, "problems": cause}, evidence)
 
 
+def check_disk_full_handled(j: Judging) -> CriterionResult:
+    """disk-full: the save in flight (the marker's `iteration` N) met a full filesystem. It must
+    never count: not committed in the fault's cycle, the tracker never handed to a replacement
+    naming it, never loaded before a later save of N committed it whole. Passes saying which
+    correct ending happened: a replacement resumed from an earlier checkpoint ("recovered"), or
+    no replacement loaded anything and the stack stopped naming ENOSPC ("stopped")."""
+    cid = DISK_FULL_HANDLED
+    a = j.a
+    ep = a.opening
+    inj = ep.marker if ep is not None else None
+    if ep is None or inj is None or inj.iteration is None:
+        return _found(cid, NOT_APPLICABLE, "no_injection", {})
+    n, k = inj.iteration, inj.committed_iteration
+    facts: dict[str, object] = {"in_flight": n, "committed": k if k is not None else "?"}
+    full = [e for s in j.tl.starts for e in s.of(ev.NoSpaceLeft)]
+    evidence: list[object] = [inj, *full[:2]]
+    problems: list[dict[str, object]] = []
+    fault_saves = ep.fault_start.of(ev.SaveCommitted) if ep.fault_start is not None else []
+    filled_at = j.tl.utc(inj)
+    committed = [e for e in fault_saves if e.iteration == n]
+    # committed before the fill (by the clocks), or without any write meeting ENOSPC: no save met the full
+    # disk in flight (pre_fault_checkpoint says the in-save fault came after the save)
+    early = [e for e in committed if (t := j.tl.utc(e)) is not None and filled_at is not None and t <= filled_at]
+    if early or (committed and not full):
+        return _found(cid, NOT_APPLICABLE, "fill_too_late", facts, [inj, (early or committed)[0]])
+    if committed:
+        problems.append({"reason": "committed_partial", "in_flight": n, "cycle": ep.cycle})
+        evidence.append(committed[0])
+    whole = False  # a later cycle committed N again, whole: loading it from then on is right
+    recovered: tuple[ev.AppStart, ev.CheckpointLoaded] | None = None
+    for start in ep.continuation:
+        named = start.first(ev.LoadStarted)
+        loaded = start.first(ev.CheckpointLoaded)
+        if not whole and loaded is not None and loaded.iteration >= n:
+            problems.append({"reason": "loaded_partial", "cycle": start.cycle, "loaded": loaded.iteration,
+                             "in_flight": n})
+            evidence.append(loaded)
+        elif not whole and named is not None and named.iteration >= n:
+            problems.append({"reason": "tracker_advanced", "cycle": start.cycle, "named": named.iteration,
+                             "in_flight": n})
+            evidence.append(named)
+        elif recovered is None and loaded is not None:
+            recovered = (start, loaded)
+        whole = whole or any(e.iteration == n for e in start.of(ev.SaveCommitted))
+    if problems:
+        return _found(cid, FAIL, "partial_used", {**facts, "problems": problems}, evidence)
+    if recovered is not None:
+        start, loaded = recovered
+        return _found(cid, PASS, "recovered", {**facts, "cycle": start.cycle, "loaded": loaded.iteration,
+                                              "error": "ENOSPC was logged" if full else "no ENOSPC line was logged"},
+                      [*evidence, loaded])
+    if full and not any(s.first(ev.CheckpointLoaded) for s in ep.continuation):
+        return _found(cid, PASS, "stopped", {**facts, "line": full[0].src}, evidence)
+    return _found(cid, FAIL, "silent", facts, evidence)
+
+
 # ---------------------------------------------------------------- loss continuity (with a baseline)
 
 LOSS_CONTINUITY = "loss_continuity"
@@ -1475,6 +1532,11 @@ def _poison_loop(j: Judging) -> bool:
     return j.a.is_fault_run and j.a.poisoned
 
 
+def _fills_filesystem(j: Judging) -> bool:
+    kind = FAULT_KINDS.get(j.a.fault)
+    return j.a.is_fault_run and kind is not None and kind.fills_filesystem
+
+
 def _with_baseline(j: Judging) -> bool:
     return (j.baseline_problem is not None and j.a.is_fault_run) or j.losses is not None
 
@@ -1488,6 +1550,7 @@ CHECKS: tuple[Check, ...] = (
     Check("clean_finish", check_clean_finish, scope="run"),
     Check(OPTIMIZER_STATE, check_optimizer_state, superseded=_load_cut),
     Check(LOOP_STOPPED, check_loop_stopped, scope="run", applies=_poison_loop),
+    Check(DISK_FULL_HANDLED, check_disk_full_handled, scope="run", applies=_fills_filesystem),
     Check(LOSS_CONTINUITY, check_loss_continuity, applies=_with_baseline, superseded=_not_last),
     Check(STATE_EQUIVALENCE, check_state_equivalence, scope="run", applies=_with_baseline),
 )

@@ -166,6 +166,12 @@ class SaveOverwrite(AppEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class NoSpaceLeft(AppEvent):
+    """`No space left on device` (ENOSPC, errno 28) in a line of the application: a write of a
+    save met a full filesystem (torch DCP's `.metadata`, a shard, Megatron's tracker)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class LoadStarted(AppEvent):
     iteration: int
     path: str

@@ -19,7 +19,11 @@ from dataclasses import dataclass
 SIGNAL = "signal"  # the selected rank sends FaultKind.signal to its own process
 NODE = "node"  # the rank's whole node is lost: its launcher and every process under it are stopped, then SIGKILLed
 IN_PROCESS = "in-process"  # an action inside the worker itself (harness.nemesis.IN_PROCESS_ACTIONS[kind.name])
-INJECTIONS = (SIGNAL, NODE, IN_PROCESS)
+# The nemesis fills the checkpoint filesystem (a size-limited tmpfs the harness mounts on the run's
+# own checkpoints/ for this kind: harness.tmpfs) with a filler file, and the rank runs on; the fault
+# rank's next cycle removes the filler (space freed, as an operator would) before its entrypoint starts.
+FILL = "fill-filesystem"
+INJECTIONS = (SIGNAL, NODE, IN_PROCESS, FILL)
 
 # What a kind does to the run's own newest committed checkpoint before it injects (FaultKind.damage):
 TRUNCATE_DISTCP = "truncate-distcp"  # one `.distcp` file cut to half its size: every load of it fails
@@ -73,6 +77,11 @@ class FaultKind:
     def poisons_checkpoint(self) -> bool:
         """It damages the checkpoint every replacement would load: no recovery is possible."""
         return self.damage is not None
+
+    @property
+    def fills_filesystem(self) -> bool:
+        """It needs the run's checkpoints/ on a filesystem of its own (harness.tmpfs)."""
+        return self.injects == FILL
 
     @property
     def loses_node(self) -> bool:
@@ -135,11 +144,11 @@ FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
     FaultKind("corrupt", "SIGKILL", "invert 4 KiB in the middle of one .distcp of the newest committed checkpoint "
               "(size unchanged), then SIGKILL: a replacement that loads it loads garbage", damage=FLIP_DISTCP,
               moments=(AFTER_COMMIT,), recovery=_LOOP, campaign=False),
-    FaultKind("disk-full", None, "the checkpoint filesystem fills during an async save", injects=IN_PROCESS,
-              moments=("in-save",), recovery="no partial checkpoint is committed or loaded; the replacement resumes "
-              "from the previous one or the job stops with a clear error",
-              planned=_PLANNED + "it needs a size-limited filesystem mounted for the run's checkpoint directory",
-              campaign=False),
+    FaultKind("disk-full", None, "fill the run's checkpoint filesystem (a size-limited tmpfs the harness mounts on "
+              "its checkpoints/, as root) while an async save is in flight: the save meets ENOSPC; the fault rank's "
+              "next cycle frees the space", injects=FILL, moments=("in-save",),
+              recovery="no partial checkpoint is committed or loaded: the replacement resumes from the previous "
+              "committed checkpoint and trains on, or the job stops with the filesystem's error named", campaign=False),
     FaultKind("gpu-hang", None, "a never-ending CUDA kernel on the rank's GPU", injects=IN_PROCESS, gpu_only=True,
               monitor_detects=True, recovery=_MONITOR, planned=_PLANNED + "the GPU kit will launch a spinning kernel"),
     FaultKind("gpu-error", None, "an illegal memory access in a CUDA kernel (a sticky CUDA error)", injects=IN_PROCESS,

@@ -346,6 +346,7 @@ RULES: tuple[LineRule, ...] = (
     _rule("_ex: ", _INPROCESS_RE.pattern, ev.InprocessEvent, _inprocess),
     _rule("checkpoint", r"> using checkpoint value \S+ for (?P<name>.+?)\s*$", ev.SchedulerValueLoaded, phase=PH_LOAD),
     _rule("checkpoint", r"Overwriting old incomplete", ev.SaveOverwrite, phase=PH_ITER, stamp="line"),
+    _rule("No space left", r"No space left on device", ev.NoSpaceLeft),
     _rule("ptimizer", r"Loading distributed optimizer sharded state of type (?P<kind>\S+)", ev.OptimizerLoaded,
           phase=PH_LOAD),
     _rule("ptimizer", r"\[after model, optimizer, and learning rate scheduler are built\]", ev.ModelBuilt,

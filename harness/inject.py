@@ -16,7 +16,9 @@ the loading thread:
   monitor's timeout can notice it; SIGKILL (NVRx's rank termination signal) ends it.
 
 The checkpoint damage of `poison` and `corrupt` is `damage_checkpoint` (truncate, or flip
-bytes in the middle so the size is unchanged). Stdlib only, like harness.nemesis.
+bytes in the middle so the size is unchanged); `disk-full`'s filler is `fill_filesystem` (only
+on a tmpfs mount point, the one harness.tmpfs mounts for the run) and `free_filesystem`.
+Stdlib only, like harness.nemesis.
 """
 
 from __future__ import annotations
@@ -124,3 +126,77 @@ def damage_checkpoint(directory: Path, how: str) -> Path:
     finally:
         os.close(fd)
     return path
+
+
+# ---------------------------------------------------------------- disk-full: the filler
+
+FILLER_NAME = ".nvrx-qual-disk-full.filler"  # in the checkpoint directory, beside iter_*/ (never a checkpoint name)
+TMPFS = "tmpfs"
+_FILL_CHUNKS = (1 << 20, 1 << 12)  # 1 MiB writes, then pages, until the filesystem says ENOSPC
+
+
+def filesystem_type(directory: Path) -> str | None:
+    """The type of the filesystem mounted exactly at `directory` (/proc/self/mounts), or None
+    when `directory` is no mount point."""
+    target = os.path.realpath(directory)
+    found = None
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as mounts:
+            for line in mounts:
+                parts = line.split()
+                if len(parts) >= 3 and parts[1].replace("\\040", " ") == target:
+                    found = parts[2]  # the last mount on a point is the visible one
+    except OSError:
+        return None
+    return found
+
+
+def fill_filesystem(directory: Path) -> tuple[Path, int, int]:
+    """Fill the filesystem of `directory` with FILLER_NAME until it says ENOSPC; return
+    (filler, bytes written, the filesystem's size). Only a tmpfs mounted exactly there (what the
+    harness mounts for disk-full): a real disk is never filled."""
+    fs = filesystem_type(directory)
+    if fs != TMPFS:
+        raise InjectError(errno.EPERM, f"{directory} is not a tmpfs mount point ({fs or 'no mount'}): "
+                          "disk-full fills only the size-limited tmpfs the harness mounts for the run")
+    path = directory / FILLER_NAME
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    written = 0
+    try:
+        # One allocation of what the filesystem says is free (tmpfs allocates its pages at once: a
+        # 64 MiB fill takes milliseconds, well inside a save), then writes until ENOSPC for the rest.
+        free = os.fstatvfs(fd)
+        try:
+            os.posix_fallocate(fd, 0, free.f_bavail * free.f_frsize)
+            written = free.f_bavail * free.f_frsize
+            os.lseek(fd, written, os.SEEK_SET)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+        for chunk in _FILL_CHUNKS:
+            block = b"\0" * chunk
+            while True:
+                try:
+                    n = os.write(fd, block)
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+                    break
+                written += n
+                if n < chunk:
+                    break
+        st = os.fstatvfs(fd)
+    finally:
+        os.close(fd)
+    return path, written, st.f_blocks * st.f_frsize
+
+
+def free_filesystem(directory: Path) -> int | None:
+    """Remove the filler (the space an operator frees); its size, or None when there was none."""
+    path = directory / FILLER_NAME
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    os.unlink(path)
+    return st.st_size

@@ -49,7 +49,8 @@ from typing import Callable, TextIO
 
 import psutil
 
-from harness import atomic, ports, safeio
+from harness import atomic, ports, safeio, tmpfs
+from harness.faults import FAULT_KINDS
 from harness.dialect import LABEL_RE, RENDEZVOUS_JOINED_RE, console_prefix, label_prefix, tee_headers
 from harness.dialect import format_iso_utc as utc_iso
 from harness.layout import RunLayout
@@ -109,6 +110,10 @@ class LaunchResult:
     capture_error: str | None = None  # why some output could not be written to logs/ (it was still drained)
     temp_dir: str | None = None  # the launch's own temporary directory (None: a launch through srun kept the nodes')
     temp_dir_left: str | None = None  # why it could not be removed at the end (None: it was)
+    # disk-full: the tmpfs mounted on checkpoints/ for the launch (harness.tmpfs), and why its release
+    # (copy back onto the disk, unmount) was incomplete (None: released)
+    checkpoint_tmpfs: str | None = None
+    checkpoint_tmpfs_left: str | None = None
 
     @property
     def duration_s(self) -> float:
@@ -352,11 +357,12 @@ class _Watchdog:
     kills every process of the launch by tag, then removes the launch's temporary directory.
     SIGKILL cannot be caught; this is what makes the launch die with the harness anyway."""
 
-    def __init__(self, tag_value: str, temp_dir: Path | None):
+    def __init__(self, tag_value: str, temp_dir: Path | None, unmount: Path | None = None):
         env = {k: v for k, v in os.environ.items() if k != TAG}  # never one of the processes it kills
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # wherever this harness is
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        argv = [sys.executable, "-m", "harness.watchdog", tag_value, *([str(temp_dir)] if temp_dir else [])]
+        argv = [sys.executable, "-m", "harness.watchdog", tag_value, *([str(temp_dir)] if temp_dir else []),
+                *(["--unmount", str(unmount)] if unmount is not None else [])]
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
@@ -391,9 +397,16 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     safeio.make_dirs(layout.logs, below=layout.root)
     temp_dir = None if plan.srun is not None else launch_temp_dir(layout)
     temp_left: str | None = None
+    kind = FAULT_KINDS.get(plan.spec.fault)
+    tmpfs_on = layout.checkpoints if kind is not None and kind.fills_filesystem and plan.srun is None else None
+    tmpfs_left: str | None = None
     try:
+        if tmpfs_on is not None:  # disk-full: a size-limited filesystem of the run's own, released in `finally`
+            tmpfs.mount(tmpfs_on)
         console = safeio.open_append(layout.console_log)
     except BaseException:
+        if tmpfs_on is not None:
+            tmpfs.release(tmpfs_on)
         if temp_dir is not None:
             remove_temp_dir(temp_dir)
         raise
@@ -409,7 +422,7 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     procs: list[subprocess.Popen] = []
     capture: _Capture | None = None
     with _Signals() as signals:
-        watchdog = _Watchdog(tag_value, temp_dir)
+        watchdog = _Watchdog(tag_value, temp_dir, tmpfs_on)
         # One pipe for every launcher: lines keep the order in which they were written.
         read_fd, write_fd = os.pipe()
         try:
@@ -480,6 +493,8 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                 sweep_error = str(exc)
                 raise
             finally:
+                if tmpfs_on is not None:  # every process of the launch is gone: copy checkpoints/ out, unmount
+                    tmpfs_left = tmpfs.release(tmpfs_on)
                 if temp_dir is not None:  # every process of the launch is gone by now
                     temp_left = remove_temp_dir(temp_dir) if sweep_error is None else \
                         "kept: some processes of the launch survived SIGKILL"
@@ -500,7 +515,9 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                     clock_jumps=tuple(clock.jumps),
                     ended_by=ended_by if sweep_error is None else f"{ended_by}; {sweep_error}",
                     capture_error=capture.error if capture is not None else None,
-                    temp_dir=None if temp_dir is None else str(temp_dir), temp_dir_left=temp_left)
+                    temp_dir=None if temp_dir is None else str(temp_dir), temp_dir_left=temp_left,
+                    checkpoint_tmpfs=None if tmpfs_on is None else f"{tmpfs_on} ({tmpfs.SIZE_BYTES >> 20} MiB)",
+                    checkpoint_tmpfs_left=tmpfs_left)
                 write_launch_json(layout, result)
     if signals.first is not None:
         raise Interrupted(signals.first, result)

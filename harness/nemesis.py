@@ -29,7 +29,9 @@ campaign's `--fault campaign --schedule kill@1:after-commit,gil@0:in-save,...`: 
 worker finds the first unclaimed marker i, and only the rank the schedule names for fault i arms,
 with fault i's kind and moment (docs/campaigns.md).
 
-The wrapper never touches training state, except the `poison` kind's one truncated file.
+The wrapper never touches training state, except the one file `poison` truncates or `corrupt`
+flips, and `disk-full`'s filler (written beside the checkpoints on the run's own tmpfs, removed
+by the fault rank's next cycle).
 It reads the tracker and the checkpoint directory, writes markers and signals itself.
 Stdlib only (plus the vocabulary of harness.faults and the paths of harness.layout): it is
 imported by every training worker and must not pull in torch or slow startup down.
@@ -58,8 +60,8 @@ from pathlib import Path
 from typing import Callable, ClassVar, Mapping, Sequence
 
 from harness import inject, tiers
-from harness.faults import (CAMPAIGN, DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, FLIP_DISTCP, IN_PROCESS,
-                            NODE, SIGNAL, TRUNCATE_DISTCP, PlannedFault, parse_schedule, single_schedule)
+from harness.faults import (CAMPAIGN, DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, FILL, FLIP_DISTCP,
+                            IN_PROCESS, NODE, SIGNAL, TRUNCATE_DISTCP, PlannedFault, parse_schedule, single_schedule)
 from harness.layout import (TRACKER_ABSENT, TRACKER_EMPTY, TRACKER_NAME, TRACKER_UNREADABLE, RunLayout,
                             checkpoint_iter_dir, is_megatron_iter_name, is_valid_run_id, parse_iter_name,
                             parse_tracker, read_tracker_file)
@@ -115,11 +117,17 @@ class InjectionRecord:
     fault_index: int = 1  # which planned fault (its marker: layout.marker_for(fault_index))
     committed_iteration: int | None = None  # in-save: the tracker's (committed) iteration; iteration is in flight
     poisoned: str | None = None  # poison: the truncated file
+    filler: str | None = None  # disk-full: the file that filled the checkpoint filesystem
+    filler_bytes: int | None = None  # disk-full: its size
+    filesystem_bytes: int | None = None  # disk-full: the size of the filesystem it filled
 
     def to_json(self) -> str:
         fields = asdict(self)
         if fields["launcher_pid"] is None:  # only a node fault names a launcher
             del fields["launcher_pid"]
+        if fields["filler"] is None:  # only disk-full fills a filesystem
+            for name in ("filler", "filler_bytes", "filesystem_bytes"):
+                del fields[name]
         return json.dumps(fields, indent=2) + "\n"
 
 
@@ -801,7 +809,7 @@ class Injector:
         self.moment.at_exit()
 
     def _record(self, iteration: int, committed: int | None, poisoned: str | None,
-                launcher_pid: int | None = None) -> InjectionRecord:
+                launcher_pid: int | None = None, filled: tuple[Path, int, int] | None = None) -> InjectionRecord:
         config = self.config
         return InjectionRecord(
             fault=self.kind,
@@ -820,6 +828,9 @@ class Injector:
             fault_index=self.fault_index,
             committed_iteration=committed,
             poisoned=poisoned,
+            filler=str(filled[0]) if filled else None,
+            filler_bytes=filled[1] if filled else None,
+            filesystem_bytes=filled[2] if filled else None,
         )
 
     def fire(self, trigger: Trigger) -> None:
@@ -848,15 +859,27 @@ class Injector:
                 self.failure = f"poisoning checkpoint {iteration} failed: {exc}"
                 log(f"rank {rank}: not injecting: {self.failure}")
                 return
+        filled = None
+        if kind.injects == FILL:  # the marker lives in the run directory, on the disk: it is claimed after the fill
+            try:
+                filled = inject.fill_filesystem(self.layout.checkpoints)
+            except OSError as exc:
+                self.failure = f"filling the checkpoint filesystem failed: {exc}"
+                log(f"rank {rank}: not injecting: {self.failure}")
+                return
         try:
             claimed = claim_marker(marker, self._record(iteration, committed, poisoned,
-                                                        node_pids[0] if node_pids else None))
+                                                        node_pids[0] if node_pids else None, filled))
         except MarkerError as exc:
             self.failure = f"claiming the marker failed: {exc}"
             log(f"rank {rank}: not injecting: {exc}")
+            if filled is not None:  # no marker names the filler: take it back now
+                inject.free_filesystem(self.layout.checkpoints)
             return
         if not claimed:
             log(f"rank {rank}: marker {marker} already claimed by another worker; not injecting")
+            if filled is not None:
+                inject.free_filesystem(self.layout.checkpoints)
             return
         if kind.injects == NODE:
             log(f"rank {rank} losing its node {socket.gethostname()} after checkpoint iteration {iteration} "
@@ -869,9 +892,14 @@ class Injector:
         what = self.moment.during(trigger)
         verb = "corrupted" if kind.damage == FLIP_DISTCP else "truncated"
         extra = f", {verb} {poisoned}" if poisoned else ""
+        if filled is not None:
+            extra = (f", filled the checkpoint filesystem with {filled[0]} ({filled[1]} bytes of {filled[2]}): "
+                     "the rank runs on")
         how = kind.signal if kind.injects == SIGNAL else kind.name
         # In-process kinds: the line comes first, a native crash or a held GIL leaves no chance afterwards.
         log(f"rank {rank} injecting {how} after checkpoint iteration {after} (baseline {self.baseline}){what}{extra}")
+        if kind.injects == FILL:
+            return
         if kind.injects == IN_PROCESS:
             try:
                 IN_PROCESS_ACTIONS[kind.name]()
@@ -963,6 +991,23 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
+def free_filled_filesystem(config: NemesisConfig, layout: RunLayout) -> None:
+    """disk-full: the fault rank's next cycle removes the filler its fault wrote, before its
+    entrypoint starts (the space an operator frees; the marker names the filler, this line says
+    when it went). The replacement then loads and saves on a filesystem with room again."""
+    kind = FAULT_KINDS.get(config.fault)
+    if kind is None or kind.injects != FILL or not marker_present(layout.marker_for(1)):
+        return
+    try:
+        freed = inject.free_filesystem(layout.checkpoints)
+    except OSError as exc:
+        log(f"rank {config.rank}: could not free the checkpoint filesystem: {exc}")
+        return
+    if freed is not None:
+        log(f"rank {config.rank} freed the checkpoint filesystem: removed {layout.checkpoints / inject.FILLER_NAME} "
+            f"({freed} bytes), as an operator would, before this cycle's entrypoint")
+
+
 def arm(config: NemesisConfig) -> Injector | None:
     """Startup checks of the selected rank; the armed injector, or None when nothing is to be done."""
     if not config.selected:
@@ -971,6 +1016,7 @@ def arm(config: NemesisConfig) -> Injector | None:
     assert layout is not None  # parse_command_line guarantees it when a fault is requested
     if not layout.root.is_dir():
         raise NemesisError(f"run directory {layout.root} does not exist: create it (nvrx-qual does) or fix --run-dir")
+    free_filled_filesystem(config, layout)
     faults = config.planned
     plan = schedule(faults)
     planned = len(plan)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Mapping, TextIO
 
 from harness import baseline as baselinemod
-from harness import discovery, evidence, history, launch, nvrx, ports, slurm
+from harness import discovery, evidence, history, launch, nvrx, ports, slurm, tmpfs
 from harness import picture as picturemod
 from harness import plan as planmod
 from harness.plan import Plan
@@ -134,6 +134,12 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
     if spec.workload == "megatron-cpu" and discovery.nvidia_smi_gpus():
         problems.append("the megatron-cpu workload runs Megatron on CPU through a CUDA->CPU shim, which refuses a "
                         "machine with GPUs: use --workload megatron on this GPU node")
+    kind = FAULT_KINDS.get(spec.fault)
+    if kind is not None and kind.fills_filesystem:  # disk-full: a tmpfs mounted here, on the run's checkpoints/
+        if spec.nnodes > 1 and not plan.local:
+            problems.append(f"--fault {spec.fault} mounts its tmpfs on this machine only: run it on one node "
+                            "(NNODES=1, or --local-nodes 1)")
+        problems.extend(tmpfs.problems())
     if problems:
         raise SpecError(problems)
 

@@ -758,6 +758,9 @@ def fault_problems(spec: RunSpec) -> list[str]:
                         "use --workload megatron on a GPU machine (the GPU kit) or a CPU fault kind")
     if kind.planned is not None:
         problems.append(f"--fault {spec.fault} is planned, not runnable: {kind.planned}")
+    if kind.fills_filesystem and spec.checkpoint_dir is not None:
+        problems.append(f"--fault {spec.fault} mounts a size-limited tmpfs on the run's own checkpoints/, and "
+                        f"NVRX_CHECKPOINT_DIR={spec.checkpoint_dir} is yours: unset it")
     if kind.poisons_checkpoint:
         if spec.checkpoint_dir is not None:
             problems.append(f"--fault {spec.fault} damages a checkpoint file, and NVRX_CHECKPOINT_DIR="

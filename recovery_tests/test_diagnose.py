@@ -966,8 +966,10 @@ def _injected_run(run: Path, fault: str, *, with_signal: bool) -> None:
 
 
 @pytest.mark.parametrize("with_signal", [True, False], ids=["marker-signal", "vocabulary-signal"])
+# disk-full kills no rank itself (the save's ENOSPC does, on whichever rank wrote; triage names that
+# traceback as the first failure): no rank dies "of the injected fault" here.
 @pytest.mark.parametrize("fault", sorted(k.name for k in __import__("harness.faults", fromlist=["FAULT_KINDS"]).FAULT_KINDS.values()
-                                   if not k.planned and not k.gpu_only))
+                                   if not k.planned and not k.gpu_only and not k.fills_filesystem))
 def test_every_fault_kind_of_the_vocabulary_is_recognised_as_the_injected_fault(tmp_path: Path, fault: str,
                                                                                 with_signal: bool) -> None:
     """The injected fault is told by what its signal does (a stop: the monitor's timeout; any

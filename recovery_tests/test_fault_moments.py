@@ -51,6 +51,8 @@ def test_every_kind_says_how_the_nemesis_injects_it() -> None:
             continue
         if kind.injects == faults.IN_PROCESS:
             assert kind.name in nemesis.IN_PROCESS_ACTIONS, f"{kind.name}: no in-process action in the nemesis"
+        elif kind.injects == faults.FILL:  # the nemesis's own fill (harness.inject.fill_filesystem); no signal
+            assert kind.signal is None and kind.fills_filesystem, kind
         else:
             assert kind.name in nemesis.FAULT_SIGNALS, f"{kind.name}: no signal for the nemesis to send"
         if kind.damage is not None:

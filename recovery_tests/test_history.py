@@ -617,6 +617,7 @@ RULE_LINES = [
      "rank=1 fn_ex: RuntimeError('boom')", "InprocessEvent"),
     ("0:  > using checkpoint value 0.0001 for learning rate", "SchedulerValueLoaded"),
     ("0: Overwriting old incomplete / corrupted checkpoint...", "SaveOverwrite"),
+    ("0: [rank0]: OSError: [Errno 28] No space left on device", "NoSpaceLeft"),
     ("0: INFO:megatron.core.optimizer.distrib_optimizer:Loading distributed optimizer sharded state of type "
      "fully_sharded_model_space", "OptimizerLoaded"),
     ("0: [after model, optimizer, and learning rate scheduler are built] datetime: 2026-11-29 17:32:08 ", "ModelBuilt"),

@@ -1,7 +1,8 @@
 """Signals and orphans: SIGINT, SIGTERM and SIGHUP of the harness stop the whole launch and
 write launch.json with how it ended (exit status 128+N); a second signal does not interrupt
 the sweep; SIGKILL of the harness, which cannot be caught, still takes the launch with it
-(the watchdog); a write error under logs/ never leaves the launcher blocked on a full pipe.
+(the watchdog); a write error under logs/ never leaves the launcher blocked on a full pipe; a
+disk-full run's tmpfs on checkpoints/ is released on a stop signal and on the harness's SIGKILL.
 
 Real processes throughout: a harness process (launch_entrypoints/launch_driver.py, or the
 real `nvrx-qual run`) and the fake launcher that leaves orphans in sessions of their own the
@@ -189,3 +190,57 @@ def test_nvrx_qual_run_leaves_nothing_behind_when_signalled(tmp_path, harness_pr
         assert proc.returncode == 143, err
         doc = json.loads((work / "runs" / run_id / "launch.json").read_text())
         assert doc["ended_by"] == "signal SIGTERM"
+
+
+def _mounted_under(root: Path) -> list[str]:
+    real = os.path.realpath(root)
+    with open("/proc/self/mounts", encoding="utf-8") as f:
+        return [line.split()[1] for line in f if line.split()[1].startswith(real + os.sep)]
+
+
+def _await_mount(root: Path) -> list[str]:
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while not (found := _mounted_under(root)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return found
+
+
+@pytest.fixture
+def no_mount_left(tmp_path):
+    """Whatever the test found, no tmpfs of it stays mounted after it (released at teardown)."""
+    yield
+    from harness import tmpfs
+
+    for point in _mounted_under(tmp_path):
+        tmpfs.release(Path(point))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_disk_full_mount_goes_with_the_harness(tmp_path, record, harness_proc, no_mount_left, sig):
+    """SIGTERM: launch()'s own `finally` releases the tmpfs; SIGKILL: the watchdog does."""
+    from harness import tmpfs
+
+    if tmpfs.problems():
+        pytest.skip(f"needs root and a working tmpfs mount: {tmpfs.problems()[0]}")
+    proc = start_driver(tmp_path, record, "--disk-full")
+    harness_proc(proc)
+    doc = await_record(record)
+    checkpoints = tmp_path / "work" / "runs" / "signal-test" / "checkpoints"
+    assert _await_mount(tmp_path) == [str(checkpoints)]
+    (checkpoints / "written-during-the-run").write_text("kept")
+    if sig == signal.SIGKILL:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert await_gone([doc["pid"], *doc["orphans"]]) == []
+        deadline = time.monotonic() + GONE_WITHIN_S  # the watchdog releases it right after the kill:
+        released = lambda: not _mounted_under(tmp_path) and not list(  # noqa: E731 unmounted, the copy moved back
+            checkpoints.parent.glob(tmpfs.STAGING_PREFIX + "*"))
+        while not released() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    else:
+        proc.send_signal(sig)
+        _out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + sig, err
+        assert launch_json_of(tmp_path)["checkpoint_tmpfs_left"] is None
+    assert _mounted_under(tmp_path) == [], "the disk-full tmpfs outlived the harness"
+    assert (checkpoints / "written-during-the-run").read_text() == "kept"

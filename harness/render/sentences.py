@@ -263,6 +263,34 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("clean_finish", "shape_baseline"): "in a single cycle without any fault",
     ("clean_finish", "clean"): ("The launcher reported success {shape}, no no-progress stop, and Megatron reached "
                                 "'[after training is done]'."),
+    # disk_full_handled
+    ("disk_full_handled", "no_injection"): ("No disk-full injection happened (see pre_fault_checkpoint): no save met a "
+                                            "full filesystem."),
+    ("disk_full_handled", "fill_too_late"): ("The save of iteration {in_flight} was committed before the filesystem "
+                                             "filled (or no write of it reported ENOSPC): the fault came after the "
+                                             "save, not in it (see pre_fault_checkpoint); rerun with a slower save "
+                                             "(--save-delay-ms)."),
+    ("disk_full_handled", "committed_partial"): ("the save of iteration {in_flight}, in flight when the filesystem "
+                                                 "filled, was committed in cycle {cycle} although a write of it "
+                                                 "reported ENOSPC"),
+    ("disk_full_handled", "loaded_partial"): ("replacement cycle {cycle} loaded checkpoint {loaded}, the save of "
+                                              "iteration {in_flight} that met the full filesystem, before any later "
+                                              "save committed it whole"),
+    ("disk_full_handled", "tracker_advanced"): ("the tracker handed replacement cycle {cycle} checkpoint {named}, the "
+                                                "save of iteration {in_flight} that met the full filesystem: it was "
+                                                "advanced past the last complete checkpoint"),
+    ("disk_full_handled", "partial_used"): ("The save that met the full filesystem was used as a checkpoint: "
+                                            "{problems}."),
+    ("disk_full_handled", "recovered"): ("Recovered from the previous checkpoint: the save of iteration {in_flight} "
+                                         "met the full filesystem ({error}) and was never committed or loaded; "
+                                         "replacement cycle {cycle} loaded checkpoint {loaded} (committed: "
+                                         "{committed})."),
+    ("disk_full_handled", "stopped"): ("Stopped with a clear error: the save of iteration {in_flight} met the full "
+                                       "filesystem ({line}), nothing was committed or loaded from it, and no "
+                                       "replacement loaded a checkpoint."),
+    ("disk_full_handled", "silent"): ("The full filesystem went unreported: no line says ENOSPC ('No space left on "
+                                      "device') and no replacement resumed from checkpoint {committed}; the save of "
+                                      "iteration {in_flight} was lost without a word."),
     # loop_stopped
     ("loop_stopped", "with_a_failure"): "with a failure",
     ("loop_stopped", "no_loop_planned"): "The {fault} fault ({fault_at}) plans no restart loop.",

@@ -1,7 +1,9 @@
 """A harness process for the signal tests: `launch()` of the fake launcher, exactly as
 `nvrx-qual run` drives a launch (exit status through harness.cli.guard.guarded).
 
-    launch_driver.py WORK_DIR [FAKE_LAUNCHER_ARGS...]
+    launch_driver.py WORK_DIR [--disk-full] [FAKE_LAUNCHER_ARGS...]
+
+--disk-full: the plan is a disk-full run, so launch() mounts its tmpfs on the run's checkpoints/.
 
 The test signals or SIGKILLs this process and then checks what is left.
 """
@@ -23,8 +25,12 @@ FAKE_LAUNCHER = Path(__file__).parent / "fake_launcher.py"
 
 def main(argv: list[str]) -> int:
     work = Path(argv[0])
-    spec = RunSpec(workload="reference", work_dir=work, run_id="signal-test", gpus_per_node=2)
-    command = Command(argv=(sys.executable, str(FAKE_LAUNCHER), *argv[1:]), cwd=work)
+    rest = [a for a in argv[1:] if a != "--disk-full"]
+    fault = {"fault": "disk-full", "fault_at": "in-save"} if len(rest) < len(argv) - 1 else {}
+    spec = RunSpec(workload="reference", work_dir=work, run_id="signal-test", gpus_per_node=2, **fault)
+    if fault:
+        spec.layout.checkpoints.mkdir(parents=True)  # what prepare() makes: a fresh, empty checkpoints/
+    command = Command(argv=(sys.executable, str(FAKE_LAUNCHER), *rest), cwd=work)
     plan = Plan(spec=spec, nvrx=NvrxTarget("0.7.0"), launcher=command, srun=None,
                 connections=ConnectionsPolicy(None, "not applicable"))
     return guarded(lambda: launch.launch(plan, deadline_s=60.0, tick_s=0.05, term_grace_s=10.0)
