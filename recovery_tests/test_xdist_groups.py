@@ -7,6 +7,8 @@ test_repeat_plugin.py."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,8 @@ from fixtures import plugin
 from recovery_tests.test_repeat_plugin import CONFTEST
 
 pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # Each test notes its xdist worker as it starts (before a Slurm test's setup skips it here).
 NOTE = '''
@@ -70,6 +74,8 @@ def run_inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, **modu
     notes = pytester.path / "notes.jsonl"
     monkeypatch.setenv("NOTES", str(notes))
     monkeypatch.delenv("NVRX_QUAL_REQUIRE_SLURM", raising=False)
+    # the inner conftest imports recovery_tests: this checkout on the subprocess's path
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
     result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
                                            "-o", "addopts=", timeout=300)
     lines = notes.read_text().splitlines() if notes.exists() else []
