@@ -4,7 +4,7 @@ docs/tiers.md). Three launches and one shared uninterrupted twin cover the cases
 
 - issue 21's command (`-- --non-persistent-ckpt-type global --non-persistent-save-interval 2`,
   fault after the newest commit of any tier: non-persistent 2) qualifies, restored from that tier;
-- the reverse order (`--fault-after persistent`: persistent 4, non-persistent 2 older): Megatron
+- the reverse order (`--fault-after persistent`: persistent 6, non-persistent 5 older): Megatron
   says "non-persistent checkpoints are older than persistent checkpoint", restores 4, qualifies;
 - a non-persistent checkpoint newer than an existing persistent one (save every 4, non-persistent
   every 5, `--fault-after non-persistent`: 5 over 4) is restored from the non-persistent tier. The
@@ -79,10 +79,15 @@ def test_issue_21_command_faults_after_the_newest_tier_and_qualifies(megatron_cp
 
 
 def test_reverse_order_restores_the_newer_persistent_checkpoint(megatron_cpu, scenarios):  # noqa: F811
-    outcome = scenarios.outcome(_scenario(megatron_cpu, "persistent", (("fault_after", "persistent"),)))
+    # persistent every 6, non-persistent every 5: the fault after persistent 6 (non-persistent 5 older),
+    # the next save (non-persistent 10) four iterations away: an async finalize lags the save by an
+    # iteration or two on a loaded machine, and a save in flight at the kill may still commit
+    args = ("--non-persistent-ckpt-type", "global", "--non-persistent-save-interval", "5")
+    outcome = scenarios.outcome(_scenario(megatron_cpu, "persistent", (("fault_after", "persistent"), ("save_interval", 6),
+                                                                       ("train_iters", 16)), args))
     _qualified(outcome)
     got, _ = _restore(outcome)
-    assert (got.tier, got.iteration) == (tiers.PERSISTENT, 4)
+    assert (got.tier, got.iteration) == (tiers.PERSISTENT, 6)
     assert got.np_older is not None, "Megatron did not say the non-persistent checkpoint was older"
 
 
@@ -123,17 +128,20 @@ def test_a_replacement_without_the_non_persistent_flags_restores_an_older_tier_a
         megatron_cpu, scenarios, tmp_path_factory):  # noqa: F811
     job = tmp_path_factory.mktemp("user-job")
     (job / "pretrain_gpt.py").write_text(RESUME_WITHOUT_NP)
-    args = ("--non-persistent-ckpt-type", "global", "--non-persistent-save-interval", "5")
-    scenario = _scenario(megatron_cpu, "resume-without-np", (("fault_after", "non-persistent"), ("save_interval", 4),
-                                                             ("baseline", "none"), ("megatron_path", Path(job))), args)
+    # persistent every 6, non-persistent every 7: the fault after non-persistent 7 (persistent 6 older),
+    # the next save (persistent 12) five iterations away, so it cannot commit before the kill
+    args = ("--non-persistent-ckpt-type", "global", "--non-persistent-save-interval", "7")
+    scenario = _scenario(megatron_cpu, "resume-without-np", (("fault_after", "non-persistent"), ("save_interval", 6),
+                                                             ("train_iters", 16), ("baseline", "none"),
+                                                             ("megatron_path", Path(job))), args)
     import dataclasses
     outcome = scenarios.outcome(dataclasses.replace(scenario, expect_qualified=False))
     got, tl = _restore(outcome)
-    assert (got.tier, got.iteration) == (tiers.PERSISTENT, 4), explain(outcome, "optimizer_reload")
-    assert tiers.tier_of_iteration(tl, 5) == tiers.NON_PERSISTENT
+    assert (got.tier, got.iteration) == (tiers.PERSISTENT, 6), explain(outcome, "optimizer_reload")
+    assert tiers.tier_of_iteration(tl, 7) == tiers.NON_PERSISTENT
     assert got.np_older is None  # Megatron said nothing: without the flag it never looked
     reload = outcome.verdict.criterion("optimizer_reload")
     assert reload.status == "fail" and reload.final, explain(outcome, "optimizer_reload")
-    assert "restored persistent checkpoint 4" in reload.detail, reload.detail
-    assert "older than non-persistent checkpoint 5" in reload.detail and "non_persistent/iter_0000005" in reload.detail
+    assert "restored persistent checkpoint 6" in reload.detail, reload.detail
+    assert "older than non-persistent checkpoint 7" in reload.detail and "non_persistent/iter_0000007" in reload.detail
     assert not outcome.verdict.qualified
