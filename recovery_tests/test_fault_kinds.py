@@ -211,10 +211,15 @@ def test_gpu_kinds_are_refused_on_the_cpu_tiers_with_the_fix(tmp_path: Path, kin
     assert specmod.fault_problems(gpu) == [], specmod.fault_problems(gpu)
 
 
-def test_gpu_hang_is_a_hang_the_monitor_must_detect_and_gpu_error_a_crash() -> None:
+def test_gpu_hang_is_a_hang_the_monitor_must_detect_and_gpu_error_a_crash(tmp_path: Path) -> None:
     hang, error = specmod.FAULT_KINDS["gpu-hang"], specmod.FAULT_KINDS["gpu-error"]
     assert hang.monitor_detects and "rank monitor" in hang.recovery
     assert not error.monitor_detects and error.exit_codes == ()  # how the rank dies is the kit's to show
+    # judged like their CPU twins on a replayed run: gpu-hang detected by the monitor, gpu-error a crash
+    for kind, timeouts in (("gpu-hang", (1,)), ("gpu-error", ())):
+        built = rundirs.build(tmp_path / kind, rundirs.Scenario(fault=kind, timeout_ranks=timeouts))
+        c = verify_run(built.run_dir).criterion("replacement_cycle")
+        assert c.status == PASS, (kind, c.detail)
 
 
 @pytest.mark.parametrize("kind", GPU_KINDS)
@@ -262,9 +267,11 @@ def test_a_rank_that_died_of_something_else_fails_replacement_cycle(tmp_path: Pa
     assert c.status == FAIL and f"ended with exitcode {other}" in c.detail and "died of something else" in c.detail, c
 
 
-def test_gil_without_a_rank_monitor_timeout_fails_replacement_cycle(tmp_path: Path) -> None:
-    """The process exiting is no detection of a held GIL: a rank monitor's timeout line must exist."""
-    built = rundirs.build(tmp_path / "run", rundirs.Scenario(fault="gil", timeout_ranks=()))
+@pytest.mark.parametrize("kind", ("gil", "gpu-hang"))
+def test_gil_without_a_rank_monitor_timeout_fails_replacement_cycle(tmp_path: Path, kind: str) -> None:
+    """The process exiting is no detection of a held GIL or a hung kernel: a rank monitor's
+    timeout line must exist (what the GPU kit's gpu-hang case relies on)."""
+    built = rundirs.build(tmp_path / "run", rundirs.Scenario(fault=kind, timeout_ranks=()))
     c = verify_run(built.run_dir).criterion("replacement_cycle")
     assert c.status == FAIL and "was not detected by a rank monitor" in c.detail, c.detail
 
