@@ -117,7 +117,6 @@ AFTER_COMMIT = "after-commit"
 _LOOP = ("no replacement loads the damaged checkpoint: each fails its load loudly and NVRx's no-progress rule "
          "stops the loop (exit 93), or the stack falls back to an earlier checkpoint")
 _MONITOR = "a rank monitor's section or out-of-section timeout detects it, SIGKILLs the rank, the group restarts"
-_PLANNED = "not implemented yet (docs/faults.md, 'Planned kinds'): "
 
 FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
     FaultKind("kill", "SIGKILL", "SIGKILL the rank's process (a crash)"),
@@ -149,10 +148,12 @@ FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
               "next cycle frees the space", injects=FILL, moments=("in-save",),
               recovery="no partial checkpoint is committed or loaded: the replacement resumes from the previous "
               "committed checkpoint and trains on, or the job stops with the filesystem's error named", campaign=False),
-    FaultKind("gpu-hang", None, "a never-ending CUDA kernel on the rank's GPU", injects=IN_PROCESS, gpu_only=True,
-              monitor_detects=True, recovery=_MONITOR, planned=_PLANNED + "the GPU kit will launch a spinning kernel"),
-    FaultKind("gpu-error", None, "an illegal memory access in a CUDA kernel (a sticky CUDA error)", injects=IN_PROCESS,
-              gpu_only=True, planned=_PLANNED + "the GPU kit will launch an out-of-bounds kernel"),
+    # The GPU tier only (torch's own kernels, harness.inject): refused before launch on the CPU tiers.
+    FaultKind("gpu-hang", None, "a never-ending CUDA kernel on the rank's GPU (torch's spin kernel): the step's next "
+              "synchronize blocks, the rank stays alive (a hang the rank monitor must detect)", injects=IN_PROCESS,
+              gpu_only=True, monitor_detects=True, recovery=_MONITOR),
+    FaultKind("gpu-error", None, "an illegal memory access in a CUDA kernel (a write far past an allocation): a "
+              "sticky CUDA error, the rank's next CUDA call fails", injects=IN_PROCESS, gpu_only=True),
 )}
 FAULT_MOMENTS: dict[str, FaultMoment] = {m.name: m for m in (
     FaultMoment(AFTER_COMMIT, "right after the first checkpoint of the run is committed (the walkthrough's)"),

@@ -14,11 +14,22 @@ the loading thread:
   thread of the rank stops (the training thread, heartbeats, section updates) and Python
   signal handlers never run, while the process stays alive (NVRx's LOCK_GIL). Only a rank
   monitor's timeout can notice it; SIGKILL (NVRx's rank termination signal) ends it.
+- `gpu-hang` (GPU tier only): a never-ending CUDA kernel (torch.cuda._sleep, torch's own spin
+  kernel, with a cycle count of centuries) enqueued on the rank's GPU's current stream, the
+  default stream the training step uses: the step's next synchronize or `.item()` blocks, the
+  process stays alive (NVRx's GPU_SLEEP). Only a rank monitor's timeout can notice it.
+- `gpu-error` (GPU tier only): an elementwise kernel writing through a tensor that claims
+  memory far beyond a real allocation (a `__cuda_array_interface__` of a real pointer with a huge
+  stride), then a synchronize: CUDA reports an illegal memory access, a sticky error that every
+  later CUDA call of the process meets (NVRx's GPU_ERROR). How the rank then dies is what the
+  GPU kit shows; nothing here claims it.
+
+torch is imported inside the two GPU actions only, never at import time.
 
 The checkpoint damage of `poison` and `corrupt` is `damage_checkpoint` (truncate, or flip
 bytes in the middle so the size is unchanged); `disk-full`'s filler is `fill_filesystem` (only
 on a tmpfs mount point, the one harness.tmpfs mounts for the run) and `free_filesystem`.
-Stdlib only, like harness.nemesis.
+Stdlib only at import time, like harness.nemesis.
 """
 
 from __future__ import annotations
@@ -80,12 +91,77 @@ def hold_gil_forever() -> None:
     raise InjectError(errno.EDEADLK, "the second pthread_mutex_lock returned: the GIL was not held forever")
 
 
+GPU_HANG_CYCLES = 1 << 62  # clock64() ticks torch's spin kernel waits for: centuries at any GPU clock
+# gpu-error: the bogus element lies this many bytes past a real 1-element allocation (16 TiB:
+# beyond any GPU's memory, so no allocation of the process can sit there).
+GPU_ERROR_OFFSET = 1 << 44
+
+
+def _cuda_device():
+    """torch and the rank's own GPU. The action runs on the nemesis's poller thread, whose CUDA
+    device is not the one the training thread set (device 0): the launcher's LOCAL_RANK names
+    it, as Megatron's initialize does (torch.cuda.set_device(local_rank))."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise InjectError(errno.ENOSYS, f"torch cannot be imported ({exc}): the GPU kinds run on the GPU tier") \
+            from exc
+    if not torch.cuda.is_available():
+        raise InjectError(errno.ENODEV, "torch sees no CUDA GPU: the GPU kinds run on the GPU tier only")
+    try:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    except ValueError:
+        local_rank = 0
+    count = torch.cuda.device_count()
+    return torch, (local_rank if 0 <= local_rank < count else torch.cuda.current_device())
+
+
+def gpu_hang() -> None:
+    """Enqueue torch's spin kernel with GPU_HANG_CYCLES on the rank's GPU's current (default)
+    stream and return: the kernel never ends, and the training step's next synchronizing call
+    waits on it for good (a GPU hang, the process alive)."""
+    torch, device = _cuda_device()
+    with torch.cuda.device(device):
+        torch.cuda._sleep(GPU_HANG_CYCLES)
+
+
+class _OutOfBounds:
+    """A CUDA array (the `__cuda_array_interface__` protocol) of two float32 elements: the first
+    at a real allocation, the second GPU_ERROR_OFFSET bytes past it, where nothing is mapped."""
+
+    def __init__(self, pointer: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (2,), "typestr": "<f4", "strides": (GPU_ERROR_OFFSET,),
+                                         "data": (pointer, False), "version": 2}
+
+
+def gpu_error() -> None:
+    """Write through an element GPU_ERROR_OFFSET bytes past a real allocation of the rank's GPU,
+    then synchronize: CUDA reports an illegal memory access (sticky: the process's CUDA context
+    is unusable from then on, and the training step's next CUDA call fails). Returns once the
+    error is reported; InjectError when it is not (the fault did not happen)."""
+    torch, device = _cuda_device()
+    with torch.cuda.device(device):
+        anchor = torch.zeros(1, dtype=torch.float32, device=f"cuda:{device}")
+        bogus = torch.as_tensor(_OutOfBounds(anchor.data_ptr()), device=f"cuda:{device}")
+        try:
+            bogus[1].fill_(1.0)
+            torch.cuda.synchronize(device)
+        except RuntimeError as exc:  # torch's CUDA error: "an illegal memory access was encountered"
+            if "illegal memory access" in str(exc) or "illegal address" in str(exc):
+                return
+            raise InjectError(errno.EIO, f"the out-of-bounds write failed otherwise: {exc}") from exc
+    raise InjectError(errno.EIO, f"the write {GPU_ERROR_OFFSET} bytes past an allocation of cuda:{device} was not "
+                      "reported as an illegal memory access")
+
+
 # The in-process actions, by FaultKind.action ("signal" and "node" are the nemesis's own).
 ACTIONS = {
     "exception": raise_in_main_thread,
     "segfault": segfault,
     "abort": abort,
     "gil": hold_gil_forever,
+    "gpu-hang": gpu_hang,
+    "gpu-error": gpu_error,
 }
 
 

@@ -6,7 +6,8 @@ and a CUDA build of torch needs to run the GPU tier offline, in one new director
                                  node's torch) and runs kill, hang and none on one GPU, fault
                                  rank 0, and the checkpoint-tier cases (a non-persistent global
                                  restore, a local-checkpoint restore, an in-process restart after
-                                 an exception), short deadline profile, within a time limit;
+                                 an exception) and the GPU-only fault kinds (gpu-hang, gpu-error),
+                                 short deadline profile, within a time limit;
                                  writes OUT/SUMMARY.md
       wheels/no-deps/            megatron-core, nvidia-resiliency-ext, nvrx-qual: installed
                                  without their declared dependencies (NVRx declares a service
@@ -70,7 +71,9 @@ RUNTIME_REQUIREMENTS = (
 )
 SCRIPT_NAME = "run-gpu-qualification.sh"
 MANIFEST_NAME = "MANIFEST.json"
-TIME_LIMIT_S = 1080  # 18 minutes: kill, hang, none and the three tier cases (non-persistent, local, in-process), 3 each
+# 24 minutes: kill, hang, none, the three tier cases (non-persistent, local, in-process) and the two
+# GPU-only kinds (gpu-hang, gpu-error), 3 each (18 minutes before the GPU kinds joined)
+TIME_LIMIT_S = 1440
 MAKEFILE = """\
 # Written by nvrx-qual kit. megatron-core's wheel ships the dataset helpers compiled
 # (helpers_cpp*.so) but no Makefile, and Megatron's initialize runs `make` here: rank 0 exits
@@ -212,9 +215,9 @@ RUN_SCRIPT = r"""#!/usr/bin/env bash
 # a local checkpoint (NVRx's LocalCheckpointManager; replicated to a peer with two GPUs or more),
 # and an exception in the fault rank's step recovered by an in-process restart (--inprocess-restart).
 # (On a node with two or more GPUs the same tests use two GPUs and fault rank 1, the
-# walkthrough's default.) The GPU-only fault
-# kinds gpu-hang (a never-ending kernel) and gpu-error (an illegal memory access) are planned:
-# `nvrx-qual run --fault gpu-hang|gpu-error` refuses them until they run here (docs/faults.md).
+# walkthrough's default.) Then the GPU-only fault kinds, which the CPU tiers refuse: gpu-hang (a
+# never-ending kernel, detected by the rank monitor's timeout) and gpu-error (an illegal memory
+# access, a sticky CUDA error: the rank dies, the group restarts) (docs/faults.md).
 #
 #   ./run-gpu-qualification.sh [OUT_DIR]      (default: ./nvrx-qual-gpu-<UTC time>; beside the kit when
 #                                             run from inside it, which must stay as its manifest lists)

@@ -116,7 +116,7 @@ def test_given_values_win_over_the_sizing(tmp_path: Path) -> None:
     ({"seed": "3"}, "--seed 3 draws a campaign's schedule, and this run plans one fault: add --faults N"),
     ({"fault_kinds": "kill"}, "--fault-kinds kill is the pool of a campaign"),
     ({"faults": "3", "fault_kinds": "kill,poison"}, "--fault-kinds: poison ends the job"),
-    ({"faults": "3", "fault_kinds": "gpu-hang"}, "gpu-hang is planned, not runnable"),
+    ({"faults": "3", "fault_kinds": "gpu-hang"}, "gpu-hang needs a GPU and the reference workload runs on CPU"),
     ({"faults": "3", "fault_kinds": "node"}, "node loses a whole node and the job has NNODES=1"),
     ({"faults": "6", "seed": "1", "save_interval": "5", "train_iters": "20"},
      "TRAIN_ITERS=20 is too short for a campaign of 6 faults with save interval 5"),

@@ -15,7 +15,9 @@ the rank, how the criteria judge it, and one real launch per kind with its expec
   tracker or loaded the save that met the full filesystem, and says whether the stack recovered
   from the previous checkpoint or stopped with the error. The mount is refused before launch
   without root or a working mount, and released (contents copied back) on every exit path.
-- gpu-hang, gpu-error: planned, refused before launch with the reason.
+- gpu-hang, gpu-error (the GPU tier only: torch's spin kernel, an out-of-bounds write): refused
+  before launch on the CPU tiers with the fix named; their actions import torch only when they
+  fire; the GPU kit runs them (test_recovery_gpu.py::test_megatron_single_node_gpu_kinds).
 
 How each guard is shown to fail: the unit tests below replay synthetic run directories
 (recovery_tests.rundirs) with the kind's detection or death changed, and the e2e cases replay
@@ -40,7 +42,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.runs import Scenario, explain
-from harness import inject, tmpfs, verify
+from harness import faults, inject, tmpfs, verify
 from harness import spec as specmod
 from harness.criteria import (CHECK_IDS, DISK_FULL_HANDLED, FAIL, LOOP_STOPPED, LOSS_CONTINUITY, NOT_APPLICABLE,
                               OPTIMIZER_STATE, PASS)
@@ -56,11 +58,11 @@ from recovery_tests.test_recovery_megatron_cpu import scenario as megatron_cpu_s
 REPO = Path(__file__).resolve().parent.parent
 CRASH_KINDS = ("exception", "segfault", "abort")
 NEW_KINDS = (*CRASH_KINDS, "gil", "corrupt")
-PLANNED = ("gpu-hang", "gpu-error")
+GPU_KINDS = ("gpu-hang", "gpu-error")
 
 
 def _python(code: str, **kw) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), **kw.pop("env", {})}
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, **kw)
 
@@ -192,17 +194,51 @@ def _spec(tmp_path: Path, **flags) -> specmod.RunSpec:
     return specmod.from_sources({**base, **flags}, {})
 
 
-@pytest.mark.parametrize("kind", PLANNED)
-def test_planned_kinds_are_refused_before_launch_with_the_reason(tmp_path: Path, kind: str) -> None:
+@pytest.mark.parametrize("kind", GPU_KINDS)
+def test_gpu_kinds_are_refused_on_the_cpu_tiers_with_the_fix(tmp_path: Path, kind: str) -> None:
+    """Runnable (no longer planned) and GPU-only: each CPU workload refuses them before launch,
+    naming the GPU and the fix; the megatron (GPU) workload accepts them."""
     row = specmod.FAULT_KINDS[kind]
-    moment = (row.moments or ("after-commit",))[0]
+    assert row.planned is None and row.gpu_only and row.injects == faults.IN_PROCESS
     for workload in ("reference", "megatron-cpu"):
         with pytest.raises(specmod.SpecError) as err:
-            specmod.validate(_spec(tmp_path, workload=workload, fault=kind, fault_at=moment,
-                                   **({"train_iters": 30} if moment == "in-save" else {})))
+            specmod.validate(_spec(tmp_path, workload=workload, fault=kind))
         text = str(err.value)
-        assert f"--fault {kind} is planned, not runnable: not implemented yet" in text, text
-        assert ("needs a GPU" in text) == row.gpu_only, text
+        assert f"--fault {kind} needs a GPU" in text and f"the {workload} workload runs on CPU" in text, text
+        assert "use --workload megatron on a GPU machine (the GPU kit)" in text, text
+        assert "planned" not in text, text
+    gpu = _spec(tmp_path, workload="megatron", fault=kind, megatron_path=str(tmp_path))
+    assert specmod.fault_problems(gpu) == [], specmod.fault_problems(gpu)
+
+
+def test_gpu_hang_is_a_hang_the_monitor_must_detect_and_gpu_error_a_crash(tmp_path: Path) -> None:
+    hang, error = specmod.FAULT_KINDS["gpu-hang"], specmod.FAULT_KINDS["gpu-error"]
+    assert hang.monitor_detects and "rank monitor" in hang.recovery
+    assert not error.monitor_detects and error.exit_codes == ()  # how the rank dies is the kit's to show
+    # judged like their CPU twins on a replayed run: gpu-hang detected by the monitor, gpu-error a crash
+    for kind, timeouts in (("gpu-hang", (1,)), ("gpu-error", ())):
+        built = rundirs.build(tmp_path / kind, rundirs.Scenario(fault=kind, timeout_ranks=timeouts))
+        c = verify_run(built.run_dir).criterion("replacement_cycle")
+        assert c.status == PASS, (kind, c.detail)
+
+
+@pytest.mark.parametrize("kind", GPU_KINDS)
+def test_gpu_actions_exist_and_import_torch_only_when_they_fire(kind: str) -> None:
+    """The nemesis imports harness.inject in every worker, stdlib only: importing it (and the
+    nemesis) loads no torch; the action itself imports it, and without a CUDA GPU it says the
+    fault did not happen (InjectError) instead of crashing the rank (CUDA_VISIBLE_DEVICES is emptied:
+    on a GPU node too the action must not fire here)."""
+    code = ("import sys\nfrom harness import inject, nemesis\n"
+            f"assert 'torch' not in sys.modules, 'torch imported at import time'\n"
+            f"action = nemesis.IN_PROCESS_ACTIONS[{kind!r}]\nassert action is inject.ACTIONS[{kind!r}]\n"
+            "try:\n    action()\nexcept inject.InjectError as exc:\n    print('refused:', exc)\n"
+            "print('torch' in sys.modules)\n")
+    proc = _python(code, env={"CUDA_VISIBLE_DEVICES": ""})
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode(errors="replace")
+    text = out.decode()
+    assert text.splitlines()[-1] == "True", text  # the action did import torch
+    assert "torch sees no CUDA GPU: the GPU kinds run on the GPU tier only" in text.splitlines()[0], text
 
 
 def test_every_runnable_new_kind_is_valid_on_both_cpu_workloads(tmp_path: Path) -> None:
@@ -231,9 +267,11 @@ def test_a_rank_that_died_of_something_else_fails_replacement_cycle(tmp_path: Pa
     assert c.status == FAIL and f"ended with exitcode {other}" in c.detail and "died of something else" in c.detail, c
 
 
-def test_gil_without_a_rank_monitor_timeout_fails_replacement_cycle(tmp_path: Path) -> None:
-    """The process exiting is no detection of a held GIL: a rank monitor's timeout line must exist."""
-    built = rundirs.build(tmp_path / "run", rundirs.Scenario(fault="gil", timeout_ranks=()))
+@pytest.mark.parametrize("kind", ("gil", "gpu-hang"))
+def test_gil_without_a_rank_monitor_timeout_fails_replacement_cycle(tmp_path: Path, kind: str) -> None:
+    """The process exiting is no detection of a held GIL or a hung kernel: a rank monitor's
+    timeout line must exist (what the GPU kit's gpu-hang case relies on)."""
+    built = rundirs.build(tmp_path / "run", rundirs.Scenario(fault=kind, timeout_ranks=()))
     c = verify_run(built.run_dir).criterion("replacement_cycle")
     assert c.status == FAIL and "was not detected by a rank monitor" in c.detail, c.detail
 

@@ -80,6 +80,12 @@ def test_every_kind_and_moment_is_a_valid_flag(tmp_path: Path) -> None:
         for moment in specmod.FAULT_MOMENTS:
             if not specmod.FAULT_KINDS[kind].allows(moment):
                 continue
+            if specmod.FAULT_KINDS[kind].gpu_only:  # refused on the CPU tiers (test_fault_kinds); the GPU workload's rules
+                if moment in faults.WORKLOAD_MOMENTS["megatron"]:
+                    gpu = spec_of(tmp_path, workload="megatron", megatron_path=str(tmp_path), fault=kind, fault_at=moment,
+                                  **({"train_iters": 30} if moment == "in-save" else {}))
+                    assert specmod.fault_problems(gpu) == [], (kind, moment, specmod.fault_problems(gpu))
+                continue
             # node: a node to lose beside node 0, which hosts the rendezvous
             shape = dict(nnodes=2, gpus_per_node=1, assume_shared_storage=True) if kind == "node" else {}
             spec = spec_of(tmp_path, fault=kind, fault_at=moment, **shape)

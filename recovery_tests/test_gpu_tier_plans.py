@@ -27,6 +27,7 @@ import pytest
 from fixtures.runs import SPEC_ENV_NAMES
 from harness import kit, resolve
 from harness import plan as planmod
+from harness.faults import FAULT_KINDS
 from recovery_tests.test_recovery_gpu import INPROCESS_ARGS, TIER_ARGS, local_tier_args
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,12 +104,15 @@ def test_megatron_refuses_a_broken_tier_command_in_its_own_words(case, results):
 
 def test_the_kits_script_runs_the_tier_cases_and_its_limit_leaves_them_room():
     """The script's `-k test_megatron_single_node` selects every single-node test, the tier cases
-    included; the limit gives each of the six launches (kill, hang, none, non-persistent, local,
-    in-process) the three minutes the first three had."""
+    included, and the GPU-only fault kinds (gpu-hang, gpu-error); the limit gives each of the eight
+    launches (kill, hang, none, non-persistent, local, in-process, gpu-hang, gpu-error) the three
+    minutes the first three had."""
     assert "-k test_megatron_single_node " in kit.RUN_SCRIPT
     from recovery_tests import test_recovery_gpu as gpu
     single = [n for n in dir(gpu) if n.startswith("test_megatron_single_node")]
-    assert sorted(single) == ["test_megatron_single_node", "test_megatron_single_node_inprocess_restart",
-                              "test_megatron_single_node_local_tier", "test_megatron_single_node_non_persistent_tier"]
-    assert kit.TIME_LIMIT_S >= 6 * 180
+    assert sorted(single) == ["test_megatron_single_node", "test_megatron_single_node_gpu_kinds",
+                              "test_megatron_single_node_inprocess_restart", "test_megatron_single_node_local_tier",
+                              "test_megatron_single_node_non_persistent_tier"]
+    assert set(gpu.GPU_KINDS) == {n for n, k in FAULT_KINDS.items() if k.gpu_only}
+    assert kit.TIME_LIMIT_S >= 8 * 180
     assert f"NVRX_KIT_TIME_LIMIT_S:-{kit.TIME_LIMIT_S}" in kit.RUN_SCRIPT

@@ -50,6 +50,11 @@ MEGATRON_SCENARIOS = {
                           "--rdzv-endpoint", "node001:29400", "--gpu-arch", "9.0", "--assume-shared-storage", "1"],
     "hang-no-te": ["--fault", "hang", "--transformer-engine", "0"],
     "with-apex-short-deadlines": ["--apex", "1", "--deadline-profile", "short"],
+    # the GPU-only kinds as the GPU kit runs them (one GPU, fault rank 0, short deadlines)
+    "gpu-hang-one-gpu": ["--fault", "gpu-hang", "--gpus-per-node", "1", "--fault-rank", "0",
+                         "--deadline-profile", "short"],
+    "gpu-error-one-gpu": ["--fault", "gpu-error", "--gpus-per-node", "1", "--fault-rank", "0",
+                          "--deadline-profile", "short"],
 }
 
 

@@ -14,6 +14,7 @@ that into failures. A CPU run or a dry run is not evidence of GPU training recov
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -159,4 +160,25 @@ def test_megatron_single_node_inprocess_restart(check, gpu_env, gpu_options, sce
     assert result.status == PASS, explain(outcome, check)
     if check == "replacement_cycle":
         assert "in-process restart, not a launcher restart" in result.detail, explain(outcome, check)
+    assert outcome.verdict.qualified, explain(outcome, check)
+
+
+# The GPU-only fault kinds (harness.inject: torch's own kernels, nothing compiled), refused on the
+# CPU tiers before launch. gpu-hang: a never-ending kernel on the fault rank's GPU; the step's next
+# synchronize blocks with the rank alive, so only a rank monitor's timeout may count as its
+# detection (replacement_cycle fails without the timeout line). gpu-error: an illegal memory
+# access, a sticky CUDA error; the rank dies (how is what this run shows: the kind fixes no exit
+# code) and the group restarts. Both must qualify. In the GPU kit's script (-k test_megatron_single_node).
+GPU_KINDS = ("gpu-hang", "gpu-error")
+
+
+@pytest.mark.parametrize("check", CRITERIA_IDS)
+@pytest.mark.parametrize("kind", GPU_KINDS)
+def test_megatron_single_node_gpu_kinds(kind, check, gpu_env, gpu_options, scenarios, record_property):
+    outcome = scenarios.outcome(megatron_scenario(gpu_env, kind, gpu_options))
+    record_latency(record_property, outcome)
+    result = outcome.verdict.criterion(check)
+    assert result.status == PASS, explain(outcome, check)
+    if check == "replacement_cycle" and kind == "gpu-hang":
+        assert re.search(r"after a (section|out-of-section) timeout", result.detail), explain(outcome, check)
     assert outcome.verdict.qualified, explain(outcome, check)
