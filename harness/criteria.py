@@ -62,6 +62,14 @@ def undetected_hang(tl: Timeline) -> str | None:
     detect, else None."""
     why = tl.launch.stopped_early if tl.launch is not None else None
     return why if why and UNDETECTED_HANG in why else None
+
+
+def before_the_stop(tl: Timeline, events: Sequence[ev.Event]) -> list[ev.Event]:
+    """The events the launcher logged before the harness stopped the job: what it logs after
+    (torch elastic's failure and SignalException on SIGTERM) is its answer to the stop, not a
+    detection of its own. All of them when launch.json records no stop time."""
+    stop = tl.launch.stopped_at if tl.launch is not None else None
+    return [e for e in events if stop is None or (t := tl.utc(e)) is None or t < stop]
 # A signal's kind when only the nemesis's line tells: the first kind that sends it (SIGKILL: kill).
 _SIGNAL_KIND: dict[str, str] = {}
 for _kind in FAULT_KINDS.values():
@@ -450,9 +458,10 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
         return found(PASS, "in_process", [inj, *([caught] if caught else []), *ip.restarted[:2]],
                      restarts=ip.restarts, pid=inj.pid, caught=sentence(cid, "inprocess_caught", {
                          "text": caught.text, "who": caught.wrapped_rank}) if caught is not None else "")
+    if (hung := undetected_hang(tl)) is not None and not before_the_stop(tl, fails):
+        # the workers stayed alive, stuck, and nothing noticed until the harness stopped them
+        return found(FAIL, "hung_undetected", [inj, tl.launch.src if tl.launch is not None else None], why=hung)
     if not fails:
-        if (hung := undetected_hang(tl)) is not None:  # the workers stayed alive, stuck, and nothing noticed
-            return found(FAIL, "hung_undetected", [inj, tl.launch.src if tl.launch is not None else None], why=hung)
         return found(FAIL, "unnoticed", [inj])
     evidence: list[object] = [inj, *fails[:3]]
     problems: list[dict[str, object]] = []
@@ -986,7 +995,8 @@ def check_clean_finish(j: Judging) -> CriterionResult:
         why = ": " + sentence(cid, str(ran_out[0]["reason"]), ran_out[0]) if ran_out is not None else ""
         if not why and any(isinstance(e, ev.RestartsExhausted) for e in gave_up):
             why = ": " + sentence(cid, "none_left", {})
-        if not gave_up and (hung := undetected_hang(tl)) is not None:  # stopped by the harness, not given up
+        hung = undetected_hang(tl)
+        if hung is not None and not before_the_stop(tl, [*gave_up, *closing.failures]):  # stopped, not given up
             return _found(cid, FAIL, "hung_undetected", {"why": hung}, [launch.src if launch is not None else None])
         if gave_up or (launch is not None and launch.exit_code not in (None, 0)):
             shown = [*gave_up[:2], launch.src if launch is not None and launch.exit_code not in (None, 0) else None,

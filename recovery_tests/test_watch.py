@@ -29,6 +29,7 @@ import pytest
 
 from harness import criteria, watch
 from harness.criteria import analyze
+from harness.events import iso_utc
 from harness.history import HistoryReader
 from harness.spec import RunSpec
 from harness.watch import Progress, Watcher, all_evidence_in, certain_failure
@@ -726,13 +727,15 @@ def test_no_stop_while_a_replacement_sits_in_its_setup(tmp_path):
     assert watcher.stop_reason is None
 
 
-def test_a_hang_stop_reason_reaches_the_verdict(tmp_path):
-    """launch.json's stop reason names the hang: replacement_cycle and clean_finish fail saying
-    the stack hung undetected (not that the launcher gave up)."""
+def _hung_then_stopped(tmp_path: Path, stop_after_failure: bool):
+    """A kill run cut after the injection, stalled until the watcher stops it, then the
+    launcher's failure lines (its answer to SIGTERM) appended, and launch.json with the stop
+    time: before those lines, or (stop_after_failure) after them."""
     s = scenario()
     source, writes = plan_replay(tmp_path, s, split=False)
     live = new_live(tmp_path)
-    for write in writes[:_marker_at(writes) + 1]:
+    at = _marker_at(writes)
+    for write in writes[:at + 1]:
         apply(write, source, live)
     clock = FakeClock()
     watcher = Watcher(spec_for(tmp_path, s), live, out=None, clock=clock)
@@ -740,13 +743,36 @@ def test_a_hang_stop_reason_reaches_the_verdict(tmp_path):
     clock.now += watch.stall_budget(watcher._spec)[0] + 1
     reason = watcher()
     assert reason is not None
-    launch = {"launcher_exit_code": -15, "started_at": "2026-01-01T00:00:00Z", "ended_at": "2030-01-01T00:00:00Z",
-              "stopped_early": reason, "nvrx_version": "0.7.0", "ended_by": "watch"}
+    full = HistoryReader(source, inspect_checkpoints=False).poll(final=True)
+    injected = full.utc(full.injections[0])
+    failed = min(full.utc(e) for e in full.launcher_events()
+                 if type(e).__name__ == "WorkerFailed" and full.utc(e) is not None and full.utc(e) > injected)
+    stop = failed + 1 if stop_after_failure else (injected + failed) / 2
+    failing = line_landed_at(writes, "logs/launcher.log", "failed (exitcode")
+    for write in writes[at + 1:failing + 3]:
+        if write.rel == "logs/launcher.log":
+            apply(write, source, live)
+    launch = {"launcher_exit_code": -15, "started_at": "2020-01-01T00:00:00Z", "ended_at": "2035-01-01T00:00:00Z",
+              "stopped_early": reason, "nvrx_version": "0.7.0", "ended_by": "watch",
+              "stopped_at": iso_utc(stop)}
     (live / "launch.json").write_text(json.dumps(launch))
     tl = HistoryReader(live, inspect_checkpoints=False).poll(final=True)
-    results = {r.id: r for r in criteria.evaluate(tl, analyze(tl, s.fault))}
+    assert any(type(e).__name__ == "WorkerFailed" for e in tl.launcher_events())
+    return {r.id: r for r in criteria.evaluate(tl, analyze(tl, s.fault))}
+
+
+def test_a_hang_stop_reason_reaches_the_verdict(tmp_path):
+    """launch.json's stop reason names the hang: replacement_cycle and clean_finish fail saying
+    the stack hung undetected (not that the launcher gave up), though the launcher logged a
+    failure once the harness had stopped it (that is its answer to SIGTERM, not a detection)."""
+    results = _hung_then_stopped(tmp_path, stop_after_failure=False)
     for cid in ("replacement_cycle", "clean_finish"):
         r = results[cid]
         assert r.status == criteria.FAIL and criteria.UNDETECTED_HANG in r.detail, (cid, r.detail)
     assert "hung, undetected by the launcher" in results["clean_finish"].detail
     assert "gave up" not in results["clean_finish"].detail
+
+
+def test_a_failure_the_launcher_logged_before_the_stop_is_its_own_detection(tmp_path):
+    results = _hung_then_stopped(tmp_path, stop_after_failure=True)
+    assert "hung undetected" not in results["replacement_cycle"].detail, results["replacement_cycle"].detail
