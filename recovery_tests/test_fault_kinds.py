@@ -534,8 +534,13 @@ def test_megatron_cpu_disk_full_recovers_from_the_previous_checkpoint(megatron_c
         assert {c.id for c in failed} == HUNG_FAILS, "\n\n".join(explain(outcome, c.id) for c in failed)
         for c in failed:
             assert UNDETECTED_HANG in c.detail, c.detail
-        assert outcome.verdict.criterion(DISK_FULL_HANDLED).status == PASS, detail
-        assert detail.startswith("Nothing partial was used") and "it hung until the harness stopped it" in detail
+        # nothing partial committed or loaded; the error itself either names ENOSPC (PASS, "hung") or,
+        # as torch's zip writer says it (`unexpected pos 704 vs 598`, 1 hung run of 2), does not: "silent"
+        assert "was used as a checkpoint" not in detail, detail
+        if outcome.verdict.criterion(DISK_FULL_HANDLED).status == PASS:
+            assert detail.startswith("Nothing partial was used") and "it hung until the harness stopped it" in detail
+        else:
+            assert detail.startswith("The full filesystem went unreported"), detail
     else:
         assert outcome.verdict.qualified and not failed, "\n\n".join(explain(outcome, c.id) for c in failed)
         assert detail.startswith("Recovered from the previous checkpoint") and "ENOSPC was logged" in detail, detail
