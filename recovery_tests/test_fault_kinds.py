@@ -531,9 +531,10 @@ def test_megatron_cpu_disk_full_recovers_from_the_previous_checkpoint(megatron_c
     if UNDETECTED_HANG in stopped:  # the stack hung after the ENOSPC: caught, and named
         assert not outcome.verdict.qualified and outcome.launch.ended_by == "watch", outcome.launch
         assert stopped.startswith("no progress for "), stopped
-        assert {c.id for c in failed} == HUNG_FAILS, "\n\n".join(explain(outcome, c.id) for c in failed)
+        assert {c.id for c in failed} - {DISK_FULL_HANDLED} == HUNG_FAILS, \
+            "\n\n".join(explain(outcome, c.id) for c in failed)
         for c in failed:
-            assert UNDETECTED_HANG in c.detail, c.detail
+            assert c.id == DISK_FULL_HANDLED or UNDETECTED_HANG in c.detail, c.detail
         # nothing partial committed or loaded; the error itself either names ENOSPC (PASS, "hung") or,
         # as torch's zip writer says it (`unexpected pos 704 vs 598`, 1 hung run of 2), does not: "silent"
         assert "was used as a checkpoint" not in detail, detail
