@@ -51,6 +51,25 @@ LOOP_STOPPED = "loop_stopped"
 DISK_FULL_HANDLED = "disk_full_handled"
 NO_RESTART_EXIT_CODE = 93  # NVRx 0.7.0's --ft-no-restart-exit-code, as the plan passes it
 NVRX_DEFAULT_MAX_NO_PROGRESS_CYCLES = 3
+# The watcher's stop reason for a run that made no progress for longer than NVRx needs to notice
+# anything, with nothing detected (harness.watch.stall_budget), names the hang with this phrase;
+# launch.json keeps only the reason's text, so the checks recognise the stop by it.
+UNDETECTED_HANG = "a hang the stack did not detect"
+
+
+def undetected_hang(tl: Timeline) -> str | None:
+    """launch.json's stop reason when the harness stopped the job as a hang the stack did not
+    detect, else None."""
+    why = tl.launch.stopped_early if tl.launch is not None else None
+    return why if why and UNDETECTED_HANG in why else None
+
+
+def before_the_stop(tl: Timeline, events: Sequence[ev.Event]) -> list[ev.Event]:
+    """The events the launcher logged before the harness stopped the job: what it logs after
+    (torch elastic's failure and SignalException on SIGTERM) is its answer to the stop, not a
+    detection of its own. All of them when launch.json records no stop time."""
+    stop = tl.launch.stopped_at if tl.launch is not None else None
+    return [e for e in events if stop is None or (t := tl.utc(e)) is None or t < stop]
 # A signal's kind when only the nemesis's line tells: the first kind that sends it (SIGKILL: kill).
 _SIGNAL_KIND: dict[str, str] = {}
 for _kind in FAULT_KINDS.values():
@@ -439,6 +458,9 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
         return found(PASS, "in_process", [inj, *([caught] if caught else []), *ip.restarted[:2]],
                      restarts=ip.restarts, pid=inj.pid, caught=sentence(cid, "inprocess_caught", {
                          "text": caught.text, "who": caught.wrapped_rank}) if caught is not None else "")
+    if (hung := undetected_hang(tl)) is not None and not before_the_stop(tl, fails):
+        # the workers stayed alive, stuck, and nothing noticed until the harness stopped them
+        return found(FAIL, "hung_undetected", [inj, tl.launch.src if tl.launch is not None else None], why=hung)
     if not fails:
         return found(FAIL, "unnoticed", [inj])
     evidence: list[object] = [inj, *fails[:3]]
@@ -973,6 +995,9 @@ def check_clean_finish(j: Judging) -> CriterionResult:
         why = ": " + sentence(cid, str(ran_out[0]["reason"]), ran_out[0]) if ran_out is not None else ""
         if not why and any(isinstance(e, ev.RestartsExhausted) for e in gave_up):
             why = ": " + sentence(cid, "none_left", {})
+        hung = undetected_hang(tl)
+        if hung is not None and not before_the_stop(tl, [*gave_up, *closing.failures]):  # stopped, not given up
+            return _found(cid, FAIL, "hung_undetected", {"why": hung}, [launch.src if launch is not None else None])
         if gave_up or (launch is not None and launch.exit_code not in (None, 0)):
             shown = [*gave_up[:2], launch.src if launch is not None and launch.exit_code not in (None, 0) else None,
                      *(ran_out[1] if ran_out is not None else ())]
@@ -1255,7 +1280,10 @@ def check_disk_full_handled(j: Judging) -> CriterionResult:
                                               "error": "ENOSPC was logged" if full else "no ENOSPC line was logged"},
                       [*evidence, loaded])
     if full and not any(s.first(ev.CheckpointLoaded) for s in ep.continuation):
-        return _found(cid, PASS, "stopped", {**facts, "line": full[0].src}, evidence)
+        # nothing partial was used; whether the stack then stopped or hung (the harness stopped
+        # it, replacement_cycle and clean_finish fail) is said, not judged, here
+        hung = undetected_hang(j.tl) is not None
+        return _found(cid, PASS, "hung_after_error" if hung else "stopped", {**facts, "line": full[0].src}, evidence)
     return _found(cid, FAIL, "silent", facts, evidence)
 
 

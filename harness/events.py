@@ -735,6 +735,9 @@ class LaunchRecord:
     # (last stamp before, first stamp after, seconds): the harness's wall clock jumped against
     # its monotonic clock between those two stamps (UTC epoch seconds)
     clock_jumps: tuple[tuple[float, float, float], ...] = ()
+    # when the harness decided to stop the job (UTC epoch seconds): launcher lines after it are
+    # the launcher's answer to that stop, not its own detection
+    stopped_at: float | None = None
 
 
 @dataclass(frozen=True)

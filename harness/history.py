@@ -1771,7 +1771,7 @@ def _launch_record(launch_json: _JsonFile | None) -> ev.LaunchRecord | None:
     return ev.LaunchRecord(exit_code=_int(d.get("launcher_exit_code")), started_at=parse_iso_utc(d.get("started_at")),
                            ended_at=parse_iso_utc(d.get("ended_at")), stopped_early=str(stopped) if stopped else None,
                            nvrx_version=_str(d.get("nvrx_version")), src=launch_json.src,
-                           clock_jumps=_clock_jumps(d.get("clock_jumps")))
+                           clock_jumps=_clock_jumps(d.get("clock_jumps")), stopped_at=parse_iso_utc(d.get("stopped_at")))
 
 
 MAX_CLOCK_JUMP_S = 10 * 365 * 86400.0

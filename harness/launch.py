@@ -114,6 +114,7 @@ class LaunchResult:
     # (copy back onto the disk, unmount) was incomplete (None: released)
     checkpoint_tmpfs: str | None = None
     checkpoint_tmpfs_left: str | None = None
+    stopped_at: str | None = None  # when the harness decided to stop the job (None: it did not)
 
     @property
     def duration_s(self) -> float:
@@ -416,6 +417,7 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     started = clock.stamp()
     started_mono = time.monotonic()  # the deadline is kept by the monotonic clock, whatever the wall clock does
     stopped_early: str | None = None
+    stopped_at: str | None = None
     ended_by = "exit"
     exit_code: int | None = None
     leftovers = 0
@@ -462,6 +464,7 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                     stopped_early = watch()
                     ended_by = "watch" if stopped_early else ended_by
                 if stopped_early:
+                    stopped_at = utc_iso(clock.stamp())
                     stopped_early += _rendezvous_port_note(plan, tag_value)
                     if on_stop is not None:
                         try:
@@ -517,7 +520,7 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                     capture_error=capture.error if capture is not None else None,
                     temp_dir=None if temp_dir is None else str(temp_dir), temp_dir_left=temp_left,
                     checkpoint_tmpfs=None if tmpfs_on is None else f"{tmpfs_on} ({tmpfs.SIZE_BYTES >> 20} MiB)",
-                    checkpoint_tmpfs_left=tmpfs_left)
+                    checkpoint_tmpfs_left=tmpfs_left, stopped_at=stopped_at)
                 write_launch_json(layout, result)
     if signals.first is not None:
         raise Interrupted(signals.first, result)

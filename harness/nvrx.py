@@ -23,6 +23,11 @@ MEGATRON_MIN_VERSION = (0, 6, 0)
 # (FaultToleranceConfig.workload_check_interval, 5.0 in 0.4.1 and 0.7.0): a timeout is noticed
 # up to one interval after it expires.
 DEFAULT_CHECK_INTERVAL_S = 5.0
+# What a restart costs on top of the deadlines: the launcher stops the group (SIGTERM, up to
+# --workers-stop-timeout 15 s, SIGKILL), NVRx 0.7 waits up to 50 s for GPU memory to drop,
+# then a new rendezvous. The scenario deadline (harness.runner) and the watcher's hang budget
+# (harness.watch.stall_budget) both count it.
+RESTART_ALLOWANCE_S = 120.0
 
 
 def check_interval(chosen: float | None) -> float:

@@ -51,10 +51,8 @@ def default_deadline(spec: RunSpec) -> float:
     return (spec.max_restarts + 1) * per_cycle + spec.train_iters * sections.get("step", 0)
 
 
-# What a restart costs on top of the deadlines: the launcher stops the group (SIGTERM, up to
-# --workers-stop-timeout 15 s, SIGKILL), NVRx 0.7 waits up to 50 s for GPU memory to drop,
-# then a new rendezvous.
-RESTART_ALLOWANCE_S = 120.0
+# What a restart costs on top of the deadlines (stated in harness.nvrx).
+RESTART_ALLOWANCE_S = nvrx.RESTART_ALLOWANCE_S
 # The iterations, saves and the end of the job, which no deadline bounds as a whole.
 TRAINING_MARGIN_S = 300.0
 DEFAULT_TRAIN_ITERS = {w: d["train_iters"] for w, d in _WORKLOAD_DEFAULTS.items() if "train_iters" in d}

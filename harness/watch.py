@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from harness import events as ev
-from harness.criteria import Analysis, analyze, evaluate
+from harness import nvrx
+from harness.criteria import UNDETECTED_HANG, Analysis, analyze, evaluate
 from harness.episodes import committed_before
 from harness.history import HistoryReader, RunDirError
 from harness.faults import FAULT_KINDS
@@ -33,6 +34,21 @@ def certain_failure(tl: ev.Timeline, a: Analysis) -> str | None:
         if result.final:
             return f"{result.id} cannot pass: {result.detail}"
     return None
+
+
+def stall_budget(spec: RunSpec) -> tuple[float, str]:
+    """How long a run may show no progress before it is a hang the stack did not detect, and
+    how that is made up: the longest deadline a rank monitor can be waiting on (any section's,
+    setup included since a replacement's load runs in it, or the out-of-section one), one check
+    interval for the monitor to notice it expired, and one restart for the launcher to act on it
+    (nvrx.RESTART_ALLOWANCE_S). An injected hang waiting for its rank monitor, a replacement in
+    its setup, a save in its checkpointing section all end within it, or NVRx would have acted."""
+    deadlines = [*dict(spec.section_timeouts).items(), ("out-of-section", spec.out_of_section_timeout)]
+    which, longest = max(deadlines, key=lambda d: d[1])
+    check = nvrx.check_interval(spec.workload_check_interval)
+    how = (f"the longest rank monitor deadline ({which} {longest:g} s) + a {check:g} s check interval + "
+           f"{nvrx.RESTART_ALLOWANCE_S:g} s for a restart")
+    return longest + check + nvrx.RESTART_ALLOWANCE_S, how
 
 
 def all_evidence_in(tl: ev.Timeline) -> bool:
@@ -152,6 +168,8 @@ class Watcher:
         self._evidence_in_at: float | None = None
         self._hang_seen_at: float | None = None  # when the watcher first saw the injected hang
         self._hang_said_at: float | None = None
+        self._moved: tuple[object, ...] | None = None  # the run's progress at its last change
+        self._moved_at = self._start  # and when the watcher saw it change
         self.stop_reason: str | None = None
 
     def say(self, text: str) -> None:
@@ -184,6 +202,22 @@ class Watcher:
             self._hang_said_at = now
             self.say(f"waiting for {self.hang_wait()}, {now - self._hang_seen_at:.0f} s so far")
 
+    def _stalled(self, tl: ev.Timeline, a: Analysis, progress: Progress) -> str | None:
+        """A hang the stack did not detect: nothing moved (no progress fact, iteration, failure
+        the launcher recorded, nor a new byte in any log) for longer than stall_budget, and the
+        launcher has not reported success (then the exit grace decides)."""
+        moved = (progress, len(a.failures), sum(s.bytes_read for s in tl.sources))
+        now = self._clock()
+        if moved != self._moved:
+            self._moved, self._moved_at = moved, now
+            return None
+        budget, how = stall_budget(self._spec)
+        stalled = now - self._moved_at
+        if progress.launcher_succeeded or stalled <= budget:
+            return None
+        return (f"no progress for {stalled:.0f} s and the launcher detected nothing: {UNDETECTED_HANG} (no new log "
+                f"line, iteration, checkpoint, failure or restart in that time, longer than {budget:g} s: {how})")
+
     def __call__(self) -> str | None:
         try:
             tl = self.reader.poll()
@@ -206,6 +240,8 @@ class Watcher:
             if (reason is None and not trained and elapsed > setup + self._spec.out_of_section_timeout
                     and not a.poisoned):
                 reason = f"no training iteration within the setup deadline ({setup:.0f} s + out of section)"
+            if reason is None:
+                reason = self._stalled(tl, a, progress)
         if reason is None and all_evidence_in(tl):
             self._evidence_in_at = self._evidence_in_at or self._clock()
             if self._clock() - self._evidence_in_at > EXIT_GRACE_S:

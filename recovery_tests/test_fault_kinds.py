@@ -46,7 +46,7 @@ from harness import faults, inject, tmpfs, verify
 from harness import spec as specmod
 from harness.criteria import (CHECK_IDS, DISK_FULL_HANDLED, FAIL, LOOP_STOPPED, LOSS_CONTINUITY, NOT_APPLICABLE,
                               OPTIMIZER_STATE, PASS)
-from harness.criteria import STATE_EQUIVALENCE
+from harness.criteria import STATE_EQUIVALENCE, UNDETECTED_HANG
 from harness.layout import MARKER_NAME, TRACKER_NAME
 from harness.verify import verify_run
 from recovery_tests import rundirs
@@ -549,14 +549,40 @@ def test_reference_workload_disk_full_recovers_from_the_previous_checkpoint(newe
     _assert_released(outcome)
 
 
+# The stack's two real endings on megatron-cpu (docs/faults.md, disk-full): the launcher restarts
+# the group and the replacement loads K; or (1 run of 3 seen) both ranks raise the ENOSPC in the
+# async save's finalize and then hang alive, disconnected from their rank monitors, and nothing in
+# the stack notices. The watcher's stall rule stops that run (harness.watch.stall_budget, 211 s
+# here) and the verdict names the hang; nothing partial may be committed or loaded either way.
+HUNG_FAILS = {"replacement_cycle", "clean_finish"}
+
+
 @pytest.mark.e2e
 def test_megatron_cpu_disk_full_recovers_from_the_previous_checkpoint(megatron_cpu, scenarios):
     _can_mount()
-    outcome = scenarios.outcome(megatron_cpu_scenario("disk-full", megatron_cpu, plain=True, fault_at="in-save"))
+    # fail-fast on (the plain optimizer needs no finished run to be judged): the stall rule is fail-fast's
+    chosen = megatron_cpu_scenario("disk-full", megatron_cpu, plain=True, fault_at="in-save")
+    outcome = scenarios.outcome(dataclasses.replace(chosen, fail_fast=True))
     failed = [c for c in outcome.verdict.criteria if c.status not in (PASS, NA)]
-    assert outcome.verdict.qualified and not failed, "\n\n".join(explain(outcome, c.id) for c in failed)
     detail = outcome.verdict.criterion(DISK_FULL_HANDLED).detail
-    assert detail.startswith("Recovered from the previous checkpoint") and "ENOSPC was logged" in detail, detail
+    stopped = outcome.launch.stopped_early or ""
+    if UNDETECTED_HANG in stopped:  # the stack hung after the ENOSPC: caught, and named
+        assert not outcome.verdict.qualified and outcome.launch.ended_by == "watch", outcome.launch
+        assert stopped.startswith("no progress for "), stopped
+        assert {c.id for c in failed} - {DISK_FULL_HANDLED} == HUNG_FAILS, \
+            "\n\n".join(explain(outcome, c.id) for c in failed)
+        for c in failed:
+            assert c.id == DISK_FULL_HANDLED or UNDETECTED_HANG in c.detail, c.detail
+        # nothing partial committed or loaded; the error itself either names ENOSPC (PASS, "hung") or,
+        # as torch's zip writer says it (`unexpected pos 704 vs 598`, 1 hung run of 2), does not: "silent"
+        assert "was used as a checkpoint" not in detail, detail
+        if outcome.verdict.criterion(DISK_FULL_HANDLED).status == PASS:
+            assert detail.startswith("Nothing partial was used") and "it hung until the harness stopped it" in detail
+        else:
+            assert detail.startswith("The full filesystem went unreported"), detail
+    else:
+        assert outcome.verdict.qualified and not failed, "\n\n".join(explain(outcome, c.id) for c in failed)
+        assert detail.startswith("Recovered from the previous checkpoint") and "ENOSPC was logged" in detail, detail
     _assert_released(outcome)
 
 

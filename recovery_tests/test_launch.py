@@ -229,7 +229,8 @@ def test_exit_status_and_every_line_with_a_utc_stamp(tmp_path, record):
     assert launch_json(plan) == {
         "launcher_exit_code": 3, "started_at": result.started_at, "ended_at": result.ended_at,
         "stopped_early": None, "nvrx_version": "0.7.0", "leftover_processes_killed": 0, "clock_jumps": [],
-        "ended_by": "exit", "capture_error": None, "temp_dir": result.temp_dir, "temp_dir_left": None}
+        "ended_by": "exit", "capture_error": None, "temp_dir": result.temp_dir, "temp_dir_left": None,
+        "checkpoint_tmpfs": None, "checkpoint_tmpfs_left": None, "stopped_at": None}
     assert re.fullmatch(STAMP, result.started_at) and re.fullmatch(STAMP, result.ended_at)
     assert result.duration_s >= 0
 
@@ -415,6 +416,9 @@ def test_a_failing_on_stop_is_recorded_and_the_job_still_stops(tmp_path, record)
                            on_stop=on_stop)
     assert result.stopped_early == "doomed (cancelling the job step failed: scancel: Invalid job id specified)"
     assert result.launcher_exit_code == -signal.SIGTERM
+    # when it decided to stop: the launcher's lines after it answer the stop (criteria.before_the_stop)
+    assert result.started_at <= result.stopped_at <= result.ended_at
+    assert launch_json(plan)["stopped_at"] == result.stopped_at
     assert pids_with_tag(read_record(record)["tag"]) == []
 
 

@@ -27,8 +27,9 @@ from unittest import mock
 
 import pytest
 
-from harness import watch
+from harness import criteria, watch
 from harness.criteria import analyze
+from harness.events import iso_utc
 from harness.history import HistoryReader
 from harness.spec import RunSpec
 from harness.watch import Progress, Watcher, all_evidence_in, certain_failure
@@ -597,3 +598,181 @@ def test_a_replacement_not_training_yet_is_no_stop_however_long_the_run_has_gone
     clock.now += dict(spec.section_timeouts)["setup"] + spec.out_of_section_timeout + 1
     reason = watcher()
     assert reason is None or "no training iteration" not in reason, reason
+
+
+# ---------------------------------------------------------------- a hang the stack did not detect
+
+
+def _replay_until(tmp_path: Path, s: Scenario, last: int) -> tuple[Path, Path, list[Write]]:
+    """The run's writes up to and including index `last` on disk (one thread, no watcher)."""
+    source, writes = plan_replay(tmp_path, s, split=False)
+    live = new_live(tmp_path)
+    for write in writes[:last + 1]:
+        apply(write, source, live)
+    return source, live, writes
+
+
+def _marker_at(writes: list[Write]) -> int:
+    return next(i for i, w in enumerate(writes) if w.rel == "fault_injected.json")
+
+
+def test_stall_budget_is_the_longest_deadline_a_check_interval_and_a_restart(tmp_path):
+    from harness import nvrx
+    spec = spec_for(tmp_path, scenario())  # the walkthrough: setup 900 s is the longest, NVRx's own check interval
+    budget, how = watch.stall_budget(spec)
+    assert budget == 900 + nvrx.DEFAULT_CHECK_INTERVAL_S + nvrx.RESTART_ALLOWANCE_S
+    assert how.startswith("the longest rank monitor deadline (setup 900 s)")
+    cpu = dataclasses.replace(spec, section_timeouts=(("setup", 90.0), ("step", 15.0), ("checkpointing", 15.0)),
+                              out_of_section_timeout=200.0, workload_check_interval=1.0)
+    assert watch.stall_budget(cpu)[0] == 200 + 1 + nvrx.RESTART_ALLOWANCE_S
+
+
+def test_a_run_that_goes_silent_after_the_fault_with_nothing_detected_is_stopped(tmp_path):
+    """The megatron-cpu disk-full finding: the ranks raised after the fault and then hung in
+    teardown, alive, so neither torch elastic nor the rank monitors noticed anything. Nothing
+    more reaches the logs; once the stall budget has passed the watcher stops the job, naming
+    the hang (not before: NVRx could still have acted until then)."""
+    s = scenario()
+    source, live, writes = _replay_until(tmp_path, s, _marker_at(plan_replay(tmp_path / "plan", s)[1]))
+    clock = FakeClock()
+    out = io.StringIO()
+    watcher = Watcher(spec_for(tmp_path, s), live, out=out, clock=clock)
+    assert watcher() is None  # the last progress: the injection
+    budget, _ = watch.stall_budget(watcher._spec)
+    clock.now += budget
+    assert watcher() is None
+    clock.now += 0.5
+    reason = watcher()
+    assert reason is not None and reason.startswith(f"no progress for {budget + 0.5:.0f} s and the launcher detected "
+                                                    f"nothing: {criteria.UNDETECTED_HANG}"), reason
+    assert watcher.stop_reason == reason and said(out)[-1] == f"stopping the job: {reason}"
+
+
+def test_the_stall_rule_belongs_to_fail_fast(tmp_path):
+    s = scenario()
+    source, live, writes = _replay_until(tmp_path, s, _marker_at(plan_replay(tmp_path / "plan", s)[1]))
+    clock = FakeClock()
+    watcher = Watcher(spec_for(tmp_path, s), live, out=None, fail_fast=False, clock=clock)
+    assert watcher() is None
+    clock.now += 10 * watch.stall_budget(watcher._spec)[0]
+    assert watcher() is None
+
+
+def test_any_new_log_byte_restarts_the_stall_clock(tmp_path):
+    s = scenario()
+    source, writes = plan_replay(tmp_path, s, split=False)
+    live = new_live(tmp_path)
+    at = _marker_at(writes)
+    for write in writes[:at + 1]:
+        apply(write, source, live)
+    clock = FakeClock()
+    watcher = Watcher(spec_for(tmp_path, s), live, out=None, clock=clock)
+    budget, _ = watch.stall_budget(watcher._spec)
+    assert watcher() is None
+    clock.now += budget - 1
+    apply(writes[at + 1], source, live)  # one more line (the launcher's, the worker's: anything)
+    assert watcher() is None
+    clock.now += budget - 1
+    assert watcher() is None  # 2 * budget - 2 s since the injection, but only budget - 1 s since that line
+
+
+def test_no_stop_while_an_injected_hang_waits_for_the_rank_monitor(tmp_path):
+    """A SIGSTOPped rank: the logs go quiet until a rank monitor's timeout fires (the longest a
+    stop can wait for: the longest running deadline plus a check interval), then the launcher
+    restarts. The watcher waits through all of it and the run ends unstopped."""
+    s = GOOD["hang-0.7.0"]
+    source, writes = plan_replay(tmp_path, s, split=False)
+    live = new_live(tmp_path)
+    at = _marker_at(writes)
+    for write in writes[:at + 1]:
+        apply(write, source, live)
+    spec = spec_for(tmp_path, s)
+    clock = FakeClock()
+    out = io.StringIO()
+    watcher = Watcher(spec, live, out=out, clock=clock)
+    assert watcher() is None
+    sections = dict(spec.section_timeouts)
+    monitor = max(sections["step"], sections["checkpointing"], spec.out_of_section_timeout) + \
+        watch.nvrx.check_interval(spec.workload_check_interval)
+    for _ in range(int(monitor)):  # a poll a second through the whole detection window, no new byte
+        clock.now += 1.0
+        assert watcher() is None
+    assert any(line.startswith("waiting for the rank monitor's") for line in said(out))
+    for write in writes[at + 1:]:  # the timeout, the restart, the replacement's training
+        apply(write, source, live)
+        clock.now += 1.0
+        assert watcher() is None
+    assert watcher.stop_reason is None
+
+
+def test_no_stop_while_a_replacement_sits_in_its_setup(tmp_path):
+    """A replacement whose setup (its load) takes up to the setup section's deadline writes
+    nothing meanwhile: the watcher must leave it to that deadline."""
+    s = scenario()
+    source, writes = plan_replay(tmp_path, s, split=False)
+    started = line_landed_at(writes, "logs/launcher.log", "Cycle: 1 Event: worker_start_completed")
+    live = new_live(tmp_path)
+    for write in writes[:started + 1]:
+        apply(write, source, live)
+    spec = spec_for(tmp_path, s)
+    clock = FakeClock()
+    watcher = Watcher(spec, live, out=None, clock=clock)
+    assert watcher() is None
+    setup = dict(spec.section_timeouts)["setup"] + watch.nvrx.check_interval(spec.workload_check_interval)
+    clock.now += setup
+    assert watcher() is None
+    for write in writes[started + 1:]:  # the replacement loads and trains to the end
+        apply(write, source, live)
+        assert watcher() is None
+    assert watcher.stop_reason is None
+
+
+def _hung_then_stopped(tmp_path: Path, stop_after_failure: bool):
+    """A kill run cut after the injection, stalled until the watcher stops it, then the
+    launcher's failure lines (its answer to SIGTERM) appended, and launch.json with the stop
+    time: before those lines, or (stop_after_failure) after them."""
+    s = scenario()
+    source, writes = plan_replay(tmp_path, s, split=False)
+    live = new_live(tmp_path)
+    at = _marker_at(writes)
+    for write in writes[:at + 1]:
+        apply(write, source, live)
+    clock = FakeClock()
+    watcher = Watcher(spec_for(tmp_path, s), live, out=None, clock=clock)
+    watcher()
+    clock.now += watch.stall_budget(watcher._spec)[0] + 1
+    reason = watcher()
+    assert reason is not None
+    full = HistoryReader(source, inspect_checkpoints=False).poll(final=True)
+    injected = full.utc(full.injections[0])
+    failed = min(full.utc(e) for e in full.launcher_events()
+                 if type(e).__name__ == "WorkerFailed" and full.utc(e) is not None and full.utc(e) > injected)
+    stop = failed + 1 if stop_after_failure else (injected + failed) / 2
+    failing = line_landed_at(writes, "logs/launcher.log", "failed (exitcode")
+    for write in writes[at + 1:failing + 3]:
+        if write.rel == "logs/launcher.log":
+            apply(write, source, live)
+    launch = {"launcher_exit_code": -15, "started_at": "2020-01-01T00:00:00Z", "ended_at": "2035-01-01T00:00:00Z",
+              "stopped_early": reason, "nvrx_version": "0.7.0", "ended_by": "watch",
+              "stopped_at": iso_utc(stop)}
+    (live / "launch.json").write_text(json.dumps(launch))
+    tl = HistoryReader(live, inspect_checkpoints=False).poll(final=True)
+    assert any(type(e).__name__ == "WorkerFailed" for e in tl.launcher_events())
+    return {r.id: r for r in criteria.evaluate(tl, analyze(tl, s.fault))}
+
+
+def test_a_hang_stop_reason_reaches_the_verdict(tmp_path):
+    """launch.json's stop reason names the hang: replacement_cycle and clean_finish fail saying
+    the stack hung undetected (not that the launcher gave up), though the launcher logged a
+    failure once the harness had stopped it (that is its answer to SIGTERM, not a detection)."""
+    results = _hung_then_stopped(tmp_path, stop_after_failure=False)
+    for cid in ("replacement_cycle", "clean_finish"):
+        r = results[cid]
+        assert r.status == criteria.FAIL and criteria.UNDETECTED_HANG in r.detail, (cid, r.detail)
+    assert "hung, undetected by the launcher" in results["clean_finish"].detail
+    assert "gave up" not in results["clean_finish"].detail
+
+
+def test_a_failure_the_launcher_logged_before_the_stop_is_its_own_detection(tmp_path):
+    results = _hung_then_stopped(tmp_path, stop_after_failure=True)
+    assert "hung undetected" not in results["replacement_cycle"].detail, results["replacement_cycle"].detail

@@ -237,6 +237,9 @@ SENTENCES: dict[tuple[str, str], str] = {
                                     "--max-restarts)"),
     ("clean_finish", "gave_up"): ("The launcher gave up after the fault without starting replacement workers{why} (see "
                                   "replacement_cycle), so the job ended in failure, not cleanly."),
+    ("clean_finish", "hung_undetected"): ("The job never restarted after the fault: it hung, undetected by the launcher, "
+                                          "until the harness stopped it ({why}; see replacement_cycle), so it could "
+                                          "not finish cleanly."),
     ("clean_finish", "never_restarted"): ("The job never restarted after the fault (see replacement_cycle), so it could "
                                           "not finish cleanly."),
     ("clean_finish", "exit_status"): "the launcher exited with status {status}",
@@ -288,6 +291,10 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("disk_full_handled", "stopped"): ("Stopped with a clear error: the save of iteration {in_flight} met the full "
                                        "filesystem ({line}), nothing was committed or loaded from it, and no "
                                        "replacement loaded a checkpoint."),
+    ("disk_full_handled", "hung_after_error"): ("Nothing partial was used: the save of iteration {in_flight} met the "
+                                                "full filesystem ({line}) and nothing was committed or loaded from it; "
+                                                "but the stack did not stop or restart after the error: it hung until "
+                                                "the harness stopped it (see replacement_cycle)."),
     ("disk_full_handled", "silent"): ("The full filesystem went unreported: no line says ENOSPC ('No space left on "
                                       "device') and no replacement resumed from checkpoint {committed}; the save of "
                                       "iteration {in_flight} was lost without a word."),
@@ -366,6 +373,12 @@ SENTENCES: dict[tuple[str, str], str] = {
                                          "injection (no 'failed (exitcode', 'Worker group UNHEALTHY/FAILED' or "
                                          "failure_detected line): the launcher did not notice the fault; check that the "
                                          "workers ran under ft_launcher with rank monitors."),
+    ("replacement_cycle", "hung_undetected"): ("The launcher log records no failure of cycle {failed_cycle} after the "
+                                               "{fault} injection, and the run then stopped making progress until the "
+                                               "harness stopped it ({why}): the workers stayed alive but stuck, so "
+                                               "neither torch elastic (live processes) nor the rank monitors (a worker "
+                                               "disconnected from its monitor is not timed) noticed; the stack hung "
+                                               "undetected instead of restarting."),
     ("replacement_cycle", "new_cycle"): "cycle {cycle}",
     ("replacement_cycle", "new_cycle_log_only"): ("cycle {cycle} (seen in its application log; the launcher log has no "
                                                   "start record)"),
