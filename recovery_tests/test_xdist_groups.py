@@ -74,6 +74,10 @@ def run_inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, **modu
     notes = pytester.path / "notes.jsonl"
     monkeypatch.setenv("NOTES", str(notes))
     monkeypatch.delenv("NVRX_QUAL_REQUIRE_SLURM", raising=False)
+    # run by a worker of an outer -n session (the suite's own command), the inner controller must
+    # not inherit that worker's identity: it would note every test again as that worker
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
     # the inner conftest imports recovery_tests: this checkout on the subprocess's path
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
     result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
