@@ -13,11 +13,10 @@ last episode (a kill) still passes."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
-from fixtures.runs import Scenario, explain
+from fixtures.runs import Scenario, explain, replay_without_monitor_timeouts
 from harness import verify
 from harness.criteria import FAIL, NOT_APPLICABLE, PASS
 from harness.layout import marker_name
@@ -83,14 +82,7 @@ def test_a_campaign_is_judged_per_fault_not_by_its_last(newest_launcher, scenari
     fault (a kill, which needs no timeout) recovered."""
     outcome = scenarios.outcome(reference_campaign(newest_launcher))
     replay = tmp_path / "replay"
-    shutil.copytree(outcome.run_dir, replay, symlinks=True)
-    cut = 0
-    for log in (replay / "logs").glob("*.log"):
-        lines = log.read_text(errors="replace").splitlines(keepends=True)
-        kept = [line for line in lines if "has been open for" not in line and "out-of-section" not in line.lower()]
-        cut += len(lines) - len(kept)
-        log.write_text("".join(kept))
-    assert cut, "the real campaign had no timeout line to remove"
+    assert replay_without_monitor_timeouts(outcome.run_dir, replay), "the real campaign had no timeout line to remove"
     v = verify.verify_run(replay, picture=False)
     assert not v.qualified
     hang = next(e for e in v.episodes if e.fault == "hang")
