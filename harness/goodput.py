@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from harness import events as ev
+from harness.dialect import BOUNDS
 from harness.episodes import Episode
 from harness.events import Timeline, plausible_time
 from harness.metrics import detection_event
@@ -44,7 +45,7 @@ __all__ = ["StepTime", "compute", "step_time"]
 
 MAX_WALL_S = 1e8  # about three years: a launch longer than that is damage, not a run
 MAX_STEP_S = 1e5  # one iteration slower than a day is no training step
-MAX_ITERATIONS = 10 ** 12  # dialect.BOUNDS' iteration bound
+MAX_ITERATIONS = int(BOUNDS["iteration"][1])  # the one bound of an iteration number
 MAX_STALL_S = 1e5
 
 
