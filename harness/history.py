@@ -1526,8 +1526,9 @@ class HistoryReader:
             value = start.arguments.get(tiers.NP_DIR_ARG) if start.arguments else None
             if value and value != "None":
                 return _rebased(Path(value), original, self.run_dir), "the arguments table's " + tiers.NP_DIR_ARG
-        given = tiers.custom_non_persistent_dir(tuple(str(a) for a in (_spec(run_json).get("extra_args") or ())
-                                                      if isinstance(_spec(run_json).get("extra_args"), list)))
+        extra = _spec(run_json).get("extra_args")  # a stranger's run.json: a list of strings, or nothing
+        given = tiers.custom_non_persistent_dir(tuple(a for a in extra if isinstance(a, str))
+                                                if isinstance(extra, list) else ())
         if given:
             return _rebased(Path(given), original, self.run_dir), "run.json's workload arguments"
         return save / tiers.NON_PERSISTENT_SUBDIR, "default"

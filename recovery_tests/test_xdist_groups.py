@@ -74,6 +74,7 @@ def run_inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, **modu
     notes = pytester.path / "notes.jsonl"
     monkeypatch.setenv("NOTES", str(notes))
     monkeypatch.delenv("NVRX_QUAL_REQUIRE_SLURM", raising=False)
+    monkeypatch.delenv("SLURM_CONF", raising=False)  # no cluster for the inner session, even under .ci/run
     # run by a worker of an outer -n session (the suite's own command), the inner controller must
     # not inherit that worker's identity: it would note every test again as that worker
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
