@@ -616,6 +616,16 @@ def _marker_at(writes: list[Write]) -> int:
     return next(i for i, w in enumerate(writes) if w.rel == "fault_injected.json")
 
 
+def _replay_until_marker(tmp_path: Path, s: Scenario) -> tuple[Path, Path, list[Write], int]:
+    """The run's writes up to and including its marker on disk, and the marker's index."""
+    source, writes = plan_replay(tmp_path, s, split=False)
+    live = new_live(tmp_path)
+    at = _marker_at(writes)
+    for write in writes[:at + 1]:
+        apply(write, source, live)
+    return source, live, writes, at
+
+
 def test_stall_budget_is_the_longest_deadline_a_check_interval_and_a_restart(tmp_path):
     from harness import nvrx
     spec = spec_for(tmp_path, scenario())  # the walkthrough: setup 900 s is the longest, NVRx's own check interval
@@ -660,11 +670,7 @@ def test_the_stall_rule_belongs_to_fail_fast(tmp_path):
 
 def test_any_new_log_byte_restarts_the_stall_clock(tmp_path):
     s = scenario()
-    source, writes = plan_replay(tmp_path, s, split=False)
-    live = new_live(tmp_path)
-    at = _marker_at(writes)
-    for write in writes[:at + 1]:
-        apply(write, source, live)
+    source, live, writes, at = _replay_until_marker(tmp_path, s)
     clock = FakeClock()
     watcher = Watcher(spec_for(tmp_path, s), live, out=None, clock=clock)
     budget, _ = watch.stall_budget(watcher._spec)
@@ -681,11 +687,7 @@ def test_no_stop_while_an_injected_hang_waits_for_the_rank_monitor(tmp_path):
     stop can wait for: the longest running deadline plus a check interval), then the launcher
     restarts. The watcher waits through all of it and the run ends unstopped."""
     s = GOOD["hang-0.7.0"]
-    source, writes = plan_replay(tmp_path, s, split=False)
-    live = new_live(tmp_path)
-    at = _marker_at(writes)
-    for write in writes[:at + 1]:
-        apply(write, source, live)
+    source, live, writes, at = _replay_until_marker(tmp_path, s)
     spec = spec_for(tmp_path, s)
     clock = FakeClock()
     out = io.StringIO()
@@ -732,11 +734,7 @@ def _hung_then_stopped(tmp_path: Path, stop_after_failure: bool):
     launcher's failure lines (its answer to SIGTERM) appended, and launch.json with the stop
     time: before those lines, or (stop_after_failure) after them."""
     s = scenario()
-    source, writes = plan_replay(tmp_path, s, split=False)
-    live = new_live(tmp_path)
-    at = _marker_at(writes)
-    for write in writes[:at + 1]:
-        apply(write, source, live)
+    source, live, writes, at = _replay_until_marker(tmp_path, s)
     clock = FakeClock()
     watcher = Watcher(spec_for(tmp_path, s), live, out=None, clock=clock)
     watcher()
