@@ -118,13 +118,15 @@ def episodes(timeline: Timeline, cycles: LauncherCycles | None = None) -> tuple[
         later = sorted((s for s in timeline.starts if s.cycle is not None and s.cycle > cycle
                         and (next_cycle is None or s.cycle <= next_cycle)), key=lambda s: (s.cycle, s.index))
         started = sorted(c for c in cycles.workers_started if c > cycle)
+        restarted_at: ev.Event | None = None  # an in-process restart: the fault cycle's lines end here
         if not later and not started and same:  # harness.tiers: an in-process restart keeps the cycle
             ip = tiers.inprocess(same[-1])
             if ip is not None and ip.restarted and tiers.fault_process_died(timeline, cycle, marker.pid) is None:
                 later = [tiers.after_restart(same[-1], ip)]
+                restarted_at = ip.restarted[0]
                 notes.append(f"NVRx's in-process Wrapper restarted in cycle {cycle} (no new launcher cycle): the "
                              "lines after its first restart are judged as the replacement")
-        k, k_evidence = _expected_k(timeline, marker, cycle, nemesis_lines, notes)
+        k, k_evidence = _expected_k(timeline, marker, cycle, restarted_at, nemesis_lines, notes)
         out.append(Episode(
             number=n, of=len(markers), marker=marker, cycle=cycle, fault_start=same[-1] if same else None,
             failures=cycles.failures.get(cycle, ()), replacement_cycle=started[0] if started else None,
@@ -139,27 +141,44 @@ def committed_before(marker: ev.Injection) -> int | None:
     return marker.committed_iteration if marker.fault_at == "in-save" else marker.iteration
 
 
-def _expected_k(timeline: Timeline, marker: ev.Injection, cycle: int,
+def _expected_k(timeline: Timeline, marker: ev.Injection, cycle: int, restarted_at: ev.Event | None,
                 nemesis_lines: list[ev.NemesisInjected], notes: list[str]) -> tuple[int | None, tuple[ev.Event, ...]]:
-    """The latest checkpoint committed at fault time: the marker's iteration (the tracker the
-    nemesis read), raised only by a save line that the log stamps before the injection (only
-    trusted when the UTC offset of the stamps is known)."""
+    """The latest checkpoint committed at fault time, which the replacement must load.
+
+    It starts from the marker's iteration (the tracker the nemesis read when it fired) and is
+    raised by every commit line of the failed cycle and the cycles before it: a save in flight
+    when the nemesis fired can still end before the fault takes effect (the nemesis stamps its
+    marker, then acts; the training thread finishes the save's commit in between), and the
+    surviving ranks can finish a save the fault rank had already taken part in. Megatron prints
+    its commit line after the checkpoint and its tracker are complete, and every line of the
+    failed cycle was written before its replacement started, so such a checkpoint is what the
+    tracker named at the restart: loading it is right and loading the older one is not. The
+    order of the lines decides, not their clocks. A load of a newer iteration than every commit
+    line (a partial or foreign checkpoint, a stale tracker) still fails. For an in-process
+    restart, the fault cycle's lines end at the Wrapper's first restart."""
     k = committed_before(marker)
     evidence: list[ev.Event] = [marker]
     if k is None and nemesis_lines:
         k = nemesis_lines[0].iteration
         evidence = [nemesis_lines[0]]
-    injected_at = timeline.utc(marker)
-    if k is None or injected_at is None or timeline.offset_how.startswith("assumed"):
+    if k is None:
         return k, tuple(evidence)
+    injected_at = timeline.utc(marker)
     for start in timeline.starts:
         if start.cycle is None or start.cycle > cycle:
             continue
-        for save in start.of(ev.SaveCommitted):
-            t = timeline.utc(save)
-            if save.iteration > k and t is not None and t < injected_at:
-                notes.append(f"checkpoint {save.iteration} was committed at {iso_utc(t)}, before the injection at "
-                             f"{iso_utc(injected_at)}, although the marker names {k}: expecting {save.iteration}")
-                k = save.iteration
-                evidence.append(save)
+        for e in start.events:
+            if e is restarted_at:
+                break
+            if not isinstance(e, ev.SaveCommitted) or e.iteration <= k:
+                continue
+            t = timeline.utc(e)
+            when = (f" (stamped {iso_utc(t)}, the marker {iso_utc(injected_at)})"
+                    if t is not None and injected_at is not None and not timeline.offset_how.startswith("assumed")
+                    else "")
+            notes.append(f"checkpoint {e.iteration} was committed in cycle {start.cycle}{when}, before the restart, "
+                         f"although the marker names {k}: a save that ended before the fault took effect; "
+                         f"expecting {e.iteration}")
+            k = e.iteration
+            evidence.append(e)
     return k, tuple(evidence)

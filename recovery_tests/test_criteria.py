@@ -207,19 +207,39 @@ def test_a_crashing_checker_is_unknown_and_disqualifies(tmp_path):
     assert criteria.qualified(evaluate(tl, a))
 
 
-def test_expected_k_follows_a_save_committed_before_the_injection(tmp_path):
-    """The nemesis read 5 from the tracker, but the log stamps the commit of 10 before its
-    signal landed: the replacement had to load 10, the latest committed at fault time."""
+def test_expected_k_follows_every_commit_line_of_the_failed_cycle(tmp_path):
+    """The nemesis read 5 from the tracker and stamped its marker, but Megatron's commit line of
+    10 comes in the failed cycle, before the restart (the save's commit ended between the
+    marker and the fault, as in CI's campaign where the marker came 8 ms before the commit):
+    the tracker named 10 at the restart, so the replacement had to load 10. The order of the
+    lines decides, so a log whose clock offset is only assumed is judged the same way."""
     tl = read_history(rundirs.build(tmp_path / "run", Scenario(checkpoints=False)).run_dir)
     tl = dataclasses.replace(tl, injections=(dataclasses.replace(tl.injections[0], iteration=5),))
-    a = analyze(tl)
-    assert a.closing.expected_k == 10 and any("expecting 10" in n for n in a.notes)
-    assert criteria.check("optimizer_reload", tl, a).status == PASS
     assumed = dataclasses.replace(tl, offset_how="assumed: the verifying machine's local offset")
-    b = analyze(assumed)
-    assert b.closing.expected_k == 5  # stamps of unknown offset are not compared with the marker's UTC time
-    result = criteria.check("optimizer_reload", assumed, b)
-    assert result.status == FAIL and "a newer one than 5" in result.detail
+    for timeline in (tl, assumed):
+        a = analyze(timeline)
+        assert a.closing.expected_k == 10 and any("expecting 10" in n for n in a.notes), a.notes
+        result = criteria.check("optimizer_reload", timeline, a)
+        assert result.status == PASS, result.detail
+
+
+def test_a_load_older_than_a_commit_line_of_the_failed_cycle_fails(tmp_path):
+    """The marker names 5 and the failed cycle committed 10 before the restart: a replacement
+    that loads 5 ignored the tracker's 10."""
+    tl = read_history(rundirs.build(tmp_path / "run", Scenario(checkpoints=False, load_iteration=5)).run_dir)
+    tl = dataclasses.replace(tl, injections=(dataclasses.replace(tl.injections[0], iteration=5),))
+    result = criteria.check("optimizer_reload", tl, analyze(tl))
+    assert result.status == FAIL and "an older one than 10" in result.detail, result.detail
+
+
+def test_a_load_newer_than_every_commit_line_fails(tmp_path):
+    """Checkpoint 15 was never committed before the restart (no commit line in the failed
+    cycle, no marker naming it): loading it is loading a partial or foreign checkpoint."""
+    tl = read_history(rundirs.build(tmp_path / "run", Scenario(checkpoints=False, load_iteration=15)).run_dir)
+    a = analyze(tl)
+    assert a.closing.expected_k == 10
+    result = criteria.check("optimizer_reload", tl, a)
+    assert result.status == FAIL and "a newer one than 10" in result.detail, result.detail
 
 
 @pytest.mark.parametrize("timeout, injected, names", [
