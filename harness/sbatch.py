@@ -160,7 +160,8 @@ def render(p: planmod.Plan, opts: SbatchOptions, verify_python: list[str]) -> st
         f"#SBATCH --error={_sbatch_word(logs + '/slurm-%x-%j.err')}",
     ]
     run_dir = q(str(layout.root))
-    free_ports = " ".join(q(w) for w in verify_python) + f" -c {q(ports.FREE_PORTS_SNIPPET)} 2"
+    free_ports = " ".join(q(w) for w in verify_python) + " - 2 <<'NVRX_QUAL_PORTS'\n" + ports.FREE_PORTS_SNIPPET \
+        + "NVRX_QUAL_PORTS\n"
     body = [
         "",
         "set -euo pipefail",
@@ -178,7 +179,8 @@ def render(p: planmod.Plan, opts: SbatchOptions, verify_python: list[str]) -> st
         "done",
         "",
         'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
-        "# The batch step runs on the first node: ask its OS for free ports (rendezvous, NVRx log server).",
+        "# The batch step runs on the first node: ports free on it (rendezvous, NVRx log server), outside the",
+        "# range its OS hands out by itself, so no srun socket takes one before the launcher binds it.",
         f"read -r RDZV_PORT NVRX_LOG_SERVER_PORT < <({free_ports})",
         'export RDZV_ENDPOINT="${MASTER_ADDR}:${RDZV_PORT}"',
         "export NNODES=${SLURM_NNODES}",

@@ -25,8 +25,56 @@ for marker in "$RUN_DIR"/fault_injected*.json; do
 done
 
 export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
-# The batch step runs on the first node: ask its OS for free ports (rendezvous, NVRx log server).
-read -r RDZV_PORT NVRX_LOG_SERVER_PORT < <(<PYTHON> -c 'import socket, sys; ss = [socket.socket() for _ in range(int(sys.argv[1]))]; [s.bind(("", 0)) for s in ss]; print(*(s.getsockname()[1] for s in ss))' 2)
+# The batch step runs on the first node: ports free on it (rendezvous, NVRx log server), outside the
+# range its OS hands out by itself, so no srun socket takes one before the launcher binds it.
+read -r RDZV_PORT NVRX_LOG_SERVER_PORT < <(<PYTHON> - 2 <<'NVRX_QUAL_PORTS'
+def pick_ports(count, host="", hold=None):
+    """`count` distinct TCP ports that bind on `host` now, outside the OS's ephemeral range
+    (10000 up to the range, or above it, where there is room; port 0's choice otherwise).
+    Self-contained: its source is what Slurm nodes run (FREE_PORTS_SNIPPET). `hold`, a list,
+    receives the abstract Unix sockets that mark the picks for other pickers of this host."""
+    import random
+    import socket
+    import sys
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(w) for w in f.read().split()[:2])
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    spans = [s for s in ((10000, low - 1), (high + 1, 65535)) if s[1] - s[0] >= 1000]
+    rng, bound, marks = random.SystemRandom(), [], []
+    try:
+        for _ in range(100 * count):
+            if len(bound) == count:
+                break
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind((host, rng.randint(*rng.choice(spans)) if spans else 0))
+                if sys.platform.startswith("linux"):  # abstract names are Linux's
+                    mark = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    try:
+                        mark.bind("\0nvrx-qual-port-%d" % sock.getsockname()[1])  # taken: another's pick
+                    except OSError:
+                        mark.close()
+                        raise
+                    marks.append(mark)
+            except OSError:
+                sock.close()
+                continue
+            bound.append(sock)
+        if len(bound) < count:
+            raise OSError("no %d free port(s) on %r after %d tries" % (count, host, 100 * count))
+        if hold is not None:
+            hold.extend(marks)
+            marks = []
+        return [b.getsockname()[1] for b in bound]
+    finally:
+        for s in bound + marks:
+            s.close()
+import sys
+print(*pick_ports(int(sys.argv[1])))
+NVRX_QUAL_PORTS
+)
 export RDZV_ENDPOINT="${MASTER_ADDR}:${RDZV_PORT}"
 export NNODES=${SLURM_NNODES}
 export GPUS_PER_NODE=4
