@@ -240,8 +240,8 @@ class Watcher:
             if (reason is None and not trained and elapsed > setup + self._spec.out_of_section_timeout
                     and not a.poisoned):
                 reason = f"no training iteration within the setup deadline ({setup:.0f} s + out of section)"
-            if reason is None:
-                reason = self._stalled(tl, a, progress)
+        if reason is None:  # an undetected hang is no verdict's to wait for, fail-fast or not
+            reason = self._stalled(tl, a, progress)
         if reason is None and all_evidence_in(tl):
             self._evidence_in_at = self._evidence_in_at or self._clock()
             if self._clock() - self._evidence_in_at > EXIT_GRACE_S:

@@ -553,7 +553,7 @@ HUNG_FAILS = {"replacement_cycle", "clean_finish"}
 @pytest.mark.e2e
 def test_megatron_cpu_disk_full_recovers_from_the_previous_checkpoint(megatron_cpu, scenarios):
     _can_mount()
-    # fail-fast on (the plain optimizer needs no finished run to be judged): the stall rule is fail-fast's
+    # fail-fast on: the plain optimizer needs no finished run to be judged
     chosen = megatron_cpu_scenario("disk-full", megatron_cpu, plain=True, fault_at="in-save")
     outcome = scenarios.outcome(dataclasses.replace(chosen, fail_fast=True))
     failed = [c for c in outcome.verdict.criteria if c.status not in (PASS, NA)]

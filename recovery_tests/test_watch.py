@@ -658,14 +658,21 @@ def test_a_run_that_goes_silent_after_the_fault_with_nothing_detected_is_stopped
     assert watcher.stop_reason == reason and said(out)[-1] == f"stopping the job: {reason}"
 
 
-def test_the_stall_rule_belongs_to_fail_fast(tmp_path):
+def test_the_stall_rule_stops_a_run_without_fail_fast_too(tmp_path):
+    """Without fail-fast a doomed run is left to finish so that every check sees its end; a run
+    that went silent has no end to see, and waiting for the deadline only costs time (the
+    megatron-cpu scenarios that run without fail-fast sat until theirs)."""
     s = scenario()
     source, live, writes = _replay_until(tmp_path, s, _marker_at(plan_replay(tmp_path / "plan", s)[1]))
     clock = FakeClock()
     watcher = Watcher(spec_for(tmp_path, s), live, out=None, fail_fast=False, clock=clock)
     assert watcher() is None
-    clock.now += 10 * watch.stall_budget(watcher._spec)[0]
+    budget = watch.stall_budget(watcher._spec)[0]
+    clock.now += budget
     assert watcher() is None
+    clock.now += 0.5
+    reason = watcher()
+    assert reason is not None and criteria.UNDETECTED_HANG in reason, reason
 
 
 def test_any_new_log_byte_restarts_the_stall_clock(tmp_path):
