@@ -177,8 +177,8 @@ def _expected_k(timeline: Timeline, marker: ev.Injection, cycle: int, restarted_
                     if t is not None and injected_at is not None and not timeline.offset_how.startswith("assumed")
                     else "")
             notes.append(f"checkpoint {e.iteration} was committed in cycle {start.cycle}{when}, before the restart, "
-                         f"although the marker names {k}: a save that ended before the fault took effect; "
-                         f"expecting {e.iteration}")
+                         f"although the marker names {k}: a save in flight when the nemesis fired, its commit logged "
+                         f"before the restart; expecting {e.iteration}")
             k = e.iteration
             evidence.append(e)
     return k, tuple(evidence)
