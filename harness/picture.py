@@ -42,6 +42,7 @@ def _drawable(*values: float | int | None) -> bool:
     return all(v is not None and -_DRAWABLE <= v <= _DRAWABLE and (not isinstance(v, float) or math.isfinite(v))
                for v in values)
 FIGSIZE_IN = (11.0, 7.5)
+MAX_CYCLE_ENTRIES = 4  # more cycles (a campaign) get one legend entry, and their numbers on the curves
 DPI = 110
 INSTALL_HINT = "pip install 'nvrx-qual[plot]' (matplotlib)"
 
@@ -263,8 +264,18 @@ def _whole_run(p: TimelinePicture, ax, Line2D, Patch) -> None:
     for c in p.curves:
         ax.plot([x(q.t) for q in c.points], [q.iteration for q in c.points], color=_colour(c.cycle), lw=1.8,
                 marker="." if len(c.points) <= 60 else None, ms=4)
-    for c in {c.cycle: c for c in p.curves}.values():  # one legend entry per cycle
-        handles.append(Line2D([], [], color=_colour(c.cycle), lw=2, label=c.label))
+    cycles = {c.cycle: c for c in p.curves}
+    if len(cycles) <= MAX_CYCLE_ENTRIES:  # one legend entry per cycle
+        for c in cycles.values():
+            handles.append(Line2D([], [], color=_colour(c.cycle), lw=2, label=c.label))
+    else:  # a campaign: each curve says its cycle where it starts, and the legend says so once
+        for c in cycles.values():
+            first = c.points[0]
+            ax.annotate(str(c.cycle if c.cycle is not None else "?"), (x(first.t), first.iteration), color=_colour(c.cycle),
+                        fontsize=8, xytext=(-3, 3), textcoords="offset points", ha="right", va="bottom")
+        numbers = [c.cycle for c in cycles.values() if c.cycle is not None]
+        span = f"cycles {min(numbers)}–{max(numbers)}" if numbers else "cycles"
+        handles.append(Line2D([], [], color=_colour(0), lw=2, label=f"{span}: a colour each, numbered at the start"))
     if p.checkpoints:
         ax.scatter([x(m.t) for m in p.checkpoints], [m.iteration for m in p.checkpoints], marker="D", s=28, zorder=3,
                    c=[_colour(m.cycle) for m in p.checkpoints], edgecolors="black", linewidths=0.6)
@@ -281,12 +292,22 @@ def _whole_run(p: TimelinePicture, ax, Line2D, Patch) -> None:
         if marks:
             handles.append(Line2D([], [], color=colour, ls=style, lw=1.0, label=text))
     moments = {m.key: m for m in p.moments}
-    earlier = [f for f in p.faults if "injected" not in moments or f.t != moments["injected"].t]
-    for f in earlier:  # the faults before the last one of a multi-fault plan (the recovery drawn is the last's)
+    earlier = [(n, f) for n, f in enumerate(p.faults, start=1)
+               if "injected" not in moments or f.t != moments["injected"].t]
+    for _, f in earlier:  # the faults before the last one of a multi-fault plan (the recovery drawn is the last's)
         ax.axvline(x(f.t), color="#d62728", lw=1.5, ls=(0, (6, 2)))
-    if earlier:
+    if len(p.faults) > 1:  # each fault's number above its line: the legend cannot name six faults
+        for n, f in enumerate(p.faults, start=1):
+            ax.annotate(str(n), (x(f.t), 1.0), xycoords=("data", "axes fraction"), color="#d62728", fontsize=8,
+                        xytext=(0, 2), textcoords="offset points", ha="center", va="bottom")
+    if len(earlier) == 1:
+        handles.append(Line2D([], [], color="#d62728", lw=1.5, ls=(0, (6, 2)), label=f"{earlier[0][1].label} injected"))
+    elif earlier:
+        numbers = [n for n, _ in earlier]
+        which = f"{numbers[0]}–{numbers[-1]}" if numbers == list(range(numbers[0], numbers[-1] + 1)) \
+            else ", ".join(map(str, numbers))
         handles.append(Line2D([], [], color="#d62728", lw=1.5, ls=(0, (6, 2)),
-                              label=", ".join(f.label for f in earlier) + " injected"))
+                              label=f"faults {which} of {len(p.faults)} injected (numbered above)"))
     if "injected" in moments:
         ax.axvline(x(moments["injected"].t), color="#d62728", lw=1.5)
         last = p.faults[-1].label if len(p.faults) > 1 else None

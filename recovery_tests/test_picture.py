@@ -251,6 +251,59 @@ def test_no_legend_covers_a_panel(tmp_path: Path, scenario: Scenario):
         assert box.x1 <= fig.bbox.x1 + 1  # and it is not cut off at the edge of the picture
 
 
+def _campaign_picture(tmp_path: Path, faults: int = 6):
+    """A built kill's picture stretched into a campaign: `faults` faults, each starting a new
+    cycle whose curve runs a few iterations past the last checkpoint (the shape of the 6-fault
+    megatron-cpu campaign in CI, whose picture the legends squeezed to nothing)."""
+    import dataclasses
+
+    from harness.picture_data import Curve, Moment
+
+    run = rundirs.build(tmp_path / "run", Scenario()).run_dir
+    p = verify.verify_run(run).picture
+    t0, points = p.t0, p.curves[0].points
+    curves, marks = [], []
+    for n in range(faults + 1):
+        shift = 20.0 * n
+        curves.append(Curve(n, tuple(dataclasses.replace(q, t=q.t + shift, iteration=q.iteration + 2 * n)
+                                     for q in points[:8])))
+        if n < faults:
+            label = f"fault {n + 1} of {faults} ({('exception', 'segfault', 'gil', 'abort', 'term', 'kill')[n % 6]}, " \
+                    f"{'in-save' if n % 3 == 2 else 'after-commit'})"
+            marks.append(Moment("injected", label, t0 + shift + 5.0))
+    # the recovery drawn is the last fault's: every moment and phase moves with it
+    delta = marks[-1].t - next(m.t for m in p.moments if m.key == "injected")
+    moments = tuple(dataclasses.replace(m, t=m.t + delta) for m in p.moments)
+    segments = tuple(dataclasses.replace(g, start=g.start + delta, end=g.end + delta) for g in p.segments)
+    return dataclasses.replace(p, curves=tuple(curves), faults=tuple(marks), moments=moments, segments=segments)
+
+
+def test_a_campaign_picture_keeps_its_panels_and_numbers_its_faults_and_cycles(tmp_path: Path):
+    """Six faults and seven cycles: one legend entry for the earlier faults and one for the
+    cycles, numbers on the plot instead; matplotlib can lay it out (no collapsed axes) and
+    every legend stays inside the picture, beside its panel."""
+    pytest.importorskip("matplotlib", reason="timeline.png needs the plot extra: pip install -e '.[plot]'")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # "constrained_layout not applied because axes sizes collapsed"
+        fig = picture.render(_campaign_picture(tmp_path))
+    renderer = fig.canvas.get_renderer()
+    top = fig.axes[0]
+    labels = [t.get_text() for t in top.get_legend().get_texts()]
+    assert "faults 1–5 of 6 injected (numbered above)" in labels, labels
+    assert "cycles 0–6: a colour each, numbered at the start" in labels, labels
+    assert max(map(len, labels)) < 90, labels
+    written = [t.get_text() for t in top.texts]
+    assert [str(n) for n in range(1, 7)] == [w for w in written if w in {str(n) for n in range(1, 7)}][:6], written
+    for _owner, legend in _legends(fig):
+        box = legend.get_window_extent(renderer)
+        for ax in fig.axes:
+            assert not box.overlaps(ax.get_window_extent(renderer)), (ax.get_title(), box)
+        assert box.x1 <= fig.bbox.x1 + 1
+    assert top.get_window_extent(renderer).width > fig.bbox.width / 3  # the panel is not squeezed away
+
+
 def test_failed_recovery_is_drawn_as_failed(tmp_path: Path):
     """A recovery that did not qualify is hatched and says FAILED; a good one is shaded."""
     pytest.importorskip("matplotlib", reason="timeline.png needs the plot extra: pip install -e '.[plot]'")
