@@ -15,6 +15,7 @@ named after it, for `HOLD_S` seconds in a long-lived process, or until a short o
 
 from __future__ import annotations
 
+import atexit
 import inspect
 import socket
 import textwrap
@@ -74,6 +75,15 @@ FREE_PORTS_SNIPPET = (textwrap.dedent(inspect.getsource(pick_ports))
 HOLD_S = 300.0  # how long this process marks its picks: the launcher binds them within its start
 _held: list[tuple[float, list[socket.socket]]] = []
 _held_lock = threading.Lock()
+
+
+@atexit.register
+def _release() -> None:
+    with _held_lock:
+        for _, marks in _held:
+            for mark in marks:
+                mark.close()
+        _held.clear()
 
 
 def free_ports(count: int, host: str = "") -> list[int]:
