@@ -51,16 +51,17 @@ class FakeLaunch:
 
 
 class _PortCounter:
-    """Hands out distinct ports and counts the allocations, to see when each run got its own."""
+    """Counts the allocations, to see when each run got its own; the ports are real picks, since
+    the preflight checks that the rendezvous port is free (made-up ports 40000+ lay in the OS's
+    ephemeral range, and in CI one was taken by a live socket: the repeat was refused, exit 2)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pick=ports.free_ports) -> None:
         self.calls = 0
-        self.next = 40000
+        self._pick = pick
 
     def __call__(self, count: int, host: str = "") -> list[int]:
         self.calls += 1
-        self.next += count
-        return list(range(self.next - count, self.next))
+        return self._pick(count, host)
 
 
 PORTS = _PortCounter()
