@@ -46,7 +46,7 @@ def test_a_port_something_listens_on_is_never_picked(monkeypatch):
 
         class Draw(random.Random):
             def randint(self, a, b):
-                offer = next(offers)
+                offer = next(offers, None)
                 return offer if offer is not None else super().randint(a, b)
 
         monkeypatch.setattr(random, "SystemRandom", Draw)
