@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import discovery, runner
+from harness import discovery, ports, runner
 from harness.cli import run as cmd_run
 from harness import plan as planmod
 from harness.nvrx import NvrxTarget, installed_version
@@ -14,8 +14,9 @@ from harness.spec import RunSpec, SpecError
 
 
 def make_plan(tmp_path: Path, version: str | None = None, **fields) -> planmod.Plan:
-    values = dict(workload="reference", work_dir=tmp_path, run_id="pre-1", rdzv_endpoint="127.0.0.1:29500",
-                  log_server_port=50071)
+    # a port free here: the preflight refuses a taken rendezvous port (29500, torch's default, may be)
+    values = dict(workload="reference", work_dir=tmp_path, run_id="pre-1",
+                  rdzv_endpoint=f"127.0.0.1:{ports.free_port()}", log_server_port=50071)
     values.update(fields)
     return planmod.build(RunSpec(**values), NvrxTarget(version or installed_version()))
 
