@@ -16,6 +16,7 @@ named after it, for `HOLD_S` seconds in a long-lived process, or until a short o
 from __future__ import annotations
 
 import atexit
+import functools
 import inspect
 import socket
 import textwrap
@@ -68,9 +69,17 @@ def pick_ports(count, host="", hold=None):
             s.close()
 
 
-# What scripts run on the node whose ports they need (sbatch, srun): `python -c SNIPPET COUNT`.
-FREE_PORTS_SNIPPET = (textwrap.dedent(inspect.getsource(pick_ports))
-                      + "import sys\nprint(*pick_ports(int(sys.argv[1])))\n")
+@functools.cache
+def _snippet() -> str:
+    return textwrap.dedent(inspect.getsource(pick_ports)) + "import sys\nprint(*pick_ports(int(sys.argv[1])))\n"
+
+
+def __getattr__(name: str) -> str:
+    """FREE_PORTS_SNIPPET, what scripts run on the node whose ports they need (sbatch, srun:
+    `python -c SNIPPET COUNT`), read from this file's source on first use, not at import."""
+    if name == "FREE_PORTS_SNIPPET":
+        return _snippet()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 HOLD_S = 300.0  # how long this process marks its picks: the launcher binds them within its start
 _held: list[tuple[float, list[socket.socket]]] = []
