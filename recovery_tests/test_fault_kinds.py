@@ -514,6 +514,16 @@ def _disk_full(target) -> Scenario:
                     knobs=(("fault_at", "in-save"),))
 
 
+def _assert_names_what_the_logs_hold(detail: str, run_dir: Path) -> None:
+    """A recovered disk-full run's sentence says whether ENOSPC was logged, and the run's own logs
+    decide which: torch's zip writer reports the full filesystem as ENOSPC in some runs and as
+    `unexpected pos N vs M` in others (docs/faults.md), so the test cannot ask for the words, only
+    that the verdict tells the truth about them."""
+    logged = any(b"No space left on device" in p.read_bytes() for p in (run_dir / "logs").glob("train_cycle*.log"))
+    said = "ENOSPC was logged" if logged else "no ENOSPC line was logged"
+    assert detail.startswith("Recovered from the previous checkpoint") and said in detail, (logged, detail)
+
+
 def _assert_released(outcome) -> None:
     """The mount went with the launch, its checkpoints were copied back onto the disk (without
     the filler), and `nvrx-qual verify` of the run directory gives the same verdict."""
@@ -538,7 +548,7 @@ def test_reference_workload_disk_full_recovers_from_the_previous_checkpoint(newe
     expected = DISK_FULL_RECOVERED
     assert {k: got.get(k) for k in expected} == expected, "\n\n".join(explain(outcome, k) for k in expected)
     detail = outcome.verdict.criterion(DISK_FULL_HANDLED).detail
-    assert detail.startswith("Recovered from the previous checkpoint") and "ENOSPC was logged" in detail, detail
+    _assert_names_what_the_logs_hold(detail, outcome.run_dir)
     _assert_released(outcome)
 
 
@@ -575,7 +585,7 @@ def test_megatron_cpu_disk_full_recovers_from_the_previous_checkpoint(megatron_c
             assert detail.startswith("The full filesystem went unreported"), detail
     else:
         assert outcome.verdict.qualified and not failed, "\n\n".join(explain(outcome, c.id) for c in failed)
-        assert detail.startswith("Recovered from the previous checkpoint") and "ENOSPC was logged" in detail, detail
+        _assert_names_what_the_logs_hold(detail, outcome.run_dir)
     _assert_released(outcome)
 
 
