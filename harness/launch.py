@@ -54,6 +54,7 @@ from harness.faults import FAULT_KINDS
 from harness.dialect import LABEL_RE, RENDEZVOUS_JOINED_RE, console_prefix, label_prefix, tee_headers
 from harness.dialect import format_iso_utc as utc_iso
 from harness.layout import RunLayout
+from harness.nvrx import LAUNCHER_MODULE
 from harness.plan import Plan
 
 TAG = "NVRX_QUAL_LAUNCH"
@@ -66,6 +67,10 @@ SOCKET_NAME_ROOM = 40
 TEMP_DIR_MAX = SOCKET_PATH_MAX - SOCKET_NAME_ROOM
 CLOCK_JUMP_S = 1.0  # wall minus monotonic changing by more than this between two stamps is a jump
 MAX_CLOCK_JUMPS = 100
+# The launch ledger: when this names a file, every launch appends one JSON line to it before anything
+# starts (record_launch). The test suite sets it to count its launches against its budget
+# (fixtures/budget.py, docs/testing.md "The launch budget"); nothing else reads it.
+LEDGER_ENV = "NVRX_QUAL_LAUNCH_LEDGER"
 
 
 
@@ -322,6 +327,27 @@ class _Signals:
         return self.received[0] if self.received else None
 
 
+def record_launch(plan: Plan) -> None:
+    """One line in the ledger LEDGER_ENV names (nothing when it is unset): the run ID, workload,
+    fault, NVRx version, whether the command starts NVRx's launcher, and the pytest test that was
+    running (PYTEST_CURRENT_TEST). Appended with one write of an O_APPEND descriptor (whole lines
+    from several processes at once), never through a link; a ledger that cannot be written raises
+    OSError before anything is launched."""
+    env = os.environ  # the harness's own environment, whatever the launch's is
+    path = env.get(LEDGER_ENV)
+    if not path:
+        return
+    words = [w for _, c in plan.commands for w in c.argv]
+    spec = plan.spec
+    doc = {"run_id": spec.run_id, "workload": spec.workload, "fault": spec.fault, "nvrx": plan.nvrx.version,
+           "nnodes": spec.nnodes, "ft_launcher": LAUNCHER_MODULE in words or any(
+               os.path.basename(w) == "ft_launcher" for w in words),
+           "srun": plan.srun is not None, "test": env.get("PYTEST_CURRENT_TEST", "")[:300], "pid": os.getpid(),
+           "at": utc_iso(time.time())}
+    with safeio.open_append(path) as ledger:
+        ledger.write(json.dumps(doc) + "\n")  # one write: short of PIPE_BUF, whole under O_APPEND
+
+
 def launch_temp_dir(layout: RunLayout) -> Path:
     """Create the launch's temporary directory: `tmp.<random>` in the run directory when its
     path leaves SOCKET_NAME_ROOM bytes for socket names, else a new private `nvrx-qual-<random>`
@@ -393,6 +419,7 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     """
     layout = plan.layout
     commands = [c for _, c in plan.commands]  # one, or one launcher per node with --local-nodes
+    record_launch(plan)
     tag_value = f"{plan.spec.run_id}-{uuid.uuid4().hex[:12]}"
     base = dict(os.environ if base_env is None else base_env)
     safeio.make_dirs(layout.logs, below=layout.root)
