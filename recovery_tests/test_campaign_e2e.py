@@ -4,7 +4,8 @@ schedule, every fault judged as its own recovery episode.
 - the reference workload: 4 faults (seed 7: term in a save, hang, exception, kill in a save) in a
   job of 30 iterations, against its uninterrupted twin (loss continuity and the end state);
 - Megatron's own loop on CPU (plain optimizer): 6 faults of at least 4 kinds (seed 11), judged per
-  fault without a baseline (CI time: the twin would be another run of the campaign's length).
+  fault without a baseline (CI time: the twin would be another run of the campaign's length); its
+  exception, segfault, abort and gil episodes are test_fault_kinds.py's per-kind cases too.
 
 The guard that every fault is judged, not only the last: the real reference campaign replayed with
 the rank monitors' timeout lines removed must fail the hang's episode (fault 2 of 4), although the
@@ -16,7 +17,7 @@ import json
 
 import pytest
 
-from fixtures.runs import Scenario, explain, replay_without_monitor_timeouts
+from fixtures.runs import Scenario, explain, launches, replay_without_monitor_timeouts
 from harness import verify
 from harness.criteria import FAIL, NOT_APPLICABLE, PASS
 from harness.layout import marker_name
@@ -64,6 +65,7 @@ def assert_judged_per_fault(outcome, faults: int) -> None:
     assert [e.cycle for e in v.episodes] == list(range(faults))
 
 
+@launches(lambda newest_launcher: reference_campaign(newest_launcher))
 def test_reference_campaign_of_four_mixed_faults_qualifies_per_fault(newest_launcher, scenarios):
     outcome = scenarios.outcome(reference_campaign(newest_launcher))
     assert_judged_per_fault(outcome, 4)
@@ -76,6 +78,7 @@ def test_reference_campaign_of_four_mixed_faults_qualifies_per_fault(newest_laun
     assert report.count("| ✅ pass | — |") == 4, report
 
 
+@launches(lambda newest_launcher: reference_campaign(newest_launcher))
 def test_a_campaign_is_judged_per_fault_not_by_its_last(newest_launcher, scenarios, tmp_path):
     """The real reference campaign with every rank-monitor timeout line removed: fault 2 (the hang)
     was then not detected by a rank monitor, and the campaign must fail there, although its last
@@ -93,6 +96,7 @@ def test_a_campaign_is_judged_per_fault_not_by_its_last(newest_launcher, scenari
     assert last.fault != "hang" and {c.id: c.status for c in last.criteria}["replacement_cycle"] == PASS
 
 
+@launches(lambda megatron_cpu: megatron_cpu_campaign(megatron_cpu))
 def test_megatron_cpu_campaign_of_six_faults_of_four_kinds_qualifies_per_fault(megatron_cpu, scenarios):  # noqa: F811
     outcome = scenarios.outcome(megatron_cpu_campaign(megatron_cpu))
     assert_judged_per_fault(outcome, 6)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from fixtures.runs import Scenario, explain
+from fixtures.runs import Scenario, explain, launches
 from harness import verify
 from harness.criteria import CHECK_IDS, FAIL, LOOP_STOPPED, LOSS_CONTINUITY, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
 from harness.criteria import STATE_EQUIVALENCE
@@ -97,6 +97,7 @@ def scenario_of(cell: Cell, target) -> Scenario:
 
 @pytest.mark.parametrize(("cell", "check"), [(c, k) for c in MATRIX for k in c.expected],
                          ids=[f"{c.id}-{k}" for c in MATRIX for k in c.expected])
+@launches(lambda cell, newest_launcher: scenario_of(cell, newest_launcher))
 def test_matrix_criterion(cell, check, newest_launcher, scenarios):
     outcome = scenarios.outcome(scenario_of(cell, newest_launcher))
     c = outcome.verdict.criterion(check)
@@ -106,6 +107,7 @@ def test_matrix_criterion(cell, check, newest_launcher, scenarios):
 
 
 @pytest.mark.parametrize("cell", MATRIX, ids=[c.id for c in MATRIX])
+@launches(lambda cell, newest_launcher: scenario_of(cell, newest_launcher))
 def test_matrix_verdict_is_the_expected_one(cell, newest_launcher, scenarios):
     """The whole verdict: exactly the declared criteria, qualified as declared, the markers as planned."""
     outcome = scenarios.outcome(scenario_of(cell, newest_launcher))
@@ -123,6 +125,7 @@ def test_matrix_verdict_is_the_expected_one(cell, newest_launcher, scenarios):
         assert outcome.launch.launcher_exit_code == (93 if cell.expect_qualified else 1), outcome.run_dir
 
 
+@launches(lambda newest_launcher: scenario_of(CELLS["kill-rank0-in-save"], newest_launcher))
 def test_loading_the_partial_directory_fails_optimizer_reload(newest_launcher, scenarios, tmp_path):
     """Replay of the real in-save run with the replacement pointed at the partial directory (the
     loader bug of Megatron-Bridge PR #5964): optimizer_reload must fail and name that directory."""
@@ -144,6 +147,7 @@ def test_loading_the_partial_directory_fails_optimizer_reload(newest_launcher, s
     assert not verdict.qualified
 
 
+@launches(lambda newest_launcher: scenario_of(CELLS["kill-last-iteration"], newest_launcher))
 def test_last_iteration_replacement_that_trains_again_fails(newest_launcher, scenarios, tmp_path):
     """Replay of the real last-iteration run whose replacement started over instead of resuming at
     the final iteration: the verdict must not accept 'nothing left to train' then."""
@@ -161,6 +165,7 @@ def test_last_iteration_replacement_that_trains_again_fails(newest_launcher, sce
     assert later.status == FAIL and "did not resume" in later.detail, later
 
 
+@launches(lambda newest_launcher: scenario_of(CELLS["kill-in-restore"], newest_launcher))
 def test_multi_fault_run_shows_every_fault_and_cycle(newest_launcher, scenarios):
     """report.md and timeline.png of the in-restore run: both faults, all three cycles, and a
     latency split per recovery."""
@@ -178,6 +183,7 @@ def test_multi_fault_run_shows_every_fault_and_cycle(newest_launcher, scenarios)
     assert all(r.detection_s is not None and r.restart_s is not None for r in recoveries), recoveries
 
 
+@launches(lambda newest_launcher: scenario_of(CELLS["kill-rank0-in-save"], newest_launcher))
 def test_in_save_fault_that_came_after_the_commit_fails(newest_launcher, scenarios, tmp_path):
     """Replay of the real in-save run in which the save it hit had already been committed: the
     fault did not land in the save, and pre_fault_checkpoint must say so."""
@@ -195,6 +201,7 @@ def test_in_save_fault_that_came_after_the_commit_fails(newest_launcher, scenari
     assert pre.status == FAIL and "fault hit after the save, not in it" in pre.detail, pre
 
 
+@launches(lambda newest_launcher: scenario_of(CELLS["kill-in-restore"], newest_launcher))
 def test_in_restore_without_the_first_failure_recorded_fails(newest_launcher, scenarios, tmp_path):
     """Replay of the real in-restore run whose launcher log lost the first fault's failure: both
     failures must be recorded, so replacement_cycle fails naming fault 1."""

@@ -19,7 +19,9 @@ import pytest
 from recovery_tests.test_fault_matrix import MATRIX, explain
 from recovery_tests.test_recovery_gpu import megatron_scenario, record_latency
 
-pytestmark = [pytest.mark.gpu, pytest.mark.e2e]
+# each scenario follows from the GPUs and the Megatron checkout found when the test runs
+pytestmark = [pytest.mark.gpu, pytest.mark.e2e,
+              pytest.mark.launches(undeclarable="its scenario follows from the GPUs found when it runs")]
 
 QUICK = ("kill-rank0-in-save", "kill-in-restore", "kill-last-iteration")
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.runs import launches
+
 from harness import criteria, goodput
 from harness.history import read_run
 from harness.verdict import GOODPUT_PARTS, Goodput, Verdict
@@ -286,13 +288,18 @@ def test_a_crash_in_the_pricing_is_no_verdict(tmp_path: Path, monkeypatch):
     assert "ZeroDivisionError" in verdict.goodput.reason
 
 
+def _real_kill(nvrx_target):
+    from fixtures.runs import Scenario as Launched
+
+    return Launched("kill", nvrx_target, baseline=Launched("none", nvrx_target))
+
+
 @pytest.mark.e2e
+@launches(_real_kill)
 def test_a_real_reference_kill_has_every_part_and_they_add_up(nvrx_target, scenarios):
     """A real run (the same launch as test_recovery_cpu's kill): every part is measured, the
     recovery's parts are the metrics' latencies, and the step is priced at the baseline's."""
-    from fixtures.runs import Scenario as Launched
-
-    outcome = scenarios.outcome(Launched("kill", nvrx_target, baseline=Launched("none", nvrx_target)))
+    outcome = scenarios.outcome(_real_kill(nvrx_target))
     g, m = outcome.verdict.goodput, outcome.verdict.metrics
     assert g is not None and g.ratio is not None and 0 < g.ratio < 1, g
     assert all(v is not None and v >= 0 for p, v in g.badput_s if p != "rest"), g.badput_s

@@ -200,7 +200,7 @@ def test_several_launchers_report_the_worst_status_a_signal_as_srun_does():
 
 # ---------------------------------------------------------------- for real: N+1 launchers on this machine
 
-from fixtures.runs import Scenario  # noqa: E402
+from fixtures.runs import Scenario, launches  # noqa: E402
 
 
 def local_node_loss(target, **knobs) -> Scenario:
@@ -210,6 +210,7 @@ def local_node_loss(target, **knobs) -> Scenario:
 
 
 @pytest.mark.e2e
+@launches(lambda log_routing_launcher: local_node_loss(log_routing_launcher, hot_spares=1))
 def test_local_node_loss_with_a_hot_spare_qualifies(log_routing_launcher, scenarios):
     """Three launchers on this machine for two nodes: rank 1's node is lost whole, the standby is
     promoted, training resumes from the latest checkpoint with optimizer state."""
@@ -224,6 +225,7 @@ def test_local_node_loss_with_a_hot_spare_qualifies(log_routing_launcher, scenar
 
 
 @pytest.mark.e2e
+@launches(lambda log_routing_launcher: local_node_loss(log_routing_launcher, rdzv_join_timeout=20.0))
 def test_local_node_loss_without_a_spare_is_a_failed_recovery(log_routing_launcher, scenarios):
     """No spare: NVRx 0.7.0's surviving launcher waits in the rendezvous for the lost node until
     the join timeout, then exits 1; replacement_cycle fails and the run is not qualified."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.runs import Scenario, explain
+from fixtures.runs import Scenario, explain, launches
 from harness.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
 from harness.criteria import LOSS_CONTINUITY, STATE_EQUIVALENCE
 
@@ -25,8 +25,12 @@ def scenario(fault: str, nvrx_target, **kw) -> Scenario:
 
 
 
+LAUNCHES = launches(lambda fault, nvrx_target: scenario(fault, nvrx_target))
+
+
 @pytest.mark.parametrize(("fault", "check"), [(f, c) for f in FAULTS for c in CHECKS
                                                if not (f == "none" and c in BASELINE_CHECKS)])
+@LAUNCHES
 def test_reference_recovers(fault, check, nvrx_target, scenarios):
     outcome = scenarios.outcome(scenario(fault, nvrx_target))
     expected = NOT_APPLICABLE if fault == "none" and check in FAULT_SPECIFIC else PASS
@@ -34,6 +38,7 @@ def test_reference_recovers(fault, check, nvrx_target, scenarios):
 
 
 @pytest.mark.parametrize("fault", FAULTS)
+@LAUNCHES
 def test_reference_run_qualifies_with_latency_split(fault, nvrx_target, scenarios, record_property):
     outcome = scenarios.outcome(scenario(fault, nvrx_target))
     m = outcome.verdict.metrics
@@ -53,6 +58,7 @@ def test_reference_run_qualifies_with_latency_split(fault, nvrx_target, scenario
 
 
 @pytest.mark.parametrize("fault", FAULTS)
+@LAUNCHES
 def test_reference_run_draws_its_timeline(fault, nvrx_target, scenarios):
     """The picture of a real run: one curve per cycle, and for a fault every recovery moment."""
     pytest.importorskip("matplotlib", reason="timeline.png needs the plot extra: pip install -e '.[plot]'")
@@ -66,12 +72,24 @@ def test_reference_run_draws_its_timeline(fault, nvrx_target, scenarios):
     assert shown.checkpoints_committed >= 2
 
 
-def test_no_load_optim_is_caught(nvrx_target, scenarios):
+# The two negative scenarios break the workload (its restore, its fault's moment), which no launcher
+# touches, and the watcher and the verdict judge them the same way under every launcher: one launch
+# each, under the newest launcher (docs/testing.md, the launch budget).
+def no_load_optim(target) -> Scenario:
+    return scenario("kill", target, name=f"no-load-optim-{target.version}", workload_args=("--no-load-optim",),
+                    fail_fast=False, expect_qualified=False)
+
+
+def never_fires(target) -> Scenario:
+    return scenario("kill", target, name=f"never-fires-{target.version}", knobs=(("save_interval", 40),),
+                    expect_qualified=False)
+
+
+@launches(lambda one_launcher: no_load_optim(one_launcher))
+def test_no_load_optim_is_caught(one_launcher, scenarios):
     """The restored workers skip the optimizer state: optimizer_reload, loss continuity and the
     end state fail while the launcher-side criteria still pass. No early stop, to show the whole run."""
-    outcome = scenarios.outcome(scenario("kill", nvrx_target, name=f"no-load-optim-{nvrx_target.version}",
-                                         workload_args=("--no-load-optim",), fail_fast=False,
-                                         expect_qualified=False))
+    outcome = scenarios.outcome(no_load_optim(one_launcher))
     statuses = {c.id: c.status for c in outcome.verdict.criteria}
     assert statuses == {"pre_fault_checkpoint": PASS, "replacement_cycle": PASS, "optimizer_reload": FAIL,
                         "later_checkpoint": PASS, "clean_finish": PASS, OPTIMIZER_STATE: FAIL,
@@ -80,11 +98,11 @@ def test_no_load_optim_is_caught(nvrx_target, scenarios):
     assert not outcome.verdict.qualified
 
 
-def test_fault_rank_that_never_sees_a_checkpoint_fails_and_stops_early(nvrx_target, scenarios):
+@launches(lambda one_launcher: never_fires(one_launcher))
+def test_fault_rank_that_never_sees_a_checkpoint_fails_and_stops_early(one_launcher, scenarios):
     """Save interval larger than the training: the fault never fires; the selected worker
     reports it at exit, the watcher stops the job at once, and the verdict says why."""
-    outcome = scenarios.outcome(scenario("kill", nvrx_target, name=f"never-fires-{nvrx_target.version}",
-                                         knobs=(("save_interval", 40),), expect_qualified=False))
+    outcome = scenarios.outcome(never_fires(one_launcher))
     pre = outcome.verdict.criterion("pre_fault_checkpoint")
     assert pre.status == FAIL and "never injected" in pre.detail, explain(outcome, pre.id)
     assert outcome.launch.stopped_early and "never injected" in outcome.launch.stopped_early

@@ -25,7 +25,9 @@ from harness.criteria import CRITERIA_IDS, NOT_APPLICABLE, PASS
 from harness.nvrx import NvrxTarget, installed_version
 from harness.spec import SHARED_FS_TYPES, SystemProbe
 
-pytestmark = [pytest.mark.gpu, pytest.mark.e2e]
+# each scenario follows from the GPUs and the Megatron checkout found when the test runs
+pytestmark = [pytest.mark.gpu, pytest.mark.e2e,
+              pytest.mark.launches(undeclarable="its scenario follows from the GPUs found when it runs")]
 
 FAULTS = ("kill", "hang", "none")
 FAULT_SPECIFIC = {"pre_fault_checkpoint", "replacement_cycle", "optimizer_reload"}

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.runs import Scenario, explain
-from harness import discovery
+from fixtures.launchers import megatron_cpu_target
+from fixtures.runs import Scenario, explain, launches
 from harness.criteria import LOSS_CONTINUITY, STATE_EQUIVALENCE
 from harness.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
-from harness.nvrx import NvrxTarget, installed_version
-from harness.spec import MEGATRON_CPU_INSTALL, default_megatron_cpu_dir
+from harness.nvrx import NvrxTarget
 
 pytestmark = pytest.mark.e2e
 
@@ -35,16 +34,10 @@ STEP_RESET_FAILS = {OPTIMIZER_STATE, LOSS_CONTINUITY, STATE_EQUIVALENCE}
 
 @pytest.fixture(scope="module")
 def megatron_cpu() -> NvrxTarget:
-    where = default_megatron_cpu_dir()
-    if not (where / "megatron" / "training").is_dir() or not (where / "sitecustomize.py").is_file():
-        pytest.skip(f"Megatron for CPU is not installed in {where}: run {MEGATRON_CPU_INSTALL} (CI does)")
-    if discovery.nvidia_smi_gpus():
-        pytest.skip("this machine has GPUs: the megatron-cpu workload's CUDA->CPU shim refuses them "
-                    "(run pytest -m gpu here)")
-    version = installed_version(where)
-    if version is None:
-        pytest.skip(f"{where} holds no NVRx: run {MEGATRON_CPU_INSTALL} again")
-    return NvrxTarget(version, where)
+    target, why = megatron_cpu_target()
+    if target is None:
+        pytest.skip(why)
+    return target
 
 
 def scenario(fault: str, target: NvrxTarget, *, plain: bool = False, fault_at: str | None = None) -> Scenario:
@@ -60,6 +53,7 @@ def scenario(fault: str, target: NvrxTarget, *, plain: bool = False, fault_at: s
 
 @pytest.mark.parametrize(("fault", "check"), [(f, c) for f in FAULTS for c in CHECKS
                                                if not (f == "none" and c in BASELINE_CHECKS)])
+@launches(lambda fault, megatron_cpu: scenario(fault, megatron_cpu))
 def test_megatron_cpu_distributed_optimizer(fault, check, megatron_cpu, scenarios):
     """The workload's defaults (the GPU plan's --use-distributed-optimizer): every log-based
     criterion passes for kill, hang and none; the optimizer's record and the losses after a
@@ -73,6 +67,7 @@ def test_megatron_cpu_distributed_optimizer(fault, check, megatron_cpu, scenario
 
 
 @pytest.mark.parametrize("fault", ("kill", "hang"))
+@launches(lambda fault, megatron_cpu: scenario(fault, megatron_cpu))
 def test_step_reset_is_reported_with_the_checkpoint_key_and_values(fault, megatron_cpu, scenarios):
     outcome = scenarios.outcome(scenario(fault, megatron_cpu))
     assert not outcome.verdict.qualified and outcome.verdict.exit_status == 1
@@ -99,6 +94,8 @@ def test_step_reset_is_reported_with_the_checkpoint_key_and_values(fault, megatr
 
 
 @pytest.mark.parametrize("fault", ("kill", "hang"))
+@launches(lambda fault, megatron_cpu: [scenario(fault, megatron_cpu),
+                                                    scenario("kill", megatron_cpu, plain=True)])
 def test_step_reset_is_named_as_a_known_megatron_defect_with_the_qualifying_configuration(fault, megatron_cpu,
                                                                                          scenarios):
     """The failure is a documented defect of megatron-core 0.19.2 (harness.findings): the run says
@@ -114,6 +111,7 @@ def test_step_reset_is_named_as_a_known_megatron_defect_with_the_qualifying_conf
 
 
 @pytest.mark.parametrize("check", CHECKS)
+@launches(lambda megatron_cpu: scenario("kill", megatron_cpu, plain=True))
 def test_megatron_cpu_plain_optimizer_qualifies(check, megatron_cpu, scenarios):
     """Without --use-distributed-optimizer Megatron 0.19.2 restores torch Adam correctly: every
     loss after the restore equals the uninterrupted run's. Its step counter lives in Megatron's
@@ -128,6 +126,7 @@ def test_megatron_cpu_plain_optimizer_qualifies(check, megatron_cpu, scenarios):
 
 
 @pytest.mark.parametrize("fault", FAULTS)
+@launches(lambda fault, megatron_cpu: scenario(fault, megatron_cpu))
 def test_megatron_cpu_evidence_is_megatrons_own_output(fault, megatron_cpu, scenarios):
     """The verdict reads Megatron's real lines: its load and save lines and its microsecond
     datetime stamps (no ±1 s note); and the run's picture has one curve per cycle."""
@@ -155,6 +154,7 @@ MOMENT_SIGNS = {
 
 
 @pytest.mark.parametrize("fault_at", sorted(MOMENT_SIGNS))
+@launches(lambda fault_at, megatron_cpu: scenario("kill", megatron_cpu, plain=True, fault_at=fault_at))
 def test_megatron_cpu_fault_moments_qualify(fault_at, megatron_cpu, scenarios):
     """in-save: a kill while Megatron's persistent worker holds iter_8/ uncommitted, and the
     replacement loads checkpoint 4; in-restore: a second kill while the replacement loads, and

@@ -112,7 +112,8 @@ def run_workload(scenarios: ScenarioRunner, target: NvrxTarget, name: str, *extr
         if sighting is not None and sighting not in sightings[-1:]:
             sightings.append(sighting)
 
-    result = launch.launch(plan, deadline_s=LAUNCH_DEADLINE_S, watch=sight, tick_s=0.02)
+    with scenarios.launch_slot():
+        result = launch.launch(plan, deadline_s=LAUNCH_DEADLINE_S, watch=sight, tick_s=0.02)
     assert result.stopped_early is None, f"{result.stopped_early}: {plan.layout.root}"
     log = plan.layout.cycle_log(0)
     lines = tuple(RankLine(int(m.group(1)), m.group(2))

@@ -20,7 +20,9 @@ from recovery_tests.test_recovery_megatron_cpu import megatron_cpu  # noqa: F401
 from harness import slurm
 from harness.criteria import FAIL, PASS
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slurm(nodes=2)]
+# the scenarios' rendezvous ports are asked of the allocation's first host as each test runs
+pytestmark = [pytest.mark.e2e, pytest.mark.slurm(nodes=2),
+              pytest.mark.launches(undeclarable="its ports are asked of the allocation when the test runs")]
 
 NNODES = 2
 

@@ -25,12 +25,13 @@ The plain optimizer: the distributed one's step reset on CPU (docs/megatron-cpu.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from fixtures.runs import Scenario, explain
+from fixtures.runs import Scenario, explain, launches
 from harness import events as ev
 from harness import tiers
 from harness.criteria import CHECK_IDS
@@ -61,8 +62,38 @@ def _qualified(outcome) -> None:
     assert all(outcome.verdict.criterion(cid).status == "pass" for cid in CHECK_IDS)
 
 
+def _any(target) -> Scenario:
+    return _scenario(target, "any")
+
+
+def _persistent(target) -> Scenario:
+    # persistent every 6, non-persistent every 5: the fault after persistent 6 (non-persistent 5 older),
+    # the next save (non-persistent 10) four iterations away: an async finalize lags the save by an
+    # iteration or two on a loaded machine, and a save in flight at the kill may still commit
+    args = ("--non-persistent-ckpt-type", "global", "--non-persistent-save-interval", "5")
+    return _scenario(target, "persistent", (("fault_after", "persistent"), ("save_interval", 6), ("train_iters", 16)),
+                     args)
+
+
+def _np_over_p(target) -> Scenario:
+    args = ("--non-persistent-ckpt-type", "global", "--non-persistent-save-interval", "5")
+    return _scenario(target, "np-over-p", (("fault_after", "non-persistent"), ("save_interval", 4),
+                                           ("baseline", "none")), args)
+
+
+def _resume_without_np(target) -> Scenario:
+    # persistent every 6, non-persistent every 7: the fault after non-persistent 7 (persistent 6 older),
+    # the next save (persistent 12) five iterations away, so it cannot commit before the kill
+    args = ("--non-persistent-ckpt-type", "global", "--non-persistent-save-interval", "7")
+    scenario = _scenario(target, "resume-without-np", (("fault_after", "non-persistent"), ("save_interval", 6),
+                                                       ("train_iters", 16), ("baseline", "none"),
+                                                       ("megatron_path", RESUME_WITHOUT_NP)), args)
+    return dataclasses.replace(scenario, expect_qualified=False)
+
+
+@launches(lambda megatron_cpu: _any(megatron_cpu))
 def test_issue_21_command_faults_after_the_newest_tier_and_qualifies(megatron_cpu, scenarios):  # noqa: F811
-    outcome = scenarios.outcome(_scenario(megatron_cpu, "any"))
+    outcome = scenarios.outcome(_any(megatron_cpu))
     _qualified(outcome)
     marker = json.loads((outcome.run_dir / "fault_injected.json").read_text())
     got, _ = _restore(outcome)
@@ -78,23 +109,18 @@ def test_issue_21_command_faults_after_the_newest_tier_and_qualifies(megatron_cp
     assert (got.tier, got.iteration) == (tiers.NON_PERSISTENT, 2)
 
 
+@launches(lambda megatron_cpu: _persistent(megatron_cpu))
 def test_reverse_order_restores_the_newer_persistent_checkpoint(megatron_cpu, scenarios):  # noqa: F811
-    # persistent every 6, non-persistent every 5: the fault after persistent 6 (non-persistent 5 older),
-    # the next save (non-persistent 10) four iterations away: an async finalize lags the save by an
-    # iteration or two on a loaded machine, and a save in flight at the kill may still commit
-    args = ("--non-persistent-ckpt-type", "global", "--non-persistent-save-interval", "5")
-    outcome = scenarios.outcome(_scenario(megatron_cpu, "persistent", (("fault_after", "persistent"), ("save_interval", 6),
-                                                                       ("train_iters", 16)), args))
+    outcome = scenarios.outcome(_persistent(megatron_cpu))
     _qualified(outcome)
     got, _ = _restore(outcome)
     assert (got.tier, got.iteration) == (tiers.PERSISTENT, 6)
     assert got.np_older is not None, "Megatron did not say the non-persistent checkpoint was older"
 
 
+@launches(lambda megatron_cpu: _np_over_p(megatron_cpu))
 def test_non_persistent_newer_than_a_persistent_one_is_restored(megatron_cpu, scenarios):  # noqa: F811
-    args = ("--non-persistent-ckpt-type", "global", "--non-persistent-save-interval", "5")
-    outcome = scenarios.outcome(_scenario(megatron_cpu, "np-over-p", (("fault_after", "non-persistent"),
-                                                                      ("save_interval", 4), ("baseline", "none")), args))
+    outcome = scenarios.outcome(_np_over_p(megatron_cpu))
     _qualified(outcome)
     got, tl = _restore(outcome)
     assert (got.tier, got.iteration) == (tiers.NON_PERSISTENT, 5)
@@ -103,39 +129,13 @@ def test_non_persistent_newer_than_a_persistent_one_is_restored(megatron_cpu, sc
 
 # A user's job script (MEGATRON_PATH/pretrain_gpt.py) whose restarts run without the
 # non-persistent flags; Megatron's own loop, unchanged, does the rest.
-RESUME_WITHOUT_NP = """\
-import os
-import sys
-
-if __name__ == "__main__":  # Megatron's checkpoint worker imports this file again
-    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
-        argv, skip = [], False
-        for arg in sys.argv:
-            if skip:
-                skip = False
-            elif arg.startswith("--non-persistent-"):
-                skip = "=" not in arg
-            else:
-                argv.append(arg)
-        sys.argv = argv
-    from harness.workloads.megatron_pretrain import main
-
-    main()
-"""
+RESUME_WITHOUT_NP = Path(__file__).parent / "data" / "tiers-resume-without-np"
 
 
+@launches(lambda megatron_cpu: _resume_without_np(megatron_cpu))
 def test_a_replacement_without_the_non_persistent_flags_restores_an_older_tier_and_is_not_qualified(
-        megatron_cpu, scenarios, tmp_path_factory):  # noqa: F811
-    job = tmp_path_factory.mktemp("user-job")
-    (job / "pretrain_gpt.py").write_text(RESUME_WITHOUT_NP)
-    # persistent every 6, non-persistent every 7: the fault after non-persistent 7 (persistent 6 older),
-    # the next save (persistent 12) five iterations away, so it cannot commit before the kill
-    args = ("--non-persistent-ckpt-type", "global", "--non-persistent-save-interval", "7")
-    scenario = _scenario(megatron_cpu, "resume-without-np", (("fault_after", "non-persistent"), ("save_interval", 6),
-                                                             ("train_iters", 16), ("baseline", "none"),
-                                                             ("megatron_path", Path(job))), args)
-    import dataclasses
-    outcome = scenarios.outcome(dataclasses.replace(scenario, expect_qualified=False))
+        megatron_cpu, scenarios):  # noqa: F811
+    outcome = scenarios.outcome(_resume_without_np(megatron_cpu))
     got, tl = _restore(outcome)
     assert (got.tier, got.iteration) == (tiers.PERSISTENT, 6), explain(outcome, "optimizer_reload")
     assert tiers.tier_of_iteration(tl, 7) == tiers.NON_PERSISTENT
