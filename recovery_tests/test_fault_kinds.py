@@ -1,5 +1,7 @@
 """The fault kinds beyond signals (harness.spec FAULT_KINDS, harness.inject): what each does to
-the rank, how the criteria judge it, and one real launch per kind with its expected verdict.
+the rank, how the criteria judge it, and real launches with their expected verdicts: the kinds a
+job recovers from (exception, segfault, abort, gil) as the episodes of one campaign per workload,
+corrupt and disk-full in launches of their own.
 
 - exception / segfault / abort: the rank dies of the kind's own cause (exit 1 with the
   InjectedFault traceback, SIGSEGV, SIGABRT); replacement_cycle checks the launcher's
@@ -41,17 +43,18 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.runs import Scenario, explain, replay_without_monitor_timeouts
+from fixtures.runs import Scenario, explain, launches, replay_without_monitor_timeouts
 from harness import faults, inject, tmpfs, verify
 from harness import spec as specmod
 from harness.criteria import (CHECK_IDS, DISK_FULL_HANDLED, FAIL, LOOP_STOPPED, LOSS_CONTINUITY, NOT_APPLICABLE,
                               OPTIMIZER_STATE, PASS)
 from harness.criteria import STATE_EQUIVALENCE, UNDETECTED_HANG
-from harness.layout import MARKER_NAME, TRACKER_NAME
+from harness.layout import MARKER_NAME, TRACKER_NAME, marker_name
 from harness.verify import verify_run
 from recovery_tests import rundirs
 from recovery_tests.test_fault_moments import make_save
 from recovery_tests.test_nemesis import await_true, launched, rank_env, write_tracker
+from recovery_tests.test_campaign_e2e import megatron_cpu_campaign
 from recovery_tests.test_recovery_megatron_cpu import megatron_cpu  # noqa: F401 (the fixture)
 from recovery_tests.test_recovery_megatron_cpu import scenario as megatron_cpu_scenario
 
@@ -381,7 +384,7 @@ def test_the_nemesis_fills_during_the_save_and_the_next_cycle_frees_it(mounted_c
     assert "freed the checkpoint filesystem: removed" in again.stderr()
 
 
-# ---------------------------------------------------------------- e2e: one real launch per kind
+# ---------------------------------------------------------------- e2e: the kinds launched
 
 ALL_PASS = {**{c: PASS for c in CHECK_IDS}, LOSS_CONTINUITY: PASS, STATE_EQUIVALENCE: PASS}
 NA = NOT_APPLICABLE
@@ -389,67 +392,109 @@ NA = NOT_APPLICABLE
 # must catch it; nothing else is judged for a plan whose checkpoint is damaged (as for poison)
 CORRUPT_CAUGHT = {"pre_fault_checkpoint": PASS, "replacement_cycle": PASS, "optimizer_reload": NA,
                   "later_checkpoint": NA, "clean_finish": NA, OPTIMIZER_STATE: PASS, LOOP_STOPPED: FAIL}
-REFERENCE = {k: ALL_PASS for k in (*CRASH_KINDS, "gil")} | {"corrupt": CORRUPT_CAUGHT}
-# Megatron's own loop on CPU, one short launch per kind (each about 50-80 s; CI time is tight).
-MEGATRON_CPU = (*CRASH_KINDS, "gil")
+# The kinds that recover: on each workload one campaign holds them all, each fault its own recovery
+# episode judged by the same checks as a run of that kind alone (docs/campaigns.md), instead of a launch
+# per kind (docs/testing.md, the launch budget). The reference workload's: the four kinds in a fixed
+# schedule (seed 7 draws each once, all after a commit, in a job of the workload's own 30 iterations, so
+# it shares the default configuration's uninterrupted baseline); Megatron's: test_campaign_e2e's seeded
+# campaign of six, which holds the same four.
+RECOVERING_KINDS = (*CRASH_KINDS, "gil")
+KINDS_SEED = 7
 
 
-def _scenario(kind: str, target) -> Scenario:
-    qualified = all(s in (PASS, NA) for s in REFERENCE[kind].values())
-    return Scenario(kind, target, name=f"kinds-reference-{kind}-nvrx{target.version}",
-                    fail_fast=kind != "corrupt", expect_qualified=qualified,
-                    knobs=(("max_restarts", 2),) if kind == "corrupt" else ())
+def kinds_campaign(target) -> Scenario:
+    return Scenario("campaign", target, name=f"kinds-reference-campaign-nvrx{target.version}",
+                    knobs=(("faults", len(RECOVERING_KINDS)), ("seed", KINDS_SEED), ("fault_kinds", RECOVERING_KINDS)))
 
 
-def _ids(kind: str) -> str:
-    return kind if all(s in (PASS, NA) for s in REFERENCE[kind].values()) else f"{kind}[expected-negative]"
+def _corrupt(target) -> Scenario:
+    return Scenario("corrupt", target, name=f"kinds-reference-corrupt-nvrx{target.version}", fail_fast=False,
+                    expect_qualified=False, knobs=(("max_restarts", 2),))
+
+
+def _episode_of(outcome, kind: str):
+    """The campaign's episode of `kind` and the marker its fault wrote."""
+    found = [e for e in outcome.verdict.episodes if e.fault == kind]
+    assert len(found) == 1, (kind, [e.fault for e in outcome.verdict.episodes], outcome.run_dir)
+    (episode,) = found
+    schedule = json.loads((outcome.run_dir / "run.json").read_text())["spec"]["schedule"]
+    planned = schedule[episode.number - 1]
+    assert (planned["kind"], planned["rank"], planned["moment"]) == (kind, episode.rank, episode.fault_at), planned
+    return episode, json.loads((outcome.run_dir / marker_name(planned["fault_index"])).read_text())
+
+
+def _assert_episode_recovered(outcome, episode) -> None:
+    own = {c.id: c for c in episode.criteria if c.id not in episode.superseded}
+    failed = [c for c in own.values() if c.status != PASS]
+    assert {"pre_fault_checkpoint", "replacement_cycle", "optimizer_reload"} <= set(own), own
+    assert not failed, "\n\n".join(f"episode {episode.number} ({episode.fault}): {c.id}: {c.status}: {c.detail}"
+                                     for c in failed) + f"\nrun directory: {outcome.run_dir}"
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("kind", list(REFERENCE), ids=[_ids(k) for k in REFERENCE])
-def test_reference_workload_verdict_per_kind(kind, newest_launcher, scenarios):
-    outcome = scenarios.outcome(_scenario(kind, newest_launcher))
-    expected = REFERENCE[kind]
+@launches(lambda newest_launcher: kinds_campaign(newest_launcher))
+def test_reference_kinds_campaign_qualifies_against_its_baseline(newest_launcher, scenarios):
+    outcome = scenarios.outcome(kinds_campaign(newest_launcher))
     got = {c.id: c.status for c in outcome.verdict.criteria}
-    assert {k: got.get(k) for k in expected} == expected, "\n\n".join(explain(outcome, k) for k in expected)
-    marker = json.loads((outcome.run_dir / MARKER_NAME).read_text())
-    assert (marker["fault"], marker["signal"]) == (kind, specmod.FAULT_KINDS[kind].signal), marker
-    if kind == "gil":
-        # detected by a rank monitor's timeout line, not by the process exiting
-        detail = outcome.verdict.criterion("replacement_cycle").detail
-        assert re.search(r"after a (section|out-of-section) timeout", detail), detail
-    if kind == "corrupt":
-        detail = outcome.verdict.criterion(LOOP_STOPPED).detail
-        assert "loaded or trained from the damaged checkpoint" in detail, detail
+    assert {k: got.get(k) for k in ALL_PASS} == ALL_PASS, "\n\n".join(explain(outcome, k) for k in ALL_PASS)
+    assert sorted(e.fault for e in outcome.verdict.episodes) == sorted(RECOVERING_KINDS), outcome.run_dir
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("kind", RECOVERING_KINDS)
+@launches(lambda newest_launcher: kinds_campaign(newest_launcher))
+def test_reference_workload_recovers_from_kind(kind, newest_launcher, scenarios):
+    outcome = scenarios.outcome(kinds_campaign(newest_launcher))
+    episode, marker = _episode_of(outcome, kind)
+    _assert_episode_recovered(outcome, episode)
+    assert (marker["fault"], marker["signal"]) == (kind, specmod.FAULT_KINDS[kind].signal), marker
+    detail = {c.id: c for c in episode.criteria}["replacement_cycle"].detail
+    if kind == "gil":  # detected by a rank monitor's timeout line, not by the process exiting
+        assert re.search(r"after a (section|out-of-section) timeout", detail), detail
+
+
+@pytest.mark.e2e
+@launches(lambda newest_launcher: _corrupt(newest_launcher))
+def test_reference_workload_corrupt_checkpoint_is_caught(newest_launcher, scenarios):
+    outcome = scenarios.outcome(_corrupt(newest_launcher))
+    got = {c.id: c.status for c in outcome.verdict.criteria}
+    assert {k: got.get(k) for k in CORRUPT_CAUGHT} == CORRUPT_CAUGHT, \
+        "\n\n".join(explain(outcome, k) for k in CORRUPT_CAUGHT)
+    marker = json.loads((outcome.run_dir / MARKER_NAME).read_text())
+    assert (marker["fault"], marker["signal"]) == ("corrupt", specmod.FAULT_KINDS["corrupt"].signal), marker
+    detail = outcome.verdict.criterion(LOOP_STOPPED).detail
+    assert "loaded or trained from the damaged checkpoint" in detail, detail
+
+
+@pytest.mark.e2e
+@launches(lambda newest_launcher: kinds_campaign(newest_launcher))
 def test_gil_run_without_its_timeout_lines_fails(newest_launcher, scenarios, tmp_path):
-    """Replay of the real gil run with every rank-monitor timeout line removed: what is left (the
-    SIGKILLed workers, the restart) must not count as detecting a held GIL."""
-    outcome = scenarios.outcome(_scenario("gil", newest_launcher))
+    """Replay of the real campaign with every rank-monitor timeout line removed: what is left of
+    its gil fault (the SIGKILLed workers, the restart) must not count as detecting a held GIL."""
+    outcome = scenarios.outcome(kinds_campaign(newest_launcher))
     replay = tmp_path / "replay"
     assert replay_without_monitor_timeouts(outcome.run_dir, replay), "the real gil run had no timeout line to remove"
-    c = verify.verify_run(replay, picture=False).criterion("replacement_cycle")
+    gil = next(e for e in verify.verify_run(replay, picture=False).episodes if e.fault == "gil")
+    c = {c.id: c for c in gil.criteria}["replacement_cycle"]
     assert c.status == FAIL and "not detected by a rank monitor" in c.detail, c.detail
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("kind", MEGATRON_CPU)
+@pytest.mark.parametrize("kind", RECOVERING_KINDS)
+@launches(lambda megatron_cpu: megatron_cpu_campaign(megatron_cpu))
 def test_megatron_cpu_recovers_from_kind(kind, megatron_cpu, scenarios):
     """Megatron's own loop with the plain optimizer (the distributed one's step reset is
-    test_recovery_megatron_cpu's finding), judged against the shared uninterrupted baseline."""
-    outcome = scenarios.outcome(megatron_cpu_scenario(kind, megatron_cpu, plain=True))
-    failed = [c for c in outcome.verdict.criteria if c.status not in (PASS, NA)]
-    assert outcome.verdict.qualified and not failed, "\n\n".join(explain(outcome, c.id) for c in failed)
-    detail = outcome.verdict.criterion("replacement_cycle").detail
+    test_recovery_megatron_cpu's finding): the campaign's episode of this kind recovered."""
+    outcome = scenarios.outcome(megatron_cpu_campaign(megatron_cpu))
+    episode, marker = _episode_of(outcome, kind)
+    _assert_episode_recovered(outcome, episode)
+    detail = {c.id: c for c in episode.criteria}["replacement_cycle"].detail
     if kind == "gil":
         assert re.search(r"after a (section|out-of-section) timeout", detail), detail
     elif kind == "exception":
         # The InjectedFault often lands inside a gloo collective (`work.wait()` of the grad all-reduce);
         # the rank then prints its traceback but does not exit before its peer's step timeout (15 s),
         # and the launcher records the peer's SIGKILL first: the exit code decides nothing then.
-        marker = json.loads((outcome.run_dir / MARKER_NAME).read_text())
         log = (outcome.run_dir / "logs" / f"train_cycle_cycle{marker['cycle']}.log").read_text(errors="replace")
         assert f"[rank{marker['rank']}]: harness.inject.InjectedFault" in log
         launcher = (outcome.run_dir / "logs" / "launcher.log").read_text(errors="replace")
@@ -459,14 +504,18 @@ def test_megatron_cpu_recovers_from_kind(kind, megatron_cpu, scenarios):
         assert f"as {kind} does" in detail, detail
 
 
+def _megatron_cpu_corrupt(target) -> Scenario:
+    plain = megatron_cpu_scenario("corrupt", target, plain=True)
+    return dataclasses.replace(plain, knobs=(*plain.knobs, ("max_restarts", 2)), expect_qualified=False)
+
+
 @pytest.mark.e2e
+@launches(lambda megatron_cpu: _megatron_cpu_corrupt(megatron_cpu))
 def test_megatron_cpu_loads_a_corrupted_checkpoint_without_a_word(megatron_cpu, scenarios):
     """Megatron's torch_dist load goes through DCP, which has no checksum: the replacement loads
     the shard with 4 KiB inverted and trains on. A finding about the stack, caught by loop_stopped
     (as on the reference workload): the run is NOT QUALIFIED."""
-    plain = megatron_cpu_scenario("corrupt", megatron_cpu, plain=True)
-    outcome = scenarios.outcome(dataclasses.replace(plain, knobs=(*plain.knobs, ("max_restarts", 2)),
-                                                    expect_qualified=False))
+    outcome = scenarios.outcome(_megatron_cpu_corrupt(megatron_cpu))
     got = {c.id: c.status for c in outcome.verdict.criteria}
     assert {k: got.get(k) for k in CORRUPT_CAUGHT} == CORRUPT_CAUGHT, \
         "\n\n".join(explain(outcome, k) for k in CORRUPT_CAUGHT)
@@ -477,12 +526,13 @@ def test_megatron_cpu_loads_a_corrupted_checkpoint_without_a_word(megatron_cpu, 
 
 
 @pytest.mark.e2e
+@launches(lambda newest_launcher: _corrupt(newest_launcher))
 def test_corrupt_run_judged_as_a_fallback_when_the_replacement_loaded_an_earlier_checkpoint(
         newest_launcher, scenarios, tmp_path):
     """Replay of the real corrupt run whose replacement loaded checkpoint 3 (as if one had been
     committed before the damaged 5) instead of the damaged one: loop_stopped passes, naming the
     fallback; the real run (it loaded the damaged checkpoint) fails."""
-    outcome = scenarios.outcome(_scenario("corrupt", newest_launcher))
+    outcome = scenarios.outcome(_corrupt(newest_launcher))
     marker = json.loads((outcome.run_dir / MARKER_NAME).read_text())
     damaged = marker["iteration"]
     replay = tmp_path / "replay"
@@ -541,6 +591,7 @@ def _assert_released(outcome) -> None:
 
 
 @pytest.mark.e2e
+@launches(lambda newest_launcher: _disk_full(newest_launcher))
 def test_reference_workload_disk_full_recovers_from_the_previous_checkpoint(newest_launcher, scenarios):
     _can_mount()
     outcome = scenarios.outcome(_disk_full(newest_launcher))
@@ -560,12 +611,17 @@ def test_reference_workload_disk_full_recovers_from_the_previous_checkpoint(newe
 HUNG_FAILS = {"replacement_cycle", "clean_finish"}
 
 
+def _megatron_cpu_disk_full(target) -> Scenario:
+    # fail-fast on: the plain optimizer needs no finished run to be judged
+    return dataclasses.replace(megatron_cpu_scenario("disk-full", target, plain=True, fault_at="in-save"),
+                               fail_fast=True)
+
+
 @pytest.mark.e2e
+@launches(lambda megatron_cpu: _megatron_cpu_disk_full(megatron_cpu))
 def test_megatron_cpu_disk_full_recovers_from_the_previous_checkpoint(megatron_cpu, scenarios):
     _can_mount()
-    # fail-fast on: the plain optimizer needs no finished run to be judged
-    chosen = megatron_cpu_scenario("disk-full", megatron_cpu, plain=True, fault_at="in-save")
-    outcome = scenarios.outcome(dataclasses.replace(chosen, fail_fast=True))
+    outcome = scenarios.outcome(_megatron_cpu_disk_full(megatron_cpu))
     failed = [c for c in outcome.verdict.criteria if c.status not in (PASS, NA)]
     detail = outcome.verdict.criterion(DISK_FULL_HANDLED).detail
     stopped = outcome.launch.stopped_early or ""
@@ -601,6 +657,7 @@ def _replay(run_dir: Path, into: Path, edit) -> int:
 
 
 @pytest.mark.e2e
+@launches(lambda newest_launcher: _disk_full(newest_launcher))
 def test_disk_full_run_that_loaded_the_partial_save_fails(newest_launcher, scenarios, tmp_path):
     """Replay of the real disk-full run with its replacement loading the save that met the full
     filesystem (the tracker advanced past the last complete checkpoint): disk_full_handled fails."""
@@ -621,6 +678,7 @@ def test_disk_full_run_that_loaded_the_partial_save_fails(newest_launcher, scena
 
 
 @pytest.mark.e2e
+@launches(lambda newest_launcher: _disk_full(newest_launcher))
 def test_disk_full_run_that_committed_the_partial_save_fails(newest_launcher, scenarios, tmp_path):
     """Replay of the real disk-full run with the save that met ENOSPC committed in the fault's
     cycle (its `successfully saved` line): disk_full_handled fails."""

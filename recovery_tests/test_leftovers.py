@@ -36,12 +36,15 @@ def fresh_tmpdir():
 
 
 @pytest.mark.e2e
+@pytest.mark.launch
 def test_a_real_launch_leaves_nothing_in_the_temporary_directory(tmp_path, fresh_tmpdir, log_routing_launcher):
     work, run_id = tmp_path / "work", "leftovers-kill"
     env = {**os.environ, "TMPDIR": str(fresh_tmpdir), "PYTHONPATH": str(ROOT)}
+    # --baseline none: nothing here reads loss continuity, and an uninterrupted twin would be a
+    # second launch of the same processes (docs/testing.md, the launch budget)
     proc = run_in_session([sys.executable, "-m", "harness", "run", "--workload", "reference", "--fault", "kill",
                            "--nvrx-path", str(log_routing_launcher.path), "--work-dir", str(work), "--run-id", run_id,
-                           "--quiet"], timeout_s=420, env=env, cwd=ROOT)
+                           "--baseline", "none", "--quiet"], timeout_s=420, env=env, cwd=ROOT)
     run_dir = work / "runs" / run_id
     assert sorted(p.name for p in fresh_tmpdir.iterdir()) == [], "left behind in TMPDIR"  # qualified or not
     assert not list(run_dir.glob("tmp.*"))

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.runs import launches
+
 from harness import cli, ports, repeat, runner
 from harness.cli import repeat as cmd_repeat
 from harness.cli import run as cmd_run
@@ -243,24 +245,42 @@ def test_cli_repeat_1_is_a_plain_run(tmp_path, monkeypatch):
     assert status == 0 and seen == ["plain"] and not (tmp_path / "repeats").exists()
 
 
+def _default_baseline(one_launcher):
+    from fixtures.runs import Scenario
+
+    return Scenario("none", one_launcher)  # the reference workload's defaults, as `nvrx-qual run` plans them
+
+
 @pytest.mark.e2e
+@pytest.mark.launch
+@launches(lambda one_launcher: _default_baseline(one_launcher))
 @pytest.mark.usefixtures("clean_spec_env")
-def test_two_real_repeats_qualify(tmp_path, capsys):
-    """The real launcher twice: fresh run IDs, both qualified, every criterion held in both."""
-    status = cli.main(["run", "--workload", "reference", "--fault", "kill", "--repeat", "2", "--work-dir",
-                       str(tmp_path), "--run-id", "e2e", "--quiet"])
+def test_two_real_repeats_qualify(one_launcher, scenarios, fresh_run, capsys):
+    """The real launcher twice: fresh run IDs, both qualified, every criterion held in both,
+    each judged against the uninterrupted run of its configuration that the session's work
+    directory holds already (--baseline auto reuses it: no twin of its own)."""
+    baseline = scenarios.outcome(_default_baseline(one_launcher))
+    assert baseline.verdict.qualified, baseline.run_dir
+    work, run_id = fresh_run  # the session's work directory, where the scenarios' runs are
+    where = ["--nvrx-path", str(one_launcher.path)] if one_launcher.path else []
+    with scenarios.launch_slot():
+        status = cli.main(["run", "--workload", "reference", "--fault", "kill", "--repeat", "2", "--work-dir",
+                           str(work), *where, "--run-id", run_id, "--quiet"])
     out = capsys.readouterr().out
     assert status == 0, out
-    run_dirs = sorted((tmp_path / "runs").iterdir())
-    # the first repeat ran the uninterrupted twin (--baseline auto), the second reused it
-    assert [d.name for d in run_dirs] == ["e2e-r1", "e2e-r1-baseline", "e2e-r2"]
+    run_dirs = sorted(p for p in (work / "runs").iterdir() if p.name.startswith(f"{run_id}-"))
+    # both repeats reused the session's uninterrupted run (--baseline auto): no twin launched
+    assert [d.name for d in run_dirs] == [f"{run_id}-r1", f"{run_id}-r2"]
     for d in run_dirs:
-        assert json.loads((d / "verdict.json").read_text())["qualified"] is True, d
-    assert json.loads((tmp_path / "runs" / "e2e-r2" / "verdict.json").read_text())["baseline"]["how"] == "reused"
-    doc = json.loads((tmp_path / "repeats" / "e2e" / "summary.json").read_text())
+        doc = json.loads((d / "verdict.json").read_text())
+        assert doc["qualified"] is True, d
+        used = Path(doc["baseline"]["run_dir"])
+        assert doc["baseline"]["how"] == "reused" and used.parent == work / "runs", doc["baseline"]
+        assert json.loads((used / "verdict.json").read_text())["fault"] == "none", used
+    doc = json.loads((work / "repeats" / run_id / "summary.json").read_text())
     [scenario] = doc["scenarios"]
     assert (scenario["run_count"], scenario["qualified_runs"]) == (2, 2)
-    assert [r["run_id"] for r in scenario["runs"]] == ["e2e-r1", "e2e-r2"]
+    assert [r["run_id"] for r in scenario["runs"]] == [f"{run_id}-r1", f"{run_id}-r2"]
     assert {c["id"]: c["pass_rate"] for c in scenario["criteria"]} == \
         {cid: 1.0 for cid in (*CHECK_IDS, LOSS_CONTINUITY, STATE_EQUIVALENCE)}
     headline = scenario["metrics"]["failure_to_first_step_s"]

@@ -160,6 +160,7 @@ def _launch_pids(run_id: str) -> list[int]:
     return found
 
 
+@pytest.mark.launch
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
 def test_nvrx_qual_run_leaves_nothing_behind_when_signalled(tmp_path, harness_proc, short_tmpdir, sig):
     run_id = f"sig-{sig.name.lower()}"

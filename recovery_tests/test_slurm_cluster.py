@@ -25,11 +25,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from fixtures import budget
 from fixtures.processes import run_in_session
 from harness.slurm import expand_hostlist
 from recovery_tests.test_recovery_megatron_cpu import megatron_cpu  # noqa: F401  (the fixture)
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slurm(nodes=2)]
+pytestmark = [pytest.mark.e2e, pytest.mark.launch, pytest.mark.slurm(nodes=2)]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,6 +78,8 @@ def submit(launcher, work: Path, run_id: str, *flags: str, workload: tuple[str, 
          "--time", "00:10:00", "--assume-shared-storage", "1", *flags], timeout_s=60, cwd=ROOT)
     assert render.returncode == 0, render.stderr
     job_name = f"nvrx-qual-{run_id}"
+    planned = json.loads((run_dir / "run.json").read_text())
+    budget.record_job(run_id, planned["spec"]["workload"], planned["spec"]["fault"], str(planned["nvrx_version"]))
     try:
         job = run_in_session(["sbatch", "--wait", "--parsable", str(run_dir / "sbatch.sh")], timeout_s=timeout_s,
                              cwd=work)
@@ -192,7 +195,8 @@ def test_pytest_inside_salloc_runs_the_multi_node_scenarios(fresh_run):
     job_name = f"nvrx-qual-salloc-{secrets.token_hex(3)}"
     argv = ["salloc", "--nodes=3", "--ntasks-per-node=1", "--time=20", f"--job-name={job_name}",
             sys.executable, "-m", "pytest", "recovery_tests/test_slurm_allocation.py", "-p", "no:cacheprovider",
-            "-q", "-rA", "--require-slurm", "--work-dir", str(inner_work)]
+            "-q", "-rA", "--require-slurm", "--work-dir", str(inner_work),
+            "--launch-slots", "1"]  # one at a time, in the launch slot this test holds
     try:
         # three reference runs and one of Megatron's loop (4 ranks on 2 cores: 2-3 minutes)
         inner = run_in_session(argv, timeout_s=840, cwd=ROOT)
