@@ -10,6 +10,10 @@ FIFOs, links to secrets and link loops where files were; checkpoints whose `.met
 hostile pickle (classes reached through DCP's modules, memo amplification, deep nesting) or
 real DCP metadata with fields of the wrong type. Each case runs in a forked worker
 with a per-case timeout, so a hang is reported as one, with the seed and case to replay it.
+
+Nothing here launches: the module is in the quick tier, marked `fuzz`. By default a fixed-seed
+sample runs (one parametrized case in four, a quarter of the generated cases of the two loops,
+the first ones of the same seeded stream); `--fuzz full` runs every case (fixtures/launching.py).
 """
 
 from __future__ import annotations
@@ -26,14 +30,20 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.launching import FUZZ_SAMPLE, fuzz_full
 from harness.cli import main
 
 from . import hostile, rundirs
 
-pytestmark = pytest.mark.e2e  # forked workers and a few minutes of CPU: CI's `-m "not gpu"`, not the fast tier
+pytestmark = pytest.mark.fuzz  # forked workers, no launch: a fixed-seed sample unless --fuzz full
 
 SEED = int(os.environ.get("NVRX_QUAL_FUZZ_SEED", "20261201"))
-CASES = int(os.environ.get("NVRX_QUAL_FUZZ_CASES", "300"))
+CASES = int(os.environ.get("NVRX_QUAL_FUZZ_CASES", "300"))  # under --fuzz full; a quarter of them sampled
+
+
+def cases(config: pytest.Config, full: int) -> int:
+    """How many generated cases a loop runs: all under --fuzz full, else the first quarter."""
+    return full if fuzz_full(config) else max(1, full // FUZZ_SAMPLE)
 CASE_TIMEOUT_S = 60.0  # a verify of these small runs takes well under a second; only a hang reaches this
 
 TARGETS = ("fault_injected.json", "run.json", "launch.json", "logs/launcher.log", "logs/train_cycle_cycle0.log",
@@ -303,7 +313,8 @@ def bases(tmp_path_factory) -> list[Path]:
     return [rundirs.build(root / f"base{i}", s).run_dir for i, s in enumerate(SCENARIOS)]
 
 
-def test_fuzzed_run_directories_never_crash_hang_or_leak(tmp_path, bases):
+def test_fuzzed_run_directories_never_crash_hang_or_leak(tmp_path, bases, pytestconfig):
+    count = cases(pytestconfig, CASES)
     rng = random.Random(SEED)
     secret = tmp_path / "secret"
     secret.write_text("SECRET-TOKEN-7f3a9c")
@@ -312,7 +323,7 @@ def test_fuzzed_run_directories_never_crash_hang_or_leak(tmp_path, bases):
     problems: list[str] = []
     seen_statuses: set[int] = set()
     try:
-        for case in range(CASES):
+        for case in range(count):
             run_dir = tmp_path / f"case{case:03d}"
             shutil.copytree(rng.choice(bases), run_dir, symlinks=True)
             what = damage(rng, run_dir, secret)
@@ -345,11 +356,11 @@ def test_fuzzed_run_directories_never_crash_hang_or_leak(tmp_path, bases):
     finally:
         pool.terminate()
         pool.join()
-    assert not problems, f"{len(problems)} of {CASES} cases failed:\n" + "\n".join(problems[:10])
-    assert {0, 1} <= seen_statuses or CASES < 50, seen_statuses  # the fuzz reaches verdicts, not only refusals
+    assert not problems, f"{len(problems)} of {count} cases failed:\n" + "\n".join(problems[:10])
+    assert {0, 1} <= seen_statuses or count < 50, seen_statuses  # the fuzz reaches verdicts, not only refusals
 
 
-def test_hostile_and_type_confused_checkpoints_are_refused_never_run(tmp_path, bases):
+def test_hostile_and_type_confused_checkpoints_are_refused_never_run(tmp_path, bases, pytestconfig):
     """Seeded generation over the reader of one checkpoint (NVRX_QUAL_FUZZ_PICKLES cases):
     generated hostile pickles and type-confused DCP metadata give a record with a note, no
     exception, no crash (a forked worker), no hang and no side effect of the pickle."""
@@ -361,7 +372,7 @@ def test_hostile_and_type_confused_checkpoints_are_refused_never_run(tmp_path, b
     problems: list[str] = []
     notes: set[str] = set()
     try:
-        for case in range(int(os.environ.get("NVRX_QUAL_FUZZ_PICKLES", "120"))):
+        for case in range(cases(pytestconfig, int(os.environ.get("NVRX_QUAL_FUZZ_PICKLES", "120")))):
             d = tmp_path / f"iter_{case:07d}"
             shutil.copytree(template, d)
             md = d / ".metadata"
