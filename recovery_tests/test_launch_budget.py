@@ -1,0 +1,445 @@
+"""The launch budget and launching side by side (fixtures/budget.py, fixtures/pool.py,
+fixtures/launching.py): the ledger every launch writes, the budget table of docs/testing.md and
+its check, the guards (a launch without the `launch` marker, a scenario not declared), the launch
+slots, the prefetcher, the fuzz sample, the load factor. The inner sessions launch nothing real:
+a stand-in launcher named `ft_launcher` (a launch of NVRx's launcher to the ledger) or the
+synthetic run directories of test_repeat_plugin.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures import budget, launching, pool
+from fixtures.runs import Scenario
+from harness import launch
+from harness.nvrx import NvrxTarget
+from harness.plan import Command, Plan
+from harness.spec import RunSpec
+from harness.topology import ConnectionsPolicy
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------- the table and the classes
+
+
+def test_the_budget_table_of_docs_testing_md_reads_and_names_existing_modules():
+    rows = budget.read_table()
+    assert len(rows) >= 40 and all(r.launches >= 1 for r in rows.values())
+    assert rows["reference-kill-nvrx{nvrx}"].per_launcher and rows["baseline-reference"].launches >= 1
+    for row in rows.values():  # the modules a row names exist: a row cannot outlive its test silently
+        for word in row.where.replace(",", " ").split():
+            if word.endswith(".py"):
+                assert (ROOT / "recovery_tests" / word).is_file(), (row.scenario, word)
+
+
+@pytest.mark.parametrize(("run_id", "cls"), [
+    ("reference-kill-nvrx0.7.0-1a2b3c", "reference-kill-nvrx{nvrx}"),
+    ("reference-kill-nvrx0.4.1-r2-1a2b3c", "reference-kill-nvrx{nvrx}"),  # a ScenarioRunner repeat
+    ("test_two_real_repeats_qualify-5660ec-r1", "test_two_real_repeats_qualify"),  # the CLI's repeat of a fresh run
+    ("baseline-reference-0c5c68367f33-9f8e7d", "baseline-reference"),
+    ("no-load-optim-0.4.1-abcdef", "no-load-optim-{nvrx}"),
+    ("reference-kill-20261205T050147Z-6b15", "reference-kill"),  # the CLI's own run ID
+    ("baseline-auto-drop-baseline", "baseline-auto-drop-baseline"),
+    ("leftovers-kill", "leftovers-kill"),
+])
+def test_the_class_of_a_run_id(run_id, cls):
+    assert budget.class_of_run_id(run_id) == cls
+
+
+ROWS = budget.parse_table(f"""# x
+{budget.BUDGET_MARKER}
+| scenario | where | what only it proves | launches | cost |
+|---|---|---|---|---|
+| `kill-nvrx{{nvrx}}` | a.py | a kill | 1 per launcher | R |
+| `baseline-reference` | a.py | twins | 2 | R |
+| `gpu-*` | b.py | the GPU tier | 3 | G |
+
+after the table
+""")
+
+
+def _launch(run_id: str, ft: bool = True, test: str = "t.py::test_x") -> budget.Launch:
+    return budget.Launch(run_id, "reference", "kill", "0.7.0", ft, test)
+
+
+def test_the_budget_check_names_a_launch_without_a_row_and_a_class_over_its_row():
+    ok = [_launch("kill-nvrx0.7.0-aaaaaa"), _launch("kill-nvrx0.4.1-bbbbbb"), _launch("gpu-kill-1x8-cccccc"),
+          _launch("x-ddddd1", ft=False)]  # a stand-in launcher is no launch of NVRx's
+    assert budget.problems(ok, ROWS, {}, launchers=2, repeats=1) == []
+    assert budget.problems(ok * 2, ROWS, {}, launchers=2, repeats=2) == []  # --repeat 2
+    over = budget.problems(ok * 2, ROWS, {}, launchers=2, repeats=1)
+    assert len(over) == 1 and over[0].startswith("`kill-nvrx{nvrx}` launched 4 times, its budget row allows 2 "
+                                                 "(1 per launcher) (first in t.py::test_x)"), over
+    missing = budget.problems([_launch("new-scenario-eeeeee", test="t.py::test_new")], ROWS, {}, launchers=1,
+                              repeats=1)
+    assert len(missing) == 1 and "new-scenario-eeeeee (scenario class `new-scenario`, started in t.py::test_new) " \
+        "has no row in docs/testing.md's launch budget" in missing[0]
+    # the class a ScenarioRunner gave a launch wins over its run ID
+    classed = budget.problems([_launch("reference-none-nvrx0.7.0-ffffff")], ROWS,
+                              {"reference-none-nvrx0.7.0-ffffff": "baseline-reference"}, launchers=1, repeats=1)
+    assert classed == []
+
+
+@pytest.mark.parametrize("text", ["no marker here", f"{budget.BUDGET_MARKER}\n| a | b |\n|---|---|\n| x | y |\n",
+                                  f"{budget.BUDGET_MARKER}\n| s | w | p | l | c |\n|---|---|---|---|---|\n"
+                                  "| `a` | w | p | many | c |\n"])
+def test_a_budget_table_that_cannot_be_read_is_an_error(text):
+    with pytest.raises(ValueError):
+        budget.parse_table(text)
+
+
+# ---------------------------------------------------------------- the ledger
+
+
+def _plan(tmp_path: Path, program: Path, run_id: str) -> Plan:
+    spec = RunSpec(workload="reference", work_dir=tmp_path / "work", run_id=run_id, gpus_per_node=2)
+    return Plan(spec=spec, nvrx=NvrxTarget("0.7.0"), launcher=Command(argv=(sys.executable, str(program)), cwd=tmp_path),
+                srun=None, connections=ConnectionsPolicy(None, "not applicable"))
+
+
+def _stand_in(where: Path, name: str = "ft_launcher") -> Path:
+    where.mkdir(parents=True, exist_ok=True)
+    program = where / name
+    program.write_text("import sys\nsys.exit(0)\n")
+    return program
+
+
+def test_every_launch_appends_its_line_to_the_ledger_and_never_through_a_link(tmp_path, monkeypatch):
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(launch.LEDGER_ENV, str(ledger))
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "recovery_tests/t.py::test_x (call)")
+    result = launch.launch(_plan(tmp_path, _stand_in(tmp_path / "bin"), "ledger-1"), deadline_s=60)
+    assert result.launcher_exit_code == 0
+    launch.launch(_plan(tmp_path, _stand_in(tmp_path / "bin", "fake.py"), "ledger-2"), deadline_s=60)
+    lines = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert [(d["run_id"], d["ft_launcher"], d["test"]) for d in lines] == [
+        ("ledger-1", True, "recovery_tests/t.py::test_x (call)"), ("ledger-2", False, "recovery_tests/t.py::test_x (call)")]
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(tmp_path / "elsewhere.jsonl")
+    monkeypatch.setenv(launch.LEDGER_ENV, str(link))
+    with pytest.raises(OSError):  # refused before anything is launched
+        launch.launch(_plan(tmp_path, _stand_in(tmp_path / "bin"), "ledger-3"), deadline_s=60)
+    assert not (tmp_path / "elsewhere.jsonl").exists() and not (tmp_path / "work" / "runs" / "ledger-3").exists()
+
+
+def test_a_session_ledger_hands_its_lines_to_the_outer_one(tmp_path, monkeypatch):
+    outer = tmp_path / "outer.jsonl"
+    outer.write_text('{"run_id": "before", "ft_launcher": true}\n')
+    monkeypatch.setenv(launch.LEDGER_ENV, str(outer))
+    inner = budget.Ledger(tmp_path / "inner.jsonl")
+    assert os.environ[launch.LEDGER_ENV] == str(tmp_path / "inner.jsonl")
+    budget.record_job("job-1", "reference", "kill", "0.7.0")
+    budget.record_class("job-1", "srun-kill")
+    assert [x.run_id for x in inner.read()] == ["job-1"] and inner.classes() == {"job-1": "srun-kill"}
+    inner.close()
+    assert os.environ[launch.LEDGER_ENV] == str(outer)
+    assert [json.loads(line).get("run_id", "class") for line in outer.read_text().splitlines()] == \
+        ["before", "job-1", "class"]
+
+
+# ---------------------------------------------------------------- the guards, in a session of their own
+
+GUARDED = '''
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import launch
+from harness.nvrx import NvrxTarget
+from harness.plan import Command, Plan
+from harness.spec import RunSpec
+from harness.topology import ConnectionsPolicy
+
+PROGRAM = Path(__file__).parent / "bin" / "ft_launcher"
+
+
+def start(tmp_path, run_id):
+    PROGRAM.parent.mkdir(exist_ok=True)
+    PROGRAM.write_text("import sys\\nsys.exit(0)\\n")
+    spec = RunSpec(workload="reference", work_dir=tmp_path / "work", run_id=run_id, gpus_per_node=2)
+    plan = Plan(spec=spec, nvrx=NvrxTarget("0.7.0"), launcher=Command(argv=(sys.executable, str(PROGRAM)),
+                cwd=tmp_path), srun=None, connections=ConnectionsPolicy(None, "not applicable"))
+    assert launch.launch(plan, deadline_s=60).launcher_exit_code == 0
+
+
+def test_unmarked(tmp_path):
+    start(tmp_path, "leftovers-kill")
+
+
+@pytest.mark.launch
+def test_marked(tmp_path):
+    start(tmp_path, "leftovers-kill")
+
+
+@pytest.mark.launch
+def test_unbudgeted(tmp_path):
+    start(tmp_path, "a-launch-nobody-budgeted")
+'''
+
+
+def test_a_launch_without_the_launch_marker_fails_its_test_and_one_without_a_row_fails_the_session(pytester,
+                                                                                                   monkeypatch):
+    monkeypatch.delenv(launch.LEDGER_ENV, raising=False)  # these stand-in launches are not this session's
+    pytester.makeconftest('pytest_plugins = ["fixtures.plugin"]\n')
+    pytester.makepyfile(test_guarded=GUARDED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-o", "addopts=", "-rA", timeout=300)
+    result.assert_outcomes(passed=2, failed=1)
+    out = result.stdout.str()
+    assert "test_unmarked launched NVRx's launcher (leftovers-kill) without the `launch` marker" in out, out[-3000:]
+    # leftovers-kill's row allows 1 launch: two here; the other has no row at all
+    assert "`leftovers-kill` launched 2 times, its budget row allows 1 (first in test_guarded.py::test_unmarked)" \
+        in out, out[-3000:]
+    assert "a-launch-nobody-budgeted (scenario class `a-launch-nobody-budgeted`, started in " \
+           "test_guarded.py::test_unbudgeted) has no row" in out, out[-3000:]
+    assert "launches of NVRx's launcher: 3" in out
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    # -m "not launch": the quick tier starts nothing, and the unmarked test is what would break that
+    quick = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-o", "addopts=", "-m", "not launch", timeout=300)
+    quick.assert_outcomes(failed=1, deselected=2)
+
+
+# ---------------------------------------------------------------- the prefetch, with synthetic launches
+
+PREFETCHED = '''
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from fixtures.runs import Scenario, launches
+from harness.nvrx import NvrxTarget, installed_version
+
+TARGET = NvrxTarget(installed_version())
+
+
+def kill(n):
+    return Scenario("kill", TARGET, name=f"kill-{n}")  # one configuration: one baseline for all
+
+
+def note(what):
+    with open(os.environ["NOTES"], "a") as f:
+        f.write(json.dumps([what, threading.current_thread().name, time.monotonic()]) + "\\n")
+
+
+@pytest.mark.parametrize("n", range(4))
+@launches(lambda n: kill(n))
+def test_each(n, scenarios):
+    note(f"asks kill-{n}")
+    assert scenarios.outcome(kill(n)).verdict.criterion("clean_finish").status == "pass"
+
+
+@launches(lambda: kill(0))
+def test_undeclared(scenarios):
+    scenarios.outcome(kill(9))
+'''
+
+# The inner session's launches: a synthetic run directory after a wait (what a launch mostly
+# does), noted with the thread that made it, as they start and end. Patched for the whole session, not per test:
+# a background launch may start between two tests.
+SYNTHETIC = '''
+import json
+import os
+import threading
+import time
+
+from harness import runner
+from harness.launch import LaunchResult
+from harness.verify import verify_run
+from recovery_tests import rundirs
+
+pytest_plugins = ["fixtures.plugin"]
+
+
+def note(what):
+    with open(os.environ["NOTES"], "a") as f:
+        f.write(json.dumps([what, threading.current_thread().name, time.monotonic()]) + "\\n")
+
+
+def execute(plan, *, deadline_s=None, fail_fast=True, out=None, base_env=None, baseline=None):
+    note(f"launch {plan.spec.run_id}")
+    if os.environ.get("PAIRS") and plan.spec.fault != "none" and not plan.spec.run_id.startswith("kill-9"):
+        # wait (at most 20 s) for a second launch to start beside this one: with two slots and the
+        # prefetch it does at once, so the two overlap whatever the machine's load
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            with open(os.environ["NOTES"]) as f:
+                if sum(line.startswith('["launch kill-') for line in f) % 2 == 0:
+                    break
+            time.sleep(0.05)
+    time.sleep(0.5)
+    root = plan.layout.root
+    rundirs.build(root, rundirs.Scenario(fault=plan.spec.fault))
+    result = LaunchResult(0, "2026-11-29T16:31:59.900Z", "2026-11-29T16:32:30.000Z", None, plan.nvrx.version, 0)
+    note(f"ended {plan.spec.run_id}")
+    return runner.Outcome(plan, result, verify_run(root), None)
+
+
+runner.execute = execute
+'''
+
+
+def _prefetched(pytester, monkeypatch, *args: str, pairs: bool = False):
+    monkeypatch.delenv(launch.LEDGER_ENV, raising=False)
+    if pairs:
+        monkeypatch.setenv("PAIRS", "1")
+    pytester.makeconftest(SYNTHETIC)
+    pytester.makepyfile(test_prefetched=PREFETCHED)
+    pytester.makeini("[pytest]\nnvrx_qual_declared_launches = true\n")
+    notes = pytester.path / "notes.jsonl"
+    monkeypatch.setenv("NOTES", str(notes))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--work-dir", str(pytester.path / "work"),
+                                           *args, timeout=300)
+    return result, [json.loads(line) for line in notes.read_text().splitlines()]
+
+
+def test_declared_scenarios_are_launched_ahead_in_the_background_and_an_undeclared_one_fails(pytester, monkeypatch):
+    result, notes = _prefetched(pytester, monkeypatch, "--launch-slots", "2", pairs=True)
+    result.assert_outcomes(passed=4, failed=1)
+    result.stdout.fnmatch_lines(["*test_undeclared asked for scenario kill-9 that its @pytest.mark.launches(...) "
+                                 "does not declare*"])
+    launched = [(what.split()[1].rsplit("-", 1)[0], thread) for what, thread, _ in notes if what.startswith("launch")]
+    # the shared baseline first, every declared scenario once, and kill-9 too (undeclared: launched
+    # when asked, then the test fails)
+    assert launched[0][0].startswith("baseline-reference-"), launched
+    assert sorted(r for r, _ in launched[1:]) == ["kill-0", "kill-1", "kill-2", "kill-3", "kill-9"], launched
+    background = {r for r, thread in launched if thread.startswith("nvrx-qual-prefetch-")}
+    assert {"kill-1", "kill-2", "kill-3"} <= background, launched  # launched before their tests asked
+    assert _most_at_once(notes) == 2, notes  # two at once, never more
+
+
+def _most_at_once(notes: list) -> int:
+    running = most = 0
+    for what, _, _ in sorted(notes, key=lambda n: n[2]):
+        running += what.startswith("launch ") - what.startswith("ended ")
+        most = max(most, running)
+    return most
+
+
+def test_no_prefetch_and_one_slot_is_the_serial_suite(pytester, monkeypatch):
+    result, notes = _prefetched(pytester, monkeypatch, "--launch-slots", "1", "--no-prefetch")
+    result.assert_outcomes(passed=4, failed=1)
+    launched = [(what, thread) for what, thread, _ in notes if what.startswith("launch")]
+    assert all(thread == "MainThread" for _, thread in launched), launched
+    assert _most_at_once(notes) == 1, notes
+    order = [what for what, _, _ in notes]
+    for n in range(4):  # each launched only when its test asked
+        assert order.index(f"asks kill-{n}") < next(i for i, w in enumerate(order) if w.startswith(f"launch kill-{n}-"))
+    assert sum(w.startswith("launch baseline-reference-") for w in order) == 1, order
+
+
+# ---------------------------------------------------------------- the parts
+
+
+def test_launch_slots_bound_the_launches_at_once_across_threads(tmp_path):
+    slots = pool.LaunchSlots(tmp_path, 2)
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def one() -> None:
+        with slots.slot():
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            with slots.slot():  # nested in the same thread: the slot it holds
+                time.sleep(0.3)
+            with lock:
+                running[0] -= 1
+
+    threads = [threading.Thread(target=one) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 2
+
+
+def test_the_prefetcher_starts_a_baseline_first_and_never_twice(tmp_path):
+    state: dict[str, str] = {}
+    deps = {"kill": "twin", "hang": "twin", "solo": None}
+    started: list[str] = []
+    gate = threading.Event()
+
+    def run(key: str) -> None:
+        state[key] = "running"
+        started.append(key)
+        if key == "twin":
+            gate.wait(10)
+        state[key] = "done"
+
+    p = pool.Prefetcher(run, threads=2, depends=lambda k: deps.get(k) if state.get(deps.get(k)) != "done" else None,
+                        state=lambda k: state.get(k, "new"))
+    p.want(["kill", "hang", "solo"])
+    deadline = time.monotonic() + 10
+    while len(started) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert started == ["twin", "solo"]  # kill and hang wait for their baseline; solo goes ahead
+    gate.set()
+    while len(started) < 4 and time.monotonic() < deadline:
+        p.poke()
+        time.sleep(0.01)
+    p.close(stop=lambda: None)
+    assert started[:2] == ["twin", "solo"] and sorted(started[2:]) == ["hang", "kill"]
+
+
+def test_the_load_factor_scales_with_the_load_per_core_only_above_one():
+    assert pool.load_factor(cpus=2, load=1.0) == 1.0
+    assert pool.load_factor(cpus=2, load=5.0) == 2.5
+    assert pool.load_factor(cpus=2, load=40.0) == pool.MAX_LOAD_FACTOR
+
+
+def test_the_fuzz_sample_is_the_same_everywhere_and_about_one_in_four():
+    ids = [f"recovery_tests/test_fuzz_rundirs.py::test_x[{i}]" for i in range(2000)]
+    kept = [i for i in ids if launching.fuzz_kept(i, "20261201")]
+    assert kept == [i for i in ids if launching.fuzz_kept(i, "20261201")]
+    assert 400 < len(kept) < 600
+    assert kept != [i for i in ids if launching.fuzz_kept(i, "7")]  # another seed, another sample
+
+
+def test_a_test_using_scenarios_is_marked_launch_and_left_out_of_the_quick_tier(pytester):
+    pytester.makeconftest('pytest_plugins = ["fixtures.plugin"]\n')
+    pytester.makepyfile(test_tiers='''
+def test_asks(scenarios):
+    pass
+
+
+def test_quick():
+    pass
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-o", "addopts=", "--co", "-m", "not launch",
+                                           timeout=120)
+    result.stdout.fnmatch_lines(["*test_quick*", "*1/2 tests collected (1 deselected)*"])
+
+
+def test_a_declared_builder_naming_an_unknown_fixture_is_a_usage_error(pytester):
+    pytester.makeconftest('pytest_plugins = ["fixtures.plugin"]\n')
+    pytester.makepyfile(test_bad='''
+from fixtures.runs import launches
+
+
+@launches(lambda no_such_fixture: None)
+def test_x(scenarios):
+    pass
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-o", "addopts=", "--co", timeout=120)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*builder asks for 'no_such_fixture'*"])
+
+
+def test_scenarios_compare_by_value_so_a_declaration_matches_the_test_s_own():
+    target = NvrxTarget("0.7.0")
+    assert Scenario("kill", target, name="x") == Scenario("kill", target, name="x")
+    assert hash(Scenario("kill", target, knobs=(("a", 1),))) == hash(Scenario("kill", target, knobs=(("a", 1),)))
