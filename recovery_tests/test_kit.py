@@ -287,6 +287,7 @@ def resolve_for_target(dest: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # builds the real kit and resolves it: out of the quick tier
 def test_the_real_kit_installs_offline_for_python_312(real_kit, tmp_path):
     no_deps_dir = real_kit / "wheels" / "no-deps"
     wheels = sorted(p.name for p in no_deps_dir.iterdir())
@@ -321,6 +322,7 @@ GPU_TIER_MODULES = (
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # a fresh venv and the GPU tier's imports: out of the quick tier
 def test_the_runtime_set_imports_everything_the_gpu_tier_imports(tmp_path):
     """A fresh venv with torch and RUNTIME_REQUIREMENTS only (built for this interpreter),
     NVRx 0.7.0 and megatron-core 0.19.2 from .megatron-cpu: every module imports."""
