@@ -443,3 +443,78 @@ def test_scenarios_compare_by_value_so_a_declaration_matches_the_test_s_own():
     target = NvrxTarget("0.7.0")
     assert Scenario("kill", target, name="x") == Scenario("kill", target, name="x")
     assert hash(Scenario("kill", target, knobs=(("a", 1),))) == hash(Scenario("kill", target, knobs=(("a", 1),)))
+
+
+# ---------------------------------------------------------------- hygiene: a session that ends early
+
+SLEEPER = '''
+import json
+import os
+import subprocess
+import sys
+import time
+
+from harness import runner
+
+pytest_plugins = ["fixtures.plugin"]
+
+
+def execute(plan, **kw):
+    """A launch that never ends by itself: one process tagged as harness.launch tags its own."""
+    env = {**os.environ, "NVRX_QUAL_LAUNCH": f"{plan.spec.run_id}-0123456789ab"}
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=env, start_new_session=True)
+    with open(os.environ["NOTES"], "a") as f:
+        f.write(json.dumps(["spawned", proc.pid]) + "\\n")
+    proc.wait()
+    with open(os.environ["NOTES"], "a") as f:
+        f.write(json.dumps(["ended", proc.returncode]) + "\\n")
+    raise RuntimeError("the launch was stopped")
+
+
+runner.execute = execute
+'''
+
+ENDS_EARLY = '''
+import json
+import os
+import time
+
+from fixtures.runs import Scenario, launches
+from harness.nvrx import NvrxTarget, installed_version
+
+LONG = Scenario("kill", NvrxTarget(installed_version()), name="long", knobs=(("baseline", "none"),))
+
+
+def test_fails_at_once_while_the_next_test_s_launch_runs():
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        if os.path.exists(os.environ["NOTES"]):
+            break
+        time.sleep(0.05)
+    assert False, "failing: with -x the session ends now"
+
+
+@launches(lambda: LONG)
+def test_never_reached(scenarios):
+    scenarios.outcome(LONG)
+'''
+
+
+def test_a_session_that_ends_early_stops_its_background_launches(pytester, monkeypatch):
+    import psutil
+
+    monkeypatch.delenv(launch.LEDGER_ENV, raising=False)
+    pytester.makeconftest(SLEEPER)
+    pytester.makepyfile(test_ends_early=ENDS_EARLY)
+    notes = pytester.path / "notes.jsonl"
+    monkeypatch.setenv("NOTES", str(notes))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-x", "--work-dir", str(pytester.path / "work"),
+                                           timeout=300)
+    result.assert_outcomes(failed=1)
+    done = [json.loads(line) for line in notes.read_text().splitlines()]
+    assert done[0][0] == "spawned" and done[-1][0] == "ended", done  # the launch was stopped, then returned
+    pid = done[0][1]
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
+    assert time.monotonic() - started < 200  # not the sleeper's 600 s
