@@ -518,3 +518,39 @@ def test_a_session_that_ends_early_stops_its_background_launches(pytester, monke
     pid = done[0][1]
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid
     assert time.monotonic() - started < 200  # not the sleeper's 600 s
+
+
+def test_the_running_test_gets_the_next_slot_before_a_background_launch(tmp_path):
+    slots = pool.LaunchSlots(tmp_path, 1)
+    order: list[str] = []
+    holding = threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        with slots.slot():
+            holding.set()
+            release.wait(10)
+
+    def background() -> None:
+        with slots.slot():
+            order.append("background")
+
+    first = threading.Thread(target=holder)
+    first.start()
+    assert holding.wait(10)
+    waiting = threading.Thread(target=background)
+    waiting.start()  # a background launch waits for the one slot
+
+    def free_when_the_test_waits() -> None:  # the slot frees while the test's own thread waits too
+        end = time.monotonic() + 10
+        while slots._main_waiting == 0 and time.monotonic() < end:
+            time.sleep(0.01)
+        time.sleep(3 * pool.POLL_S)  # the background launch has looked at least once meanwhile
+        release.set()
+
+    threading.Thread(target=free_when_the_test_waits).start()
+    with slots.slot():
+        order.append("test")
+    first.join()
+    waiting.join()
+    assert order == ["test", "background"]
