@@ -1797,14 +1797,17 @@ def _clock_jumps(value: object) -> tuple[tuple[float, float, float], ...]:
 def _order(app_stream: list[tuple[str, list[ev.Event]]], launcher_stream: list[tuple[str, list[ev.LauncherEvent]]],
            injections: list[ev.Injection], cycle_infos: list[ev.CycleInfo], offset: int) -> list[ev.Event]:
     """One order for every event: UTC time where the event has one; an unstamped line takes
-    the time of the stamped line before it in the same file (or after it, at a file's top)."""
+    the time of the stamped line before it in the same file (or after it, at a file's top).
+    A file's own order stands: a line never sorts before one written above it in its file
+    (Megatron's `datetime:` stamps are whole seconds, floored, and `[after training is done]`
+    follows the last save line it would otherwise precede)."""
     keyed: list[tuple[float, int, int, ev.Event]] = []
     rank = 0
     for _, events in [*app_stream, *launcher_stream]:
         times = [(e.ts if e.ts_utc else e.ts - offset) if e.ts is not None else None for e in events]
         carried: float | None = next((t for t in times if t is not None), None)
         for i, (e, t) in enumerate(zip(events, times)):
-            if t is not None:
+            if t is not None and (carried is None or t > carried):
                 carried = t
             keyed.append((carried if carried is not None else float("inf"), rank, i, e))
         rank += 1
