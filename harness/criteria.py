@@ -499,7 +499,8 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
             evidence.extend(before[:3])
         elif named:
             evidence.append(named[0])
-            how = sentence(cid, "how_named", {**facts, "kind": named[0].kind.replace('_', '-')})
+            state = sentence(cid, "state_stopped" if kind.signal == "SIGSTOP" else "state_hung", {})
+            how = sentence(cid, "how_named", {**facts, "kind": named[0].kind.replace('_', '-'), "state": state})
         elif inj.signal not in (None, kind.signal):
             problems.append({**facts, "reason": "not_sigstop", "signal": inj.signal,
                              "expected": kind.signal or kind.name})
@@ -560,16 +561,16 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
     return found(PASS, "restarted", evidence, nodes=nodes, shrink=shrink)
 
 
-def _replacement_cycles_all_passed(j: Judging, passed: Sequence[CriterionResult]) -> CriterionResult:
-    """Every episode's launcher noticed its fault and restarted: one sentence for the run,
-    from the episodes' facts (the last episode's restart, every fault's failed cycle)."""
-    eps, last = j.a.episodes, passed[-1]
-    cycles = ", ".join(str(e.marker.cycle) for e in eps)
-    earlier = [str(x.src) for e in eps[:-1] for x in (e.marker, *e.failures[:1])]
+def _replacement_cycles_all_passed(j: Judging, passed: Sequence[tuple[Episode, CriterionResult]]) -> CriterionResult:
+    """Every episode's launcher noticed its fault and restarted: one sentence for the run, each
+    fault told with its own kind, moment, failed cycle, how it was noticed and its restart."""
+    last = passed[-1][1]
+    earlier = [str(x.src) for e, _ in passed[:-1] for x in (e.marker, *e.failures[:1])]
     evidence = [last.evidence[0], *earlier, *last.evidence[1:]] if last.evidence else earlier
-    return _found("replacement_cycle", PASS, "all_restarted", {
-        "faults": len(eps), "cycles": cycles, "how": last.values.get("how", ""),
-        "replacement": last.values.get("replacement")}, evidence)
+    each = "; ".join(sentence("replacement_cycle", "each_restarted", {
+        **r.values, "number": e.number, "kind": j.a.kind_name(e), "fault_at": e.marker.fault_at,
+        "how": r.values.get("how", "")}) for e, r in passed)
+    return _found("replacement_cycle", PASS, "all_restarted", {"faults": len(passed), "each": each}, evidence)
 
 
 def _exit_meaning(code: int) -> str:
@@ -1527,7 +1528,7 @@ class Check:
     applies: Callable[[Judging], bool] = _always
     superseded: Callable[[Analysis, Episode], str | None] = _never
     primary: str = "last"
-    all_passed: Callable[[Judging, Sequence[CriterionResult]], CriterionResult] | None = None
+    all_passed: Callable[[Judging, Sequence[tuple[Episode, CriterionResult]]], CriterionResult] | None = None
 
 
 def _load_cut(_a: Analysis, ep: Episode) -> str | None:
@@ -1607,18 +1608,22 @@ def check_safe(cid: str, checker: Callable[[Judging], CriterionResult], j: Judgi
         return _found(cid, UNKNOWN, "crashed", {"error": f"{type(exc).__name__}: {exc}"})
 
 
-def merge_results(check: Check, j: Judging, judged: Sequence[CriterionResult]) -> CriterionResult:
+def merge_results(check: Check, j: Judging, judged: Sequence[tuple[Episode, CriterionResult]]) -> CriterionResult:
     """The run's result of an episode check from its episodes' (superseded ones left out): the
     worst status (harness.verdict.merge); one episode's sentence when one decides it (the
     first failing or unknown one; for a tie of passes or not-applicables the check's primary
-    episode), or the check's own sentence when several passed."""
-    if len(judged) == 1:
-        return judged[0]
-    status = merge(r.status for r in judged)
-    if status == PASS and check.all_passed is not None:
+    episode), led by the fault it is about when the run has several, or the check's own
+    sentence when several passed."""
+    if len(judged) == 1 and len(j.a.episodes) < 2:
+        return judged[0][1]
+    status = merge(r.status for _, r in judged)
+    if status == PASS and check.all_passed is not None and len(judged) > 1:
         return check.all_passed(j, judged)
-    same = [r for r in judged if r.status == status]
-    return same[-1] if status in (PASS, NOT_APPLICABLE) and check.primary == "last" else same[0]
+    same = [(e, r) for e, r in judged if r.status == status]
+    ep, result = same[-1] if status in (PASS, NOT_APPLICABLE) and check.primary == "last" else same[0]
+    which = sentence("*", "of_episode", {"number": ep.number, "of": len(j.a.episodes), "kind": j.a.kind_name(ep),
+                                         "rank": ep.marker.rank, "fault_at": ep.marker.fault_at})
+    return dataclasses.replace(result, detail=which + result.detail)
 
 
 def judge(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
@@ -1635,7 +1640,7 @@ def judge(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
         if check.scope == "run" or not a.episodes:
             merged.append(check_safe(check.id, check.judge, base))
             continue
-        judged: list[CriterionResult] = []
+        judged: list[tuple[Episode, CriterionResult]] = []
         for ep in a.episodes:
             why = check.superseded(a, ep)
             if why is not None:
@@ -1644,7 +1649,7 @@ def judge(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
                 continue
             result = check_safe(check.id, check.judge, dataclasses.replace(base, ep=ep))
             per[ep.number].append(result)
-            judged.append(result)
+            judged.append((ep, result))
         merged.append(merge_results(check, base, judged))
     return Judgement(tuple(merged), tuple(EpisodeJudgement(e, tuple(per[e.number]), tuple(skipped[e.number]))
                                           for e in a.episodes))

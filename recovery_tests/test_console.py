@@ -120,3 +120,37 @@ def test_the_recordings_are_the_captures_unmodified():
     assert set(listed) == present
     for name, digest in listed.items():
         assert hashlib.sha256((recorded.RUNS / name).read_bytes()).hexdigest() == digest, name
+
+
+# ---------------------------------------------------------------- per-episode words (issue 31 item 6)
+
+
+def test_every_sentence_of_a_campaign_names_its_own_fault():
+    """A campaign of an exception, a segfault and a GIL hang: replacement_cycle tells each
+    fault's own kind, moment and way of being noticed (only the GIL hang by a rank monitor's
+    timeout); a check whose sentence is one fault's says which fault; the latency the console
+    shows says whose it is, and each fault's own follows."""
+    from harness import verify
+    from harness.render import terminal
+
+    v = verify.verify_run(recorded.recorded("reference-campaign"), picture=False)
+    assert v.qualified, [(c.id, c.status, c.detail) for c in v.criteria]
+    each = v.criterion("replacement_cycle").detail.split(": ", 1)[1].split("; ")
+    assert len(each) == 3, each
+    assert each[0].startswith("fault 1 (exception, after-commit) failed cycle 0 (rank 1's worker ended with exitcode 1")
+    assert each[1].startswith("fault 2 (segfault, after-commit) failed cycle 1 (rank 0's worker ended with exitcode -11")
+    assert each[2].startswith("fault 3 (gil, in-save) failed cycle 2 after a section timeout naming the hung rank 1")
+    assert not any("timeout" in fragment for fragment in each[:2]), each
+    kinds = {e.number: (e.fault, e.rank, e.fault_at) for e in v.episodes}
+    episode_checks = {c.id for e in v.episodes for c in e.criteria} - {"replacement_cycle"}
+    for c in v.criteria:
+        if c.id in episode_checks:
+            m = re.match(r"\[fault (\d) of 3: (\w+) on rank (\d), ([\w-]+)\] ", c.detail)
+            assert m, (c.id, c.detail)
+            assert (m.group(2), int(m.group(3)), m.group(4)) == kinds[int(m.group(1))], (c.id, c.detail)
+    text = terminal.verification(v)
+    assert "failure -> first committed step of fault 3 of 3 (gil, in-save; each fault's is below) 19.68s" in text
+    for n, kind in ((1, "exception"), (2, "segfault"), (3, "gil")):
+        assert re.search(rf"^  fault {n} of 3: {kind} on rank \d, [\w-]+, cycle {n - 1}: pass; detection \d+\.\d\d s, "
+                         rf"restart \d+\.\d\d s, restore \d+\.\d\d s, first step \d+\.\d\d s, failure → first "
+                         rf"committed step \d+\.\d\d s$", text, re.M), text

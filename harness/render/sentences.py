@@ -19,6 +19,8 @@ SENTENCES: dict[tuple[str, str], str] = {
                          "loop_stopped judges whether the launcher stopped the restart loop (or the stack fell back to "
                          "an earlier checkpoint)."),
     ("*", "superseded"): "Superseded: {why}.",
+    # a run of several faults: the sentence of one fault's check, led by the fault it is about
+    ("*", "of_episode"): "[fault {number} of {of}: {kind} on rank {rank}, {fault_at}] ",
     ("*", "superseded_load_cut"): ("fault {next} hit cycle {next_cycle} before this episode's replacement finished "
                                    "its load; episode {next} judges the recovery"),
     ("*", "superseded_not_last"): ("fault {next} (cycle {next_cycle}) ended this episode's training; the training to "
@@ -397,7 +399,9 @@ SENTENCES: dict[tuple[str, str], str] = {
                                                "injection at {injected_at}: a rank hung before the fault, so the stop "
                                                "of rank {rank} is not what the launcher detected; look at the earlier "
                                                "timeout's rank"),
-    ("replacement_cycle", "how_named"): " after a {kind} timeout naming the stopped rank {rank}",
+    ("replacement_cycle", "how_named"): " after a {kind} timeout naming the {state} rank {rank}",
+    ("replacement_cycle", "state_stopped"): "stopped",
+    ("replacement_cycle", "state_hung"): "hung",
     ("replacement_cycle", "not_sigstop"): ("the marker records {signal}, not {expected}, so nothing proves rank {rank} was "
                                            "stopped, and no timeout message names it"),
     ("replacement_cycle", "delay"): " {delay} s after the stop",
@@ -465,8 +469,9 @@ SENTENCES: dict[tuple[str, str], str] = {
                                          "replacement workers in {replacement}{nodes}{shrink}."),
     # replacement_cycle, merged over several episodes that all passed
     ("replacement_cycle", "all_restarted"): ("The launcher recorded the failures of all {faults} injected faults "
-                                             "(cycles {cycles}){how} and, after the last, started replacement "
-                                             "workers in {replacement}."),
+                                             "and started replacement workers after each: {each}."),
+    ("replacement_cycle", "each_restarted"): ("fault {number} ({kind}, {fault_at}) failed cycle {failed_cycle}{how}, "
+                                              "replaced in {replacement}"),
     # optimizer_state
     ("optimizer_state", "nothing_restored"): ("No checkpoint was restored after the fault (see optimizer_reload), so "
                                               "there is no restored optimizer state to check."),
