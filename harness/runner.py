@@ -228,8 +228,7 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
         reader = HistoryReader(plan.layout.root, inspect_checkpoints=False, losses=baseline is not None)
         watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast, reader=reader)
         spec = plan.spec
-        watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s); the next line comes when "
-                    "the launcher records the workers' start")
+        watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s)")
         result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
                                watch=_warming(watcher), base_env=base_env, on_stop=_step_canceller(plan, base_env))
         base = read_baseline(baseline) if baseline is not None else None

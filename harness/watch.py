@@ -173,6 +173,8 @@ def facts(tl: ev.Timeline, a: Analysis, train_iters: int | None = None) -> list[
             ep = by_cycle.get(c)
             which = f" ({_fault_of(a, ep)})" if ep is not None and _planned(a) > 1 else ""
             out.append(Fact(("detected", c), f"the launcher detected the failure of cycle {c}{which}"))
+            if isinstance(e, _GAVE_UP):
+                out.append(Fact(("gave_up",), "the launcher gave up: it will start no more workers"))
         elif isinstance(e, (ev.CheckpointLoaded, ev.StartedFromRandom)) and (s := owner.get(id(e))) is not None:
             restored = _restored(s)
             if restored is None:

@@ -37,10 +37,12 @@ def screen(text: str) -> list[str]:
 
 
 def shape(line: str) -> str:
-    """A line with what changes from run to run masked: run IDs, hashes, paths, numbers."""
+    """A line with what changes from run to run masked: run IDs, hashes, paths, the biggest badput
+    part, numbers."""
     line = re.sub(r"\S*reference-(?:kill|none)-\d{8}T\d{6}Z-[0-9a-f]{4}\S*", "<RUN>", line)
     line = re.sub(r"\b[0-9a-f]{12}\b", "<HASH>", line)
     line = re.sub(r"(?<![\w<])(?:/|\.{1,2}/|runs/)[^\s),;]+", "<PATH>", line)
+    line = re.sub(r"biggest badput: [a-z_ -]+? (?=\d)", "biggest badput: <PART> ", line)  # which part varies
     line = re.sub(r"\d+(?:\.\d+)*", "#", line)
     return re.sub(r" +", " ", line.rstrip())
 
@@ -86,8 +88,7 @@ def printed_lines(tmp_path: Path, monkeypatch) -> dict[str, list[str]]:
         clock = recorded.Clock(recorded.started_at(source))
         live = tmp_path / name
         watcher = Watcher(recorded.spec_of(source, tmp_path), live, out=progress, clock=clock)
-        watcher.say("launching ft_launcher: 2 ranks on 1 node(s); the next line comes when the launcher records the "
-                    "workers' start")  # what harness.runner says before the launch
+        watcher.say("launching ft_launcher: 2 ranks on 1 node(s)")  # what harness.runner says before the launch
         recorded.replay(source, live, watcher, clock, tick_s=0.5)
         assert watcher.stop_reason is None
     parts["progress"] = progress.getvalue().splitlines()
