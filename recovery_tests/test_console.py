@@ -135,7 +135,10 @@ def test_every_sentence_of_a_campaign_names_its_own_fault():
 
     v = verify.verify_run(recorded.recorded("reference-campaign"), picture=False)
     assert v.qualified, [(c.id, c.status, c.detail) for c in v.criteria]
-    each = v.criterion("replacement_cycle").detail.split(": ", 1)[1].split("; ")
+    detail = v.criterion("replacement_cycle").detail
+    assert detail.startswith("The launcher recorded the failures of all 3 injected faults and started replacement "
+                             "workers after each: fault 1 "), detail
+    each = detail.split(": ", 1)[1].split("; ")
     assert len(each) == 3, each
     assert each[0].startswith("fault 1 (exception, after-commit) failed cycle 0 (rank 1's worker ended with exitcode 1")
     assert each[1].startswith("fault 2 (segfault, after-commit) failed cycle 1 (rank 0's worker ended with exitcode -11")
