@@ -42,7 +42,7 @@ def detected_defaults(flags: Mapping[str, object], env: Mapping[str, str], *,
     Transformer Engine and apex are imported in the interpreter that will run the workers
     (--python, or `uv run python`), only when one of them is not declared. Raises SpecError
     when that interpreter cannot tell."""
-    workload = workloads.find(_declared("workload", flags, env) or "megatron")
+    workload = workloads.find(_declared("workload", flags, env) or workloads.DEFAULT)
     uv = _declared("uv", flags, env)
     found = {"uv": discovery.uv_managed() if uv is None else uv}
     if workload is None or not workload.on_gpu:  # the GPU stack matters only where the ranks run on GPUs

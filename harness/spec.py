@@ -646,7 +646,7 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
 
     if isinstance(raw.get("nnodes"), tuple):  # MIN:MAX
         raw["min_nnodes"], raw["nnodes"] = raw["nnodes"]
-    workload = raw.get("workload", "megatron")
+    workload = raw.get("workload", workloads.DEFAULT)
     kind = workloads.find(workload)
     if kind is None:
         raise SpecError([f"--workload {workload!r} is not valid: use {_either(workloads.names())}"])

@@ -70,7 +70,7 @@ def knob_defaults(field: str) -> str | None:
     workload where they differ; None when there is no fixed default (detected, generated)."""
     defaults = {f.name: f.default for f in dataclasses.fields(RunSpec)}
     if field == "workload":
-        return "megatron"
+        return workloads.DEFAULT
     base = defaults.get(field, dataclasses.MISSING)
     if base is dataclasses.MISSING or base is None or field == "python":
         return None

@@ -14,6 +14,7 @@ __all__ = ["Determinism", "Workload", "find", "get", "names", "register", "unreg
 BUILTIN = (("harness.workloads.megatron", "Megatron"), ("harness.workloads.megatron_cpu", "MegatronCpu"),
            ("harness.workloads.reference_args", "Reference"))
 _loaded = False
+DEFAULT = "megatron"  # the workload of a run that names none (the seed's GPU run)
 
 
 def _load_builtin() -> None:

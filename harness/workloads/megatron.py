@@ -193,6 +193,7 @@ class Megatron(Workload):
     on_gpu = True
     backend = NCCL
     defaults = dict(deadline_profile="walkthrough")
+    own_knobs = frozenset({"distributed_optimizer"})
 
     def argv(self, spec: "SpecView") -> list[str]:
         return argv(spec)
