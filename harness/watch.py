@@ -226,9 +226,9 @@ def hang_wait(spec: RunSpec) -> str:
 
 
 def waiting_for(tl: ev.Timeline, a: Analysis, spec: RunSpec) -> Wait:
-    """What the run waits for, from the Timeline so far: the newest fault's detection, restart
-    and restore while they are to come, else the launcher's start of the workers, their first
-    iteration, the next checkpoint, the launcher's success or its exit."""
+    """What the run waits for, from the Timeline so far: the newest fault's detection, a failed
+    cycle's restart and a replacement's load while they are to come, else the launcher's start
+    of the workers, their first iteration, the next checkpoint, the launcher's success or its exit."""
     launcher = list(tl.launcher_events())
     if any(isinstance(e, ev.LauncherSucceeded) for e in launcher):
         return Wait(("exit",), "the launcher to exit")
@@ -241,25 +241,27 @@ def waiting_for(tl: ev.Timeline, a: Analysis, spec: RunSpec) -> Wait:
             wait = hang_wait(spec)
             return Wait(("detect", ep.number), wait, opening=f"{wait} to notice the hung rank {ep.marker.rank}")
         return Wait(("detect", ep.number), f"the launcher to detect the failure of cycle {ep.cycle}")
-    if ep is not None and not ep.restarted:
-        return Wait(("restart", ep.number), f"the launcher to start replacement workers after the failure of cycle "
-                                            f"{ep.cycle}")
-    r = ep.replacement if ep is not None else None
-    if ep is not None and (r is None or (_restored(r) is None and r.last_iteration is None)):
-        cycle = ep.replacement_cycle if ep.replacement_cycle is not None else (r.cycle if r is not None else "?")
-        k = ep.expected_k if ep.expected_k is not None else "?"
-        return Wait(("restore", ep.number), f"the replacement workers (cycle {cycle}) to load checkpoint {k}")
+    failed = max(a.failures, default=None)
     started = max(a.workers_started, default=None)
+    inprocess = ep is not None and ep.replacement_cycle is None and ep.replacement is not None  # harness.tiers
+    if failed is not None and (started is None or started <= failed) and not inprocess:
+        return Wait(("restart", failed), f"the launcher to start replacement workers after the failure of cycle {failed}")
     if started is None:
         return START
+    replacing = failed is not None and failed < started  # the newest workers replace failed ones
+    k = ep.expected_k if ep is not None and ep.expected_k is not None and ep.cycle < started else None
+    load = Wait(("restore", started), f"the replacement workers (cycle {started}) to load "
+                                     + (f"checkpoint {k}" if k is not None else "a checkpoint"))
     last = tl.starts[-1] if tl.starts else None
     if last is None or last.cycle is None or last.cycle < started:
-        return Wait(("setup", started), f"the first iteration of cycle {started} (the workers' setup)")
+        return load if replacing else Wait(("setup", started), f"the first iteration of cycle {started} (the workers' "
+                                                                "setup)")
     if last.first(ev.TrainingDone) is not None:
         return Wait(("success",), "the launcher to report success")
     it = last.last_iteration
     if it is None:
-        return Wait(("setup", last.cycle), f"the first iteration of cycle {last.cycle} (the workers' setup)")
+        return load if replacing and _restored(last) is None else Wait(
+            ("setup", last.cycle), f"the first iteration of cycle {last.cycle} (the workers' setup)")
     saves = last.of(ev.SaveCommitted)
     return Wait(("train", last.cycle, saves[-1].iteration if saves else None), "the next checkpoint",
                 heartbeat=f"training at iteration {it.iteration}/{it.train_iters}; waiting for the next checkpoint")

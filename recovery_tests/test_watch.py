@@ -590,6 +590,34 @@ def test_a_kill_waits_for_the_launcher_not_for_a_rank_monitor(tmp_path):
     assert said(out)[-1] == "waiting for the launcher to detect the failure of cycle 0, 5 s so far"
 
 
+def test_a_failure_nobody_injected_is_told_and_waited_on(tmp_path):
+    """A worker that dies on its own (a kill run without the nemesis's marker and line, judged
+    as a run without fault): its cycle's failure is a fact, and the heartbeat says the run
+    waits for the launcher to start replacement workers, then for their load."""
+    s = scenario(fault="kill")
+    source, writes = plan_replay(tmp_path, s, split=False)
+    writes = [w for w in writes if w.rel != "fault_injected.json" and b"[nemesis]" not in (w.data or b"")]
+    live = new_live(tmp_path)
+    spec = RunSpec(workload="megatron", work_dir=tmp_path, run_id="live", fault="none", train_iters=s.train_iters)
+    out, clock = io.StringIO(), FakeClock()
+    watcher = Watcher(spec, live, out=out, clock=clock, fail_fast=False)
+    failed = line_landed_at(writes, "logs/launcher.log", "failed (exitcode: -9)")
+    started = line_landed_at(writes, "logs/launcher.log", "Cycle: 1 Event: worker_start_completed")
+    for write in writes[:failed + 1]:
+        apply(write, source, live)
+    watcher()
+    assert "the launcher detected the failure of cycle 0" in said(out)
+    clock.now += watch.HEARTBEAT_S
+    watcher()
+    assert said(out)[-1] == "waiting for the launcher to start replacement workers after the failure of cycle 0, 5 s so far"
+    for write in writes[failed + 1:started + 1]:
+        apply(write, source, live)
+    watcher()
+    clock.now += watch.HEARTBEAT_S
+    watcher()
+    assert said(out)[-1] == "waiting for the replacement workers (cycle 1) to load a checkpoint, 5 s so far", said(out)
+
+
 def test_the_heartbeat_keeps_quiet_while_facts_come(tmp_path):
     """A heartbeat only fills silence: a line said less than HEARTBEAT_S ago needs none."""
     s = GOOD["kill-0.7.0"]
