@@ -244,3 +244,44 @@ def test_a_chained_optimizers_checkpoint_with_a_correct_state_qualifies(tmp_path
     reload = verdict.criterion("optimizer_reload")
     assert "4 optimizer keys in checkpoints/iter_0000010" in reload.detail, reload.detail
     assert verdict.criterion("optimizer_state").status == PASS
+
+
+# ---------------------------------------------------------------- a stranger's contract
+
+
+@pytest.mark.parametrize("part, value, said", [
+    ("version", "1", "is not version 1 of the format"),
+    ("version", 2, "is not version 1 of the format"),
+    ("faults", [{"fault_index": 2, "kind": "kill", "rank": 1, "moment": "after-commit"}], "not a list of planned faults"),
+    ("faults", [{"fault_index": 1, "kind": "kill", "rank": 2 ** 40, "moment": "after-commit"}], "not a list of planned"),
+    ("faults", "kill", "not a list of planned faults"),
+    ("launcher", {"version": 7}, "names no NVRx version"),
+    ("launcher", {"version": "0.7.0\u0000x"}, "names no NVRx version"),
+    ("baseline", {"how": "stolen"}, "says no way it came"),
+    ("baseline", {"how": "ran", "run_id": "a/b"}, "is not a run ID"),
+])
+def test_a_hostile_contract_is_read_as_no_promise_never_a_crash(tmp_path, part, value, said):
+    """run.json may come from a stranger: a contract part that is not what the suite writes is
+    left out with a note naming it (a version the reader does not know: the whole contract), and
+    the run is judged as one without that promise."""
+    built = rundirs.build(tmp_path / "run", Scenario())
+    record = json.loads((built.run_dir / "run.json").read_text())
+    record["contract"][part] = value
+    (built.run_dir / "run.json").write_text(json.dumps(record))
+    verdict = verify_run(built.run_dir)
+    assert any(said in note for note in verdict.notes), verdict.notes
+    assert verdict.criterion("clean_finish").status == PASS  # the spec's own schedule of one fault stands
+    if part in ("version", "launcher"):
+        assert verdict.criterion(LAUNCHER_IDENTITY).status == NOT_APPLICABLE
+
+
+def test_a_contracts_launcher_fields_are_range_checked(tmp_path):
+    built = rundirs.build(tmp_path / "run", Scenario())
+    record = json.loads((built.run_dir / "run.json").read_text())
+    record["contract"]["launcher"].update(sha256="not-hex", files=-3, path="x" * 5000)
+    (built.run_dir / "run.json").write_text(json.dumps(record))
+    planned = run_config(built.run_dir).contract.launcher
+    assert (planned.version, planned.sha256, planned.files, planned.path) == ("0.7.0", None, None, None)
+    # compared by version alone, and said so
+    c = verify_run(built.run_dir).criterion(LAUNCHER_IDENTITY)
+    assert c.status == PASS and "by version only" in c.detail, c.detail
