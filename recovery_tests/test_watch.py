@@ -250,9 +250,10 @@ DOOMED = {
                             ("logs/train_cycle_cycle1.log", "could not find the metadata file")),
     "older-checkpoint": (scenario(load_iteration=5), "loaded checkpoint 5, an older one than 10",
                          ("logs/train_cycle_cycle1.log", "successfully loaded checkpoint")),
-    # run.json's command line holds --no-load-optim: decided once the replacement starts (its argument table)
+    # run.json's command line holds --no-load-optim: decided once the replacement starts (its first line, the
+    # nemesis's launcher identity before the entrypoint)
     "no-load-optim": (scenario(no_load_optim=True), "ran with --no-load-optim",
-                      ("logs/train_cycle_cycle1.log", "------------------------ arguments ------------------------")),
+                      ("logs/train_cycle_cycle1.log", "launcher identity")),
     "second-failure": (scenario(second_failure_at=17), "2 cycles failed (0, 1)",
                        ("logs/launcher.log", "(exitcode: 1)")),
     "second-injection": (scenario(second_failure_at=17, second_injection=True), "the fault was injected 2 times",
