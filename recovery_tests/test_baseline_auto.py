@@ -1,8 +1,9 @@
 """`nvrx-qual run` with the automatic baseline, for real: the first run of a configuration runs
 its uninterrupted twin first and is judged against it, and a restore that drops the data position
-is caught by loss_continuity and state_equivalence. (A later run of a configuration reusing the
-twin, launching nothing more than itself: test_repeat.py's real repeats, which reuse the session's
-uninterrupted run.)"""
+is caught by loss_continuity and state_equivalence, by `run` and, without flags, by `verify` and
+`report` judging against the baseline run.json records. (A later run of a configuration reusing
+the twin, launching nothing more than itself: test_repeat.py's real repeats, which reuse the
+session's uninterrupted run.)"""
 
 from __future__ import annotations
 
@@ -51,3 +52,25 @@ def test_the_first_run_runs_its_twin_and_a_dropped_data_position_is_caught(tmp_p
     assert statuses["optimizer_state"] == "pass"  # Adam continued: only the data position was lost
     twin = criteria(work, "baseline-auto-drop-baseline")
     assert all(status in ("pass", "not_applicable") for status in twin.values()), twin
+
+    # Every reader judges against the baseline run.json's contract records, without flags (issue 31:
+    # verify and report once re-judged this very run QUALIFIED without its twin).
+    drop = str(work / "runs" / "baseline-auto-drop")
+    verified = cli("verify", drop, "--no-write")
+    assert verified.returncode == 1, verified.stdout[-3000:]
+    assert "baseline " + str(work / "runs" / "baseline-auto-drop-baseline") + " (the twin run first)" in verified.stdout, \
+        verified.stdout[-3000:]
+    reported = cli("report", drop)
+    assert reported.returncode == 1 and "`state_equivalence` fail" in reported.stdout, reported.stdout[-3000:]
+    (work / "runs" / "baseline-auto-drop-baseline").rename(tmp_path / "moved-away")
+    gone = cli("verify", drop, "--no-write")
+    assert gone.returncode == 1 and "baseline checks unknown: the baseline baseline-auto-drop-baseline" in gone.stdout, \
+        gone.stdout
+    skipped = cli("verify", drop, "--no-write", "--baseline", "none")
+    assert skipped.returncode == 0, skipped.stdout[-3000:]  # the rest of the recovery held: only the data was lost
+    assert "baseline skipped by request: --baseline none" in skipped.stdout, skipped.stdout
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
