@@ -58,14 +58,14 @@ def test_the_first_run_runs_its_twin_and_a_dropped_data_position_is_caught(tmp_p
     drop = str(work / "runs" / "baseline-auto-drop")
     verified = cli("verify", drop, "--no-write")
     assert verified.returncode == 1, verified.stdout[-3000:]
-    assert "baseline " + str(work / "runs" / "baseline-auto-drop-baseline") + " (the twin run first)" in verified.stdout, \
-        verified.stdout[-3000:]
+    twin_dir = work / "runs" / "baseline-auto-drop-baseline"
+    assert f"baseline {twin_dir} (the twin run first)" in verified.stdout, verified.stdout[-3000:]
     reported = cli("report", drop)
     assert reported.returncode == 1 and "`state_equivalence` fail" in reported.stdout, reported.stdout[-3000:]
-    (work / "runs" / "baseline-auto-drop-baseline").rename(tmp_path / "moved-away")
+    twin_dir.rename(tmp_path / "moved-away")
     gone = cli("verify", drop, "--no-write")
-    assert gone.returncode == 1 and "baseline checks unknown: the baseline baseline-auto-drop-baseline" in gone.stdout, \
-        gone.stdout
+    assert gone.returncode == 1, gone.stdout
+    assert "baseline checks unknown: the baseline baseline-auto-drop-baseline" in gone.stdout, gone.stdout
     skipped = cli("verify", drop, "--no-write", "--baseline", "none")
     assert skipped.returncode == 0, skipped.stdout[-3000:]  # the rest of the recovery held: only the data was lost
     assert "baseline skipped by request: --baseline none" in skipped.stdout, skipped.stdout

@@ -103,7 +103,8 @@ def test_a_budget_table_that_cannot_be_read_is_an_error(text):
 
 def _plan(tmp_path: Path, program: Path, run_id: str) -> Plan:
     spec = RunSpec(workload="reference", work_dir=tmp_path / "work", run_id=run_id, gpus_per_node=2)
-    return Plan(spec=spec, nvrx=NvrxTarget("0.7.0"), launcher=Command(argv=(sys.executable, str(program)), cwd=tmp_path),
+    return Plan(spec=spec, nvrx=NvrxTarget("0.7.0"),
+                launcher=Command(argv=(sys.executable, str(program)), cwd=tmp_path),
                 srun=None, connections=ConnectionsPolicy(None, "not applicable"))
 
 
@@ -123,7 +124,8 @@ def test_every_launch_appends_its_line_to_the_ledger_and_never_through_a_link(tm
     launch.launch(_plan(tmp_path, _stand_in(tmp_path / "bin", "fake.py"), "ledger-2"), deadline_s=60)
     lines = [json.loads(line) for line in ledger.read_text().splitlines()]
     assert [(d["run_id"], d["ft_launcher"], d["test"]) for d in lines] == [
-        ("ledger-1", True, "recovery_tests/t.py::test_x (call)"), ("ledger-2", False, "recovery_tests/t.py::test_x (call)")]
+        ("ledger-1", True, "recovery_tests/t.py::test_x (call)"),
+        ("ledger-2", False, "recovery_tests/t.py::test_x (call)")]
     link = tmp_path / "link.jsonl"
     link.symlink_to(tmp_path / "elsewhere.jsonl")
     monkeypatch.setenv(launch.LEDGER_ENV, str(link))
@@ -554,3 +556,45 @@ def test_the_running_test_gets_the_next_slot_before_a_background_launch(tmp_path
     first.join()
     waiting.join()
     assert order == ["test", "background"]
+
+
+TWO_MODULES = '''
+import pytest
+
+from fixtures.runs import Scenario, launches
+from harness.nvrx import NvrxTarget, installed_version
+
+TARGET = NvrxTarget(installed_version())
+
+
+def kill(name):
+    return Scenario("kill", TARGET, name=name, knobs=(("baseline", "none"),))
+
+
+@pytest.mark.parametrize("n", range(3))
+@launches(lambda n: kill(f"{NAME}-{n}"))
+def test_each(n, scenarios):
+    assert scenarios.outcome(kill(f"{NAME}-{n}")).verdict.criterion("clean_finish").status == "pass"
+'''
+
+
+def test_on_two_xdist_workers_the_slots_bound_the_launches_of_both(pytester, monkeypatch):
+    """`-n 2 --dist loadgroup --launch-slots 1`: each worker prefetches its module's scenarios,
+    and the one slot, shared by the workers, lets one launch run at a time in all."""
+    monkeypatch.delenv(launch.LEDGER_ENV, raising=False)
+    pytester.makeconftest(SYNTHETIC)
+    pytester.makepyfile(test_m1="NAME = 'kill-m1'\n" + TWO_MODULES, test_m2="NAME = 'kill-m2'\n" + TWO_MODULES)
+    notes = pytester.path / "notes.jsonl"
+    monkeypatch.setenv("NOTES", str(notes))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+                                           "--launch-slots", "1", "--work-dir", str(pytester.path / "work"),
+                                           timeout=300)
+    result.assert_outcomes(passed=6)
+    done = [json.loads(line) for line in notes.read_text().splitlines()]
+    launched = sorted(what.split()[1].rsplit("-", 1)[0] for what, _, _ in done if what.startswith("launch "))
+    assert launched == [f"kill-m{m}-{n}" for m in (1, 2) for n in range(3)], launched  # each once
+    assert _most_at_once(done) == 1, done
+    assert any(thread.startswith("nvrx-qual-prefetch-") for what, thread, _ in done if what.startswith("launch ")), done
