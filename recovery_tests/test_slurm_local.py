@@ -241,6 +241,18 @@ def test_a_planted_record_naming_an_unrelated_process_is_refused_by_stop_and_sta
     assert alive(bystander), stop.stderr
 
 
+def test_a_relative_directory_is_taken_below_the_physical_working_directory(tmp_path, fake_slurmd):
+    """`--dir .slurm-local` from a checkout reached through a link: the directory is named by
+    its physical path, which has no link on it, so it is not refused."""
+    proc, path = fake_slurmd
+    cluster_dir(tmp_path / "checkout" / ".slurm-local", proc.pid)
+    (tmp_path / "checkout").chmod(0o755)
+    (tmp_path / "via").symlink_to(tmp_path / "checkout")
+    status = run_in_session([str(TOOL), "status", "--dir", ".slurm-local"], timeout_s=60, cwd=tmp_path / "via",
+                            env={**os.environ, "PATH": path})
+    assert f"slurmd-n1: running (pid {proc.pid})" in status.stdout, status.stdout + status.stderr
+
+
 def test_a_missing_directory_is_nothing_to_stop_and_no_cluster(tmp_path):
     d = tmp_path / "never-made"
     stop = run_in_session([str(TOOL), "stop", "--dir", str(d)], timeout_s=60)
