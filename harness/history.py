@@ -27,7 +27,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from harness import events as ev
 from harness import safeio, tiers
@@ -41,8 +41,8 @@ from harness.dialect import epoch as _epoch
 from harness.dialect import strip_prefix as _strip_prefix
 from harness.events import Src, clip
 from harness.faults import schedule_from_json
-from harness.layout import (LOCAL_SHARD_PATTERN, MARKER_NAME, TRACKER_NAME, is_megatron_iter_name, marker_index,
-                            parse_iter_name, read_tracker_file)
+from harness.layout import (LOCAL_SHARD_PATTERN, MARKER_NAME, TRACKER_NAME, is_megatron_iter_name, is_valid_run_id,
+                            marker_index, parse_iter_name, read_tracker_file)
 from harness.optimizer_record import read_dcp_metadata, read_optimizer_record
 
 CHUNK_SIZE = 8 << 20
@@ -1182,8 +1182,12 @@ class HistoryReader:
     optimizer records (a few ms per checkpoint, no PyTorch): a watcher of a live run wants it off."""
 
     def __init__(self, run_dir: str | os.PathLike, *, inspect_checkpoints: bool = True,
-                 chunk_size: int = CHUNK_SIZE, losses: bool = False) -> None:
+                 chunk_size: int = CHUNK_SIZE, losses: bool = False,
+                 read_dirs: Sequence[str | os.PathLike] = ()) -> None:
         self.run_dir = Path(run_dir)
+        # directories outside the run directory that its records may name and that may be read
+        # (the caller vouches for them: verify/report --read-dir, the runner's own plan)
+        self.read_dirs = tuple(Path(os.path.realpath(d)) for d in read_dirs)
         self.inspect_checkpoints = inspect_checkpoints
         self.chunk_size = chunk_size
         self.losses = losses  # keep every iteration's lm loss (loss_continuity against a baseline)
@@ -1199,6 +1203,8 @@ class HistoryReader:
         check_run_dir(self.run_dir)
         notes: list[str] = []
         run_json = _read_json(self.run_dir / "run.json", "run.json")
+        if run_json is not None and (unusable := unusable_path(run_json.data)) is not None:
+            raise refused_record(self.run_dir / "run.json", "run.json", unusable)
         launch_json = _read_json(self.run_dir / "launch.json", "launch.json")
         for jf, name in ((run_json, "run.json"), (launch_json, "launch.json")):
             if jf is not None and jf.error:
@@ -1209,6 +1215,11 @@ class HistoryReader:
         cycle_infos = self._cycle_infos(notes)
 
         files = self._discover()
+        logs = self.run_dir / "logs"
+        if os.path.lexists(logs) and not safeio.is_real_dir(logs):
+            notes.append(f"logs is {safeio.kind_of(os.lstat(logs).st_mode)}, not a folder: links in a received run "
+                         "directory are never followed, so the logs behind it were not read; copy them into the run "
+                         "directory (cp -rL) to have them judged")
         app_files = self._app_files = self._pick_role(files, "app", final)
         launcher_files = self._pick_role(files, "launcher", final)
 
@@ -1346,12 +1357,16 @@ class HistoryReader:
                                  local_rank=None, cycle=None, iteration=None, baseline_iteration=None, host=None, pid=None)]
         records: list[object] = []
         try:
-            data = json.loads(text)
+            data = safeio.parse_record(text)
             records = data if isinstance(data, list) else [data]
+        except safeio.UnusableRecord as exc:
+            raise refused_record(path, MARKER_NAME, exc) from None
         except (ValueError, RecursionError):
             for line in text.splitlines():  # tolerate JSON lines (one record per injection)
                 try:
-                    records.append(json.loads(line))
+                    records.append(safeio.parse_record(line))
+                except safeio.UnusableRecord as exc:
+                    raise refused_record(path, MARKER_NAME, exc) from None
                 except (ValueError, RecursionError):
                     continue
         if not records:
@@ -1444,66 +1459,79 @@ class HistoryReader:
 
     def _checkpoints(self, run_json: _JsonFile | None, starts: list[ev.AppStart], injections: list[ev.Injection],
                      notes: list[str]) -> ev.CheckpointState | None:
-        candidates: list[tuple[Path, str]] = []
+        """The checkpoint tiers on disk. Every directory the records name (run.json's
+        checkpoint_dir and workload arguments, the arguments tables' --save, --load and
+        --non-persistent-global-ckpt-dir) is read only inside the run directory, or inside a
+        directory the caller named (`read_dirs`: verify/report --read-dir, the runner's own
+        plan); each one that is not read is noted. A path recorded where the run was written
+        (run.json's work_dir/runs/run_id) is taken where the run directory is now; a relative
+        one from the launch's recorded working directory, never from the reader's."""
         spec = _spec(run_json)
-        original = _original_root(spec, self.run_dir)  # where the run was written, when it was copied since
+        root, copied = _recorded_root(spec, self.run_dir)
+        cwd = _launch_cwd(run_json, root, self.run_dir)
         own = self.run_dir / "checkpoints"
-        if spec.get("checkpoint_dir"):
-            recorded = _rebased(Path(str(spec["checkpoint_dir"])), original, self.run_dir)
-            if original is None and not spec.get("work_dir") and not _inside(recorded, self.run_dir):
-                # Without work_dir nothing tells whether this directory is a copy, so a recorded path
-                # outside it may be the original's checkpoints, not the ones copied with the run.
-                if os.path.lexists(own):  # a link there is refused below, not bypassed through the recorded path
-                    notes.append(f"run.json records no work_dir, so where this run was written cannot be told; its "
-                                 f"checkpoint_dir {recorded} lies outside this directory, which holds checkpoints/ of "
-                                 "its own: judged against those, not against "
-                                 f"{recorded} (record work_dir in run.json to have the recorded directory used)")
-                else:
-                    notes.append(f"run.json records no work_dir, so where this run was written cannot be told; its "
-                                 f"checkpoint_dir {recorded} lies outside this directory and was read where it is now, "
-                                 "which is this run's own only if the directory was not copied; copy the checkpoints "
-                                 "into <run>/checkpoints to judge the ones that came with it")
-                    candidates.append((recorded, "run.json spec.checkpoint_dir"))
-            else:
-                candidates.append((recorded, "run.json spec.checkpoint_dir"))
-        candidates.append((own, "<run>/checkpoints"))
+        # (the path or None, how it was found, the text the record holds, why it cannot be a path)
+        candidates: list[tuple[Path | None, str, str, str | None]] = []
+        if isinstance(spec.get("checkpoint_dir"), str) and spec["checkpoint_dir"]:
+            text = spec["checkpoint_dir"]
+            path, problem = _named_dir(text, root, cwd, self.run_dir)
+            candidates.append((path, "run.json spec.checkpoint_dir", text, problem))
+        candidates.append((own, "<run>/checkpoints", "checkpoints", None))
         for start in starts:
             args = start.arguments
             for key in ("save", "load"):
                 value = args.get(key) if args else None
                 if value and value != "None":
-                    candidates.append((_rebased(Path(value), original, self.run_dir), f"the arguments table's {key}"))
-        usable, refused = [], []
-        for p, how in candidates:
-            link = _link_below(p, self.run_dir)
-            if link is None:
-                usable.append((p, how))
-            elif link not in refused:
-                refused.append(link)
-                notes.append(f"{link.relative_to(self.run_dir)} is a symbolic link: links in a received run directory "
-                             "are never followed, so the checkpoints behind it were not read; copy them into the run "
-                             "directory (cp -rL) to have them judged")
+                    path, problem = _named_dir(value, root, cwd, self.run_dir)
+                    candidates.append((path, f"the arguments table's {key}", value, problem))
+        chosen, refused, skipped = None, [], []  # the first candidate that is there and may be read
+        for p, how, text, problem in candidates:
+            if p is None or not self._may_read(p):
+                if text not in skipped:
+                    skipped.append(text)
+                    notes.append(_not_read_note("the checkpoint directory", how, text, p, problem))
+            else:
+                link = _link_below(p, self.run_dir)
+                if link is None and p.is_dir():  # is_dir: False for a link loop
+                    chosen = (p, how)
+                    break
+                if link is not None and link not in refused:
+                    refused.append(link)
+                    notes.append(f"{_shown(link, self.run_dir)} is a symbolic link: links in a received run directory "
+                                 "are never followed, so the checkpoints behind it were not read; copy them into the "
+                                 "run directory (cp -rL) to have them judged")
             if p == own and os.path.lexists(own):
                 break  # the run's own checkpoints/ is there: the arguments table's paths (maybe the original's) are not
-        chosen = next(((p, how) for p, how in usable if p.is_dir()), None)  # is_dir: False for a link loop
         if chosen is None:
-            shown = _shown(candidates[0][0], self.run_dir) if candidates else None
-            return ev.CheckpointState(path=shown, how="not followed: a symlink" if refused else "not found",
-                                      exists=False, tracker=None)
+            # no persistent tier to read: a non-persistent one named outside is still noted
+            np_path, np_how, np_text, np_problem = self._non_persistent_dir(run_json, starts, own, root, cwd)
+            if np_how != "default" and (np_path is None or not self._may_read(np_path)) and np_text not in skipped:
+                notes.append(_not_read_note("the non-persistent global checkpoint directory", np_how, np_text,
+                                            np_path, np_problem))
+            first = candidates[0]
+            shown = _shown(first[0], self.run_dir) if first[0] is not None else clip(first[2], 200)
+            how = "not followed: a symlink" if refused else (
+                "not read: outside the run directory" if skipped and first[2] in skipped else "not found")
+            return ev.CheckpointState(path=shown, how=how, exists=False, tracker=None)
         path, how = chosen
-        if candidates[0][0] != path and candidates[0][1] == "run.json spec.checkpoint_dir":
-            notes.append(f"run.json's checkpoint_dir {candidates[0][0]} is not here; used {path} ({how})")
+        recorded = candidates[0]
+        if recorded[1] == "run.json spec.checkpoint_dir" and recorded[0] != path and recorded[2] not in skipped:
+            notes.append(f"run.json's checkpoint_dir {recorded[0]} is not here; used {path} ({how})")
         shown = _shown(path, self.run_dir)
-        if original is not None and not _inside(path, self.run_dir):
-            notes.append(f"this run directory was copied from {original}; its checkpoint dir {path} is outside it and "
-                         "was read where it is now, which may not be the run's own checkpoints")
+        if copied and not _lexically_inside(path, self.run_dir):
+            notes.append(f"this run directory was copied from {root}; its checkpoint dir {path} lies outside it and was "
+                         "read where it is now (--read-dir), which may not be the run's own checkpoints")
         tracker = _tracker_text(path)
         wanted = self._interesting_iterations(starts, injections)
         iters = self._iter_dirs(path, shown, wanted, notes)
         np_tracker = np_shown = None
-        np_path, np_how = self._non_persistent_dir(run_json, starts, path, original)
-        np_label = _shown(np_path, self.run_dir)
-        if _link_below(np_path, self.run_dir) is not None:
+        np_path, np_how, np_text, np_problem = self._non_persistent_dir(run_json, starts, path, root, cwd)
+        np_label = _shown(np_path, self.run_dir) if np_path is not None else clip(repr(np_text), 120)
+        if np_path is None or not self._may_read(np_path):
+            if np_text not in skipped:
+                notes.append(_not_read_note("the non-persistent global checkpoint directory", np_how, np_text, np_path,
+                                            np_problem))
+        elif _link_below(np_path, self.run_dir) is not None:
             notes.append(f"{np_label} is a symbolic link: not followed, so the "
                          "non-persistent checkpoints behind it were not read")
         elif np_path.is_dir() and not np_path.is_symlink():
@@ -1517,21 +1545,38 @@ class HistoryReader:
         return ev.CheckpointState(path=shown, how=how, exists=True, tracker=tracker, iterations=tuple(iters),
                                   non_persistent_tracker=np_tracker, non_persistent_path=np_shown)
 
+    def _may_read(self, path: Path) -> bool:
+        """A directory the records name may be read: it lies (by its path, links aside, which
+        _link_below refuses) inside the run directory, or inside a directory the caller named."""
+        if _lexically_inside(path, self.run_dir):
+            return True
+        if not self.read_dirs:
+            return False
+        try:
+            real = Path(os.path.realpath(path))
+        except (OSError, ValueError):
+            return False
+        return any(real == d or d in real.parents for d in self.read_dirs)
+
     def _non_persistent_dir(self, run_json: _JsonFile | None, starts: list[ev.AppStart], save: Path,
-                            original: Path | None) -> tuple[Path, str]:
+                            root: Path | None, cwd: Path | None) -> tuple[Path | None, str, str, str | None]:
         """Where Megatron wrote non-persistent global checkpoints (harness.tiers): the
         --non-persistent-global-ckpt-dir of the arguments table (the last start's that names
-        one), else of run.json's workload arguments, else <save>/non_persistent."""
+        one), else of run.json's workload arguments, else <save>/non_persistent. (the path or
+        None, how it was found, the text recorded, why it cannot be a path)"""
         for start in reversed(starts):
             value = start.arguments.get(tiers.NP_DIR_ARG) if start.arguments else None
             if value and value != "None":
-                return _rebased(Path(value), original, self.run_dir), "the arguments table's " + tiers.NP_DIR_ARG
+                path, problem = _named_dir(value, root, cwd, self.run_dir)
+                return path, "the arguments table's " + tiers.NP_DIR_ARG, value, problem
         extra = _spec(run_json).get("extra_args")  # a stranger's run.json: a list of strings, or nothing
         given = tiers.custom_non_persistent_dir(tuple(a for a in extra if isinstance(a, str))
                                                 if isinstance(extra, list) else ())
         if given:
-            return _rebased(Path(given), original, self.run_dir), "run.json's workload arguments"
-        return save / tiers.NON_PERSISTENT_SUBDIR, "default"
+            path, problem = _named_dir(given, root, cwd, self.run_dir)
+            return path, "run.json's workload arguments", given, problem
+        default = save / tiers.NON_PERSISTENT_SUBDIR
+        return default, "default", str(default), None
 
     def _iter_dirs(self, path: Path, shown: str, wanted: set[int], notes: list[str]) -> list[ev.CheckpointOnDisk]:
         iters = []
@@ -1689,7 +1734,22 @@ def _console_head_pairs(path: Path, limit: int = 256 << 10) -> list[tuple[float,
     return pairs
 
 
+class RecordRefused(RunDirError):
+    """A run directory one of whose records holds a string the OS cannot take (refused input,
+    not a directory without a run)."""
+
+
+def refused_record(path: Path, rel: str, problem: safeio.UnusableRecord | str) -> RecordRefused:
+    """The refusal of a run directory one of whose records (`path`, `rel` in the run
+    directory) holds a string the OS cannot take."""
+    return RecordRefused(
+        f"{path}: {problem}; nvrx-qual never writes such a record, so {rel} was altered or damaged "
+        "after the run: restore it from the run (or remove that field) and verify again")
+
+
 def _read_json(path: Path, rel: str) -> _JsonFile | None:
+    """One JSON record of the run directory (run.json, launch.json, cycle infos); None when
+    absent. Raises RunDirError when a string of it cannot reach the OS (safeio.parse_record)."""
     try:
         text = safeio.read_text(path)
     except FileNotFoundError:
@@ -1697,10 +1757,43 @@ def _read_json(path: Path, rel: str) -> _JsonFile | None:
     except OSError as exc:
         return _JsonFile(None, Src(rel, 0, "unreadable"), exc.strerror or str(exc))
     try:
-        data = json.loads(text)
+        data = safeio.parse_record(text)
+    except safeio.UnusableRecord as exc:
+        raise refused_record(path, rel, exc) from None
     except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than any record
         return _JsonFile(None, Src(rel, 0, "not JSON"), clip(str(exc) or type(exc).__name__, 120))
     return _JsonFile(data, Src(rel, 1, clip(json.dumps(data, separators=(", ", ": ")))), None)
+
+
+def unusable_path(record: object) -> str | None:
+    """run.json's first string that names a path (spec.work_dir, spec.checkpoint_dir, the
+    launch's working directories, the directories its workload arguments name) or one name
+    (spec.run_id) and that the OS cannot take as such (safeio.path_problem): where and why."""
+    if not isinstance(record, dict):
+        return None
+    spec = record.get("spec") if isinstance(record.get("spec"), dict) else {}
+    named: list[tuple[str, object]] = [("spec.work_dir", spec.get("work_dir")),
+                                       ("spec.checkpoint_dir", spec.get("checkpoint_dir")),
+                                       ("spec.run_id", spec.get("run_id"))]
+    if isinstance(spec.get("work_dir"), str) and isinstance(spec.get("run_id"), str):
+        named.append(("spec.work_dir/runs/spec.run_id", f"{spec['work_dir']}/runs/{spec['run_id']}"))
+    extra = spec.get("extra_args")
+    for i, arg in enumerate(extra[:4096] if isinstance(extra, list) else []):
+        if not isinstance(arg, str):
+            continue
+        for flag in tiers.DIR_FLAGS:  # the value of `--flag V` or `--flag=V`
+            if arg.startswith(flag + "="):
+                named.append((f"spec.extra_args[{i}] ({flag})", arg.partition("=")[2]))
+            elif arg == flag and i + 1 < len(extra):
+                named.append((f"spec.extra_args[{i + 1}] ({flag})", extra[i + 1]))
+    commands = record.get("commands")
+    for i, command in enumerate(commands[:64] if isinstance(commands, list) else []):
+        if isinstance(command, dict):
+            named.append((f"commands[{i}].cwd", command.get("cwd")))
+    for where, value in named:
+        if isinstance(value, str) and value and (problem := safeio.path_problem(value)) is not None:
+            return f"{where} holds {problem}"
+    return None
 
 
 def _spec(run_json: _JsonFile | None) -> dict:
@@ -1825,18 +1918,20 @@ def _unique(items: list[ev.Iteration | None]) -> list[ev.Iteration]:
     return out
 
 
-def _original_root(spec: dict, run_dir: Path) -> Path | None:
-    """The run directory's path when it was written (run.json's work_dir/runs/run_id), when
-    that is not where it is now (a copy); else None."""
+def _recorded_root(spec: dict, run_dir: Path) -> tuple[Path | None, bool]:
+    """(where the run directory was written: run.json's work_dir/runs/run_id, when both are
+    recorded, the work dir absolute and the run ID a valid one; whether that is elsewhere than
+    the directory read now, i.e. it was copied since)."""
     work_dir, run_id = spec.get("work_dir"), spec.get("run_id")
-    if not isinstance(work_dir, str) or not isinstance(run_id, str) or not work_dir or not run_id:
-        return None
-    original = Path(work_dir) / "runs" / run_id
+    if not isinstance(work_dir, str) or not isinstance(run_id, str) or not is_valid_run_id(run_id) \
+            or not os.path.isabs(work_dir):
+        return None, False
+    root = Path(work_dir) / "runs" / run_id
     try:
-        same = original.resolve() == run_dir.resolve()
-    except (OSError, RuntimeError):
+        same = root.resolve() == run_dir.resolve()
+    except (OSError, RuntimeError, ValueError):
         same = False
-    return None if same else original
+    return root, not same
 
 
 def _rebased(path: Path, original: Path | None, run_dir: Path) -> Path:
@@ -1844,24 +1939,63 @@ def _rebased(path: Path, original: Path | None, run_dir: Path) -> Path:
     if original is None:
         return path
     try:
-        return run_dir / path.relative_to(original)
+        return run_dir / Path(os.path.normpath(path)).relative_to(os.path.normpath(original))
     except ValueError:
         return path
+
+
+def _launch_cwd(run_json: _JsonFile | None, root: Path | None, run_dir: Path) -> Path | None:
+    """The launch's working directory (run.json commands[0].cwd, absolute), where the run
+    directory is now when it lies in it; None when not recorded."""
+    commands = run_json.data.get("commands") if run_json is not None and isinstance(run_json.data, dict) else None
+    first = commands[0] if isinstance(commands, list) and commands else None
+    cwd = first.get("cwd") if isinstance(first, dict) else None
+    if not isinstance(cwd, str) or not os.path.isabs(cwd) or safeio.path_problem(cwd) is not None:
+        return None
+    return _rebased(Path(cwd), root, run_dir)
+
+
+def _named_dir(text: str, root: Path | None, cwd: Path | None, run_dir: Path) -> tuple[Path | None, str | None]:
+    """The directory a record or an arguments table names, where the run directory is now:
+    (the path, None), or (None, why it names none): a string no path can be (a NUL, too long)
+    or a relative path without a recorded working directory of the launch."""
+    problem = safeio.path_problem(text)
+    if problem is not None:
+        return None, f"holds {problem}"
+    path = Path(text)
+    if not path.is_absolute():
+        if cwd is None:
+            return None, "is relative and run.json records no working directory of the launch to read it from"
+        path = cwd / path
+    return _rebased(path, root, run_dir), None
+
+
+def _not_read_note(what: str, how: str, text: str, path: Path | None, problem: str | None) -> str:
+    """The note on a directory the records name that was not read: `what` it is, `how` it was
+    found, the `text` recorded, its `path` (None: `problem` says why it names none)."""
+    if path is None:
+        return f"{what} {clip(repr(text), 120)} ({how}) {problem}: not read"
+    return (f"{what} {path} ({how}) lies outside the run directory and was not read: a received run directory's "
+            f"records may name any path; pass --read-dir {path} to verify or report to read it there, or copy it into "
+            "the run directory")
+
+
+def _lexically_inside(path: Path, run_dir: Path) -> bool:
+    """`path` names a place inside the run directory by its words (.. resolved, links not)."""
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(run_dir))
+    return rel == "." or not (rel == ".." or rel.startswith("../") or os.path.isabs(rel))
 
 
 def _link_below(path: Path, run_dir: Path) -> Path | None:
     """The first symbolic link on the way from the run directory down to `path` (lexically
     inside it), or None (also for a path outside the run directory)."""
-    try:
-        rel = Path(os.path.normpath(path)).relative_to(os.path.normpath(run_dir))
-    except ValueError:
+    if not _lexically_inside(path, run_dir):
         return None
+    rel = Path(os.path.relpath(os.path.abspath(path), os.path.abspath(run_dir)))
     current = run_dir
     for part in rel.parts:
         if part in ("", "."):
             continue
-        if part == "..":
-            return None
         current = current / part
         try:
             if stat.S_ISLNK(os.lstat(current).st_mode):
@@ -1869,14 +2003,6 @@ def _link_below(path: Path, run_dir: Path) -> Path | None:
         except OSError:
             return None
     return None
-
-
-def _inside(path: Path, run_dir: Path) -> bool:
-    try:
-        path.resolve().relative_to(run_dir.resolve())
-        return True
-    except (ValueError, OSError, RuntimeError):
-        return False
 
 
 def _shown(path: Path, run_dir: Path) -> str:
@@ -1956,9 +2082,11 @@ class RunRead:
 
 
 def read_run(run_dir: str | os.PathLike, *, inspect_checkpoints: bool = True, losses: bool = False,
-             progress: bool = True) -> RunRead:
-    """The one read of a finished run (incomplete last lines included): see RunRead."""
-    return HistoryReader(run_dir, inspect_checkpoints=inspect_checkpoints, losses=losses).read(progress=progress)
+             progress: bool = True, read_dirs: Sequence[str | os.PathLike] = ()) -> RunRead:
+    """The one read of a finished run (incomplete last lines included): see RunRead.
+    `read_dirs`: directories outside the run directory its records name that may be read."""
+    return HistoryReader(run_dir, inspect_checkpoints=inspect_checkpoints, losses=losses,
+                         read_dirs=read_dirs).read(progress=progress)
 
 
 # ---------------------------------------------------------------- small public readers

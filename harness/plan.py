@@ -17,6 +17,7 @@ same files. With more than one node the launcher command runs under
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,16 @@ class Plan:
     def command(self) -> Command:
         """The command the harness executes (the first of them with --local-nodes)."""
         return self.local[0] if self.local else (self.srun or self.launcher)
+
+    @property
+    def own_dirs(self) -> tuple[Path, ...]:
+        """The checkpoint directories this plan itself names (NVRX_CHECKPOINT_DIR or the run's own,
+        and those the workload arguments name, a relative one from the launch's working
+        directory): the runner reads them wherever they are, as the user gave them."""
+        named = [self.layout.checkpoints]
+        for _flag, value in tiers.named_dirs(self.spec.extra_args):
+            named.append(Path(value) if os.path.isabs(value) else self.launcher.cwd / value)
+        return tuple(dict.fromkeys(named))
 
     @property
     def commands(self) -> tuple[tuple[str, Command], ...]:

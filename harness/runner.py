@@ -225,7 +225,10 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
     try:
         # One reader for the whole run: the watcher polls it while the run is live, then the
         # verdict takes its last read (only what was appended since, and the checkpoints).
-        reader = HistoryReader(plan.layout.root, inspect_checkpoints=False, losses=baseline is not None)
+        # the checkpoint directories the plan itself names are read wherever they are (a received run
+        # directory's records are read only inside it: harness.history)
+        reader = HistoryReader(plan.layout.root, inspect_checkpoints=False, losses=baseline is not None,
+                               read_dirs=plan.own_dirs)
         watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast, reader=reader)
         spec = plan.spec
         watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s); the next line comes when "

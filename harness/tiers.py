@@ -105,6 +105,15 @@ def custom_non_persistent_dir(args: Sequence[str]) -> str | None:
     return given if given and given != "None" else None
 
 
+# Megatron's arguments that name a checkpoint directory, of every tier
+DIR_FLAGS = ("--save", "--load", NP_DIR_FLAG, "--non-persistent-local-ckpt-dir")
+
+
+def named_dirs(args: Sequence[str]) -> list[tuple[str, str]]:
+    """(flag, directory) of each checkpoint directory a command line names (DIR_FLAGS)."""
+    return [(flag, value) for flag in DIR_FLAGS if (value := _option(args, flag))]
+
+
 def non_persistent_dir(args: Sequence[str], save_dir: Path) -> Path | None:
     """Where Megatron writes non-persistent global checkpoints for this command line; None
     without `--non-persistent-ckpt-type global`."""

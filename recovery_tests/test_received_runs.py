@@ -70,7 +70,9 @@ def test_a_copy_without_work_dir_is_judged_against_its_own_checkpoints(good, tmp
     verdict = verify_run(copy, picture=False)
     pre = verdict.criterion("pre_fault_checkpoint")
     assert pre.status == FAIL and "checkpoints/iter_0000010 has no metadata.json" in pre.detail
-    assert any("records no work_dir" in n and "judged against those" in n for n in verdict.notes), verdict.notes
+    # the recorded directory (the original's checkpoints) lies outside the copy: never read, and said so
+    assert any(f"checkpoint directory {spec['checkpoint_dir']} (run.json spec.checkpoint_dir) lies outside the run "
+               "directory and was not read" in n and "--read-dir" in n for n in verdict.notes), verdict.notes
 
 
 # ---------------------------------------------------------------- (c) an earlier run's leftovers

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 from harness import events as ev_types
 from harness import safeio
 from harness.dialect import LogLine, check_readable_dir, discover, record_number, utc_offset_problem
-from harness.history import read_injections
+from harness.history import read_injections, refused_record, unusable_path
 from harness.layout import MARKER_NAME, RunLayout, marker_name
 from harness.faults import FAULT_KINDS
 from harness.triage.advice import _advice
@@ -101,6 +101,8 @@ def collective_backend(argv: Sequence[str], extra_args: Sequence[str] = (), work
 def _read_json(path: Path) -> dict | None:
     try:
         data = safeio.read_json(path)
+    except safeio.UnusableRecord as exc:  # a string no path or argument can hold: refused, as history refuses it
+        raise refused_record(path, path.name, exc) from None
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
@@ -126,6 +128,8 @@ def _newest_log(files: Sequence[Path]) -> datetime:
 
 def _run_facts(layout: RunLayout, files: Sequence[Path], utc_offset_s: int | None) -> _RunFacts:
     run = _read_json(layout.run_json) or {}
+    if (unusable := unusable_path(run)) is not None:  # the paths it names, as history checks them
+        raise refused_record(layout.run_json, "run.json", unusable)
     launch = _read_json(layout.launch_json) or {}
     spec = run.get("spec") if isinstance(run.get("spec"), dict) else {}
     offset = _offset(utc_offset_s, run.get("utc_offset_s"))
