@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Mapping, TextIO
 
 from harness import baseline as baselinemod
+from harness import contract as contractmod
 from harness import discovery, evidence, history, launch, nvrx, ports, slurm, tmpfs
 from harness import picture as picturemod
 from harness import plan as planmod
@@ -20,7 +21,6 @@ from harness.plan import Plan
 from harness.prepare import prepare, release
 from harness.report import Verdict, write_outputs
 from harness.faults import FAULT_KINDS
-from harness.spec import DEFAULTS as _WORKLOAD_DEFAULTS
 from harness.spec import RunSpec, SpecError
 from harness.history import HistoryReader
 from harness.triage import Triage
@@ -55,7 +55,6 @@ def default_deadline(spec: RunSpec) -> float:
 RESTART_ALLOWANCE_S = nvrx.RESTART_ALLOWANCE_S
 # The iterations, saves and the end of the job, which no deadline bounds as a whole.
 TRAINING_MARGIN_S = 300.0
-DEFAULT_TRAIN_ITERS = {w: d["train_iters"] for w, d in _WORKLOAD_DEFAULTS.items() if "train_iters" in d}
 # verify, report, timeline and the cleanup after the launcher stopped.
 VERIFY_GRACE_S = 120.0
 
@@ -87,7 +86,8 @@ def scenario_deadline(spec: RunSpec) -> float:
         detected = sum(1 for k in kinds if k is not None and k.monitor_detects)  # each planned fault by its own kind
         total += detected * max(running) + episodes * (check + RESTART_ALLOWANCE_S)
         # a campaign trains longer: its iterations beyond the workload's own default, a step deadline each at worst
-        total += max(0, spec.train_iters - DEFAULT_TRAIN_ITERS.get(spec.workload, spec.train_iters)) * sections.get(
+        own = spec.workload_type.defaults.get("train_iters", spec.train_iters)
+        total += max(0, spec.train_iters - own) * sections.get(
             "step", 0.0) if spec.fault == "campaign" else 0.0
     return total
 
@@ -121,17 +121,7 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
     if taken:
         problems.append(f"RDZV_ENDPOINT={spec.rdzv_endpoint}: {taken}: the launcher would wait on it for ever; leave "
                         "RDZV_ENDPOINT unset for a single node (a free port is chosen), or free the port")
-    if spec.workload == "megatron":
-        gpus = discovery.nvidia_smi_gpus()
-        if not gpus:
-            problems.append("the megatron workload needs NVIDIA GPUs and nvidia-smi lists none here: run on a GPU "
-                            "node, or use --workload reference for the CPU reference run")
-        elif spec.nnodes == 1 and len(gpus) < spec.gpus_per_node:
-            problems.append(f"GPUS_PER_NODE={spec.gpus_per_node} but this node has {len(gpus)} GPU(s): "
-                            f"set GPUS_PER_NODE={len(gpus)} or less")
-    if spec.workload == "megatron-cpu" and discovery.nvidia_smi_gpus():
-        problems.append("the megatron-cpu workload runs Megatron on CPU through a CUDA->CPU shim, which refuses a "
-                        "machine with GPUs: use --workload megatron on this GPU node")
+    problems += spec.workload_type.machine_problems(spec, tuple(discovery.nvidia_smi_gpus() or ()))
     kind = FAULT_KINDS.get(spec.fault)
     if kind is not None and kind.fills_filesystem:  # disk-full: a tmpfs mounted here, on the run's checkpoints/
         if spec.nnodes > 1 and not plan.local:
@@ -140,6 +130,9 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
         problems.extend(tmpfs.problems())
     if problems:
         raise SpecError(problems)
+
+
+PASSED_OVER_SHOWN = 3  # earlier baselines of the configuration named with why they are not reused
 
 
 @dataclass(frozen=True)
@@ -183,7 +176,12 @@ def obtain_baseline(plan: Plan, *, deadline_s: float | None = None, out: TextIO 
     if choice.mode == "path":
         say(f"baseline: {choice.path} (given; this run's config hash {h})")
         return BaselineUsed(choice.path, "given", choice.config_hash)
-    found = baselinemod.find_reusable(plan.spec.work_dir, choice.config_hash, exclude=(plan.spec.run_id,))
+    seen = baselinemod.candidates(plan.spec.work_dir, choice.config_hash, exclude=(plan.spec.run_id,))
+    found = next((c.path for c in seen if c.problem is None), None)
+    for c in seen[:PASSED_OVER_SHOWN]:
+        if c.path == found:
+            break
+        say(f"baseline: passing over {c.path.name} (config hash {h}): {c.problem}")  # the newer ones first
     if found is not None:
         say(f"baseline: reusing {found.name} (config hash {h})")
         return BaselineUsed(found, "reused", choice.config_hash, seconds=time.monotonic() - started)
@@ -219,17 +217,17 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
                         baseline: Path | BaselineUsed | None = None) -> Outcome:
     """execute() after its preflight passed (the caller announced the run in between)."""
     used = baseline if isinstance(baseline, BaselineUsed) else None
+    promise = _promise(plan, baseline)
     if used is not None:
         baseline = used.path if used.problem is None else None
-    prepare(plan, dry_run=False)  # claims the run directory: one run ID, one run
+    prepare(plan, dry_run=False, baseline_promise=promise)  # claims the run directory: one run ID, one run
     try:
         # One reader for the whole run: the watcher polls it while the run is live, then the
         # verdict takes its last read (only what was appended since, and the checkpoints).
         reader = HistoryReader(plan.layout.root, inspect_checkpoints=False, losses=baseline is not None)
         watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast, reader=reader)
         spec = plan.spec
-        watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s); the next line comes when "
-                    "the launcher records the workers' start")
+        watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s)")
         result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
                                watch=_warming(watcher), base_env=base_env, on_stop=_step_canceller(plan, base_env))
         base = read_baseline(baseline) if baseline is not None else None
@@ -245,6 +243,17 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
     finally:
         release(plan.layout)
     return Outcome(plan, result, verdict, found, written.picture_problem, known_defects(verdict, read))
+
+
+def _promise(plan: Plan, baseline: Path | BaselineUsed | None) -> contractmod.BaselinePromise:
+    """The baseline run.json's contract records for this launch: the one it is judged against."""
+    if isinstance(baseline, BaselineUsed):
+        return contractmod.BaselinePromise(baseline.how, baseline.path, baseline.why, baseline.problem)
+    if baseline is not None:
+        return contractmod.BaselinePromise(contractmod.GIVEN, Path(baseline))
+    choice = baselinemod.choose(plan.spec)
+    why = choice.why if choice.mode == baselinemod.NONE else "this launch was given no baseline run"
+    return contractmod.BaselinePromise(contractmod.NONE, why=why)
 
 
 def _warm_up() -> None:
