@@ -1696,11 +1696,12 @@ def check_run_dir(run_dir: Path) -> None:
     except OSError:
         has_ckpt = False
     if not (has_logs or has_marker or has_ckpt):
-        what = "only run.json (a planned or dry run that never launched)" if (run_dir / "run.json").exists() else "nothing"
-        raise RunDirError(
-            f"{run_dir} holds {what}: no logs (logs/*.log), no {MARKER_NAME} and no checkpoints; "
-            "point verify at the directory of a run that was launched"
-        )
+        if (run_dir / "run.json").exists():  # said the same to every command that reads it (verify, report, ...)
+            raise RunDirError(f"{run_dir} is a plan that never ran: it holds only run.json (from nvrx-qual plan or a "
+                              f"dry run), no logs, no {MARKER_NAME} and no checkpoints; nothing to judge until it is "
+                              "launched (nvrx-qual run)")
+        raise RunDirError(f"{run_dir} holds nothing: no logs (logs/*.log), no {MARKER_NAME} and no checkpoints; give "
+                          "the directory of a launched run")
 
 
 def _tracker_text(directory: Path) -> str | None:

@@ -229,7 +229,8 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
         spec = plan.spec
         watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s)")
         result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
-                               watch=_warming(watcher), base_env=base_env, on_stop=_step_canceller(plan, base_env))
+                               watch=_warming(watcher), base_env=base_env, on_stop=_step_canceller(plan, base_env),
+                               on_signal=watcher.say)  # Ctrl-C is acknowledged at once, as a progress line
         base = read_baseline(baseline) if baseline is not None else None
         digest = evidence.digest(plan.layout.root)  # the launch has ended: what the final read sees
         read = reader.read(final=True, inspect_checkpoints=True)

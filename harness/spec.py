@@ -492,10 +492,11 @@ KNOBS: tuple[Knob, ...] = (
     Knob("save_interval", "--save-interval", _parse_int, "checkpoint every N iterations", "SAVE_INTERVAL",
          "a positive integer", check=_at_least(1, "save interval", "save_interval", word="a positive integer")),
     Knob("fault", "--fault", _parse_choice(FAULTS),
-         "; ".join(f"{k.name}: {k.help}" for k in FAULT_KINDS.values()) + "; none: no fault", "NVRX_DEMO_FAULT",
+         f"what to inject: {', '.join(FAULT_KINDS)}; none (an uninterrupted run); campaign (with --faults 2 or "
+         "more); what each kind does: docs/faults.md", "NVRX_DEMO_FAULT",
          ", ".join(FAULTS), check=_check_fault),
     Knob("fault_at", "--fault-at", _parse_choice(tuple(FAULT_MOMENTS)),
-         "; ".join(f"{m.name}: {m.help}" for m in FAULT_MOMENTS.values()), "NVRX_FAULT_AT",
+         f"when: {', '.join(FAULT_MOMENTS)}; each moment: docs/faults.md", "NVRX_FAULT_AT",
          ", ".join(FAULT_MOMENTS)),
     Knob("fault_after", "--fault-after", _parse_choice(tiers.FAULT_AFTER),
          "after-commit: the checkpoint tier whose commit fires the fault: persistent (--save), non-persistent "
@@ -504,8 +505,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("fault_rank", "--fault-rank", _parse_int, "global rank that injects the fault", "NVRX_FAULT_RANK",
          "a rank number such as 0 or 1", check=_check_fault_rank),
     Knob("faults", "--faults", _parse_int,
-         "a campaign: this many faults in one job (2 or more; fault 'campaign'), their kinds, ranks and moments "
-         "drawn from --seed; TRAIN_ITERS and --max-restarts are sized from it unless given (docs/campaigns.md)",
+         "faults in one job: 1 is the one --fault; 2 or more is a campaign (fault 'campaign'), its kinds, ranks and "
+         "moments drawn from --seed; TRAIN_ITERS and --max-restarts are sized from it unless given "
+         "(docs/campaigns.md)",
          "NVRX_QUAL_FAULTS", f"an integer from 1 to {MAX_PLANNED_FAULTS}", check=_check_faults),
     Knob("seed", "--seed", _parse_int,
          "a campaign's seed: the same seed gives the same schedule (replay); default: drawn, printed and recorded "

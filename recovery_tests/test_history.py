@@ -353,7 +353,7 @@ def _plan_only(p: Path) -> Path:
     (_missing, "does not exist"),
     (_a_file, "is not a directory"),
     (_empty, "holds nothing"),
-    (_plan_only, "holds only run.json (a planned or dry run that never launched)"),
+    (_plan_only, "is a plan that never ran: it holds only run.json"),
 ])
 def test_unreadable_run_dirs_say_why(tmp_path, make, why):
     with pytest.raises(RunDirError) as info:

@@ -189,12 +189,18 @@ class TestAccepted:
         assert f"--run-dir {tmp_path}/w/runs/env-run" in out and "--fault hang --fault-rank 3" in out
         assert "--nproc-per-node 4" in out and "CUDA_DEVICE_MAX_CONNECTIONS=1" in out
 
-    def test_no_run_id_generates_a_fresh_one(self, capsys, tmp_path, megatron):
+    def test_no_run_id_generates_a_fresh_one(self, capsys, tmp_path, megatron, monkeypatch):
+        """A run without a run ID gets a fresh one; a dry run (plan) one per scenario, which the
+        next dry run of it replaces, so that plans do not pile up in runs/."""
+        monkeypatch.delenv("NVRX_RUN_ID", raising=False)
+        flags = {"workload": "reference", "work_dir": tmp_path / "work"}
+        ids = {specmod.from_sources(flags, {}).run_id for _ in range(2)}
+        assert len(ids) == 2 and all(i.startswith("reference-kill-") for i in ids)
         argv = [a for a in base(tmp_path, megatron) if a not in ("--run-id", "val-1")]
         assert cli.main(["plan", "--nvrx-version", "0.7.0", *argv]) == 0
         assert cli.main(["plan", "--nvrx-version", "0.7.0", *argv]) == 0
         runs = sorted(p.name for p in (tmp_path / "work" / "runs").iterdir())
-        assert len(runs) == 2 and all(r.startswith("megatron-kill-") for r in runs)
+        assert runs == ["megatron-kill-dry-run"]
 
     def test_dry_run_then_real_run_reuses_the_planned_directory(self, capsys, tmp_path, megatron):
         assert cli.main(["plan", "--nvrx-version", "0.7.0", *base(tmp_path, megatron)]) == 0
