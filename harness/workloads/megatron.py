@@ -19,13 +19,13 @@ ENTRYPOINT = "pretrain_gpt.py"
 # Flags the harness sets from the RunSpec; passing them again after `--` would silently
 # disagree with what the checks expect.
 OWNED_FLAGS = {
-    "--save": "the run's checkpoint dir (use NVRX_CHECKPOINT_DIR)",
-    "--load": "the run's checkpoint dir (use NVRX_CHECKPOINT_DIR)",
+    "--save": "the run's checkpoint dir (use --checkpoint-dir)",
+    "--load": "the run's checkpoint dir (use --checkpoint-dir)",
     "--save-interval": "--save-interval",
-    "--train-iters": "TRAIN_ITERS / --train-iters",
-    "--tensor-model-parallel-size": "TP / --tp",
-    "--pipeline-model-parallel-size": "PP / --pp",
-    "--context-parallel-size": "CP / --cp",
+    "--train-iters": "--train-iters",
+    "--tensor-model-parallel-size": "--tp",
+    "--pipeline-model-parallel-size": "--pp",
+    "--context-parallel-size": "--cp",
     "--num-layers": "--num-layers",
     "--hidden-size": "--hidden-size",
     "--num-attention-heads": "--num-attention-heads",
@@ -72,10 +72,10 @@ def schedule_problems(spec: "RunSpec") -> list[str]:
         return []  # the user's schedule: Megatron judges it
     if spec.train_iters > LR_WARMUP_ITERS:
         return []
-    return [f"TRAIN_ITERS={spec.train_iters} is not above the learning-rate warmup of {LR_WARMUP_ITERS} iterations, "
-            "and the decay runs over TRAIN_ITERS (Megatron's OptimizerParamScheduler: "
+    return [f"{spec.say('train_iters')} is not above the learning-rate warmup of {LR_WARMUP_ITERS} iterations, "
+            "and the decay runs over the train iterations (Megatron's OptimizerParamScheduler: "
             "'assert self.lr_warmup_steps < self.lr_decay_steps', on every rank before the first step): set "
-            f"TRAIN_ITERS={LR_WARMUP_ITERS + 1} or more, or give --lr-warmup-iters after --"]
+            f"{spec.say('train_iters', LR_WARMUP_ITERS + 1)} or more, or give --lr-warmup-iters after --"]
 
 
 def argv(spec: "RunSpec", entrypoint: str | None = None) -> list[str]:
