@@ -36,6 +36,11 @@ def _given(field: str, flags: Mapping[str, object], env: Mapping[str, str]) -> b
     return flags.get(field) is not None or bool(knob.env and env.get(knob.env, "") != "")
 
 
+def _named(field: str, flags: Mapping[str, object], env: Mapping[str, str]) -> str:
+    """The knob as the user gave it, before a RunSpec exists (RunSpec.knob once it does)."""
+    return specmod.knob_name(field, env=flags.get(field) is None and _given(field, flags, env))
+
+
 def detected_defaults(flags: Mapping[str, object], env: Mapping[str, str], *,
                       probe: Callable[[list[str]], discovery.WorkerImports] = discovery.worker_imports) -> dict:
     """Facts of this machine that feed RunSpec defaults (declared values always win).
@@ -55,8 +60,9 @@ def detected_defaults(flags: Mapping[str, object], env: Mapping[str, str], *,
                   else [str(_declared("python", flags, env) or sys.executable)])
         imports = probe(python)
         if imports.problem is not None:
+            python_knob = "uv run" if found["uv"] else _named("python", flags, env)
             raise SpecError([f"could not ask the workers' interpreter whether Transformer Engine and apex import "
-                             f"({imports.problem}): fix --python, or declare both with --transformer-engine 0|1 "
+                             f"({imports.problem}): fix {python_knob}, or declare both with --transformer-engine 0|1 "
                              "--apex 0|1"])
         found["transformer_engine"], found["apex"] = imports.transformer_engine, imports.apex
     return found
@@ -70,15 +76,30 @@ def resolve_spec(flags: Mapping[str, object], extra: tuple[str, ...] = (), env: 
     env = dict(os.environ if env is None else env)
     flags = dict(flags)
     spec = specmod.from_sources(flags, env, extra, detected_defaults(flags, env))
-    if _given("nvrx_path", flags, env) or _given("nvrx_version", flags, env):
-        target = nvrx.resolve(spec.nvrx_version, spec.nvrx_path)  # `--nvrx-path ''`: the one pip installed
+    problems: list[str] = []
+    target: nvrx.NvrxTarget | None = None
+    if (spec.nvrx_path is not None and _given("nvrx_path", flags, env)
+            and (problem := nvrx.install_problem(spec.nvrx_path)) is not None):
+        # A launcher path must hold an NVRx: never another one found on sys.path in its place.
+        # The other problems, validate()'s, are named with it below.
+        problems.append(f"{spec.say('nvrx_path')} {problem}: point it at a directory holding an NVRx install "
+                        "(tools/install-nvrx-target.sh VERSION .nvrx/VERSION makes one), or use "
+                        f"{spec.say('nvrx_path', '')} for the one pip installed")
+    elif _given("nvrx_path", flags, env) or _given("nvrx_version", flags, env):
+        # `--nvrx-path ''`: the one pip installed
+        target = nvrx.resolve(spec.nvrx_version, spec.nvrx_path, version_name=spec.knob("nvrx_version"))
     else:  # neither given: the newest this machine has, pip's or a side-by-side .nvrx/VERSION
         target = nvrx.newest() or nvrx.resolve(None, None)
         spec = dataclasses.replace(spec, nvrx_path=target.path)
     rdzv_port, log_port = ports.free_ports(2)
     if (spec.nnodes == 1 or spec.local_nodes) and not spec.rdzv_endpoint:
         spec = dataclasses.replace(spec, rdzv_endpoint=f"127.0.0.1:{rdzv_port}")
-    if target.routes_logs and spec.log_server_port is None:
+    if target is not None and target.routes_logs and spec.log_server_port is None:
         spec = dataclasses.replace(spec, log_server_port=log_port)
-    restored = specmod.validate(spec, needs_endpoint=not for_sbatch)
+    try:
+        restored = specmod.validate(spec, needs_endpoint=not for_sbatch)
+    except SpecError as exc:
+        problems += exc.problems
+    if problems or target is None:
+        raise SpecError(problems)
     return spec, target, restored
