@@ -1,0 +1,85 @@
+"""Plans that cannot deliver what they promise are refused before anything starts (issue 31
+item 3): `nvrx-qual run` exits 2 with one sentence per problem naming the flag (or the
+environment variable the value came from) and the fix, and launches nothing: no run
+directory with launch.json, no uninterrupted twin. Through the real command line, in a
+subprocess, with a fresh work directory each time."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures.processes import run_in_session
+from fixtures.runs import SPEC_ENV_NAMES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def refused_run(tmp_path: Path, *argv: str, env: dict[str, str] | None = None) -> str:
+    """`nvrx-qual run --workload reference ARGV` in a fresh work directory: exit 2, nothing
+    launched and nothing created there. Returns stderr."""
+    work = tmp_path / "work"
+    clean = {k: v for k, v in os.environ.items() if k not in SPEC_ENV_NAMES}
+    clean.update(env or {})
+    clean["PYTHONPATH"] = str(ROOT)
+    started = time.monotonic()
+    # A plan that is not refused launches a twin and a fault run (about 70 s): the timeout stops it.
+    done = run_in_session([sys.executable, "-m", "harness", "run", "--workload", "reference", "--work-dir", str(work),
+                           *argv], timeout_s=240, cwd=tmp_path, env=clean)
+    took = time.monotonic() - started
+    launched = sorted(str(p.relative_to(work)) for p in work.rglob("launch.json")) if work.exists() else []
+    twins = sorted(p.name for p in (work / "runs").glob("*-baseline*")) if (work / "runs").exists() else []
+    assert not launched and not twins, (launched, twins, done.stdout[-2000:])
+    assert done.returncode == 2, (done.returncode, took, done.stderr[-2000:])
+    assert not (work / "runs").exists() or not any((work / "runs").iterdir()), list((work / "runs").iterdir())
+    print(f"refused in {took:.1f} s: {done.stderr.strip()}")  # the figure for the record (no timed assert)
+    return done.stderr
+
+
+def test_a_launcher_path_that_is_not_there_is_refused(tmp_path: Path) -> None:
+    missing = tmp_path / "missing-dir"
+    err = refused_run(tmp_path, "--nvrx-path", str(missing))
+    assert f"--nvrx-path={missing} is not a directory" in err, err
+    assert "--nvrx-path=''" in err  # the fix: or the one pip installed
+
+
+def test_a_launcher_path_that_holds_no_nvrx_is_refused(tmp_path: Path) -> None:
+    empty = tmp_path / "no-nvrx"
+    empty.mkdir()
+    err = refused_run(tmp_path, "--nvrx-path", str(empty))
+    assert f"--nvrx-path={empty} holds no NVRx install" in err, err
+
+
+def test_a_launcher_path_from_the_environment_is_named_by_its_variable(tmp_path: Path) -> None:
+    missing = tmp_path / "missing-dir"
+    err = refused_run(tmp_path, env={"NVRX_QUAL_NVRX_PATH": str(missing)})
+    assert f"NVRX_QUAL_NVRX_PATH={missing} is not a directory" in err and "--nvrx-path" not in err, err
+
+
+def test_a_save_interval_that_leaves_no_checkpoint_before_the_fault_is_refused(tmp_path: Path) -> None:
+    err = refused_run(tmp_path, "--save-interval", "50", "--train-iters", "30")
+    assert "--save-interval=50" in err and "--train-iters=30" in err, err
+    assert "SAVE_INTERVAL" not in err and "TRAIN_ITERS" not in err, err
+
+
+def test_more_faults_than_restarts_is_refused(tmp_path: Path) -> None:
+    err = refused_run(tmp_path, "--faults", "3", "--seed", "5", "--max-restarts", "1")
+    assert "--max-restarts=1 allows 1 restart and this plan injects 3 faults" in err, err
+
+
+@pytest.mark.parametrize(("argv", "env", "named", "not_named"), [
+    (("--train-iters", "-5"), {}, "--train-iters=-5 must be a positive integer", "TRAIN_ITERS"),
+    ((), {"TRAIN_ITERS": "-5"}, "TRAIN_ITERS=-5 must be a positive integer", "--train-iters"),
+    (("--fault-rank", "7"), {}, "--fault-rank=7 is outside the active world of 2 rank(s)", "NVRX_FAULT_RANK"),
+    ((), {"NVRX_FAULT_RANK": "7"}, "NVRX_FAULT_RANK=7 is outside the active world of 2 rank(s)", "--fault-rank"),
+    (("--nnodes", "2"), {}, "--nnodes=2 needs --rdzv-endpoint", "RDZV_ENDPOINT"),
+    ((), {"NNODES": "2"}, "NNODES=2 needs --rdzv-endpoint", "--nnodes"),
+], ids=["train-iters-flag", "train-iters-env", "fault-rank-flag", "fault-rank-env", "nnodes-flag", "nnodes-env"])
+def test_an_error_names_what_the_user_typed(tmp_path: Path, argv, env, named, not_named) -> None:
+    err = refused_run(tmp_path, *argv, env=env)
+    assert named in err, err
+    assert not_named not in err, err
