@@ -448,7 +448,8 @@ def _check_max_restarts(spec: RunSpec) -> list[str]:
                  f"{spec.say('max_restarts', 1)} or more"] if spec.max_restarts < 1 else [])
     if spec.max_restarts >= planned:
         return []
-    what = "" if spec.fault == CAMPAIGN else f" ({spec.say('fault_at')}: {', then '.join(f.moment for f in spec.schedule)})"
+    moments = ", then ".join(f.moment for f in spec.schedule)
+    what = "" if spec.fault == CAMPAIGN else f" ({spec.say('fault_at')}: {moments})"
     sized = f", or leave {spec.knob('max_restarts')} out (the campaign sizes it)" if spec.fault == CAMPAIGN else ""
     return [f"{spec.say('max_restarts')} allows {spec.max_restarts} restart{'s' if spec.max_restarts != 1 else ''} "
             f"and this plan injects {planned} faults{what}, each recovered by a restart of its own: the budget "
@@ -883,9 +884,11 @@ def reach_problems(spec: RunSpec, restored: int = 0) -> list[str]:
         intervals += f" (and {tiers.NP_INTERVAL_FLAG} {commits.non_persistent_interval} after --)"
     iters = spec.say("train_iters")
     if miss.missing == campaign.NO_LOAD:
+        restored = ("a non-persistent one, whose files it does not watch (it watches iter_* under checkpoints/)"
+                    if miss.after else "none (nothing was committed yet)")
         return [f"{which} fires while the replacement loads the checkpoint its cycle restored, and that is "
-                f"{'a non-persistent one, whose files it does not watch (it watches iter_* under checkpoints/)' if miss.after else 'none (nothing was committed yet)'}: "
-                f"use {spec.say('fault_after', tiers.PERSISTENT)} so the first fault waits for a persistent commit"]
+                f"{restored}: use {spec.say('fault_after', tiers.PERSISTENT)} so the first fault waits for a "
+                "persistent commit"]
     if miss.missing == campaign.NO_COMMIT:
         why = f"{intervals} and {iters} commit no checkpoint after {since} before the final iteration"
     elif miss.missing == campaign.FINAL_COMMIT:
@@ -1079,7 +1082,8 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
                         f"{named} holds {shown}, {tracked}: the run would save over "
                         f"them and delete their files; they are yours, so nothing is touched: move them out (e.g. "
                         f"mkdir {ckpt}.newer && mv {ckpt}/{newer[0][1]} ... {ckpt}.newer/), or point "
-                        f"{spec.knob('checkpoint_dir')} at a copy, or write the newest complete one into {TRACKER_NAME}")
+                        f"{spec.knob('checkpoint_dir')} at a copy, or write the newest complete one into "
+                        f"{TRACKER_NAME}")
                 need = restored + 2 * spec.save_interval
                 if restored and spec.train_iters < need:
                     too_short = True

@@ -77,8 +77,8 @@ def problems(topo: Topology, num_layers: int, num_heads: int, say: Say = _flag) 
         return out
     if num_heads % topo.tp:
         out.append(f"{say('num_attention_heads', num_heads)} is not divisible by {tp}: choose a tensor-parallel size "
-                   f"that divides {num_heads} (Megatron's TransformerConfig: 'num_attention_heads ({num_heads}) must be "
-                   f"a multiple of tensor_model_parallel_size ({topo.tp})')")
+                   f"that divides {num_heads} (Megatron's TransformerConfig: 'num_attention_heads ({num_heads}) must "
+                   f"be a multiple of tensor_model_parallel_size ({topo.tp})')")
     if num_layers % topo.pp:
         out.append(f"{say('num_layers', num_layers)} is not divisible by {pp}: choose a pipeline-parallel size that "
                    f"divides {num_layers} (Megatron's validate_args: 'Number of layers should be divisible by the "

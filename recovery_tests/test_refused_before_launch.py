@@ -15,6 +15,8 @@ import pytest
 
 from fixtures.processes import run_in_session
 from fixtures.runs import SPEC_ENV_NAMES
+from harness.resolve import resolve_spec
+from harness.spec import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,3 +85,20 @@ def test_an_error_names_what_the_user_typed(tmp_path: Path, argv, env, named, no
     err = refused_run(tmp_path, *argv, env=env)
     assert named in err, err
     assert not_named not in err, err
+
+
+def test_the_suites_own_scenarios_are_refused_the_same_way(tmp_path: Path) -> None:
+    """A save interval longer than the training was once an e2e scenario of its own (a launch
+    whose fault never fired: the nemesis's report at exit, the watcher's early stop and the
+    "never injected" verdict, each still tested on its own: test_nemesis's final-checkpoint
+    case, test_watch's fault-never-fired, test_criteria's never-fired run directory). The
+    fixtures' typed values are refused before launch like the command line's, naming the flag."""
+    flags = {"workload": "reference", "fault": "kill", "work_dir": tmp_path / "work", "run_id": "never-fires",
+             "save_interval": 40}
+    with pytest.raises(SpecError) as err:
+        resolve_spec(flags, (), {})
+    assert err.value.problems == [
+        "the kill fault at after-commit cannot happen: with --save-interval=40 and --train-iters=30 the first "
+        "checkpoint after the start that it waits for is the final one (iteration 30): a fault there leaves nothing "
+        "to recover and no checkpoint after it; set --train-iters=41 or more, or a smaller --save-interval"]
+    assert not (tmp_path / "work").exists()
