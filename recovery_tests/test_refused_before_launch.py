@@ -7,6 +7,7 @@ subprocess, with a fresh work directory each time."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -15,23 +16,25 @@ import pytest
 
 from fixtures.processes import run_in_session
 from fixtures.runs import SPEC_ENV_NAMES
+from harness import discovery
 from harness.resolve import resolve_spec
 from harness.spec import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def refused_run(tmp_path: Path, *argv: str, env: dict[str, str] | None = None) -> str:
-    """`nvrx-qual run --workload reference ARGV` in a fresh work directory: exit 2, nothing
-    launched and nothing created there. Returns stderr."""
+def refused_run(tmp_path: Path, *argv: str, env: dict[str, str] | None = None, workload: str = "reference") -> str:
+    """`nvrx-qual run --workload WORKLOAD ARGV` in a fresh work directory (WORKLOAD '': the
+    default one): exit 2, nothing launched and nothing created there. Returns stderr."""
     work = tmp_path / "work"
     clean = {k: v for k, v in os.environ.items() if k not in SPEC_ENV_NAMES}
     clean.update(env or {})
     clean["PYTHONPATH"] = str(ROOT)
     started = time.monotonic()
     # A plan that is not refused launches a twin and a fault run (about 70 s): the timeout stops it.
-    done = run_in_session([sys.executable, "-m", "harness", "run", "--workload", "reference", "--work-dir", str(work),
-                           *argv], timeout_s=240, cwd=tmp_path, env=clean)
+    chosen = ["--workload", workload] if workload else []
+    done = run_in_session([sys.executable, "-m", "harness", "run", *chosen, "--work-dir", str(work), *argv],
+                          timeout_s=240, cwd=tmp_path, env=clean)
     took = time.monotonic() - started
     launched = sorted(str(p.relative_to(work)) for p in work.rglob("launch.json")) if work.exists() else []
     twins = sorted(p.name for p in (work / "runs").glob("*-baseline*")) if (work / "runs").exists() else []
@@ -66,6 +69,32 @@ def test_a_save_interval_that_leaves_no_checkpoint_before_the_fault_is_refused(t
     err = refused_run(tmp_path, "--save-interval", "50", "--train-iters", "30")
     assert "--save-interval=50" in err and "--train-iters=30" in err, err
     assert "SAVE_INTERVAL" not in err and "TRAIN_ITERS" not in err, err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (("--nvrx-path", "{tmp}/missing-dir"), "--nvrx-path={tmp}/missing-dir is not a directory"),
+    (("--save-interval", "50", "--train-iters", "30"), "with --save-interval=50 and --train-iters=30"),
+], ids=["nvrx-path", "save-interval"])
+def test_the_issues_commands_with_the_default_workload_are_refused(tmp_path: Path, argv, said) -> None:
+    """The GPU workload (the default, refused here for its missing checkout too) is refused as
+    quickly: the workers' interpreter is not asked about the GPU stack for a refused plan."""
+    err = refused_run(tmp_path, *(a.format(tmp=tmp_path) for a in argv), workload="")
+    assert said.format(tmp=tmp_path) in err, err
+
+
+def test_a_refusal_does_not_wait_for_the_gpu_stacks_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asking the workers' interpreter whether Transformer Engine and apex import takes seconds
+    (it imports torch); a plan refused anyway is refused without asking."""
+    def no_probe(python):
+        raise AssertionError(f"the GPU stack was probed ({python}) for a plan refused anyway")
+
+    monkeypatch.setattr(discovery, "worker_imports", no_probe)
+    monkeypatch.setattr(discovery, "nvidia_smi_gpus", lambda: ())
+    with pytest.raises(SpecError, match=re.escape("--train-iters=-5 must be a positive integer")):
+        resolve_spec({"workload": "megatron", "work_dir": tmp_path / "w", "train_iters": "-5"}, (), {})
+    (tmp_path / "pretrain_gpt.py").write_text("")
+    with pytest.raises(AssertionError, match="the GPU stack was probed"):  # and a plan that passes asks
+        resolve_spec({"workload": "megatron", "work_dir": tmp_path / "w", "megatron_path": tmp_path}, (), {})
 
 
 def test_more_faults_than_restarts_is_refused(tmp_path: Path) -> None:
