@@ -119,7 +119,7 @@ def test_simultaneous_runs_with_one_run_id_exactly_one_wins(tmp_path, dry_run):
     won = [g for g in got if g[0] == "won"]
     assert len(won) == 1, got
     refusals = [g[1] for g in got if g[0] == "refused"]
-    assert all("same-id" in r and "use a new NVRX_RUN_ID" in r for r in refusals), refusals
+    assert all("same-id" in r and "use a new --run-id" in r for r in refusals), refusals
     root = tmp_path / "work" / "runs" / "same-id"
     assert (root / "run.json").is_file() and not (root / CLAIM_NAME).exists()  # the claim goes with its holder
 
@@ -155,7 +155,8 @@ def test_a_work_dir_that_is_a_file_or_an_over_long_run_id_is_refused_not_a_crash
         argv = ["plan", "--workload", "reference", "--work-dir", str(tmp_path / "work"), "--run-id", "r" * 300]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
-    assert "Traceback" not in err and ("NVRX_WORK_DIR" in err or "NVRX_RUN_ID" in err), err
+    assert "Traceback" not in err and ("--work-dir=" in err or "--run-id=" in err), err
+    assert "NVRX_WORK_DIR" not in err and "NVRX_RUN_ID" not in err, err  # the flags were typed
 
 
 # ---------------------------------------------------------------- dry runs do not pile up
