@@ -98,8 +98,8 @@ def test_plan_refuses_a_run_directory_with_an_earlier_runs_logs_or_checkpoints(t
     before = snapshot(root)
     assert cli.main(plan_argv(tmp_path / "work")) == 2
     err = capsys.readouterr().err
-    assert f"run directory {root} already holds {left}/" in err and "use a new NVRX_RUN_ID" in err
-    assert "NVRX_CHECKPOINT_DIR" in err and f"mv {root} {root}.old" in err
+    assert f"run directory {root} already holds {left}/" in err and "use a new --run-id" in err
+    assert "--checkpoint-dir=<the copy>" in err and f"mv {root} {root}.old" in err
     assert snapshot(root) == before and not (root / "run.json").exists()
     # the claim's own check, under the lock, says the same (a race cannot slip past validate)
     flags = {"workload": "reference", "work_dir": tmp_path / "other", "run_id": "mine", "fault": "none"}
