@@ -27,7 +27,7 @@ import stat
 import time
 from collections import deque
 from itertools import compress, repeat
-from operator import eq, lt
+from operator import eq, gt, itemgetter, lt
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -533,8 +533,8 @@ class _Hits:
         if not found:
             self.ps = self.ss = self.les = self.first = self.ok = ()
             return
-        ps, ss, es = zip(*found)
-        les = list(map(data.find, repeat(b"\n"), es, repeat(n)))
+        ps, ss = list(map(itemgetter(0), found)), list(map(itemgetter(1), found))
+        les = list(map(data.find, repeat(b"\n"), map(itemgetter(2), found), repeat(n)))
         if les[-1] < 0:  # the chunk's last line is cut (a final read): it ends at n
             les = [n if x < 0 else x for x in les]
         first = list(map(lt, [-1, *les[:-1]], ss))
@@ -545,13 +545,12 @@ class _Hits:
 
     def line_starts(self) -> list[int]:
         if self._lss is None:
-            self._lss = [x + 1 for x in map(self.data.rfind, repeat(b"\n"), repeat(0), self.ss)]
+            self._lss = list(map((1).__add__, map(self.data.rfind, repeat(b"\n"), repeat(0), self.ss)))
         return self._lss
 
     def strict(self) -> list[bool]:
-        if self._strict is None:
-            self._strict = [ok and not twenty for ok, twenty in
-                            zip(self.ok, map(self.data.startswith, repeat(b"20"), self.line_starts()))]
+        if self._strict is None:  # ok and not twenty: True > False is the one True
+            self._strict = list(map(gt, self.ok, map(self.data.startswith, repeat(b"20"), self.line_starts())))
         return self._strict
 
     def lane_end(self, i: int, strict: bool) -> int:
@@ -855,9 +854,12 @@ class LogParser:
         """The save lines of hits[a:b] (lines of the start that trains, each a save line): per
         kind, counted, and of those its record keeps, the raw line and its number, copied once,
         decoded never. Returns (pos, line) after the last of them."""
-        data, ps, les = hits.data, hits.ps, hits.les
-        firsts = list(compress(range(a, b), hits.first[a:b]))  # one hit per line
-        kinds = list(map(ps.__getitem__, firsts))
+        data, ps, les, first = hits.data, hits.ps, hits.les, hits.first
+        if all(first[a:b]):  # one hit per line, the usual save line
+            firsts, kinds = range(a, b), ps[a:b]
+        else:
+            firsts = list(compress(range(a, b), first[a:b]))
+            kinds = list(map(ps.__getitem__, firsts))
         present = set(kinds)
         start = self.starts[-1]
         plans, wanted = [], set()
