@@ -26,9 +26,9 @@ import re
 import stat
 import time
 from collections import deque
+from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import eq, gt, itemgetter, lt
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
@@ -515,12 +515,12 @@ def _screen(keywords: tuple[bytes, ...]) -> _Screen:
 
 
 class _Hits:
-    """The screen's hits in one chunk, one a pattern occurrence, and what the save lanes need of
-    them, each computed for all hits at once in C loops (map): where each hit's line ends,
-    whether it is the first hit of its line, whether it lets its line be a save line (`ok`: a
-    first hit that is a phrase its pattern matches, a later one a harmless keyword), and, when asked
-    for, where each line starts and `strict` (ok, and the line does not start with a harness
-    console stamp "20..", which the full path still reads for the UTC offset)."""
+    """The screen's hits in one chunk (each a pattern's occurrence, in order) and what the save
+    lanes need of them, each computed for all hits at once in C loops (map): where each hit's
+    line ends, whether it is the first hit of its line, whether it lets its line be a save line
+    (`ok`: a first hit that is a phrase its pattern matches, a later one a harmless keyword),
+    and, when asked for, where each line starts and `strict` (ok, and the line does not start
+    with a harness console stamp "20..", which the full path still reads for the UTC offset)."""
 
     __slots__ = ("data", "ps", "ss", "les", "first", "ok", "_lss", "_strict")
 
@@ -573,6 +573,7 @@ class _Hits:
         while j < len(first) and not first[j]:
             j += 1
         return all(flags[i:j])
+
 
 # Named groups: the quantity dialect.number checks them against (other groups are text).
 _QUANTITY = {"iteration": "iteration", "last_valid": "iteration", "owner": "rank", "target_rank": "rank",
