@@ -65,16 +65,6 @@ def trajectory_args(extra: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _entrypoint(spec: RunSpec) -> Path | None:
-    from harness.workloads import megatron, megatron_cpu, reference_args
-
-    if spec.workload == "reference":
-        return reference_args.SCRIPT
-    if spec.workload == "megatron-cpu":
-        return Path(megatron_cpu.entrypoint(spec))
-    return Path(spec.megatron_path) / megatron.ENTRYPOINT if spec.megatron_path is not None else None
-
-
 def _digest(path: Path | None) -> str | None:
     if path is None:
         return None
@@ -92,7 +82,7 @@ def trajectory(spec: RunSpec) -> dict:
         values[name] = str(value) if isinstance(value, Path) else value
     values["global_batch_size"] = spec.topology.effective_global_batch
     values["workload_args"] = list(trajectory_args(spec.extra_args))
-    script = _entrypoint(spec)
+    script = spec.workload_type.entrypoint(spec)
     values["entrypoint"] = str(script) if script is not None else None
     values["entrypoint_sha256"] = _digest(script)
     return values

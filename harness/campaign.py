@@ -18,15 +18,16 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from harness.dialect import BOUNDS
-from harness.faults import CAMPAIGN_MOMENTS, FAULT_KINDS, NODE, WORKLOAD_MOMENTS, PlannedFault
+from harness import workloads
+from harness.faults import CAMPAIGN_MOMENTS, FAULT_KINDS, NODE, PlannedFault
 
 MAX_SEED = int(BOUNDS["record"][1])  # the largest whole number run.json and verdict.json keep exactly
 
 
 def moments_of(kind: str, workload: str) -> tuple[str, ...]:
     """The campaign moments a kind can fire at on this workload (CAMPAIGN_MOMENTS, in order)."""
-    k = FAULT_KINDS[kind]
-    return tuple(m for m in CAMPAIGN_MOMENTS if k.allows(m) and m in WORKLOAD_MOMENTS.get(workload, ()))
+    k, shown = FAULT_KINDS[kind], workloads.find(workload)
+    return tuple(m for m in CAMPAIGN_MOMENTS if k.allows(m) and shown is not None and m in shown.moments)
 
 
 def kind_problem(kind: str, workload: str, *, nnodes: int = 1) -> str | None:
@@ -38,7 +39,7 @@ def kind_problem(kind: str, workload: str, *, nnodes: int = 1) -> str | None:
         return f"{kind} ends the job instead of being recovered from ({k.recovery})"
     if k.planned is not None:
         return f"{kind} is planned, not runnable: {k.planned}"
-    if k.gpu_only and workload != "megatron":
+    if k.gpu_only and not getattr(workloads.find(workload), "on_gpu", False):
         return f"{kind} needs a GPU and the {workload} workload runs on CPU"
     if k.injects == NODE and nnodes < 2:
         return f"{kind} loses a whole node and the job has NNODES={nnodes}: use --nnodes 2 or more"

@@ -28,7 +28,7 @@ from pathlib import PurePath
 from typing import Callable, Mapping, Sequence
 
 from harness import events as ev
-from harness import tiers
+from harness import tiers, workloads
 from harness.episodes import Episode, committed_before, episodes, launcher_cycles
 from harness.events import Src, Timeline, iso_utc
 from harness.layout import MARKER_NAME, TRACKER_NAME, parse_tracker
@@ -1391,37 +1391,18 @@ def _finite(*printed: str) -> bool:
 # ---------------------------------------------------------------- end-state equivalence (with a baseline)
 
 STATE_EQUIVALENCE = "state_equivalence"
-DROPOUT_ARGS = ("hidden_dropout", "attention_dropout")
-
-
 def determinism(tl: Timeline) -> tuple[bool, str, tuple[Src, ...]]:
-    """(is this run's training bitwise deterministic, why, the evidence). The reference workload
-    is (deterministic algorithms, one thread, data a pure function of the sample index); Megatron
-    on CPU is when every start's arguments table has hidden_dropout and attention_dropout 0 (the
-    plan's default, which arguments after -- may change); Megatron on GPUs is not (its
-    reductions are not ordered)."""
-    workload = tl.run.workload
-    if workload == "reference":
-        return True, sentence(STATE_EQUIVALENCE, "deterministic_reference", {}), ()
-    if workload == "megatron-cpu":
-        tables = [s.arguments for s in tl.starts if s.arguments is not None]
-        seen = [(name, t.get(name), t.src_of(name)) for t in tables for name in DROPOUT_ARGS]
-        srcs = tuple(src for _, _, src in seen if src is not None)
-        if tables and all(_is_zero(value) for _, value, _ in seen):
-            return True, sentence(STATE_EQUIVALENCE, "deterministic_cpu", {}), srcs[:2]
-        nonzero = next(((n, v) for n, v, _ in seen if not _is_zero(v)), None)
-        why = (sentence(STATE_EQUIVALENCE, "dropout_is", {"name": nonzero[0], "value": nonzero[1]})
-               if nonzero is not None and nonzero[1] is not None else sentence(STATE_EQUIVALENCE, "dropout_unseen", {}))
-        return False, sentence(STATE_EQUIVALENCE, "not_deterministic_cpu", {"why": why}), srcs[:2]
-    shown = workload or sentence(STATE_EQUIVALENCE, "workload_unrecorded", {})
-    return False, sentence(STATE_EQUIVALENCE, "not_deterministic", {"workload": shown}), ()
-
-
-def _is_zero(value: str | None) -> bool:
-    try:
-        return value is not None and float(value) == 0.0
-    except ValueError:
-        return False
+    """(is this run's training bitwise deterministic, why, the evidence), as its workload
+    (harness.workloads) says: the reference workload is; Megatron on CPU is when its arguments
+    tables say dropout 0; Megatron on GPUs is not (its reductions are not ordered); a workload
+    this suite does not know is not."""
+    workload = workloads.find(tl.run.workload)
+    if workload is None:
+        shown = tl.run.workload or sentence(STATE_EQUIVALENCE, "workload_unrecorded", {})
+        return False, sentence(STATE_EQUIVALENCE, "not_deterministic", {"workload": shown}), ()
+    said = workload.determinism(tl)
+    facts = {k: sentence(STATE_EQUIVALENCE, *v) if isinstance(v, tuple) else v for k, v in said.facts.items()}
+    return said.exact, sentence(STATE_EQUIVALENCE, said.reason, facts), tuple(said.evidence)
 
 
 def check_state_equivalence(j: Judging) -> CriterionResult:

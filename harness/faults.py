@@ -114,6 +114,9 @@ class FaultMoment:
 
 
 AFTER_COMMIT = "after-commit"
+IN_SAVE = "in-save"
+IN_RESTORE = "in-restore"
+LAST_ITERATION = "last-iteration"
 _LOOP = ("no replacement loads the damaged checkpoint: each fails its load loudly and NVRx's no-progress rule "
          "stops the loop (exit 93), or the stack falls back to an earlier checkpoint")
 _MONITOR = "a rank monitor's section or out-of-section timeout detects it, SIGKILLs the rank, the group restarts"
@@ -138,14 +141,14 @@ FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
     # in 0.4.1 and 0.7.0); a rank holding the GIL never runs a Python SIGTERM handler.
     FaultKind("gil", None, "block in a native call with the GIL held: the rank stays alive, its Python threads, "
               "heartbeats and signal handlers stop (a hang the rank monitor must detect; not a SIGSTOP)",
-              injects=IN_PROCESS, moments=(AFTER_COMMIT, "in-save"), monitor_detects=True, exit_codes=(-9,),
+              injects=IN_PROCESS, moments=(AFTER_COMMIT, IN_SAVE), monitor_detects=True, exit_codes=(-9,),
               recovery=_MONITOR),
     FaultKind("corrupt", "SIGKILL", "invert 4 KiB in the middle of one .distcp of the newest committed checkpoint "
               "(size unchanged), then SIGKILL: a replacement that loads it loads garbage", damage=FLIP_DISTCP,
               moments=(AFTER_COMMIT,), recovery=_LOOP, campaign=False),
     FaultKind("disk-full", None, "fill the run's checkpoint filesystem (a size-limited tmpfs the harness mounts on "
               "its checkpoints/, as root) while an async save is in flight: the save meets ENOSPC; the fault rank's "
-              "next cycle frees the space", injects=FILL, moments=("in-save",),
+              "next cycle frees the space", injects=FILL, moments=(IN_SAVE,),
               recovery="no partial checkpoint is committed or loaded: the replacement resumes from the previous "
               "committed checkpoint and trains on, or the job stops with the filesystem's error named", campaign=False),
     # The GPU tier only (torch's own kernels, harness.inject): refused before launch on the CPU tiers.
@@ -157,11 +160,11 @@ FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
 )}
 FAULT_MOMENTS: dict[str, FaultMoment] = {m.name: m for m in (
     FaultMoment(AFTER_COMMIT, "right after the first checkpoint of the run is committed (the walkthrough's)"),
-    FaultMoment("in-save", "while an async save is in flight: iter_N/ holds data, metadata.json and the tracker "
+    FaultMoment(IN_SAVE, "while an async save is in flight: iter_N/ holds data, metadata.json and the tracker "
                 "are not written yet (after one committed checkpoint)", needs_async_save=True),
-    FaultMoment("in-restore", "a second fault in the replacement cycle, after its checkpoint load started and "
-                "before its first step (the run needs two restarts)", schedule=(AFTER_COMMIT, "in-restore")),
-    FaultMoment("last-iteration", "after the final checkpoint is committed, before the clean exit"),
+    FaultMoment(IN_RESTORE, "a second fault in the replacement cycle, after its checkpoint load started and "
+                "before its first step (the run needs two restarts)", schedule=(AFTER_COMMIT, IN_RESTORE)),
+    FaultMoment(LAST_ITERATION, "after the final checkpoint is committed, before the clean exit"),
 )}
 DEFAULT_FAULT_AT = AFTER_COMMIT
 NO_FAULT = "none"
@@ -172,18 +175,7 @@ FAULTS = (*FAULT_KINDS, NO_FAULT, CAMPAIGN)
 # The moments a campaign draws from (each kind's own FaultKind.moments permitting): the ones a
 # fault of any position in the run can meet; in-restore is the second fault of its own plan and
 # last-iteration the end of the run.
-CAMPAIGN_MOMENTS = (AFTER_COMMIT, "in-save")
-# Moments each workload can show. All save asynchronously and load through Python's open(),
-# which is what the nemesis watches (iter_N/ contents; the audit hook of the load). Megatron's
-# own loop shows every moment on CPU (recovery_tests/test_recovery_megatron_cpu.py): its
-# persistent checkpoint worker leaves iter_N/ uncommitted until a later iteration finalizes it.
-WORKLOAD_MOMENTS: dict[str, tuple[str, ...]] = {
-    "reference": tuple(FAULT_MOMENTS),
-    "megatron": tuple(FAULT_MOMENTS),
-    "megatron-cpu": tuple(FAULT_MOMENTS),
-}
-
-
+CAMPAIGN_MOMENTS = (AFTER_COMMIT, IN_SAVE)
 
 # ---------------------------------------------------------------- the schedule
 

@@ -27,7 +27,6 @@ from harness.layout import RunLayout
 from harness.nvrx import LAUNCHER_MODULE, NvrxTarget
 from harness.faults import CAMPAIGN, DEFAULT_FAULT_AT, FAULT_KINDS, schedule_text
 from harness.spec import RunSpec, SpecError
-from harness.workloads import megatron, megatron_cpu, reference_args
 
 NEMESIS_MODULE = "harness.nemesis"
 # NVRx 0.7.0's exit status when it decides not to restart (no-progress stop).
@@ -165,18 +164,7 @@ def campaign_lines(spec: RunSpec) -> list[str]:
 
 def check(spec: RunSpec, nvrx: NvrxTarget) -> None:
     """Plan-level refusals (they depend on the launcher version or the workload)."""
-    problems = placeholder_problems(_spec_values(spec))
-    if spec.workload in ("megatron", "megatron-cpu"):
-        if not nvrx.supports_megatron_ft:
-            problems.append(f"NVRx {nvrx.version} cannot run Megatron's --enable-ft-package (it needs >= 0.6.0): "
-                            "install nvidia-resiliency-ext>=0.6.0 (Python >= 3.12, glibc >= 2.39) or pass "
-                            "--nvrx-version for the cluster's launcher")
-    if spec.workload == "megatron":
-        problems += megatron.extra_arg_problems(spec.extra_args) + megatron.schedule_problems(spec)
-    elif spec.workload == "megatron-cpu":
-        problems += megatron_cpu.extra_arg_problems(spec.extra_args) + megatron.schedule_problems(spec)
-    else:
-        problems += reference_args.extra_arg_problems(spec.extra_args)
+    problems = placeholder_problems(_spec_values(spec)) + spec.workload_type.plan_problems(spec, nvrx)
     if spec.min_nnodes is not None and spec.min_nnodes < spec.nnodes and nvrx.min_nodes_are_active:
         low, high = spec.min_nnodes, spec.nnodes
         problems.append(
@@ -199,11 +187,7 @@ def check(spec: RunSpec, nvrx: NvrxTarget) -> None:
 
 
 def workload_argv(spec: RunSpec) -> list[str]:
-    if spec.workload == "megatron":
-        return megatron.argv(spec)
-    if spec.workload == "megatron-cpu":
-        return megatron_cpu.argv(spec)
-    return reference_args.argv(spec)
+    return spec.workload_type.argv(spec)
 
 
 def nemesis_argv(spec: RunSpec) -> list[str]:
@@ -275,24 +259,16 @@ def build(spec: RunSpec, nvrx: NvrxTarget, *, sbatch: bool = False) -> Plan:
     else:
         raise SpecError(["internal: a rendezvous endpoint must be chosen before planning"])
 
-    if spec.workload == "megatron":
-        policy = topology.connections_policy(spec.tp, spec.cp, spec.gpu_arch, spec.extra_args)
-    elif spec.workload == "megatron-cpu":
-        policy = megatron_cpu.connections_policy(spec)
-    else:
-        policy = topology.ConnectionsPolicy(None, f"CPU {spec.workload} workload: not applicable")
+    workload = spec.workload_type
+    policy = workload.connections_policy(spec)
     env = [("PYTHONUNBUFFERED", "1")]  # a killed worker must not take buffered lines with it
     if policy.value is not None:
         env.append(("CUDA_DEVICE_MAX_CONNECTIONS", policy.value))
-    pythonpath = (str(nvrx.path),) if nvrx.path else ()
-    if spec.workload == "megatron-cpu":
-        env.append(megatron_cpu.SHIM_ENV)  # the workers' sitecustomize loads the CUDA->CPU shim
-        pythonpath = tuple(dict.fromkeys(pythonpath + megatron_cpu.pythonpath(spec)))  # a --nvrx-path NVRx first
-        notes.append("megatron-cpu: Megatron's own loop on CPU (gloo) with the CUDA->CPU shim in the workers only; "
-                     + ("the checkout's pretrain_gpt.py" if spec.megatron_path else "nvrx-qual's own pretrain script"))
-    cwd = spec.megatron_path if spec.workload in ("megatron", "megatron-cpu") and spec.megatron_path else spec.layout.root
-    if spec.workload in ("megatron", "megatron-cpu"):
-        notes += megatron.fallback_notes(spec)
+    env += workload.environment(spec)
+    # a --nvrx-path NVRx first, then what the workload's workers need
+    pythonpath = tuple(dict.fromkeys(((str(nvrx.path),) if nvrx.path else ()) + workload.pythonpath(spec)))
+    notes += workload.notes(spec)
+    cwd = workload.cwd(spec)
     if spec.min_nnodes is not None and spec.min_nnodes < spec.nnodes:
         notes.append(f"--nnodes {spec.min_nnodes}:{spec.nnodes}: NVRx {nvrx.version}'s torch elastic rendezvous starts "
                      f"with up to {spec.nnodes} nodes and may go on with as few as {spec.min_nnodes}; the criteria "
@@ -331,7 +307,7 @@ def launchers(spec: RunSpec) -> int:
 
 def srun_prefix(spec: RunSpec, nvrx: NvrxTarget, container: tuple[str, ...] = ()) -> list[str]:
     prefix = ["srun", f"--ntasks={launchers(spec)}", "--ntasks-per-node=1"]
-    if spec.workload == "megatron":  # the CPU workload asks for no GPUs
+    if spec.workload_type.on_gpu:  # a CPU workload asks for no GPUs
         prefix.append(f"--gpus-per-node={spec.gpus_per_node}")
     # A named step can be cancelled by name when the harness stops the job early.
     prefix.append(f"--job-name={slurm.step_name(spec.run_id)}")

@@ -14,7 +14,6 @@ from harness import __version__, atomic, baseline, safeio
 from harness.layout import CLAIM_NAME, RunLayout, marker_index
 from harness.plan import Plan
 from harness.spec import SpecError, leftovers_problem
-from harness.workloads import megatron_version
 
 
 def utc_now_iso() -> str:
@@ -34,7 +33,7 @@ def run_record(plan: Plan, dry_run: bool) -> dict:
         "harness_version": __version__,
         "dry_run": dry_run,
         "nvrx_version": plan.nvrx.version,
-        "megatron_version": megatron_version(plan.spec) if plan.spec.workload != "reference" else None,
+        "megatron_version": plan.spec.workload_type.software_version(plan.spec),
         "spec": plan.spec.to_json(),
         # what determines the training trajectory, hashed (harness.baseline): a later run of the
         # same configuration finds this run as its baseline by it

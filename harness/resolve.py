@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Callable, Mapping
 
-from harness import discovery, nvrx, ports
+from harness import discovery, nvrx, ports, workloads
 from harness import spec as specmod
 from harness.spec import RunSpec, SpecError
 
@@ -42,10 +42,10 @@ def detected_defaults(flags: Mapping[str, object], env: Mapping[str, str], *,
     Transformer Engine and apex are imported in the interpreter that will run the workers
     (--python, or `uv run python`), only when one of them is not declared. Raises SpecError
     when that interpreter cannot tell."""
-    workload = flags.get("workload") or env.get("NVRX_QUAL_WORKLOAD") or "megatron"
+    workload = workloads.find(_declared("workload", flags, env) or workloads.DEFAULT)
     uv = _declared("uv", flags, env)
     found = {"uv": discovery.uv_managed() if uv is None else uv}
-    if workload != "megatron":
+    if workload is None or not workload.on_gpu:  # the GPU stack matters only where the ranks run on GPUs
         return found
     found["gpu_arch"] = discovery.gpu_arch(discovery.nvidia_smi_gpus())
     te, apex = _declared("transformer_engine", flags, env), _declared("apex", flags, env)

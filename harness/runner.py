@@ -20,7 +20,6 @@ from harness.plan import Plan
 from harness.prepare import prepare, release
 from harness.report import Verdict, write_outputs
 from harness.faults import FAULT_KINDS
-from harness.spec import DEFAULTS as _WORKLOAD_DEFAULTS
 from harness.spec import RunSpec, SpecError
 from harness.history import HistoryReader
 from harness.triage import Triage
@@ -55,7 +54,6 @@ def default_deadline(spec: RunSpec) -> float:
 RESTART_ALLOWANCE_S = nvrx.RESTART_ALLOWANCE_S
 # The iterations, saves and the end of the job, which no deadline bounds as a whole.
 TRAINING_MARGIN_S = 300.0
-DEFAULT_TRAIN_ITERS = {w: d["train_iters"] for w, d in _WORKLOAD_DEFAULTS.items() if "train_iters" in d}
 # verify, report, timeline and the cleanup after the launcher stopped.
 VERIFY_GRACE_S = 120.0
 
@@ -87,7 +85,8 @@ def scenario_deadline(spec: RunSpec) -> float:
         detected = sum(1 for k in kinds if k is not None and k.monitor_detects)  # each planned fault by its own kind
         total += detected * max(running) + episodes * (check + RESTART_ALLOWANCE_S)
         # a campaign trains longer: its iterations beyond the workload's own default, a step deadline each at worst
-        total += max(0, spec.train_iters - DEFAULT_TRAIN_ITERS.get(spec.workload, spec.train_iters)) * sections.get(
+        own = spec.workload_type.defaults.get("train_iters", spec.train_iters)
+        total += max(0, spec.train_iters - own) * sections.get(
             "step", 0.0) if spec.fault == "campaign" else 0.0
     return total
 
@@ -121,17 +120,7 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
     if taken:
         problems.append(f"RDZV_ENDPOINT={spec.rdzv_endpoint}: {taken}: the launcher would wait on it for ever; leave "
                         "RDZV_ENDPOINT unset for a single node (a free port is chosen), or free the port")
-    if spec.workload == "megatron":
-        gpus = discovery.nvidia_smi_gpus()
-        if not gpus:
-            problems.append("the megatron workload needs NVIDIA GPUs and nvidia-smi lists none here: run on a GPU "
-                            "node, or use --workload reference for the CPU reference run")
-        elif spec.nnodes == 1 and len(gpus) < spec.gpus_per_node:
-            problems.append(f"GPUS_PER_NODE={spec.gpus_per_node} but this node has {len(gpus)} GPU(s): "
-                            f"set GPUS_PER_NODE={len(gpus)} or less")
-    if spec.workload == "megatron-cpu" and discovery.nvidia_smi_gpus():
-        problems.append("the megatron-cpu workload runs Megatron on CPU through a CUDA->CPU shim, which refuses a "
-                        "machine with GPUs: use --workload megatron on this GPU node")
+    problems += spec.workload_type.machine_problems(spec, tuple(discovery.nvidia_smi_gpus() or ()))
     kind = FAULT_KINDS.get(spec.fault)
     if kind is not None and kind.fills_filesystem:  # disk-full: a tmpfs mounted here, on the run's checkpoints/
         if spec.nnodes > 1 and not plan.local:

@@ -152,7 +152,7 @@ def render(p: planmod.Plan, opts: SbatchOptions, verify_python: list[str]) -> st
         f"#SBATCH --nodes={planmod.launchers(spec)}",
         "#SBATCH --ntasks-per-node=1",
     ]
-    if spec.workload == "megatron":
+    if spec.workload_type.on_gpu:
         header.append(f"#SBATCH --gpus-per-node={spec.gpus_per_node}")
     header += [
         f"#SBATCH --time={opts.time}",  # check() accepts digits, ':' and '-' only
@@ -190,7 +190,7 @@ def render(p: planmod.Plan, opts: SbatchOptions, verify_python: list[str]) -> st
         if key == "CUDA_DEVICE_MAX_CONNECTIONS":
             body.append(f"# {p.connections.reason}")
         body.append(f"export {key}={q(value)}")
-    if p.connections.value is None and spec.workload == "megatron":
+    if p.connections.value is None and spec.workload_type.on_gpu:
         body.append(f"# CUDA_DEVICE_MAX_CONNECTIONS left unset: {p.connections.reason}")
     if p.launcher.pythonpath:
         body.append(f"export PYTHONPATH={q(':'.join(p.launcher.pythonpath))}${{PYTHONPATH:+:$PYTHONPATH}}")

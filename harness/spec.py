@@ -18,16 +18,14 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from harness import campaign, tiers, topology
+from harness import campaign, tiers, topology, workloads
+from harness.workloads import megatron_cpu
 from harness.faults import (CAMPAIGN, DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS,  # noqa: F401 (re-exported)
-                            MAX_PLANNED_FAULTS, WORKLOAD_MOMENTS, PlannedFault, single_schedule)
+                            IN_SAVE, MAX_PLANNED_FAULTS, PlannedFault, single_schedule)
 from harness.layout import (FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_ABSENT, TRACKER_EMPTY, TRACKER_NAME,
                             TRACKER_UNREADABLE, RunLayout, is_valid_run_id, parse_iter_name, read_tracker_file)
-
-WORKLOADS = ("megatron", "megatron-cpu", "reference")
-
 
 SECTIONS = ("setup", "step", "checkpointing")
 
@@ -132,6 +130,11 @@ class RunSpec:
     extra_args: tuple[str, ...] = ()
 
     @property
+    def workload_type(self) -> workloads.Workload:
+        """What this workload is (harness.workloads): asked instead of comparing its name."""
+        return workloads.get(self.workload)
+
+    @property
     def topology(self) -> topology.Topology:
         return topology.Topology(self.nnodes, self.gpus_per_node, self.tp, self.pp, self.cp,
                                  self.micro_batch_size, self.global_batch_size)
@@ -212,32 +215,6 @@ def profile_text(name: str) -> str:
 
 DEADLINE_FIELDS = ("section_timeouts", "out_of_section_timeout", "workload_check_interval")
 CUSTOM_PROFILE = "custom"
-# Where tools/install-megatron-cpu.sh installs by default (relative to the working directory,
-# else to this checkout's root).
-MEGATRON_CPU_DEFAULT_DIR = ".megatron-cpu"
-MEGATRON_CPU_INSTALL = "tools/install-megatron-cpu.sh"
-
-# Workload defaults. Megatron: the seed's default run. Reference: the CPU workload, sized to
-# finish kill + hang + none in a few minutes on two cores.
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "megatron": dict(deadline_profile=DEFAULT_DEADLINE_PROFILE),
-    "reference": dict(
-        gpus_per_node=2, num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=256,
-        train_iters=30, save_interval=5, deadline_profile="reference", monitor_interval=0.3, step_time_ms=100,
-        baseline="auto",
-    ),
-    # Megatron's own loop on CPU: a tiny GPT, a checkpoint every 4 iterations (the fault fires
-    # after checkpoint 4 is committed; 8 and 12 follow). Setup covers Megatron's init and, on a
-    # restart, the load (about 12 s on an idle 2-core machine). Step, checkpointing and out of
-    # section alike, with a 1 s check interval, for the same reason as the reference's.
-    "megatron-cpu": dict(
-        gpus_per_node=2, num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=256,
-        train_iters=12, save_interval=4, transformer_engine=False, deadline_profile="megatron-cpu",
-        monitor_interval=0.3, baseline="auto",
-    ),
-}
-
-
 # ---- parsing of single values -------------------------------------------------------------
 
 
@@ -284,6 +261,19 @@ def _parse_baseline(text: str) -> str:
     if not value:
         raise ValueError(text)
     return value
+
+
+def _either(words: Iterable[str]) -> str:
+    """'a, b or c'."""
+    items = list(words)
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
+
+
+def _parse_workload(text: str) -> str:
+    name = text.strip()
+    if workloads.find(name) is None:
+        raise ValueError(text)
+    return name
 
 
 def _parse_kinds(text: str) -> tuple[str, ...]:
@@ -349,27 +339,9 @@ def _seconds(name: str, field: str) -> Callable[[RunSpec], list[str]]:
 
 
 def _check_workload(spec: RunSpec) -> list[str]:
-    problems = topology.problems(spec.topology, spec.num_layers, spec.num_attention_heads)
-    if spec.workload in ("megatron", "megatron-cpu"):
-        problems += topology.megatron_problems(spec.cp, spec.hidden_size, spec.num_attention_heads, spec.seq_length,
-                                               spec.transformer_engine)
-    return problems
-
-
-def _check_megatron_path(spec: RunSpec) -> list[str]:
-    if spec.workload != "megatron":
-        return []
-    if spec.megatron_path is None:
-        return ["MEGATRON_PATH is not set: point it at a Megatron-LM checkout "
-                "(or use --workload reference for the CPU reference run)"]
-    if not (spec.megatron_path / "pretrain_gpt.py").is_file():
-        return [f"MEGATRON_PATH={spec.megatron_path} has no pretrain_gpt.py: "
-                "point it at the root of a Megatron-LM checkout"]
-    return []
-
-
-def _check_megatron_cpu_dir(spec: RunSpec) -> list[str]:
-    return megatron_cpu_problems(spec) if spec.workload == "megatron-cpu" else []
+    """The parallel layout's rules, then the workload's own (its install, its shape rules)."""
+    return (topology.problems(spec.topology, spec.num_layers, spec.num_attention_heads)
+            + spec.workload_type.problems(spec))
 
 
 def _check_fault(spec: RunSpec) -> list[str]:
@@ -472,9 +444,15 @@ def _check_fault_after(spec: RunSpec) -> list[str]:
 def _check_save_delay_ms(spec: RunSpec) -> list[str]:
     if spec.save_delay_ms is not None and spec.save_delay_ms < 0:
         return [f"--save-delay-ms={spec.save_delay_ms} must be 0 or more"]
-    if spec.save_delay_ms and spec.workload != "reference":
-        return ["--save-delay-ms is a knob of the reference workload only: drop it"]
-    return []
+    return _own_knob_problems(spec, "save_delay_ms", bool(spec.save_delay_ms))
+
+
+def _own_knob_problems(spec: RunSpec, field: str, given: bool) -> list[str]:
+    """A knob only some workloads read (Workload.own_knobs), given to another: refused, not ignored."""
+    if not given or field in spec.workload_type.own_knobs:
+        return []
+    owners = [name for name in workloads.names() if field in workloads.get(name).own_knobs]
+    return [f"{KNOBS_BY_FIELD[field].flag} is a knob of the {' and '.join(owners) or 'no'} workload only: drop it"]
 
 
 def knob_problems(spec: RunSpec) -> list[str]:
@@ -483,14 +461,12 @@ def knob_problems(spec: RunSpec) -> list[str]:
 
 
 KNOBS: tuple[Knob, ...] = (
-    Knob("workload", "--workload", _parse_choice(WORKLOADS),
-         "megatron (GPU), megatron-cpu (Megatron's own loop on CPU) or reference (CPU, no GPU needed)",
-         "NVRX_QUAL_WORKLOAD", "megatron, megatron-cpu or reference", check=_check_workload),
-    Knob("megatron_path", "--megatron-path", Path, "Megatron-LM checkout holding pretrain_gpt.py", "MEGATRON_PATH",
-         check=_check_megatron_path),
+    Knob("workload", "--workload", _parse_workload, _either(workloads.get(n).summary for n in workloads.names()),
+         "NVRX_QUAL_WORKLOAD", _either(workloads.names()), check=_check_workload),
+    Knob("megatron_path", "--megatron-path", Path, "Megatron-LM checkout holding pretrain_gpt.py", "MEGATRON_PATH"),
     Knob("megatron_cpu_dir", "--megatron-cpu-dir", Path,
-         f"megatron-cpu: the directory {MEGATRON_CPU_INSTALL} installed (default: {MEGATRON_CPU_DEFAULT_DIR})",
-         "NVRX_QUAL_MEGATRON_CPU_DIR", check=_check_megatron_cpu_dir),
+         f"megatron-cpu: the directory {megatron_cpu.INSTALL} installed (default: {megatron_cpu.DEFAULT_DIR})",
+         "NVRX_QUAL_MEGATRON_CPU_DIR"),
     Knob("work_dir", "--work-dir", Path, "runs go to WORK_DIR/runs/RUN_ID (default: current directory)",
          "NVRX_WORK_DIR"),
     Knob("run_id", "--run-id", str, "fresh ID for every test (default: generated)", "NVRX_RUN_ID"),
@@ -670,8 +646,11 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
 
     if isinstance(raw.get("nnodes"), tuple):  # MIN:MAX
         raw["min_nnodes"], raw["nnodes"] = raw["nnodes"]
-    workload = raw.get("workload", "megatron")
-    values: dict[str, Any] = dict(DEFAULTS[workload])
+    workload = raw.get("workload", workloads.DEFAULT)
+    kind = workloads.find(workload)
+    if kind is None:
+        raise SpecError([f"--workload {workload!r} is not valid: use {_either(workloads.names())}"])
+    values: dict[str, Any] = dict(kind.defaults)
     # Deadlines: a chosen profile over the workload's defaults, explicit knobs over both. The
     # name follows the deadlines in force: a profile's when they are exactly its, else custom.
     if "deadline_profile" in raw:
@@ -687,12 +666,7 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
     for key in ("megatron_path", "checkpoint_dir", "nvrx_path", "megatron_cpu_dir"):
         if values.get(key) is not None:
             values[key] = Path(values[key]).expanduser().absolute()
-    if workload == "megatron-cpu":
-        # Its directory also holds the NVRx 0.7.0 its workers and launcher run.
-        where = values.get("megatron_cpu_dir") or default_megatron_cpu_dir()
-        values["megatron_cpu_dir"] = where
-        if values.get("nvrx_path") is None and (where / "nvidia_resiliency_ext").is_dir():
-            values["nvrx_path"] = where
+    values = kind.resolve(values)
     if values.get("faults", 1) > 1 and "fault" not in raw:
         values["fault"] = CAMPAIGN  # --faults N: a campaign, unless --fault says otherwise (refused)
     if values.get("fault") == CAMPAIGN and values.get("seed") is None:
@@ -701,9 +675,8 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
         fault = values.get("fault", "kill")
         moment = values.get("fault_at", DEFAULT_FAULT_AT)
         values["run_id"] = generated_run_id(workload, fault if moment == DEFAULT_FAULT_AT else f"{fault}-{moment}")
-    if values.get("fault_at") == "in-save" and workload == "reference" and values.get("save_delay_ms") is None:
-        # Its saves of a tiny model take milliseconds: hold each one open for a few polls of the nemesis.
-        values["save_delay_ms"] = IN_SAVE_DELAY_MS
+    if values.get("fault_at") == IN_SAVE and values.get("save_delay_ms") is None:
+        values["save_delay_ms"] = kind.in_save_delay_ms  # None: its saves stay open long enough by themselves
     values["extra_args"] = tuple(extra_args)
     spec = RunSpec(**values)
     if spec.fault == CAMPAIGN and spec.schedule:
@@ -721,9 +694,9 @@ def sized_campaign(spec: RunSpec, given: Mapping[str, Any]) -> RunSpec:
         changes["train_iters"] = max(spec.train_iters, size.train_iters)
     if "max_restarts" not in given:
         changes["max_restarts"] = size.max_restarts
-    if (spec.workload == "reference" and "save_delay_ms" not in given
-            and any(f.moment == "in-save" for f in spec.schedule)):
-        changes["save_delay_ms"] = IN_SAVE_DELAY_MS
+    delay = spec.workload_type.in_save_delay_ms
+    if delay is not None and "save_delay_ms" not in given and any(f.moment == IN_SAVE for f in spec.schedule):
+        changes["save_delay_ms"] = delay
     return dataclasses.replace(spec, **changes)
 
 
@@ -734,9 +707,6 @@ def deadline_profile_of(values: Mapping[str, Any]) -> str:
     effective = {name: values.get(name, defaults[name]) for name in DEADLINE_FIELDS}
     effective["section_timeouts"] = tuple((n, float(v)) for n, v in effective["section_timeouts"])
     return next((name for name, deadlines in DEADLINE_PROFILES.items() if deadlines == effective), CUSTOM_PROFILE)
-IN_SAVE_DELAY_MS = 400
-
-
 def fault_problems(spec: RunSpec) -> list[str]:
     """The fault vocabulary's own rules: a moment the workload can show, the knobs it needs."""
     problems: list[str] = []
@@ -747,13 +717,13 @@ def fault_problems(spec: RunSpec) -> list[str]:
     if moment is None or kind is None:  # typed callers bypass the parser
         return [f"--fault {spec.fault} --fault-at {spec.fault_at}: use a kind of {', '.join(FAULT_KINDS)} and a "
                 f"moment of {', '.join(FAULT_MOMENTS)}"]
-    if spec.fault_at not in WORKLOAD_MOMENTS.get(spec.workload, ()):
+    if spec.fault_at not in spec.workload_type.moments:
         problems.append(f"--fault-at {spec.fault_at}: the {spec.workload} workload cannot show this moment; use one "
-                        f"of {', '.join(WORKLOAD_MOMENTS.get(spec.workload, ())) or 'none'}")
+                        f"of {', '.join(spec.workload_type.moments) or 'none'}")
     if not kind.allows(spec.fault_at):
         problems.append(f"--fault {spec.fault} --fault-at {spec.fault_at}: this kind fires only at "
                         f"{', '.join(kind.moments or ())}; use --fault-at {(kind.moments or ('after-commit',))[0]}")
-    if kind.gpu_only and spec.workload != "megatron":
+    if kind.gpu_only and not spec.workload_type.on_gpu:
         problems.append(f"--fault {spec.fault} needs a GPU ({kind.help}): the {spec.workload} workload runs on CPU; "
                         "use --workload megatron on a GPU machine (the GPU kit) or a CPU fault kind")
     if kind.planned is not None:
@@ -765,7 +735,7 @@ def fault_problems(spec: RunSpec) -> list[str]:
         if spec.checkpoint_dir is not None:
             problems.append(f"--fault {spec.fault} damages a checkpoint file, and NVRX_CHECKPOINT_DIR="
                             f"{spec.checkpoint_dir} is yours: unset it so the run poisons only its own checkpoints")
-    if spec.fault_at == "in-save" and spec.train_iters < 2 * spec.save_interval + 1:
+    if spec.fault_at == IN_SAVE and spec.train_iters < 2 * spec.save_interval + 1:
         problems.append(f"--fault-at in-save hits the save after the first committed one: TRAIN_ITERS="
                         f"{spec.train_iters} must exceed 2 x save interval {spec.save_interval}; set TRAIN_ITERS="
                         f"{2 * spec.save_interval + 1} or more")
@@ -966,37 +936,6 @@ def shrink_problems(spec: RunSpec) -> list[str]:
         problems.append(f"--nnodes {low}:{high}: after a shrink to {low} node(s) the job runs a world of "
                         f"{smaller.world}, and then {problem}; choose a MIN whose world keeps the layout valid")
     return problems
-
-
-def megatron_cpu_problems(spec: RunSpec) -> list[str]:
-    """What the megatron-cpu workload needs before launch: the installed Megatron, and a
-    layout the project's own pretrain script runs (a checkout's pretrain_gpt.py runs any)."""
-    problems = []
-    where = spec.megatron_cpu_dir
-    install = f"{MEGATRON_CPU_INSTALL} {where}" if where is not None else MEGATRON_CPU_INSTALL
-    if where is None or not (where / "megatron" / "training").is_dir():
-        shown = where if where is not None else f"{MEGATRON_CPU_DEFAULT_DIR}/ (here or in the nvrx-qual checkout)"
-        problems.append(f"--megatron-cpu-dir {shown} holds no installed Megatron for CPU: run {install} "
-                        "(or point --megatron-cpu-dir / NVRX_QUAL_MEGATRON_CPU_DIR at where it installed)")
-    elif not (where / "sitecustomize.py").is_file() or not (where / "nvidia_resiliency_ext").is_dir():
-        problems.append(f"--megatron-cpu-dir {where} is an incomplete install (no sitecustomize.py or NVRx): "
-                        f"run {install} again")
-    if spec.megatron_path is not None:
-        if not (spec.megatron_path / "pretrain_gpt.py").is_file():
-            problems.append(f"MEGATRON_PATH={spec.megatron_path} has no pretrain_gpt.py: point it at the root of a "
-                            "Megatron-LM checkout, or unset it to run nvrx-qual's own pretrain script")
-    return problems
-
-
-def default_megatron_cpu_dir(cwd: Path | None = None) -> Path:
-    """.megatron-cpu in the working directory if there, else in this checkout's root (where
-    CI and the README install it), else the working directory's (validation says it is missing)."""
-    here = (cwd or Path.cwd()) / MEGATRON_CPU_DEFAULT_DIR
-    checkout = Path(__file__).resolve().parents[1] / MEGATRON_CPU_DEFAULT_DIR
-    for candidate in (here, checkout):
-        if candidate.is_dir():
-            return candidate
-    return here
 
 
 def _valid_endpoint(text: str) -> bool:

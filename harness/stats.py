@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from harness import atomic, safeio
+from harness import atomic, safeio, workloads
 from harness.history import RunDirError, check_run_dir
 from harness.layout import EXPECTATION_NAME, VERDICT_NAME
 from harness.picture import FILE_NAME as TIMELINE
@@ -518,7 +518,8 @@ def run_configuration(spec: Mapping) -> str | None:
         return None
     parts = []
     optimizer = spec.get("distributed_optimizer")
-    if spec.get("workload") in ("megatron", "megatron-cpu") and isinstance(optimizer, bool):
+    workload = workloads.find(spec.get("workload"))
+    if workload is not None and "distributed_optimizer" in workload.own_knobs and isinstance(optimizer, bool):
         parts.append("distributed optimizer" if optimizer else "plain optimizer")
     nodes, per_node = spec.get("nnodes"), spec.get("gpus_per_node")
     if _whole(nodes) and _whole(per_node):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.processes import run_in_session
-from harness.spec import default_megatron_cpu_dir
+from harness.workloads.megatron_cpu import default_dir as default_megatron_cpu_dir
 from harness.workloads import cuda_cpu_shim, megatron_cpu_workarounds, megatron_cpu_worker
 
 CHECK = Path(__file__).parent / "shim_entrypoints" / "check_shim.py"

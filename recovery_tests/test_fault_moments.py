@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from harness import faults
+from harness import faults, workloads
 from harness import nemesis
 from harness import plan as planmod
 from harness import spec as specmod
 from harness.layout import MARKER_NAME, TRACKER_NAME, marker_index, marker_name
 from harness.nemesis import find_in_flight_save, poison_checkpoint
 from harness.nvrx import NvrxTarget
+from harness.workloads import reference_args
 from recovery_tests.test_nemesis import launched, rank_env, write_tracker
 
 # ---------------------------------------------------------------- the vocabulary, before launch
@@ -81,7 +82,7 @@ def test_every_kind_and_moment_is_a_valid_flag(tmp_path: Path) -> None:
             if not specmod.FAULT_KINDS[kind].allows(moment):
                 continue
             if specmod.FAULT_KINDS[kind].gpu_only:  # refused on the CPU tiers (test_fault_kinds); the GPU workload's rules
-                if moment in faults.WORKLOAD_MOMENTS["megatron"]:
+                if moment in workloads.get("megatron").moments:
                     gpu = spec_of(tmp_path, workload="megatron", megatron_path=str(tmp_path), fault=kind, fault_at=moment,
                                   **({"train_iters": 30} if moment == "in-save" else {}))
                     assert specmod.fault_problems(gpu) == [], (kind, moment, specmod.fault_problems(gpu))
@@ -98,7 +99,7 @@ def test_an_unknown_moment_is_refused_naming_the_choices() -> None:
 
 
 def test_a_moment_the_workload_cannot_show_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(specmod.WORKLOAD_MOMENTS, "reference", ("after-commit",))
+    monkeypatch.setattr(workloads.get("reference"), "moments", ("after-commit",))
     text = problems(spec_of(tmp_path, fault_at="in-save"))
     assert "--fault-at in-save: the reference workload cannot show this moment; use one of after-commit" in text
 
@@ -117,7 +118,7 @@ def test_in_save_needs_a_committed_checkpoint_before_the_save_it_hits(tmp_path: 
 
 
 def test_in_save_holds_the_reference_saves_open_by_default(tmp_path: Path) -> None:
-    assert spec_of(tmp_path, fault_at="in-save").save_delay_ms == specmod.IN_SAVE_DELAY_MS
+    assert spec_of(tmp_path, fault_at="in-save").save_delay_ms == reference_args.IN_SAVE_DELAY_MS
     assert spec_of(tmp_path).save_delay_ms is None
     assert spec_of(tmp_path, fault_at="in-save", save_delay_ms=50).save_delay_ms == 50
 
@@ -130,7 +131,7 @@ def test_the_plan_passes_the_moment_and_the_no_progress_limit(tmp_path: Path) ->
     argv = planmod.build(spec_of(tmp_path, fault_at="in-restore"), NvrxTarget("0.7.0")).launcher.argv
     assert argv[argv.index("--fault-at") + 1] == "in-restore"
     argv = planmod.build(spec_of(tmp_path, fault_at="in-save"), NvrxTarget("0.7.0")).launcher.argv
-    assert argv[argv.index("--save-delay-ms") + 1] == str(specmod.IN_SAVE_DELAY_MS)
+    assert argv[argv.index("--save-delay-ms") + 1] == str(reference_args.IN_SAVE_DELAY_MS)
     assert "--fault-at" not in planmod.build(spec_of(tmp_path), NvrxTarget("0.7.0")).launcher.argv
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness import baseline as baselinemod
-from harness import runner
+from harness import runner, workloads
 from harness.render import terminal
 from harness.verify import verify_run
 from harness.watch import Watcher
@@ -56,6 +56,7 @@ def printed_lines(tmp_path: Path, monkeypatch) -> dict[str, list[str]]:
     """What the code prints for a reference kill, part by part."""
     spec = types.SimpleNamespace(fault="kill", fault_rank=1, fault_at="after-commit",
                                  run_id="reference-kill-20261201T211403Z-6f09", workload="reference", nnodes=1,
+                                 workload_type=workloads.get("reference"),
                                  gpus_per_node=2, deadline_profile="reference",
                                  section_timeouts_arg="setup:60,step:10,checkpointing:10", out_of_section_timeout=10.0)
     plan = types.SimpleNamespace(spec=spec, nvrx=types.SimpleNamespace(version="0.7.0", path=Path(".nvrx/0.7.0")),

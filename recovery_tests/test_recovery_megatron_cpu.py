@@ -20,7 +20,8 @@ from harness import discovery
 from harness.criteria import LOSS_CONTINUITY, STATE_EQUIVALENCE
 from harness.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
 from harness.nvrx import NvrxTarget, installed_version
-from harness.spec import MEGATRON_CPU_INSTALL, default_megatron_cpu_dir
+from harness.workloads.megatron_cpu import INSTALL as MEGATRON_CPU_INSTALL
+from harness.workloads.megatron_cpu import default_dir as default_megatron_cpu_dir
 
 pytestmark = pytest.mark.e2e
 

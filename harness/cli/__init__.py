@@ -19,7 +19,7 @@ import difflib
 import sys
 from typing import Sequence
 
-from harness import __version__
+from harness import __version__, workloads
 from harness import spec as specmod
 from harness.cli import diagnose as cmd_diagnose
 from harness.cli import kit as cmd_kit
@@ -70,12 +70,12 @@ def knob_defaults(field: str) -> str | None:
     workload where they differ; None when there is no fixed default (detected, generated)."""
     defaults = {f.name: f.default for f in dataclasses.fields(RunSpec)}
     if field == "workload":
-        return "megatron"
+        return workloads.DEFAULT
     base = defaults.get(field, dataclasses.MISSING)
     if base is dataclasses.MISSING or base is None or field == "python":
         return None
     by_workload = {w: {**specmod.DEADLINE_PROFILES.get(d.get("deadline_profile"), {}), **d}.get(field, base)
-                   for w, d in specmod.DEFAULTS.items()}
+                   for w, d in ((n, workloads.get(n).defaults) for n in workloads.names())}
     if len({_shown(v) for v in by_workload.values()}) == 1:
         return _shown(base)
     return ", ".join(f"{w} {_shown(v)}" for w, v in by_workload.items())

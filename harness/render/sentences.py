@@ -537,6 +537,7 @@ SENTENCES: dict[tuple[str, str], str] = {
                                    "equals the uninterrupted baseline's, all {count} of them{note}."),
     # state_equivalence: whether the workload's training is bitwise deterministic (criteria.determinism)
     ("state_equivalence", "deterministic_reference"): "the reference workload is bitwise deterministic",
+    ("state_equivalence", "deterministic"): "the {workload} workload is bitwise deterministic",
     ("state_equivalence", "deterministic_cpu"): ("Megatron on CPU with hidden_dropout and attention_dropout 0 is "
                                                  "bitwise deterministic"),
     ("state_equivalence", "dropout_is"): "{name} is {value}",

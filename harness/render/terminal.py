@@ -72,11 +72,8 @@ def run_outcome(outcome: "Outcome") -> str:
     verdict = headline(v.qualified, v.fault)
     lines.append(f"{verdict}: {outcome.plan.spec.workload} workload, fault {v.fault}; report: "
                  f"{outcome.run_dir / 'report.md'}")
-    if outcome.plan.spec.workload == "reference":
-        lines.append("note: the CPU reference run qualifies this harness and launcher, not GPU training recovery.")
-    elif outcome.plan.spec.workload == "megatron-cpu":
-        lines.append("note: the megatron-cpu run qualifies Megatron's own loop and restore on CPU under this launcher, "
-                     "not GPU training recovery.")
+    if outcome.plan.spec.workload_type.scope_note:
+        lines.append(f"note: {outcome.plan.spec.workload_type.scope_note}")
     return "\n".join(lines)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 from harness import events as ev_types
-from harness import safeio
+from harness import safeio, workloads
 from harness.dialect import LogLine, check_readable_dir, discover, record_number, utc_offset_problem
 from harness.history import read_injections
 from harness.layout import MARKER_NAME, RunLayout, marker_name
@@ -93,8 +93,10 @@ def collective_backend(argv: Sequence[str], extra_args: Sequence[str] = (), work
             word.split("=", 1)[1] if word.startswith("--distributed-backend=") else None)
         if value:
             return "gloo" if value.strip().lower() == "gloo" else "NCCL"
-    cpu = workload in ("reference", "megatron-cpu") or any(
-        w.replace("\\", "/").endswith(("workloads/reference.py", "entrypoints/pretrain_gpt_cpu.py")) for w in words)
+    known = workloads.find(workload)
+    if known is not None:
+        return known.backend
+    cpu = any(w.replace("\\", "/").endswith(("workloads/reference.py", "entrypoints/pretrain_gpt_cpu.py")) for w in words)
     return "gloo" if cpu else "NCCL"
 
 

@@ -1,58 +1,48 @@
-"""The two workloads share Megatron's flag names for the parts the suite checks."""
+"""The workloads the suite qualifies, each one `Workload` (harness.workloads.base) asked by
+name: `get(name)`, `names()`. The built-in ones (reference, megatron, megatron-cpu) are loaded on
+first use, so a training worker that imports a module of this package pays for none of them;
+`register` adds one defined elsewhere (recovery_tests/test_workload_type.py defines one in a
+single file)."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-from typing import TYPE_CHECKING
+from harness.workloads.base import Determinism, Workload, register, unregister, _REGISTRY
 
-if TYPE_CHECKING:
-    from harness.spec import RunSpec
+__all__ = ["Determinism", "Workload", "find", "get", "names", "register", "unregister"]
 
-
-_VERSION_PART = re.compile(r"^(MAJOR|MINOR|PATCH)\s*=\s*(\d{1,4})\s*$", re.MULTILINE)
-
-
-def megatron_version(spec: "RunSpec") -> str | None:
-    """megatron-core's version (MAJOR.MINOR.PATCH of megatron/core/package_info.py) in the
-    Megatron the plan runs: the megatron-cpu install, else the MEGATRON_PATH checkout; None when
-    neither says. Recorded in run.json, where the known-defect table (harness.findings) reads it."""
-    from harness import safeio
-
-    for root in (spec.megatron_cpu_dir if spec.workload == "megatron-cpu" else None, spec.megatron_path):
-        if root is None:
-            continue
-        try:
-            text = safeio.read_text(Path(root) / "megatron" / "core" / "package_info.py", limit=64 << 10)
-        except (OSError, ValueError):
-            continue
-        parts = dict(_VERSION_PART.findall(text))
-        if {"MAJOR", "MINOR", "PATCH"} <= set(parts):
-            return f"{int(parts['MAJOR'])}.{int(parts['MINOR'])}.{int(parts['PATCH'])}"
-    return None
+# The built-in workloads, in the order --help lists them: module and class.
+BUILTIN = (("harness.workloads.megatron", "Megatron"), ("harness.workloads.megatron_cpu", "MegatronCpu"),
+           ("harness.workloads.reference_args", "Reference"))
+_loaded = False
+DEFAULT = "megatron"  # the workload of a run that names none (the seed's GPU run)
 
 
-def model_args(spec: "RunSpec") -> list[str]:
-    """Model shape and batch sizes; the global batch defaults to the active GPU count."""
-    return [
-        "--num-layers", str(spec.num_layers),
-        "--hidden-size", str(spec.hidden_size),
-        "--num-attention-heads", str(spec.num_attention_heads),
-        "--seq-length", str(spec.seq_length),
-        "--max-position-embeddings", str(spec.seq_length),
-        "--micro-batch-size", str(spec.micro_batch_size),
-        "--global-batch-size", str(spec.topology.effective_global_batch),
-        "--train-iters", str(spec.train_iters),
-    ]
+def _load_builtin() -> None:
+    global _loaded
+    if _loaded:
+        return
+    import importlib
+
+    for module, name in BUILTIN:
+        register(getattr(importlib.import_module(module), name)())
+    _loaded = True
 
 
-def checkpoint_and_ft_args(spec: "RunSpec") -> list[str]:
-    """--load equals --save (the launcher re-runs the identical command), async torch_dist
-    saves, every iteration logged (each is evidence), FT sections from the first step."""
-    ckpt = str(spec.layout.checkpoints)
-    return [
-        "--save", ckpt, "--load", ckpt, "--save-interval", str(spec.save_interval),
-        "--ckpt-format", "torch_dist", "--async-save",
-        "--log-interval", "1", "--eval-iters", "0",
-        "--enable-ft-package", "--ft-num-warmup-iters", "0",
-    ]
+def names() -> tuple[str, ...]:
+    """Every known workload's name, the built-in ones first."""
+    _load_builtin()
+    return tuple(_REGISTRY)
+
+
+def find(name: object) -> Workload | None:
+    """The workload of this name, or None (a run.json from elsewhere may name anything)."""
+    _load_builtin()
+    return _REGISTRY.get(name) if isinstance(name, str) else None
+
+
+def get(name: str) -> Workload:
+    """The workload of this name; KeyError naming the known ones when there is none."""
+    found = find(name)
+    if found is None:
+        raise KeyError(f"no workload {name!r}: one of {', '.join(names())}")
+    return found

@@ -6,13 +6,17 @@ launcher re-runs the identical command after a failure.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from harness.workloads import checkpoint_and_ft_args, model_args
+from harness import topology
+from harness.workloads.base import NCCL, Workload
+from harness.workloads.common import checkpoint_and_ft_args, model_args
 
 if TYPE_CHECKING:
-    from harness.spec import RunSpec
+    from harness.nvrx import NvrxTarget
+    from harness.workloads.base import SpecView
 
 ENTRYPOINT = "pretrain_gpt.py"
 
@@ -64,7 +68,7 @@ def extra_arg_problems(extra: tuple[str, ...]) -> list[str]:
 LR_WARMUP_ITERS = 10
 
 
-def schedule_problems(spec: "RunSpec") -> list[str]:
+def schedule_problems(spec: "SpecView") -> list[str]:
     """Megatron's OptimizerParamScheduler asserts `lr_warmup_steps < lr_decay_steps` at
     setup, on every rank and in every cycle: a run that short never trains."""
     if any(a.split("=", 1)[0] in ("--lr-warmup-iters", "--lr-decay-iters", "--lr-warmup-fraction")
@@ -78,7 +82,7 @@ def schedule_problems(spec: "RunSpec") -> list[str]:
             f"TRAIN_ITERS={LR_WARMUP_ITERS + 1} or more, or give --lr-warmup-iters after --"]
 
 
-def argv(spec: "RunSpec", entrypoint: str | None = None) -> list[str]:
+def argv(spec: "SpecView", entrypoint: str | None = None) -> list[str]:
     """pretrain_gpt.py (or the given script with its flags) and its arguments for one
     qualification run."""
     if entrypoint is None:
@@ -125,7 +129,7 @@ FALLBACKS = {
 }
 
 
-def fallback_args(spec: "RunSpec") -> list[str]:
+def fallback_args(spec: "SpecView") -> list[str]:
     """The flags FALLBACKS explains, for the spec's Transformer Engine and apex."""
     chosen: list[str] = []
     if not spec.transformer_engine:
@@ -138,7 +142,96 @@ def fallback_args(spec: "RunSpec") -> list[str]:
     return [word for key in chosen for word in key.split()]
 
 
-def fallback_notes(spec: "RunSpec") -> list[str]:
+def fallback_notes(spec: "SpecView") -> list[str]:
     """One line per fallback flag group the plan adds, with its reason."""
     args = " ".join(fallback_args(spec))
     return [f"{key}: {why}" for key, why in FALLBACKS.items() if key in args]
+
+
+_VERSION_PART = re.compile(r"^(MAJOR|MINOR|PATCH)\s*=\s*(\d{1,4})\s*$", re.MULTILINE)
+
+
+def megatron_version(*roots: Path | None) -> str | None:
+    """megatron-core's version (MAJOR.MINOR.PATCH of megatron/core/package_info.py) in the first
+    of `roots` that says; None when none does. Recorded in run.json, where the known-defect table
+    (harness.findings) reads it."""
+    from harness import safeio
+
+    for root in roots:
+        if root is None:
+            continue
+        try:
+            text = safeio.read_text(Path(root) / "megatron" / "core" / "package_info.py", limit=64 << 10)
+        except (OSError, ValueError):
+            continue
+        parts = dict(_VERSION_PART.findall(text))
+        if {"MAJOR", "MINOR", "PATCH"} <= set(parts):
+            return f"{int(parts['MAJOR'])}.{int(parts['MINOR'])}.{int(parts['PATCH'])}"
+    return None
+
+
+def ft_problems(nvrx: "NvrxTarget") -> list[str]:
+    """Megatron's --enable-ft-package needs an NVRx that has it."""
+    if nvrx.supports_megatron_ft:
+        return []
+    return [f"NVRx {nvrx.version} cannot run Megatron's --enable-ft-package (it needs >= 0.6.0): install "
+            "nvidia-resiliency-ext>=0.6.0 (Python >= 3.12, glibc >= 2.39) or pass --nvrx-version for the "
+            "cluster's launcher"]
+
+
+def shape_problems(spec: "SpecView") -> list[str]:
+    """Megatron's own rules for the parallel layout (context parallelism, heads, sequence)."""
+    return topology.megatron_problems(spec.cp, spec.hidden_size, spec.num_attention_heads, spec.seq_length,
+                                      spec.transformer_engine)
+
+
+class Megatron(Workload):
+    """Megatron-LM's unmodified pretrain_gpt.py from the user's checkout, on GPUs."""
+
+    name = "megatron"
+    summary = "megatron (GPU)"
+    on_gpu = True
+    backend = NCCL
+    defaults = dict(deadline_profile="walkthrough")
+    own_knobs = frozenset({"distributed_optimizer"})
+
+    def argv(self, spec: "SpecView") -> list[str]:
+        return argv(spec)
+
+    def entrypoint(self, spec: "SpecView") -> Path | None:
+        return Path(spec.megatron_path) / ENTRYPOINT if spec.megatron_path is not None else None
+
+    def extra_arg_problems(self, extra: tuple[str, ...]) -> list[str]:
+        return extra_arg_problems(extra)
+
+    def problems(self, spec: "SpecView") -> list[str]:
+        problems = shape_problems(spec)
+        if spec.megatron_path is None:
+            problems.append("MEGATRON_PATH is not set: point it at a Megatron-LM checkout (or use --workload "
+                            "reference for the CPU reference run)")
+        elif not (spec.megatron_path / ENTRYPOINT).is_file():
+            problems.append(f"MEGATRON_PATH={spec.megatron_path} has no {ENTRYPOINT}: point it at the root of a "
+                            "Megatron-LM checkout")
+        return problems
+
+    def plan_problems(self, spec: "SpecView", nvrx: "NvrxTarget") -> list[str]:
+        return ft_problems(nvrx) + self.extra_arg_problems(spec.extra_args) + schedule_problems(spec)
+
+    def connections_policy(self, spec: "SpecView") -> topology.ConnectionsPolicy:
+        return topology.connections_policy(spec.tp, spec.cp, spec.gpu_arch, spec.extra_args)
+
+    def cwd(self, spec: "SpecView") -> Path:
+        return spec.megatron_path or spec.layout.root
+
+    def notes(self, spec: "SpecView") -> list[str]:
+        return fallback_notes(spec)
+
+    def software_version(self, spec: "SpecView") -> str | None:
+        return megatron_version(spec.megatron_path)
+
+    def machine_problems(self, spec: "SpecView", gpus: tuple[Any, ...]) -> list[str]:
+        problems = super().machine_problems(spec, gpus)
+        if gpus and spec.nnodes == 1 and len(gpus) < spec.gpus_per_node:
+            problems.append(f"GPUS_PER_NODE={spec.gpus_per_node} but this node has {len(gpus)} GPU(s): "
+                            f"set GPUS_PER_NODE={len(gpus)} or less")
+        return problems
