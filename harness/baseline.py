@@ -30,10 +30,12 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import __version__, ports, safeio
+from harness import __version__, evidence, ports, safeio
 from harness import spec as specmod
-from harness.layout import MARKER_NAME, RUN_ID_PATTERN, is_valid_run_id
+from harness.layout import (MARKER_NAME, RUN_ID_PATTERN, TRACKER_NAME, checkpoint_iter_dir, is_valid_run_id,
+                            read_tracker_file)
 from harness.spec import RunSpec, SpecError
+from harness.verdict import EvidenceDigest
 
 AUTO, NONE = "auto", "none"
 HASH_SCHEME = "nvrx-qual trajectory v1"
@@ -114,10 +116,10 @@ def choose(spec: RunSpec) -> Choice:
     run directory of an uninterrupted run (checked before anything is launched)."""
     digest = config_hash(spec)
     asked = spec.baseline
-    if asked == NONE:
-        return Choice(NONE, digest, why="--baseline none")
     if spec.fault == "none":
         return Choice(NONE, digest, why="fault none: this run is itself a baseline")
+    if asked == NONE:
+        return Choice(NONE, digest, why="--baseline none")
     kind = specmod.FAULT_KINDS.get(spec.fault)
     if kind is not None and kind.poisons_checkpoint:
         return Choice(NONE, digest, why=f"--fault {spec.fault} plans a restart loop, not a recovery: nothing to compare")
@@ -136,7 +138,8 @@ def choose(spec: RunSpec) -> Choice:
     return Choice(AUTO, digest)
 
 
-def _recorded_hash(run_dir: Path) -> tuple[str | None, dict]:
+def recorded_hash(run_dir: Path) -> tuple[str | None, dict]:
+    """The configuration hash run_dir's run.json records (None: none, or unreadable) and the record."""
     try:
         record = safeio.read_json(run_dir / "run.json")
     except (OSError, ValueError, RecursionError):
@@ -147,26 +150,64 @@ def _recorded_hash(run_dir: Path) -> tuple[str | None, dict]:
     return (digest if isinstance(digest, str) else None), record
 
 
-def reusable(run_dir: Path, digest: str) -> bool:
-    """An uninterrupted run of this configuration that qualified as a baseline and kept its
-    checkpoints: run.json with the hash and fault none, no marker, a verdict that qualified."""
-    found, record = _recorded_hash(run_dir)
+def reuse_problem(run_dir: Path, digest: str) -> str | None:
+    """Why the uninterrupted run in `run_dir` cannot be reused as the baseline of a run of this
+    configuration hash (None: it can). Evidence, not flags: its run.json records the hash and
+    fault none, no marker, a verdict.json that qualified it as a baseline and recorded the
+    digest of its evidence (harness.evidence), that evidence unchanged since (the same names,
+    kinds and sizes at least: a copy may change the times), and its final checkpoint there
+    (the tracker at its --train-iters, that iter_N a real directory with DCP's .metadata)."""
+    found, record = recorded_hash(run_dir)
     spec = record.get("spec") if isinstance(record.get("spec"), dict) else {}
-    if found != digest or record.get("dry_run") or spec.get("fault") != "none" or os.path.lexists(run_dir / MARKER_NAME):
-        return False
+    if found != digest or record.get("dry_run") or spec.get("fault") != "none":
+        return "it is not an uninterrupted run of this configuration"
+    if os.path.lexists(run_dir / MARKER_NAME):
+        return f"it had a fault ({MARKER_NAME} is there)"
     try:
         verdict = safeio.read_json(run_dir / "verdict.json")
     except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(verdict, dict) and verdict.get("qualified") is True and verdict.get("fault") == "none" \
-        and safeio.is_real_dir(run_dir / "checkpoints")
+        return "it has no readable verdict.json"
+    if not isinstance(verdict, dict) or verdict.get("qualified") is not True or verdict.get("fault") != "none":
+        return "its verdict.json does not qualify it as a baseline"
+    then = EvidenceDigest.from_json(verdict.get("evidence_digest"))
+    if then is None:
+        return "its verdict.json records no digest of its evidence (judged by an earlier release)"
+    now = evidence.digest(run_dir)
+    if now is None or (then.sha256 != now.sha256 and (then.method != now.method or then.sizes_sha256 != now.sizes_sha256)):
+        changed = then.compare(now) if now is not None else "it is not a directory any more"
+        return f"its evidence changed since its verdict ({changed})"
+    final = spec.get("train_iters")
+    checkpoints = run_dir / "checkpoints"
+    tracked = read_tracker_file(checkpoints / TRACKER_NAME)
+    if tracked.value is None or (isinstance(final, int) and not isinstance(final, bool) and tracked.value != final):
+        said = tracked.value if tracked.value is not None else tracked.state
+        return f"its final checkpoint is gone (the tracker in checkpoints/ says {said}, not iteration {final})"
+    iter_dir = checkpoint_iter_dir(checkpoints, tracked.value)
+    if not safeio.is_real_dir(iter_dir) or not safeio.is_regular(iter_dir / ".metadata"):
+        return f"its final checkpoint is gone (no checkpoints/{iter_dir.name}/.metadata)"
+    return None
 
 
-def find_reusable(work_dir: Path, digest: str, *, exclude: tuple[str, ...] = ()) -> Path | None:
-    """The newest reusable baseline (reusable) under WORK_DIR/runs/, or None. Only real
-    directories whose names are run IDs are looked at; nothing is followed through a link."""
+def reusable(run_dir: Path, digest: str) -> bool:
+    """reuse_problem finds nothing against it."""
+    return reuse_problem(run_dir, digest) is None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An uninterrupted run of this configuration in the work directory: its run directory and
+    why it is not reused (None: it is reusable)."""
+
+    path: Path
+    problem: str | None
+
+
+def candidates(work_dir: Path, digest: str, *, exclude: tuple[str, ...] = ()) -> list[Candidate]:
+    """Every earlier uninterrupted run of this configuration hash under WORK_DIR/runs/, newest
+    first, each with why it cannot be reused (reuse_problem). Only real directories whose names
+    are run IDs are looked at; nothing is followed through a link."""
     runs = work_dir / "runs"
-    found: list[tuple[float, str, Path]] = []
+    found: list[tuple[float, str, Candidate]] = []
     try:
         with os.scandir(runs) as entries:
             for n, entry in enumerate(entries):
@@ -175,15 +216,26 @@ def find_reusable(work_dir: Path, digest: str, *, exclude: tuple[str, ...] = ())
                 if entry.name in exclude or not is_valid_run_id(entry.name) or not entry.is_dir(follow_symlinks=False):
                     continue
                 path = Path(entry.path)
-                if reusable(path, digest):
+                hashed, record = recorded_hash(path)
+                spec = record.get("spec") if isinstance(record.get("spec"), dict) else {}
+                if hashed != digest or record.get("dry_run") or spec.get("fault") != "none":
+                    continue
+                try:
+                    mtime = os.lstat(path / "verdict.json").st_mtime
+                except OSError:
                     try:
-                        mtime = os.lstat(path / "verdict.json").st_mtime
+                        mtime = os.lstat(path / "run.json").st_mtime
                     except OSError:
                         continue
-                    found.append((mtime, entry.name, path))
+                found.append((mtime, entry.name, Candidate(path, reuse_problem(path, digest))))
     except OSError:
-        return None
-    return max(found)[2] if found else None
+        return []
+    return [c for _m, _n, c in sorted(found, key=lambda f: (f[0], f[1]), reverse=True)]
+
+
+def find_reusable(work_dir: Path, digest: str, *, exclude: tuple[str, ...] = ()) -> Path | None:
+    """The newest reusable baseline (reuse_problem finds nothing) under WORK_DIR/runs/, or None."""
+    return next((c.path for c in candidates(work_dir, digest, exclude=exclude) if c.problem is None), None)
 
 
 def twin_run_id(spec: RunSpec) -> str:

@@ -44,8 +44,10 @@ CRITERIA_IDS = ("pre_fault_checkpoint", "replacement_cycle", "optimizer_reload",
 # Appended after the five (docs/contracts.md: further checks append their ids): the restored
 # optimizer's own record on disk, read offline, beyond the log lines optimizer_reload reads.
 OPTIMIZER_STATE = "optimizer_state"
+# Appended last: the launcher the workers imported against the one run.json's contract planned.
+LAUNCHER_IDENTITY = "launcher_identity"
 # The checks every run gets.
-CHECK_IDS = (*CRITERIA_IDS, OPTIMIZER_STATE)
+CHECK_IDS = (*CRITERIA_IDS, OPTIMIZER_STATE, LAUNCHER_IDENTITY)
 # Then, only for a plan that makes a restart loop: the loop stopped by NVRx's no-progress rule.
 LOOP_STOPPED = "loop_stopped"
 DISK_FULL_HANDLED = "disk_full_handled"
@@ -184,6 +186,8 @@ def analyze(timeline: Timeline, fault: str | None = None) -> Analysis:
     fault_at = timeline.run.fault_at or (moments[-1] if moments else None) or DEFAULT_FAULT_AT
     planned = FAULT_MOMENTS[fault_at].faults if fault_at in FAULT_MOMENTS else 1
     schedule = timeline.run.schedule or single_schedule(fault_name, timeline.run.fault_rank or 0, fault_at)
+    if fault is not None and fault in FAULT_KINDS:  # --fault judges every planned fault as that kind
+        schedule = tuple(dataclasses.replace(f, kind=fault) for f in schedule)
     if fault_name == CAMPAIGN:  # its moments are per fault (the schedule), its length the plan's
         fault_at, planned = CAMPAIGN, len(schedule) or max(1, len(found))
     count = max(len(timeline.injections), len(nemesis_lines))
@@ -499,7 +503,8 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
             evidence.extend(before[:3])
         elif named:
             evidence.append(named[0])
-            how = sentence(cid, "how_named", {**facts, "kind": named[0].kind.replace('_', '-')})
+            state = sentence(cid, "state_stopped" if kind.signal == "SIGSTOP" else "state_hung", {})
+            how = sentence(cid, "how_named", {**facts, "kind": named[0].kind.replace('_', '-'), "state": state})
         elif inj.signal not in (None, kind.signal):
             problems.append({**facts, "reason": "not_sigstop", "signal": inj.signal,
                              "expected": kind.signal or kind.name})
@@ -560,16 +565,16 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
     return found(PASS, "restarted", evidence, nodes=nodes, shrink=shrink)
 
 
-def _replacement_cycles_all_passed(j: Judging, passed: Sequence[CriterionResult]) -> CriterionResult:
-    """Every episode's launcher noticed its fault and restarted: one sentence for the run,
-    from the episodes' facts (the last episode's restart, every fault's failed cycle)."""
-    eps, last = j.a.episodes, passed[-1]
-    cycles = ", ".join(str(e.marker.cycle) for e in eps)
-    earlier = [str(x.src) for e in eps[:-1] for x in (e.marker, *e.failures[:1])]
+def _replacement_cycles_all_passed(j: Judging, passed: Sequence[tuple[Episode, CriterionResult]]) -> CriterionResult:
+    """Every episode's launcher noticed its fault and restarted: one sentence for the run, each
+    fault told with its own kind, moment, failed cycle, how it was noticed and its restart."""
+    last = passed[-1][1]
+    earlier = [str(x.src) for e, _ in passed[:-1] for x in (e.marker, *e.failures[:1])]
     evidence = [last.evidence[0], *earlier, *last.evidence[1:]] if last.evidence else earlier
-    return _found("replacement_cycle", PASS, "all_restarted", {
-        "faults": len(eps), "cycles": cycles, "how": last.values.get("how", ""),
-        "replacement": last.values.get("replacement")}, evidence)
+    each = "; ".join(sentence("replacement_cycle", "each_restarted", {
+        **r.values, "number": e.number, "kind": j.a.kind_name(e), "fault_at": e.marker.fault_at,
+        "how": r.values.get("how", "")}) for e, r in passed)
+    return _found("replacement_cycle", PASS, "all_restarted", {"faults": len(passed), "each": each}, evidence)
 
 
 def _exit_meaning(code: int) -> str:
@@ -1033,6 +1038,12 @@ def check_clean_finish(j: Judging) -> CriterionResult:
     if not a.is_fault_run and a.injection_count:
         problems.append({"reason": "marker_without_fault"})
         evidence.extend(a.injection_evidence[:2])
+    missing = never_fired(a)
+    if missing:
+        problems.append({"reason": "never_fired", "count": len(missing), "planned": len(a.schedule),
+                         "faults": _planned_list(missing), "fault_at": a.fault_at})
+        evidence.extend([*a.never_fired[:2], Src("run.json", 0, "contract.faults: " + ", ".join(
+            f"{i}: {f.text()}" for i, f in missing[:4]))])
     if a.injection_count > a.planned_faults:
         plan = sentence(cid, "plan_holds", {"fault_at": a.fault_at, "planned": a.planned_faults}) \
             if a.planned_faults > 1 else ""
@@ -1080,6 +1091,25 @@ def check_clean_finish(j: Judging) -> CriterionResult:
         shape = "shape_baseline"
     return _found(cid, PASS, "clean", {"shape": sentence(cid, shape, {"planned": a.planned_faults,
                                                                       "fault_at": a.fault_at})}, evidence)
+
+
+def never_fired(a: Analysis) -> list[tuple[int, PlannedFault]]:
+    """The planned faults (index, fault) of a run in which some fault fired whose own marker is
+    missing: the schedule promised them (run.json's contract), no evidence says they happened.
+    A run in which none fired is pre_fault_checkpoint's (never_injected); a restart-loop plan
+    has one fault."""
+    if not a.is_fault_run or not a.episodes or a.poisoned:
+        return []
+    fired = {e.marker.fault_index for e in a.episodes}
+    return [(i, f) for i, f in enumerate(a.schedule, start=1) if i not in fired]
+
+
+def _planned_list(faults: Sequence[tuple[int, PlannedFault]]) -> str:
+    """'fault 2 (kill on rank 0, after-commit) and fault 3 (...)', rendered from the schedule's facts."""
+    items = [sentence("clean_finish", "planned_fault", {"index": i, "kind": f.kind, "rank": f.rank, "moment": f.moment})
+             for i, f in faults]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + sentence("clean_finish", "and_last",
+                                                                             {"last": items[-1]})
 
 
 def check_optimizer_state(j: Judging) -> CriterionResult:
@@ -1307,6 +1337,8 @@ def check_loss_continuity(j: Judging) -> CriterionResult:
     the episode's restored checkpoint equal the baseline's (see compare_losses)."""
     if j.baseline_problem is not None and j.a.is_fault_run:
         return _no_usable_baseline(LOSS_CONTINUITY, j.baseline_problem)
+    if j.baseline_skipped is not None and j.a.is_fault_run:
+        return _found(LOSS_CONTINUITY, NOT_APPLICABLE, "baseline_skipped", {"why": j.baseline_skipped})
     loaded = j.ep.loaded if j.ep is not None else None
     return compare_losses(j.losses, j.a.fault, loaded.iteration if loaded is not None else None, j.tl.run.train_iters)
 
@@ -1414,6 +1446,8 @@ def check_state_equivalence(j: Judging) -> CriterionResult:
     tl, a, state = j.tl, j.a, j.state
     if j.baseline_problem is not None and a.is_fault_run:
         return _no_usable_baseline(cid, j.baseline_problem)
+    if j.baseline_skipped is not None and a.is_fault_run:
+        return _found(cid, NOT_APPLICABLE, "baseline_skipped", {"why": j.baseline_skipped})
     if not a.is_fault_run:
         return _found(cid, NOT_APPLICABLE, "no_fault", {})
     if state is None:
@@ -1469,6 +1503,68 @@ def check_state_equivalence(j: Judging) -> CriterionResult:
     return _found(cid, PASS, "within_tolerance", facts, evidence)
 
 
+# ---------------------------------------------------------------- the launcher the workers imported
+
+
+def check_launcher_identity(j: Judging) -> CriterionResult:
+    """The workers ran under the launcher the run promised: every node's first worker states
+    the NVRx its own sys.path finds (the nemesis's `launcher identity` line, harness.nvrx_identity),
+    and each must be run.json's contract.launcher: the same version and, where both sides know
+    it, the same digest of its files. Another NVRx (a --nvrx-path that pointed at nothing, a
+    node's own PYTHONPATH, a container's install) fails, for good; a run whose workers said
+    nothing is unknown; a run.json without a planned launcher (before contracts, or a user's
+    own script) leaves nothing to compare."""
+    cid = LAUNCHER_IDENTITY
+    tl = j.tl
+    contract = tl.run.contract
+    planned = contract.launcher if contract is not None else None
+    if planned is None:
+        return _found(cid, NOT_APPLICABLE, "no_plan", {"has_run_json": tl.run.has_run_json})
+    facts: dict[str, object] = {
+        "planned": planned.version,
+        "where": sentence(cid, "where", {"path": planned.path}) if planned.path else "",
+        "sha": sentence(cid, "sha", {"sha": planned.sha256[:12], "files": planned.files}) if planned.sha256 else ""}
+    plan_src = Src("run.json", 0, f"contract.launcher: NVRx {planned.version}"
+                                  + (f" at {planned.path}" if planned.path else "")
+                                  + (f", sha256 {planned.sha256[:12]}" if planned.sha256 else ""))
+    said = [(s.cycle, e) for s in tl.starts for e in s.of(ev.LauncherImported)]
+    if not said:
+        return _found(cid, UNKNOWN, "none_said", facts, [plan_src])
+    other, unknown, version_only, elsewhere = [], [], [], []
+    for cycle, e in said:
+        if e.found is None:
+            unknown.append((cycle, e))
+        elif e.found is False or e.version != planned.version or (
+                planned.sha256 and e.sha256 and e.sha256 != planned.sha256):
+            other.append((cycle, e))
+        elif not (planned.sha256 and e.sha256):
+            version_only.append((cycle, e))
+        elif planned.path and e.path and e.path != planned.path:
+            elsewhere.append((cycle, e))
+    facts.update(count=len(said), ranks=", ".join(sorted({str(e.worker_rank) for _c, e in said})),
+                 cycles=", ".join(str(c) for c in sorted({c for c, _e in said if c is not None})) or "?")
+    if other:
+        cycle, e = other[0]
+        got = (sentence(cid, "got_missing", {"why": e.why or "?"}) if e.found is False else
+               sentence(cid, "got_found", {"version": e.version or "?", "path": e.path or "?",
+                                           "sha": (e.sha256 or "?")[:12]}))
+        return _found(cid, FAIL, "other", {**facts, "others": len(other), "rank": e.worker_rank,
+                                           "cycle": cycle if cycle is not None else "?", "got": got},
+                      [plan_src, *(e for _c, e in other[:4])], final=True)
+    if len(unknown) == len(said):
+        return _found(cid, UNKNOWN, "unknown_all", {**facts, "why": unknown[0][1].why or "?"},
+                      [plan_src, unknown[0][1]])
+    caveats = []
+    if unknown:
+        caveats.append(sentence(cid, "caveat_unknown", {"n": len(unknown)}))
+    if version_only:
+        caveats.append(sentence(cid, "caveat_version_only", {"n": len(version_only)}))
+    if elsewhere:
+        caveats.append(sentence(cid, "caveat_elsewhere", {"n": len(elsewhere), "path": elsewhere[0][1].path}))
+    return _found(cid, PASS, "same", {**facts, "caveats": "".join(f"; {c}" for c in caveats)},
+                  [plan_src, *(e for _c, e in said[:3])])
+
+
 # ---------------------------------------------------------------- the registry and the merge
 
 
@@ -1484,6 +1580,7 @@ class Judging:
     losses: LossComparison | None = None
     state: ev.StateComparison | None = None
     baseline_problem: str | None = None  # the baseline meant for the comparisons is unusable
+    baseline_skipped: str | None = None  # the comparisons were not made, by request (verify --baseline none)
 
 
 def _always(_j: Judging) -> bool:
@@ -1508,7 +1605,7 @@ class Check:
     applies: Callable[[Judging], bool] = _always
     superseded: Callable[[Analysis, Episode], str | None] = _never
     primary: str = "last"
-    all_passed: Callable[[Judging, Sequence[CriterionResult]], CriterionResult] | None = None
+    all_passed: Callable[[Judging, Sequence[tuple[Episode, CriterionResult]]], CriterionResult] | None = None
 
 
 def _load_cut(_a: Analysis, ep: Episode) -> str | None:
@@ -1547,7 +1644,8 @@ def _fills_filesystem(j: Judging) -> bool:
 
 
 def _with_baseline(j: Judging) -> bool:
-    return (j.baseline_problem is not None and j.a.is_fault_run) or j.losses is not None
+    return ((j.baseline_problem is not None or j.baseline_skipped is not None) and j.a.is_fault_run) \
+        or j.losses is not None
 
 
 # The order is the verdict's: the five, optimizer_state, then the checks only some runs get.
@@ -1562,6 +1660,7 @@ CHECKS: tuple[Check, ...] = (
     Check(DISK_FULL_HANDLED, check_disk_full_handled, scope="run", applies=_fills_filesystem),
     Check(LOSS_CONTINUITY, check_loss_continuity, applies=_with_baseline, superseded=_not_last),
     Check(STATE_EQUIVALENCE, check_state_equivalence, scope="run", applies=_with_baseline),
+    Check(LAUNCHER_IDENTITY, check_launcher_identity, scope="run"),
 )
 
 
@@ -1588,25 +1687,32 @@ def check_safe(cid: str, checker: Callable[[Judging], CriterionResult], j: Judgi
         return _found(cid, UNKNOWN, "crashed", {"error": f"{type(exc).__name__}: {exc}"})
 
 
-def merge_results(check: Check, j: Judging, judged: Sequence[CriterionResult]) -> CriterionResult:
+def merge_results(check: Check, j: Judging, judged: Sequence[tuple[Episode, CriterionResult]]) -> CriterionResult:
     """The run's result of an episode check from its episodes' (superseded ones left out): the
     worst status (harness.verdict.merge); one episode's sentence when one decides it (the
     first failing or unknown one; for a tie of passes or not-applicables the check's primary
-    episode), or the check's own sentence when several passed."""
-    if len(judged) == 1:
-        return judged[0]
-    status = merge(r.status for r in judged)
-    if status == PASS and check.all_passed is not None:
+    episode), led by the fault it is about when the run has several, or the check's own
+    sentence when several passed."""
+    if len(judged) == 1 and len(j.a.episodes) < 2:
+        return judged[0][1]
+    status = merge(r.status for _, r in judged)
+    if status == PASS and check.all_passed is not None and len(judged) > 1:
         return check.all_passed(j, judged)
-    same = [r for r in judged if r.status == status]
-    return same[-1] if status in (PASS, NOT_APPLICABLE) and check.primary == "last" else same[0]
+    same = [(e, r) for e, r in judged if r.status == status]
+    ep, result = same[-1] if status in (PASS, NOT_APPLICABLE) and check.primary == "last" else same[0]
+    which = sentence("*", "of_episode", {"number": ep.number, "of": len(j.a.episodes), "kind": j.a.kind_name(ep),
+                                         "rank": ep.marker.rank, "fault_at": ep.marker.fault_at})
+    return dataclasses.replace(result, detail=which + result.detail)
 
 
 def judge(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
-          state: ev.StateComparison | None = None, baseline_problem: str | None = None) -> Judgement:
+          state: ev.StateComparison | None = None, baseline_problem: str | None = None,
+          baseline_skipped: str | None = None) -> Judgement:
     """Every check of the registry that applies, in its order: an episode check once per
-    episode (or once with no episode, for a run without any), merged; a run check once."""
-    base = Judging(tl, a, None, losses, state, baseline_problem)
+    episode (or once with no episode, for a run without any), merged; a run check once.
+    `baseline_problem`: the baseline meant for loss_continuity and state_equivalence is unusable
+    (both unknown); `baseline_skipped`: they were skipped by request (both not applicable, saying so)."""
+    base = Judging(tl, a, None, losses, state, baseline_problem, baseline_skipped)
     merged: list[CriterionResult] = []
     per: dict[int, list[CriterionResult]] = {e.number: [] for e in a.episodes}
     skipped: dict[int, list[str]] = {e.number: [] for e in a.episodes}
@@ -1616,7 +1722,7 @@ def judge(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
         if check.scope == "run" or not a.episodes:
             merged.append(check_safe(check.id, check.judge, base))
             continue
-        judged: list[CriterionResult] = []
+        judged: list[tuple[Episode, CriterionResult]] = []
         for ep in a.episodes:
             why = check.superseded(a, ep)
             if why is not None:
@@ -1625,7 +1731,7 @@ def judge(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
                 continue
             result = check_safe(check.id, check.judge, dataclasses.replace(base, ep=ep))
             per[ep.number].append(result)
-            judged.append(result)
+            judged.append((ep, result))
         merged.append(merge_results(check, base, judged))
     return Judgement(tuple(merged), tuple(EpisodeJudgement(e, tuple(per[e.number]), tuple(skipped[e.number]))
                                           for e in a.episodes))

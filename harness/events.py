@@ -328,6 +328,21 @@ class NemesisNeverFired(AppEvent):
     reason: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class LauncherImported(AppEvent):
+    """The nemesis's `[nemesis] rank R launcher identity: nvidia_resiliency_ext V sha256 H files N
+    at PATH` (harness.nvrx_identity): the NVRx a node's first worker finds on its own sys.path.
+    `found` False: `... not found (why)`; None: `... unknown (why)` (looking for it failed)."""
+
+    worker_rank: int
+    found: bool | None
+    version: str | None = None
+    sha256: str | None = None
+    files: int | None = None
+    path: str | None = None
+    why: str | None = None
+
+
 # ---------------------------------------------------------------- launcher events
 
 # 0.7.0 profiling events that belong to the start of the cycle they name.
@@ -676,6 +691,60 @@ class CheckpointState:
 
 
 @dataclass(frozen=True)
+class PlannedLauncher:
+    """The launcher a run promised (run.json's contract.launcher): NVRx's package directory as the
+    plan's search path finds it, its version and the digest of its files (harness.nvrx_identity);
+    path and sha256 None when the plan could not see the install (a declared version, a batch
+    script for another machine)."""
+
+    version: str
+    path: str | None = None
+    sha256: str | None = None
+    files: int | None = None
+
+
+@dataclass(frozen=True)
+class PlannedBaseline:
+    """The baseline a run promised to be judged against (run.json's contract.baseline): how it
+    came (`ran`: the automatic twin; `reused`: found by its configuration hash; `given`:
+    --baseline RUN_DIR; `none`: not judged, `why` says why), its run ID (looked up beside the
+    run, in the same runs/ folder), its configuration hash, the digest of its checkpoints when
+    the run was judged against it (names, kinds, sizes, times: harness.evidence), and `problem`
+    when it was unusable already then (the twin did not qualify)."""
+
+    how: str
+    run_id: str | None = None
+    config_hash: str | None = None
+    checkpoints_method: str | None = None
+    checkpoints_entries: int | None = None
+    checkpoints_bytes: int | None = None
+    checkpoints_sha256: str | None = None
+    checkpoints_sizes_sha256: str | None = None
+    why: str | None = None
+    problem: str | None = None
+
+    @property
+    def has_digest(self) -> bool:
+        return None not in (self.checkpoints_method, self.checkpoints_entries, self.checkpoints_bytes,
+                            self.checkpoints_sha256, self.checkpoints_sizes_sha256)
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What a run promised, recorded once before its launch (run.json's `contract`, version 1;
+    docs/contracts.md): every planned fault in marker order (RunConfig.schedule holds them), the
+    tier each after-commit fault waits on, the launcher, the baseline, the checkpoint tiers
+    (name, value pairs) and the shape (nodes, ranks, parallel sizes, hot spares)."""
+
+    version: int
+    fault_after: str | None = None
+    launcher: PlannedLauncher | None = None
+    baseline: PlannedBaseline | None = None
+    tiers: tuple[tuple[str, str | int | None], ...] = ()
+    shape: tuple[tuple[str, int | None], ...] = ()
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """What the run was meant to do: run.json's spec, else Megatron's arguments table."""
 
@@ -716,6 +785,9 @@ class RunConfig:
     distributed_optimizer: bool | None = None
     transformer_engine: bool | None = None
     apex: bool | None = None
+    # run.json's contract (what the run promised); None: a run directory from before contracts, or
+    # a user's own script
+    contract: Contract | None = None
 
 
 RUN_SHAPE_KEYS = ("micro_batch_size", "global_batch_size", "global_batch_size_effective", "seq_length", "tp", "pp",

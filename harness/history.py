@@ -45,10 +45,10 @@ from harness.dialect import classify_logs as _classify_logs
 from harness.dialect import epoch as _epoch
 from harness.dialect import strip_prefix as _strip_prefix
 from harness.events import Src, clip
-from harness.faults import schedule_from_json
-from harness.layout import (LOCAL_SHARD_PATTERN, MARKER_NAME, TRACKER_NAME, is_megatron_iter_name, marker_index,
-                            parse_iter_name, read_tracker_file)
-from harness.optimizer_record import read_dcp_metadata, read_optimizer_record
+from harness.faults import PlannedFault, schedule_from_json
+from harness.layout import (LOCAL_SHARD_PATTERN, MARKER_NAME, TRACKER_NAME, is_megatron_iter_name, is_valid_run_id,
+                            marker_index, parse_iter_name, read_tracker_file)
+from harness.optimizer_record import moment_keys, read_dcp_metadata, read_optimizer_record
 
 CHUNK_SIZE = 1 << 20  # small enough to stay in a core's cache while the screen, the counts and the lanes pass over it
 MAX_PENDING_LINE = 1 << 20  # a "line" longer than this (binary junk) is cut, to bound memory
@@ -248,6 +248,33 @@ def _inprocess(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) 
                              wrapped_rank=p._num(m.group("rank"), "rank", src), text=clip(m.group("text"), 200))
 
 
+_IDENTITY_FOUND_RE = re.compile(r"(?P<version>\S+) sha256 (?P<sha>[0-9a-f]{64}|\?) files (?P<files>\d+|\?) at "
+                                r"(?P<path>.+?)\s*$")
+_IDENTITY_OTHER_RE = re.compile(r"(?P<state>not found|unknown) \((?P<why>.*)\)\s*$")
+
+
+def _launcher_imported(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.LauncherImported | None:
+    """The nemesis's launcher identity line (harness.nvrx_identity writes it): the NVRx a node's
+    first worker finds; a version that is no version, a digest that is no sha256 is no event."""
+    worker = p._num(m.group("rank"), "rank", src)
+    if worker is None:
+        return None
+    rest = m.group("rest")
+    if found := _IDENTITY_FOUND_RE.match(rest):
+        version = found.group("version")
+        files = found.group("files")
+        return ev.LauncherImported(
+            src=src, rank=rank, worker_rank=worker, found=True,
+            version=version if re.fullmatch(r"[0-9][0-9A-Za-z.+_-]{0,63}", version) else None,
+            sha256=found.group("sha") if found.group("sha") != "?" else None,
+            files=p._num(files, "count", src) if files != "?" else None, path=clip(found.group("path"), 400))
+    if other := _IDENTITY_OTHER_RE.match(rest):
+        return ev.LauncherImported(src=src, rank=rank, worker_rank=worker,
+                                   found=False if other.group("state") == "not found" else None,
+                                   why=clip(other.group("why"), 200))
+    return None
+
+
 def _no_progress(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.NoProgressStop:
     return ev.NoProgressStop(src=src, ts=p._stamp(b), cycle=p.launcher_cycle, message=clip(b, 160))
 
@@ -318,6 +345,8 @@ RULES: tuple[LineRule, ...] = (
     _rule("[nemesis]", r"\[nemesis\] rank (?P<target_rank>\d+) injecting (?P<signal>\w+) after checkpoint "
           r"iteration (?P<iteration>\d+)", ev.NemesisInjected),
     _rule("nemesis: requested", r"nemesis: requested fault \w+ on rank \d+ never happened: (?P<reason>.*)", ev.NemesisNeverFired),
+    _rule("launcher identity", r"\[nemesis\] rank (?P<rank>\d+) launcher identity: nvidia_resiliency_ext (?P<rest>.*)$",
+          ev.LauncherImported, _launcher_imported),
     # saves, as many as checkpoints: the fast path; in the order the screen tries them
     _rule("checkpoint", r"successfully saved checkpoint (?:from|at) iteration +(?P<iteration>\d+) to "
           r"(?P<path>.+?)(?: \[|$)", ev.SaveCommitted, phase=PH_ITER, stamp="line", fast=True),
@@ -1344,13 +1373,22 @@ class HistoryReader:
         self._files: dict[str, _TrackedFile] = {}
         self._dcp_cache: dict[tuple[str, int, int], tuple[int | None, int | None, str | None, str | None]] = {}
         self._record_cache: dict[tuple[str, int, int], ev.OptimizerRecord] = {}
+        self._run_json: list[_JsonFile | None] = []  # run.json read by planned(), taken by the next poll
+
+    def planned(self) -> ev.RunConfig:
+        """What run.json alone says (its contract above all), before the logs are read: a caller
+        that must know what the run promised to decide how to read it (verify: with the losses,
+        against the recorded baseline). The next poll takes this very read of run.json."""
+        run_json = _read_json(self.run_dir / "run.json", "run.json")
+        self._run_json = [run_json]
+        return _run_config(run_json, None, [])
 
     def poll(self, *, final: bool = False) -> ev.Timeline:
         """The Timeline of everything readable now. With final=True a last line without a
         newline (a process killed mid-write) is parsed too: use it once the run has ended."""
         check_run_dir(self.run_dir)
         notes: list[str] = []
-        run_json = _read_json(self.run_dir / "run.json", "run.json")
+        run_json = self._run_json.pop() if self._run_json else _read_json(self.run_dir / "run.json", "run.json")
         launch_json = _read_json(self.run_dir / "launch.json", "launch.json")
         for jf, name in ((run_json, "run.json"), (launch_json, "launch.json")):
             if jf is not None and jf.error:
@@ -1366,7 +1404,7 @@ class HistoryReader:
 
         starts, app_stream = self._starts(app_files)
         dialect = next((f.parser.dialect for f in launcher_files if f.parser.dialect), None)
-        config = _run_config(run_json, launch_json, starts)
+        config = _run_config(run_json, launch_json, starts, notes)
         offset, offset_how = self._utc_offset(config, files, notes)
         checkpoints = self._checkpoints(run_json, starts, injections, notes)
         launch = _launch_record(launch_json)
@@ -1784,15 +1822,16 @@ def warm_up() -> None:
 def dcp_optimizer_keys(directory: Path) -> tuple[int | None, int | None, str | None, str | None]:
     """(optimizer keys, all keys, a sample optimizer key, why not known) of one DCP checkpoint,
     read with harness.optimizer_record.read_dcp_metadata (no PyTorch). Optimizer tensors are
-    keys under `optimizer.` holding Adam moments (`exp_avg`, `exp_avg_sq`), as Megatron's
-    distributed optimizer writes them."""
+    the keys holding Adam moments (`exp_avg`, `exp_avg_sq`) by optimizer_record.moment_keys, the
+    rule optimizer_state reads them by: Megatron's distributed and plain optimizers, each under a
+    ChainedOptimizer's `chained_<i>.` prefix too."""
     # Not torch's FileSystemReader.read_metadata: that is a plain pickle.load (code from a received run dir).
     try:
         metadata = read_dcp_metadata(directory)
         keys = [str(k) for k in metadata.state_dict_metadata]
     except Exception as exc:  # noqa: BLE001 - any damage in a received file makes the keys unknown, with the reason
         return None, None, None, f"DCP metadata unreadable: {clip(f'{type(exc).__name__}: {exc}', 120)}"
-    optimizer = sorted(k for k in keys if k.startswith("optimizer.") and "exp_avg" in k)
+    optimizer = sorted(moment_keys(keys))
     return len(optimizer), len(keys), (optimizer[0] if optimizer else None), None
 
 
@@ -1862,9 +1901,11 @@ def _spec(run_json: _JsonFile | None) -> dict:
     return spec if isinstance(spec, dict) else {}
 
 
-def _run_config(run_json: _JsonFile | None, launch_json: _JsonFile | None, starts: list[ev.AppStart]) -> ev.RunConfig:
+def _run_config(run_json: _JsonFile | None, launch_json: _JsonFile | None, starts: list[ev.AppStart],
+                notes: list[str] | None = None) -> ev.RunConfig:
     data = run_json.data if run_json is not None and isinstance(run_json.data, dict) else {}
     spec = _spec(run_json)
+    contract, planned = _contract(data.get("contract"), notes if notes is not None else [])
     args = next((s.arguments for s in starts if s.arguments is not None), None)
     train_iters = train_src = save_interval = save_src = None
     if args is not None and args.integer("train_iters") is not None:
@@ -1896,7 +1937,8 @@ def _run_config(run_json: _JsonFile | None, launch_json: _JsonFile | None, start
         config_hash=_str(data.get("config_hash")),
         fault_rank=_int(spec.get("fault_rank")),
         fault_at=_str(spec.get("fault_at")), max_restarts=_int(spec.get("max_restarts")),
-        schedule=schedule_from_json(spec.get("schedule")) or (), seed=_int(spec.get("seed")),
+        schedule=planned if planned is not None else (schedule_from_json(spec.get("schedule")) or ()),
+        seed=_int(spec.get("seed")),
         max_no_progress_cycles=_int(spec.get("max_no_progress_cycles")),
         train_iters=train_iters, train_iters_src=train_src, save_interval=save_interval, save_interval_src=save_src,
         nvrx_version=nvrx, utc_offset_s=_int(data.get("utc_offset_s")), extra_args=tuple(str(a) for a in extra),
@@ -1908,7 +1950,117 @@ def _run_config(run_json: _JsonFile | None, launch_json: _JsonFile | None, start
         workload=_str(spec.get("workload")), megatron_version=_str(data.get("megatron_version")),
         distributed_optimizer=_bool(spec.get("distributed_optimizer")),
         transformer_engine=_bool(spec.get("transformer_engine")), apex=_bool(spec.get("apex")),
+        contract=contract,
     )
+
+
+CONTRACT_VERSION = 1  # the version of run.json's contract this reader knows (harness.contract.VERSION)
+_BASELINE_HOWS = ("ran", "reused", "given", "none", "auto")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_VERSION_RE = re.compile(r"[0-9][0-9A-Za-z.+_-]{0,63}")
+MAX_PATH_CHARS = 4096
+MAX_RUN_ID_CHARS = 255
+
+
+def run_config(run_dir: str | os.PathLike) -> ev.RunConfig:
+    """What run.json alone says of a run (its logs unread): the same reading as a Timeline's
+    `run`, for a caller that must know the contract before it reads the run (verify: which
+    baseline to read it with)."""
+    return _run_config(_read_json(Path(run_dir) / "run.json", "run.json"), None, [])
+
+
+def _contract(value: object, notes: list[str]) -> tuple[ev.Contract | None, tuple[PlannedFault, ...] | None]:
+    """run.json's `contract` (harness.contract writes it; docs/contracts.md), every field checked:
+    a part that is not what the suite writes is left out with a note, never guessed. Returns the
+    contract and its planned faults (None: none readable, the spec's schedule stands)."""
+    if value is None:
+        return None, None
+    version = value.get("version") if isinstance(value, dict) else None
+    if not isinstance(value, dict) or version != CONTRACT_VERSION or isinstance(version, bool):
+        notes.append(f"run.json's contract is not version {CONTRACT_VERSION} of the format this reader knows "
+                     f"({clip(repr(version), 40)}): ignored; the run is judged as one from before contracts")
+        return None, None
+    planned: tuple[PlannedFault, ...] | None = None
+    faults = value.get("faults")
+    if faults == []:
+        planned = ()
+    elif faults is not None:
+        planned = schedule_from_json(faults)
+        if planned is None or any(not isinstance(f, dict) or f.get("fault_index") != i
+                                  for i, f in enumerate(faults, start=1)):
+            notes.append("run.json's contract.faults is not a list of planned faults in marker order: ignored; "
+                         "spec.schedule stands")
+            planned = None
+    fault_after = value.get("tiers", {}).get("fault_after") if isinstance(value.get("tiers"), dict) else None
+    return ev.Contract(
+        version=CONTRACT_VERSION,
+        fault_after=fault_after if fault_after in tiers.FAULT_AFTER else None,
+        launcher=_planned_launcher(value.get("launcher"), notes),
+        baseline=_planned_baseline(value.get("baseline"), notes),
+        tiers=_pairs(value.get("tiers"), ("save_interval", "fault_after", "non_persistent_ckpt_type")),
+        shape=_pairs(value.get("shape"), ("nnodes", "gpus_per_node", "world", "tp", "pp", "cp", "dp", "hot_spares",
+                                          "min_nnodes")),
+    ), planned
+
+
+def _pairs(value: object, keys: tuple[str, ...]) -> tuple[tuple[str, str | int | None], ...]:
+    """The named whole numbers and short words of a contract section; anything else left out."""
+    if not isinstance(value, dict):
+        return ()
+    out: list[tuple[str, str | int | None]] = []
+    for key in keys:
+        item = value.get(key)
+        if item is None or (isinstance(item, str) and _PROFILE_RE.fullmatch(item)):
+            out.append((key, item))
+        elif (n := _int(item)) is not None and _whole(item):
+            out.append((key, n))
+    return tuple(out)
+
+
+def _text(value: object, limit: int) -> str | None:
+    """A string as the suite writes one: not empty, no NUL, not longer than `limit`."""
+    return value if isinstance(value, str) and value and "\0" not in value and len(value) <= limit else None
+
+
+def _planned_launcher(value: object, notes: list[str]) -> ev.PlannedLauncher | None:
+    if value is None:
+        return None
+    version = value.get("version") if isinstance(value, dict) else None
+    if not isinstance(value, dict) or not isinstance(version, str) or not _VERSION_RE.fullmatch(version):
+        notes.append("run.json's contract.launcher names no NVRx version: ignored (launcher_identity cannot compare)")
+        return None
+    sha, path, files = value.get("sha256"), value.get("path"), value.get("files")
+    return ev.PlannedLauncher(version=version, path=_text(path, MAX_PATH_CHARS),
+                              sha256=sha if isinstance(sha, str) and _SHA256_RE.fullmatch(sha) else None,
+                              files=_int(files) if _whole(files) and files >= 0 else None)
+
+
+def _planned_baseline(value: object, notes: list[str]) -> ev.PlannedBaseline | None:
+    if value is None:
+        return None
+    how = value.get("how") if isinstance(value, dict) else None
+    if not isinstance(value, dict) or how not in _BASELINE_HOWS:
+        notes.append(f"run.json's contract.baseline says no way it came ({clip(repr(how), 40)}): ignored")
+        return None
+    run_id = value.get("run_id")
+    if run_id is not None and not (isinstance(run_id, str) and len(run_id) <= MAX_RUN_ID_CHARS and is_valid_run_id(run_id)):
+        notes.append(f"run.json's contract.baseline.run_id {clip(repr(run_id), 80)} is not a run ID: the baseline "
+                     "it names cannot be looked up")
+        return ev.PlannedBaseline(how=how, problem=f"run.json names the baseline {clip(repr(run_id), 80)}, which is "
+                                                   "not a run ID")
+    digest = value.get("checkpoints")
+    digest = digest if isinstance(digest, dict) else {}
+    config = value.get("config_hash")
+    entries, size = digest.get("entries"), digest.get("bytes")
+    sha, sizes = digest.get("sha256"), digest.get("sizes_sha256")
+    return ev.PlannedBaseline(
+        how=how, run_id=run_id, config_hash=config if isinstance(config, str) and _SHA256_RE.fullmatch(config) else None,
+        checkpoints_method=_text(digest.get("method"), 200),
+        checkpoints_entries=_int(entries) if _whole(entries) and entries >= 0 else None,
+        checkpoints_bytes=_int(size) if _whole(size) and size >= 0 else None,
+        checkpoints_sha256=sha if isinstance(sha, str) and _SHA256_RE.fullmatch(sha) else None,
+        checkpoints_sizes_sha256=sizes if isinstance(sizes, str) and _SHA256_RE.fullmatch(sizes) else None,
+        why=_str(value.get("why")), problem=_str(value.get("problem")))
 
 
 def _whole(value: object) -> bool:
@@ -1949,14 +2101,17 @@ def _clock_jumps(value: object) -> tuple[tuple[float, float, float], ...]:
 def _order(app_stream: list[tuple[str, list[ev.Event]]], launcher_stream: list[tuple[str, list[ev.LauncherEvent]]],
            injections: list[ev.Injection], cycle_infos: list[ev.CycleInfo], offset: int) -> list[ev.Event]:
     """One order for every event: UTC time where the event has one; an unstamped line takes
-    the time of the stamped line before it in the same file (or after it, at a file's top)."""
+    the time of the stamped line before it in the same file (or after it, at a file's top).
+    A file's own order stands: a line never sorts before one written above it in its file
+    (Megatron's `datetime:` stamps are whole seconds, floored, and `[after training is done]`
+    follows the last save line it would otherwise precede)."""
     keyed: list[tuple[float, int, int, ev.Event]] = []
     rank = 0
     for _, events in [*app_stream, *launcher_stream]:
         times = [(e.ts if e.ts_utc else e.ts - offset) if e.ts is not None else None for e in events]
         carried: float | None = next((t for t in times if t is not None), None)
         for i, (e, t) in enumerate(zip(events, times)):
-            if t is not None:
+            if t is not None and (carried is None or t > carried):
                 carried = t
             keyed.append((carried if carried is not None else float("inf"), rank, i, e))
         rank += 1

@@ -32,7 +32,11 @@ with fault i's kind and moment (docs/campaigns.md).
 The wrapper never touches training state, except the one file `poison` truncates or `corrupt`
 flips, and `disk-full`'s filler (written beside the checkpoints on the run's own tmpfs, removed
 by the fault rank's next cycle).
-It reads the tracker and the checkpoint directory, writes markers and signals itself.
+It reads the tracker and the checkpoint directory, writes markers and signals itself. In every
+node's first worker (local rank 0) it also states, before the entrypoint runs, which NVRx the
+worker's sys.path finds (harness.nvrx_identity; one `[nemesis] rank R launcher identity: ...`
+line that harness.history reads back and the launcher_identity check compares with run.json's
+contract).
 Stdlib only (plus the vocabulary of harness.faults and the paths of harness.layout): it is
 imported by every training worker and must not pull in torch or slow startup down.
 
@@ -59,7 +63,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, ClassVar, Mapping, Sequence
 
-from harness import inject, tiers
+from harness import inject, nvrx_identity, tiers
 from harness.faults import (CAMPAIGN, DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, FILL, FLIP_DISTCP,
                             IN_PROCESS, NODE, SIGNAL, TRUNCATE_DISTCP, PlannedFault, parse_schedule, single_schedule)
 from harness.layout import (TRACKER_ABSENT, TRACKER_EMPTY, TRACKER_NAME, TRACKER_UNREADABLE, RunLayout,
@@ -1048,10 +1052,13 @@ def arm(config: NemesisConfig) -> Injector | None:
     return injector
 
 
-def run_entrypoint(entrypoint: Entrypoint) -> None:
-    """Run it the way `python SCRIPT ARGS` / `python -m MODULE ARGS` would, in this process."""
+def run_entrypoint(entrypoint: Entrypoint, ready: Callable[[], None] | None = None) -> None:
+    """Run it the way `python SCRIPT ARGS` / `python -m MODULE ARGS` would, in this process;
+    `ready` is called once sys.path is what the entrypoint will import from, just before it runs."""
     if entrypoint.is_module:
         sys.argv = [entrypoint.target, *entrypoint.args]
+        if ready is not None:
+            ready()
         runpy.run_module(entrypoint.target, run_name="__main__", alter_sys=True)
         return
     script = entrypoint.target
@@ -1060,7 +1067,22 @@ def run_entrypoint(entrypoint: Entrypoint) -> None:
     # this wrapper's; Megatron's pretrain_gpt.py imports `megatron` from its checkout.
     # run_path sets argv[0] and __file__ to the path as given (the harness gives absolute ones).
     sys.path[0] = os.path.dirname(os.path.realpath(script))
+    if ready is not None:
+        ready()
     runpy.run_path(script, run_name="__main__")
+
+
+def state_launcher(config: NemesisConfig) -> None:
+    """The first worker of each node (local rank 0) says which NVRx its sys.path finds, without
+    importing it (harness.nvrx_identity): one line that harness.history reads back and
+    launcher_identity compares with the launcher run.json's contract planned. Never fails the worker."""
+    if config.local_rank not in (None, 0):
+        return
+    try:
+        found = nvrx_identity.locate()
+        log(found.line(config.rank) if found is not None else nvrx_identity.not_found_line(config.rank, "not on sys.path"))
+    except Exception as exc:  # noqa: BLE001 - an identity that cannot be told is said, never a failed worker
+        log(nvrx_identity.unknown_line(config.rank, f"{type(exc).__name__}: {str(exc)[:120]}"))
 
 
 def _exit_code(exc: SystemExit) -> int | None:
@@ -1082,7 +1104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     pid = os.getpid()
     try:
-        run_entrypoint(entrypoint)
+        run_entrypoint(entrypoint, ready=lambda: state_launcher(config))
     except SystemExit as exc:
         if os.getpid() != pid or _exit_code(exc) != 0:
             raise  # a forked child, or the entrypoint's own failure: pass it through unchanged

@@ -302,6 +302,18 @@ def read_dcp_object(directory: Path, metadata: DcpMetadata, fqn: str, profile: s
         os.close(dfd)
 
 
+def moment_keys(keys: list[str]) -> list[str]:
+    """The keys of a checkpoint that hold Adam's moments (exp_avg, exp_avg_sq) of an optimizer, as
+    optimizer_state reads them: the distributed optimizer's buckets and the plain optimizer's
+    per-parameter state, each possibly under a ChainedOptimizer's `chained_<i>.` prefix."""
+    out = []
+    for key in keys:
+        m = _DIST_MOMENT_RE.fullmatch(key) or _PLAIN_MOMENT_RE.fullmatch(key)
+        if m is not None and m.group(2) in ("exp_avg", "exp_avg_sq"):
+            out.append(key)
+    return out
+
+
 def _moments(keys: list[str]) -> tuple[int, tuple[str, ...]]:
     """(slots holding optimizer state, slots lacking exp_avg or exp_avg_sq)."""
     slots: dict[str, set[str]] = {}

@@ -131,6 +131,12 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
         fault = f"{analysis.fault} requested, never injected"
     else:
         fault = "no fault (uninterrupted run)"
+    last = analysis.closing
+    zoom = None
+    if last is not None:
+        rank = "?" if last.marker.rank is None else last.marker.rank
+        zoom = (f"fault {last.number} of {total}: " if total > 1 else "") + \
+            f"{analysis.kind_name(last)} on rank {rank}, {last.marker.fault_at}"
     nvrx = timeline.run.nvrx_version or (timeline.launch.nvrx_version if timeline.launch else None)
     title = f"{timeline.run_dir.name}: {verdict}"
     failed = [c.id for c in criteria if c.status not in (PASS, NOT_APPLICABLE)]
@@ -142,7 +148,7 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
         moments=moments, segments=segments, recovery_s=metrics.failure_to_first_step_s, faults=faults,
         qualified=qualified, did_not_hold=tuple(failed),
         origin=timeline.launch.started_at if timeline.launch is not None else None,
-        goodput=_band(goodput),
+        goodput=_band(goodput), zoom=zoom,
     )
 
 
@@ -159,21 +165,37 @@ def _band(g: Goodput | None) -> GoodputBand | None:
         stride = -(-len(stalls) // MAX_BAND_SEGMENTS)
         keep = set(map(id, stalls[::stride]))
         segments = [s for s in segments if s.label != "save_stall" or id(s) in keep]
-    if g.ratio is None:
+    parts: list[tuple[str, float]] = []
+    if g.ratio is None or g.productive_s is None:
         label = f"goodput unknown ({g.reason})" if g.reason else "goodput unknown"
     else:
-        top = g.biggest()
-        label = f"goodput {100 * g.ratio:.1f} %" + (f" (biggest badput: {top[0].replace('_', ' ')} {top[1]:.2f} s)"
-                                                     if top is not None else "")
-    return GoodputBand(g.ratio, g.launch[0], g.launch[1], tuple(segments), label)
+        label = (f"goodput {100 * g.ratio:.1f} %: {g.productive_s:.2f} s of productive training in "
+                 f"{g.launch[1] - g.launch[0]:.2f} s of wall time")
+        parts = [("productive", g.productive_s)] + [(p, v) for p, v in g.badput_s if v is not None and v > 0
+                                                    and _drawable(v)]
+    return GoodputBand(g.ratio, g.launch[0], g.launch[1], tuple(segments), label, tuple(parts))
 
 
 # ---------------------------------------------------------------- drawing (matplotlib)
 
 _CYCLE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
-_MOMENT_STYLE = {"injected": ("#d62728", "-"), "detected": ("#d62728", "--"), "started": ("#555555", "-."),
-                 "loaded": ("#2ca02c", "--"), "first_step": ("#000000", ":")}
+# One look per kind of mark, the same in every panel: the fault (what the nemesis did) a solid
+# red line under a red triangle; the failure (the launcher's record of it) a dashed black line
+# under a black cross; a worker group's start a dotted teal line over a teal triangle.
+FAULT_STYLE = dict(color="#d62728", ls="-", lw=2.0)
+FAILURE_STYLE = dict(color="#111111", ls=(0, (4, 2)), lw=1.4)
+START_STYLE = dict(color="#01665e", ls=(0, (1, 2)), lw=1.2)
+_MARKERS = {"fault": ("v", FAULT_STYLE["color"], 1.0), "failure": ("X", FAILURE_STYLE["color"], 1.0),
+            "start": ("^", START_STYLE["color"], 0.0)}
+_MOMENT_STYLE = {"injected": FAULT_STYLE, "detected": FAILURE_STYLE, "started": START_STYLE,
+                 "loaded": dict(color="#33a02c", ls="--", lw=1.4), "first_step": dict(color="#777777", ls=":", lw=1.6)}
 _PHASE_COLOURS = {"detection": "#f4a582", "restart": "#b2abd2", "restore": "#a6dba0", "first step": "#92c5de"}
+# The goodput bar and the badput band: productive training, then each badput part (harness.goodput)
+_PART_COLOURS = {"productive": "#1b7837", "startup": "#fdb863", "detection": "#f4a582", "restart": "#b2abd2",
+                 "restore": "#a6dba0", "redone": "#d6604d", "save_stall": "#8c510a", "rest": "#d9d9d9"}
+_PART_WORDS = {"productive": "productive", "startup": "start-up", "detection": "detection", "restart": "restart",
+               "restore": "restore", "redone": "re-done", "save_stall": "save stall", "rest": "rest"}
+LEGEND_FONT = 8
 
 
 def _unit(span_s: float) -> tuple[float, str]:
@@ -206,8 +228,9 @@ def draw(picture: TimelinePicture, path: str | os.PathLike) -> Path:
 
 
 def render(picture: TimelinePicture, *, laid_out: bool = True):
-    """The matplotlib Figure of the picture (laid out unless laid_out=False; not saved). Every
-    legend stands beside its panel, never on the data."""
+    """The matplotlib Figure of the picture (laid out unless laid_out=False; not saved): the
+    whole run, its goodput bar, and the recovery window with its latency split. Every legend
+    stands beside its panel, never on the data, and names only marks it cannot write on them."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -221,13 +244,16 @@ def render(picture: TimelinePicture, *, laid_out: bool = True):
     FigureCanvasAgg(fig)
     zoom = picture.has_recovery and len(picture.moments) > 1
     fig.suptitle(f"{picture.title}\n{picture.subtitle}", fontsize=12)
+    rows = [("whole", 3.0)] + ([("goodput", 0.45)] if picture.goodput is not None else []) + (
+        [("window", 2.0), ("bars", 0.5)] if zoom else [])
+    axes = dict(zip((name for name, _ in rows), fig.subplots(len(rows), 1, height_ratios=[h for _, h in rows],
+                                                               squeeze=False)[:, 0]))
+    _whole_run(picture, axes["whole"], Line2D, Patch)
+    if picture.goodput is not None:
+        _goodput_bar(picture.goodput, axes["goodput"])
     if zoom:
-        top, window, bars = fig.subplots(3, 1, height_ratios=(3, 2, 0.5))
-        bars.sharex(window)
-        _whole_run(picture, top, Line2D, Patch)
-        _recovery_window(picture, window, bars, Line2D, Patch)
-    else:
-        _whole_run(picture, fig.subplots(1, 1), Line2D, Patch)
+        axes["bars"].sharex(axes["window"])
+        _recovery_window(picture, axes["window"], axes["bars"], Line2D)
     if laid_out:
         fig.canvas.draw()  # lay out now, so that callers (and tests) see the final positions
     return fig
@@ -248,6 +274,21 @@ def warm_up() -> None:
 _FAILED_SPAN = dict(facecolor="none", edgecolor="#8b0000", hatch="//", alpha=0.5, lw=0)
 
 
+def _vline(ax, x: float, style: dict, mark: str | None = None, gid: str | None = None) -> None:
+    """A vertical mark across the panel, with its kind's marker at the top or the foot."""
+    ax.axvline(x, gid=gid, **style)
+    if mark is not None:
+        marker, colour, y = _MARKERS[mark]
+        ax.plot([x], [y], transform=ax.get_xaxis_transform(), marker=marker, color=colour, ms=7, ls="",
+                clip_on=False, zorder=4, gid=gid)
+
+
+def _legend(ax, handles) -> None:
+    if handles:
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=LEGEND_FONT,
+                  borderaxespad=0, handlelength=1.8, labelspacing=0.35, frameon=False)
+
+
 def _whole_run(p: TimelinePicture, ax, Line2D, Patch) -> None:
     t0, end = p.t0, p.t_end
     if t0 is None or end is None:
@@ -261,21 +302,15 @@ def _whole_run(p: TimelinePicture, ax, Line2D, Patch) -> None:
         return (t - t0) / scale
 
     handles = []
+    cycles = {c.cycle: c for c in p.curves}
     for c in p.curves:
         ax.plot([x(q.t) for q in c.points], [q.iteration for q in c.points], color=_colour(c.cycle), lw=1.8,
                 marker="." if len(c.points) <= 60 else None, ms=4)
-    cycles = {c.cycle: c for c in p.curves}
-    if len(cycles) <= MAX_CYCLE_ENTRIES:  # one legend entry per cycle
-        for c in cycles.values():
-            handles.append(Line2D([], [], color=_colour(c.cycle), lw=2, label=c.label))
-    else:  # a campaign: each curve says its cycle where it starts, and the legend says so once
-        for c in cycles.values():
-            first = c.points[0]
-            ax.annotate(str(c.cycle if c.cycle is not None else "?"), (x(first.t), first.iteration), color=_colour(c.cycle),
-                        fontsize=8, xytext=(-3, 3), textcoords="offset points", ha="right", va="bottom")
-        numbers = [c.cycle for c in cycles.values() if c.cycle is not None]
-        span = f"cycles {min(numbers)}–{max(numbers)}" if numbers else "cycles"
-        handles.append(Line2D([], [], color=_colour(0), lw=2, label=f"{span}: a colour each, numbered at the start"))
+    for c in cycles.values():  # each curve says its cycle where it starts: no legend entry per cycle
+        first = c.points[0]
+        name = c.label if len(cycles) <= MAX_CYCLE_ENTRIES else str(c.cycle if c.cycle is not None else "?")
+        ax.annotate(name, (x(first.t), first.iteration), color=_colour(c.cycle), fontsize=8, xytext=(-3, 3),
+                    textcoords="offset points", ha="right", va="bottom", gid="cycle-label")
     if p.checkpoints:
         ax.scatter([x(m.t) for m in p.checkpoints], [m.iteration for m in p.checkpoints], marker="D", s=28, zorder=3,
                    c=[_colour(m.cycle) for m in p.checkpoints], edgecolors="black", linewidths=0.6)
@@ -283,81 +318,92 @@ def _whole_run(p: TimelinePicture, ax, Line2D, Patch) -> None:
         label = "committed checkpoint" + (f" ({shown} of {p.checkpoints_committed} shown)"
                                           if shown < p.checkpoints_committed else "")
         handles.append(Line2D([], [], marker="D", ls="", color="white", markeredgecolor="black", label=label))
-    # the launcher's view of every cycle: a second failure or an unexplained restart shows here
-    for kind, colour, style, text in (("started", "#555555", (0, (1, 3)), "workers started (launcher)"),
-                                      ("failed", "#8b0000", (0, (4, 2)), "cycle failed (launcher)")):
-        marks = [m for m in p.cycle_marks if m.kind == kind and not (kind == "started" and m.cycle == 0)]
+    # the launcher's view of every cycle (cycle 0's start too): a second failure or an unexplained restart shows here
+    for kind, style, mark, text in (("started", START_STYLE, "start", "workers started (launcher record)"),
+                                    ("failed", FAILURE_STYLE, "failure", "cycle failed (launcher record)")):
+        marks = [m for m in p.cycle_marks if m.kind == kind]
         for m in marks:
-            ax.axvline(x(m.t), color=colour, ls=style, lw=1.0)
+            _vline(ax, x(m.t), style, mark, gid=f"cycle-{kind}")
         if marks:
-            handles.append(Line2D([], [], color=colour, ls=style, lw=1.0, label=text))
+            marker, colour, _ = _MARKERS[mark]
+            handles.append(Line2D([], [], marker=marker, markersize=6, label=text, **style))
+    for n, f in enumerate(p.faults, start=1):
+        _vline(ax, x(f.t), FAULT_STYLE, "fault", gid="fault")
+        if len(p.faults) > 1:  # each fault's number beside its mark: the legend cannot name six faults
+            ax.annotate(str(n), (x(f.t), 1.0), xycoords=("data", "axes fraction"), color=FAULT_STYLE["color"],
+                        fontsize=8, xytext=(4, -2), textcoords="offset points", ha="left", va="top")
     moments = {m.key: m for m in p.moments}
-    earlier = [(n, f) for n, f in enumerate(p.faults, start=1)
-               if "injected" not in moments or f.t != moments["injected"].t]
-    for _, f in earlier:  # the faults before the last one of a multi-fault plan (the recovery drawn is the last's)
-        ax.axvline(x(f.t), color="#d62728", lw=1.5, ls=(0, (6, 2)))
-    if len(p.faults) > 1:  # each fault's number above its line: the legend cannot name six faults
-        for n, f in enumerate(p.faults, start=1):
-            ax.annotate(str(n), (x(f.t), 1.0), xycoords=("data", "axes fraction"), color="#d62728", fontsize=8,
-                        xytext=(0, 2), textcoords="offset points", ha="center", va="bottom")
-    if len(earlier) == 1:
-        handles.append(Line2D([], [], color="#d62728", lw=1.5, ls=(0, (6, 2)), label=f"{earlier[0][1].label} injected"))
-    elif earlier:
-        numbers = [n for n, _ in earlier]
-        which = f"{numbers[0]}–{numbers[-1]}" if numbers == list(range(numbers[0], numbers[-1] + 1)) \
-            else ", ".join(map(str, numbers))
-        handles.append(Line2D([], [], color="#d62728", lw=1.5, ls=(0, (6, 2)),
-                              label=f"faults {which} of {len(p.faults)} injected (numbered above)"))
+    if p.faults or "injected" in moments:
+        if not p.faults:  # a marker without a time of its own in the fault list: the recovery's
+            _vline(ax, x(moments["injected"].t), FAULT_STYLE, "fault", gid="fault")
+        handles.append(Line2D([], [], marker="v", markersize=6, label="fault injected" + (
+            f" (numbered; {len(p.faults)} faults)" if len(p.faults) > 1 else ""), **FAULT_STYLE))
     if "injected" in moments:
-        ax.axvline(x(moments["injected"].t), color="#d62728", lw=1.5)
-        last = p.faults[-1].label if len(p.faults) > 1 else None
-        handles.append(Line2D([], [], color="#d62728", lw=1.5, label=f"{last} injected" if last else "fault injected"))
+        which = f" of fault {len(p.faults)}" if len(p.faults) > 1 else ""
         if p.qualified and "first_step" in moments:
-            ax.axvspan(x(moments["injected"].t), x(moments["first_step"].t), color="#d62728", alpha=0.12, lw=0)
-            handles.append(Line2D([], [], color="#d62728", alpha=0.3, lw=8,
-                                  label=f"recovery: {p.recovery_s:.2f} s" if p.recovery_s is not None else "recovery"))
+            ax.axvspan(x(moments["injected"].t), x(moments["first_step"].t), color="#d62728", alpha=0.10, lw=0,
+                       gid="recovery")
+            handles.append(Patch(color="#d62728", alpha=0.25, lw=0, label=f"recovery{which}: {p.recovery_s:.2f} s"
+                                 if p.recovery_s is not None else f"recovery{which}"))
         elif not p.qualified:
             # A failed recovery is hatched, from the injection to its first step or to the end.
             span_end = moments["first_step"].t if "first_step" in moments else end
-            ax.axvspan(x(moments["injected"].t), x(span_end), **_FAILED_SPAN)
+            ax.axvspan(x(moments["injected"].t), x(span_end), gid="recovery", **_FAILED_SPAN)
             why = f": {', '.join(p.did_not_hold)} did not hold" if p.did_not_hold else ""
-            handles.append(Patch(**_FAILED_SPAN, label=f"recovery FAILED{why}"))
-    if p.goodput is not None:
-        handles += _goodput_band(p.goodput, ax, x, Patch)
+            handles.append(Patch(**_FAILED_SPAN, label=f"recovery{which} FAILED{why}"))
+    if p.goodput is not None:  # where the badput lay in time, coloured as in the goodput bar below
+        for seg in p.goodput.segments:
+            ax.axvspan(x(seg.start), x(max(seg.end, seg.start)), ymin=0, ymax=_BAND_HEIGHT,
+                       color=_PART_COLOURS.get(seg.label, "#777777"), lw=0, gid="badput")
     since = "the launch started, as on the console" if p.origin is not None and t0 == p.origin else iso_utc(t0)
-    ax.set_xlabel(f"time ({unit}) since {since}" + (f" ({iso_utc(t0)})" if since != iso_utc(t0) else ""))
+    ax.set_xlabel(f"time ({unit}) since {since}" + (f" ({iso_utc(t0)})" if since != iso_utc(t0) else "")
+                  + ("; the coloured foot: where the badput lay" if p.goodput is not None and p.goodput.segments else ""),
+                  fontsize=9)
     ax.set_ylabel("iteration")
     _plain_integer_axis(ax)
     ax.set_title("whole run", fontsize=10, loc="left")
     ax.grid(True, alpha=0.3)
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, borderaxespad=0)
+    _legend(ax, handles)
 
 
-_BAND_COLOURS = {"startup": "#fdb863", "detection": "#f4a582", "restart": "#b2abd2", "restore": "#a6dba0",
-                 "save_stall": "#8c510a"}
-_BAND_WORDS = {"startup": "start-up", "detection": "detection", "restart": "restart", "restore": "restore",
-               "save_stall": "save stall"}
-_BAND_HEIGHT = 0.05  # of the whole-run panel, at its foot
+_BAND_HEIGHT = 0.04  # of the whole-run panel, at its foot
 
 
-def _goodput_band(band: GoodputBand, ax, x, Patch) -> list:
-    """The band at the foot of the whole-run panel: the wall time in grey (training, re-done
-    iterations and rest), the badput intervals coloured by part; returns the legend entries."""
-    ax.axvspan(x(band.start), x(band.end), ymin=0, ymax=_BAND_HEIGHT, color="#d9d9d9", lw=0)
-    handles = [Patch(facecolor="#d9d9d9", label=f"{band.label}; band: wall time")]
-    seen: list[str] = []
-    for seg in band.segments:
-        colour = _BAND_COLOURS.get(seg.label, "#777777")
-        ax.axvspan(x(seg.start), x(max(seg.end, seg.start)), ymin=0, ymax=_BAND_HEIGHT, color=colour, lw=0)
-        if seg.label not in seen:
-            seen.append(seg.label)
-    for part in seen:
-        handles.append(Patch(facecolor=_BAND_COLOURS.get(part, "#777777"), label=f"  {_BAND_WORDS.get(part, part)}"))
-    return handles
+def _goodput_bar(band: GoodputBand, ax) -> None:
+    """The goodput as a share of the wall time: one bar, 100 % = the launch's wall time, split
+    into the productive training (first) and each badput part; each part's name and seconds on
+    it where they fit, else listed below."""
+    ax.set_title(band.label, fontsize=10, loc="left")
+    ax.set_xlim(0, 100)
+    ax.set_ylim(0, 1)
+    ax.set_yticks([])
+    total = sum(v for _, v in band.parts)
+    if not band.parts or total <= 0:
+        ax.barh(0.5, 100, height=0.8, color=_PART_COLOURS["rest"], gid="goodput-unknown")
+        ax.set_xlabel("% of the wall time", fontsize=9)
+        return
+    left, unlabelled = 0.0, []
+    for part, seconds in band.parts:
+        width = 100 * seconds / total
+        ax.barh(0.5, width, left=left, height=0.8, color=_PART_COLOURS.get(part, "#777777"), edgecolor="white",
+                linewidth=0.6, gid=f"goodput-{part}")
+        word = _PART_WORDS.get(part, part)
+        # its name and seconds where they fit (a character is about 0.6 % of the bar), else its
+        # name alone (the productive part: its share), and the seconds below
+        fitting = [t for t in (f"{word} {seconds:.1f} s", f"{100 * seconds / total:.1f} %" if part == "productive"
+                               else word) if width > 0.7 * len(t)]
+        if fitting:
+            ax.text(left + width / 2, 0.5, fitting[0], ha="center", va="center", fontsize=8,
+                    color="white" if part in ("productive", "save_stall") else "black")
+        if not fitting or fitting[0] != f"{word} {seconds:.1f} s":
+            unlabelled.append(f"{word} {seconds:.2f} s")
+        left += width
+    ax.set_xlabel("% of the wall time" + (f"; {', '.join(unlabelled)}" if unlabelled else ""), fontsize=9)
 
 
-def _recovery_window(p: TimelinePicture, ax, bars, Line2D, Patch) -> None:
-    """The recovery only: curves and moments above, the latency split as bars below."""
+def _recovery_window(p: TimelinePicture, ax, bars, Line2D) -> None:
+    """The recovery of the fault named in the title: curves and moments above, the latency split
+    as bars below, each phase named on its bar or in the axis label."""
     moments = {m.key: m for m in p.moments}
     t_inj = moments["injected"].t
     last = max(m.t for m in p.moments)
@@ -382,21 +428,25 @@ def _recovery_window(p: TimelinePicture, ax, bars, Line2D, Patch) -> None:
     ax.set_xlim(lo, hi)
 
     handles = []
+    marks = {"injected": "fault", "detected": "failure", "started": "start"}
     for m in p.moments:
-        colour, style = _MOMENT_STYLE[m.key]
-        for a in (ax, bars):
-            a.axvline(m.t - t_inj, color=colour, ls=style, lw=1.4)
-        handles.append(Line2D([], [], color=colour, ls=style, lw=1.4, label=f"{m.label}  {m.t - t_inj:+.2f} s"))
+        style = _MOMENT_STYLE[m.key]
+        _vline(ax, m.t - t_inj, style, marks.get(m.key), gid=f"moment-{m.key}")
+        bars.axvline(m.t - t_inj, **style)
+        mark = _MARKERS.get(marks.get(m.key, ""))
+        handles.append(Line2D([], [], marker=mark[0] if mark else None, markersize=6,
+                              label=f"{m.label}  {m.t - t_inj:+.2f} s", **style))
     width = hi - lo
+    split = []
     for seg in p.segments:
         colour = _PHASE_COLOURS.get(seg.label, "#cccccc")
         bars.broken_barh([(seg.start - t_inj, seg.end - seg.start)], (0.15, 0.7), color=colour, edgecolor="black",
-                         linewidth=0.5)
+                         linewidth=0.5, gid=f"phase-{seg.label}")
         text = f"{seg.label} {seg.seconds:.2f} s"
-        if (seg.end - seg.start) / width > 0.011 * len(text):  # fits inside its bar; the legend has them all
-            bars.text((seg.start + seg.end) / 2 - t_inj, 0.5, text, ha="center", va="center", fontsize=9)
-        handles.append(Patch(facecolor=colour, edgecolor="black", linewidth=0.5, label=text))
-    title = "recovery window"
+        split.append(text)
+        if (seg.end - seg.start) / width > 0.011 * len(text):  # fits inside its bar; the axis label has them all
+            bars.text((seg.start + seg.end) / 2 - t_inj, 0.5, text, ha="center", va="center", fontsize=8)
+    title = "recovery window" + (f" of {p.zoom}" if p.zoom else "")
     if p.recovery_s is not None:
         title += f": failure → first committed step {p.recovery_s:.2f} s"
     if not p.qualified:
@@ -408,6 +458,6 @@ def _recovery_window(p: TimelinePicture, ax, bars, Line2D, Patch) -> None:
     ax.grid(True, alpha=0.3)
     bars.set_ylim(0, 1)
     bars.set_yticks([0.5], ["latency"])
-    bars.set_xlabel("seconds since the fault was injected")
+    bars.set_xlabel("seconds since the fault was injected" + (f": {' | '.join(split)}" if split else ""), fontsize=9)
     bars.grid(True, axis="x", alpha=0.3)
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, borderaxespad=0)
+    _legend(ax, handles)

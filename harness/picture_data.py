@@ -59,15 +59,23 @@ class Segment:
 
 @dataclass(frozen=True)
 class GoodputBand:
-    """The goodput band under the whole-run curve: the launch's wall time, and on it the badput
-    parts that are intervals (start-up, every recovery's detection, restart and restore, the
-    save stalls), each a Segment labelled with its part (harness.goodput)."""
+    """The goodput as what it is, a share of the launch's wall time (harness.goodput):
+    `parts` splits the wall time into the productive training and each known badput part, in
+    seconds, in that order (the picture's goodput bar, 100 % = the wall time); `segments` are
+    the badput parts that are intervals of it (start-up, every recovery's detection, restart
+    and restore, the save stalls), each a Segment labelled with its part, drawn where they lie
+    in time at the foot of the whole-run panel, coloured as in the bar."""
 
     ratio: float | None
     start: float
     end: float
     segments: tuple[Segment, ...]
-    label: str  # the legend's words: the ratio and the biggest part
+    label: str  # the bar's title: the ratio, productive of wall seconds (or why it is unknown)
+    parts: tuple[tuple[str, float], ...] = ()  # ("productive", s), then GOODPUT_PARTS with a known, positive time
+
+    @property
+    def wall_s(self) -> float:
+        return self.end - self.start
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,8 @@ class TimelinePicture:
     # and so of the whole-run axis; None for a run directory without launch.json.
     origin: float | None = None
     goodput: GoodputBand | None = None
+    # the fault whose recovery the recovery window zooms on (the run's last), in words
+    zoom: str | None = None
 
     def _times(self) -> list[float]:
         return [p.t for c in self.curves for p in c.points] + [m.t for m in (*self.moments, *self.cycle_marks)]

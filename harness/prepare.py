@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness import __version__, atomic, baseline, safeio
+from harness import contract as contractmod
 from harness.layout import CLAIM_NAME, RunLayout, marker_index
 from harness.plan import Plan
 from harness.spec import SpecError, leftovers_problem
@@ -25,7 +26,7 @@ def local_utc_offset_s() -> int:
     return -time.altzone if time.localtime().tm_isdst > 0 else -time.timezone
 
 
-def run_record(plan: Plan, dry_run: bool) -> dict:
+def run_record(plan: Plan, dry_run: bool, promise: contractmod.BaselinePromise | None = None) -> dict:
     return {
         "schema": 1,
         "created_at": utc_now_iso(),
@@ -42,6 +43,8 @@ def run_record(plan: Plan, dry_run: bool) -> dict:
         "captures_console": plan.captures_console,
         "notes": list(plan.notes),
         "commands": [command.to_json(name) for name, command in plan.commands],
+        # what the run promised, once (harness.contract; docs/contracts.md): every reader judges against it
+        "contract": contractmod.build(plan, promise),
     }
 
 
@@ -97,18 +100,21 @@ def _make_dir(directory: Path, layout: RunLayout) -> None:
                          "directory, or unset it"])
 
 
-def prepare(plan: Plan, dry_run: bool) -> Path:
+def prepare(plan: Plan, dry_run: bool, baseline_promise: contractmod.BaselinePromise | None = None) -> Path:
     """Claim the run directory (see `claim`), mkdir its directories and write run.json. A
     run.json of an earlier *dry run* of the same ID is replaced (that is the seed's flow:
     dry run, then the real run); any other existing run.json, a marker or a launch.json is
-    refused. The checks run under the claim, so they cannot race another process."""
+    refused. The checks run under the claim, so they cannot race another process.
+    `baseline_promise`: the baseline the run will be judged against (harness.runner); None:
+    what --baseline chose (a dry run's `auto` is decided at launch; a batch script runs none)."""
     layout = plan.layout
     claim(layout)
     try:
         _check_fresh(layout)
         for directory in layout.artifact_dirs():
             _make_dir(directory, layout)
-        atomic.write_text(layout.run_json, json.dumps(run_record(plan, dry_run), indent=2) + "\n")
+        promise = baseline_promise if baseline_promise is not None else _promise_of_plan(plan, dry_run)
+        atomic.write_text(layout.run_json, json.dumps(run_record(plan, dry_run, promise), indent=2) + "\n")
     except OSError as exc:
         release(layout)
         raise SpecError([f"cannot write the run directory {layout.root} ({exc.strerror or exc}"
@@ -118,6 +124,14 @@ def prepare(plan: Plan, dry_run: bool) -> Path:
         release(layout)
         raise
     return layout.run_json
+
+
+def _promise_of_plan(plan: Plan, dry_run: bool) -> contractmod.BaselinePromise:
+    promise = contractmod.promise_of_choice(baseline.choose(plan.spec))
+    if promise.how == contractmod.AUTO and not dry_run:  # a batch script: nothing runs a twin for it
+        return contractmod.BaselinePromise(contractmod.NONE, why="a batch script runs no baseline twin: judge it with "
+                                                                 "verify --baseline RUN_DIR of an uninterrupted run")
+    return promise
 
 
 def _check_fresh(layout: RunLayout) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Mapping, TextIO
 
 from harness import baseline as baselinemod
+from harness import contract as contractmod
 from harness import discovery, evidence, history, launch, nvrx, ports, slurm, tmpfs
 from harness import picture as picturemod
 from harness import plan as planmod
@@ -131,6 +132,9 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
         raise SpecError(problems)
 
 
+PASSED_OVER_SHOWN = 3  # earlier baselines of the configuration named with why they are not reused
+
+
 @dataclass(frozen=True)
 class BaselineUsed:
     """The baseline a run is judged against (obtain_baseline). how: `ran` (the twin, run just
@@ -172,7 +176,12 @@ def obtain_baseline(plan: Plan, *, deadline_s: float | None = None, out: TextIO 
     if choice.mode == "path":
         say(f"baseline: {choice.path} (given; this run's config hash {h})")
         return BaselineUsed(choice.path, "given", choice.config_hash)
-    found = baselinemod.find_reusable(plan.spec.work_dir, choice.config_hash, exclude=(plan.spec.run_id,))
+    seen = baselinemod.candidates(plan.spec.work_dir, choice.config_hash, exclude=(plan.spec.run_id,))
+    found = next((c.path for c in seen if c.problem is None), None)
+    for c in seen[:PASSED_OVER_SHOWN]:
+        if c.path == found:
+            break
+        say(f"baseline: passing over {c.path.name} (config hash {h}): {c.problem}")  # the newer ones first
     if found is not None:
         say(f"baseline: reusing {found.name} (config hash {h})")
         return BaselineUsed(found, "reused", choice.config_hash, seconds=time.monotonic() - started)
@@ -208,17 +217,17 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
                         baseline: Path | BaselineUsed | None = None) -> Outcome:
     """execute() after its preflight passed (the caller announced the run in between)."""
     used = baseline if isinstance(baseline, BaselineUsed) else None
+    promise = _promise(plan, baseline)
     if used is not None:
         baseline = used.path if used.problem is None else None
-    prepare(plan, dry_run=False)  # claims the run directory: one run ID, one run
+    prepare(plan, dry_run=False, baseline_promise=promise)  # claims the run directory: one run ID, one run
     try:
         # One reader for the whole run: the watcher polls it while the run is live, then the
         # verdict takes its last read (only what was appended since, and the checkpoints).
         reader = HistoryReader(plan.layout.root, inspect_checkpoints=False, losses=baseline is not None)
         watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast, reader=reader)
         spec = plan.spec
-        watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s); the next line comes when "
-                    "the launcher records the workers' start")
+        watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s)")
         result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
                                watch=_warming(watcher), base_env=base_env, on_stop=_step_canceller(plan, base_env))
         base = read_baseline(baseline) if baseline is not None else None
@@ -234,6 +243,17 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
     finally:
         release(plan.layout)
     return Outcome(plan, result, verdict, found, written.picture_problem, known_defects(verdict, read))
+
+
+def _promise(plan: Plan, baseline: Path | BaselineUsed | None) -> contractmod.BaselinePromise:
+    """The baseline run.json's contract records for this launch: the one it is judged against."""
+    if isinstance(baseline, BaselineUsed):
+        return contractmod.BaselinePromise(baseline.how, baseline.path, baseline.why, baseline.problem)
+    if baseline is not None:
+        return contractmod.BaselinePromise(contractmod.GIVEN, Path(baseline))
+    choice = baselinemod.choose(plan.spec)
+    why = choice.why if choice.mode == baselinemod.NONE else "this launch was given no baseline run"
+    return contractmod.BaselinePromise(contractmod.NONE, why=why)
 
 
 def _warm_up() -> None:

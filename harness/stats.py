@@ -85,6 +85,12 @@ class RunRecord:
         return Path(self.run_dir).name or self.run_dir
 
     @property
+    def is_baseline(self) -> bool:
+        """An uninterrupted run (fault none): it proves the job runs, not that it recovers, and
+        the summaries count it apart from the fault runs."""
+        return self.fault == "none" and self.expected_qualified and not self.stopped_by_user
+
+    @property
     def as_expected(self) -> bool:
         return self.qualified == self.expected_qualified
 
@@ -259,6 +265,9 @@ class RepeatStats:
         runs = f"run{'s' if n != 1 else ''}"
         if self.stopped_by_user:
             return f"{n} {runs} stopped by the user before a verdict on the recovery (not counted)."
+        if all(r.is_baseline for r in self.runs):
+            return (f"{self.qualified_runs} of {n} uninterrupted baseline {runs} ran cleanly (fault none: no recovery "
+                    "was exercised).")
         text = f"{self.qualified_runs} of {n} {runs} qualified"
         if not self.expected_negative:
             return text + "."
@@ -414,10 +423,9 @@ def render_markdown(groups: Sequence[RepeatStats], title: str, links: Mapping[st
     """A summary over several runs: one row per run, then each scenario's statistics.
     `links` maps a run directory to the path to show for its timeline picture."""
     runs = [r for g in groups for r in g.runs]
-    qualified = sum(r.qualified for r in runs)
     negative = [r for r in runs if not r.expected_qualified and not r.stopped_by_user]
     stopped = [r for r in runs if r.stopped_by_user]
-    head = f"{qualified} of {len(runs) - len(stopped)} runs qualified."
+    head = counted_sentence(runs)
     if stopped:
         head += f" {len(stopped)} run{'s were' if len(stopped) != 1 else ' was'} stopped by the user (Ctrl-C), not counted."
     if negative:
@@ -437,6 +445,8 @@ def render_markdown(groups: Sequence[RepeatStats], title: str, links: Mapping[st
             failed = ", ".join(f"`{c.id}` {c.status}" for c in r.failed) or "—"
             picture = (links or {}).get(r.run_dir)
             shown = f"[timeline.png]({_link(picture)})" if picture else "—"
+            if picture and not r.picture_current:
+                shown += " (drawn for the stored verdict.json, which the evidence contradicts)"
             verdict = r.verdict_cell
             out.append(f"| {i} | `{r.run_id}` | {_cell(g.label)} | {verdict} | {failed} | "
                        f"{_num(r.metric(HEADLINE))} | {shown} |")
@@ -454,9 +464,27 @@ def render_markdown(groups: Sequence[RepeatStats], title: str, links: Mapping[st
     return "\n".join(out) + "\n"
 
 
+def counted_sentence(runs: Sequence[RunRecord]) -> str:
+    """'3 of 4 runs qualified.', counting the fault runs; the uninterrupted baselines (fault none)
+    apart, and the runs the person stopped not at all."""
+    stopped = [r for r in runs if r.stopped_by_user]
+    baselines = [r for r in runs if r.is_baseline]
+    faults = [r for r in runs if not r.stopped_by_user and not r.is_baseline]
+    head = f"{sum(r.qualified for r in faults)} of {len(faults)} runs qualified."
+    if baselines:
+        clean = sum(r.qualified for r in baselines)
+        head += (f" {len(baselines)} uninterrupted baseline run{'s' if len(baselines) != 1 else ''} (fault none, no "
+                 f"recovery exercised) counted apart: {clean} of them ran cleanly.")
+    return head
+
+
 def summary_json(groups: Sequence[RepeatStats], title: str = "", notes: Sequence[str] = ()) -> dict:
+    runs = [r for g in groups for r in g.runs]
+    baselines = [r for r in runs if r.is_baseline]
     return {"schema": SCHEMA, "title": title, "notes": list(notes), "run_count": sum(len(g.runs) for g in groups),
             "qualified_runs": sum(g.qualified_runs for g in groups),
+            "baseline_runs": len(baselines), "clean_baseline_runs": sum(r.qualified for r in baselines),
+            "qualified_fault_runs": sum(r.qualified for r in runs if not r.is_baseline and not r.stopped_by_user),
             "all_qualified": bool(groups) and all(g.all_qualified for g in groups),
             "scenarios": [g.to_json() for g in groups]}
 
@@ -689,9 +717,7 @@ def timeline_links(records: Iterable[RunRecord], relative_to: Path) -> dict[str,
     """run_dir -> path of its timeline.png relative to `relative_to`, the directory the
     Markdown is read from (so the summary and the runs can move together)."""
     links = {}
-    for r in records:
-        if not r.picture_current:  # it shows the stored verdict, not the one counted
-            continue
+    for r in records:  # one that shows a stored verdict the evidence contradicts is marked where it is shown
         picture = Path(r.run_dir) / TIMELINE
         if picture.is_file():
             links[r.run_dir] = os.path.relpath(picture.absolute(), relative_to.absolute())

@@ -381,26 +381,27 @@ class Deadlines:
 class BaselineRef:
     """The uninterrupted run a verdict's loss_continuity and state_equivalence were judged
     against: how it came (`ran`: the automatic twin, run first; `reused`: found in the work
-    directory by its configuration hash; `given`: --baseline RUN_DIR), its recorded
-    configuration hash and whether it equals this run's (None: one of them not recorded), and
-    why it could not be used."""
+    directory by its configuration hash; `given`: --baseline RUN_DIR; `none`: skipped), its
+    recorded configuration hash and whether it equals this run's (None: one of them not
+    recorded), why it could not be used, and why it was skipped by request."""
 
     run_dir: str
     how: str
     config_hash: str | None = None
     matches_run: bool | None = None
     problem: str | None = None
+    skipped: str | None = None  # not judged against it, by request (verify --baseline none): why
 
     def to_json(self) -> dict:
         return {"run_dir": self.run_dir, "how": self.how, "config_hash": self.config_hash,
-                "matches_run": self.matches_run, "problem": self.problem}
+                "matches_run": self.matches_run, "problem": self.problem, "skipped": self.skipped}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "BaselineRef":
         text = lambda v: None if v is None else str(v)  # noqa: E731
         matches = doc.get("matches_run")
         return cls(str(doc.get("run_dir") or "?"), str(doc.get("how") or "?"), text(doc.get("config_hash")),
-                   matches if isinstance(matches, bool) else None, text(doc.get("problem")))
+                   matches if isinstance(matches, bool) else None, text(doc.get("problem")), text(doc.get("skipped")))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
@@ -24,7 +26,8 @@ from harness import __version__, criteria, end_state, evidence, findings, goodpu
 from harness import events as ev
 from harness.events import Timeline
 from harness import safeio
-from harness.history import RunDirError, RunRead, check_run_dir, read_run
+from harness.history import HistoryReader, RunDirError, RunRead, check_run_dir, read_run, run_config
+from harness.render.sentences import sentence
 from harness.faults import CAMPAIGN
 from harness.layout import MARKER_NAME
 from harness.render.diagnosis import render_markdown
@@ -32,8 +35,11 @@ from harness.report import write_outputs
 from harness.triage import Triage, diagnose
 from harness.verdict import BaselineRef, Deadlines, EpisodeVerdict, EvidenceDigest, Goodput, Launcher, Verdict
 
-__all__ = ["RunDirError", "Verdict", "check_baseline", "compare_end_states", "judge_run", "read_baseline", "stored_verdict", "triage", "verify_read",
+__all__ = ["SKIP", "BaselineFound", "RunDirError", "Verdict", "check_baseline", "compare_end_states", "judge_run",
+           "read_baseline", "recorded_baseline", "skipped_baseline", "stored_verdict", "triage", "verify_read",
            "verify_run", "verify_timeline"]
+
+SKIP = "none"  # verify --baseline none: judge without the recorded baseline, by request
 
 
 def verify_timeline(timeline: Timeline, fault: str | None = None,
@@ -45,16 +51,19 @@ def verify_timeline(timeline: Timeline, fault: str | None = None,
 def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | None = None,
                 end_state: ev.StateComparison | None = None, *, baseline_how: str = "given",
                 baseline_problem: tuple[str, str] | None = None,
-                evidence_digest: EvidenceDigest | None = None) -> Verdict:
+                evidence_digest: EvidenceDigest | None = None,
+                baseline_skipped: tuple[str, str] | None = None, notes: Sequence[str] = ()) -> Verdict:
     """The verdict of one read of a run (writes nothing, reads nothing). With the read of a
     baseline run (an uninterrupted run of the same configuration, read with its losses:
     read_baseline) and the comparison of the two final checkpoints (compare_end_states) loss
     continuity and end-state equivalence are checked too. With the sampled progress of its
     starts the verdict carries what timeline.png shows. `baseline_how` says how the baseline
     came (verdict.json's baseline.how); `baseline_problem` (its run directory, why) makes both
-    baseline checks unknown: the baseline meant for them is unusable. `evidence_digest`
-    (harness.evidence.digest of the run directory, taken just before the read) is recorded in
-    the verdict with the suite version and the criteria it was judged with."""
+    baseline checks unknown: the baseline meant for them is unusable; `baseline_skipped` (its
+    run directory, why) makes them not applicable, saying they were skipped by request.
+    `evidence_digest` (harness.evidence.digest of the run directory, taken just before the
+    read) is recorded in the verdict with the suite version and the criteria it was judged
+    with; `notes` are added to the verdict's."""
     timeline, progress = read.timeline, read.progress
     analysis = criteria.analyze(timeline, fault)
     losses = None
@@ -66,7 +75,8 @@ def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | Non
             raise ValueError("state_equivalence needs the comparison of the final checkpoints: "
                              "compare_end_states(read, baseline)")
     judgement = criteria.judge(timeline, analysis, losses, end_state,
-                               baseline_problem[1] if baseline_problem is not None else None)
+                               baseline_problem[1] if baseline_problem is not None else None,
+                               baseline_skipped[1] if baseline_skipped is not None else None)
     results = judgement.results
     ref = None
     if baseline is not None:
@@ -75,13 +85,15 @@ def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | Non
         ref = BaselineRef(str(baseline.run_dir), baseline_how, theirs, matches)
     elif baseline_problem is not None:
         ref = BaselineRef(baseline_problem[0], baseline_how, problem=baseline_problem[1])
+    elif baseline_skipped is not None:
+        ref = BaselineRef(baseline_skipped[0], "none", skipped=baseline_skipped[1])
     times = metrics.compute(timeline, analysis)
     try:  # as check_safe for a criterion: a crash in the pricing is no verdict, and goodput decides nothing
         worth = goodput.compute(timeline, analysis.episodes, baseline.timeline if baseline is not None else None,
                                 baseline_problem[1] if baseline_problem is not None else None)
     except Exception as exc:  # noqa: BLE001
         worth = Goodput(reason=f"goodput could not be computed: {type(exc).__name__}: {str(exc)[:160]}")
-    notes = [*timeline.notes, *analysis.notes]
+    notes = [*timeline.notes, *analysis.notes, *notes]
     if ref is not None and ref.matches_run is False:
         notes.append(f"the baseline {baseline.run_dir if baseline is not None else ''} was run with another "
                      f"configuration (config hash {ref.config_hash[:12] if ref.config_hash else '?'}, this run's "
@@ -203,14 +215,118 @@ def verify_run(run_dir: str | os.PathLike, fault: str | None = None, *, write: b
 def judge_run(run_dir: str | os.PathLike, fault: str | None = None, *, inspect_checkpoints: bool = True,
               baseline: str | os.PathLike | None = None, picture: bool = True) -> tuple[Verdict, RunRead]:
     """The verdict of the run directory and the one read it was made from (for the triage:
-    triage(verdict, read)); writes nothing. Raises as verify_run."""
+    triage(verdict, read)); writes nothing. The baseline: None, the one run.json's contract
+    names (recorded_baseline: beside the run, by its run ID; missing or changed since makes the
+    baseline checks unknown, never dropped); SKIP ("none") judges without it, by request; a run
+    directory is given (RunDirError when it is no uninterrupted run). Every reader of a run
+    directory (verify, report, the fixtures) judges through here. Raises as verify_run."""
     if fault is not None and fault not in criteria.FAULTS:
         raise ValueError(f"fault {fault!r} is not one of {', '.join(criteria.FAULTS)}: pass one of them")
-    base = read_baseline(baseline) if baseline is not None else None
+    reader = HistoryReader(run_dir, inspect_checkpoints=inspect_checkpoints)
+    if baseline is None:
+        found = recorded_baseline(run_dir, reader.planned())  # run.json is read once: this read is the history's
+    elif os.fspath(baseline) == SKIP:
+        found = skipped_baseline(run_dir, reader.planned())
+    else:
+        found = BaselineFound(Path(baseline), "given")
+    base = None
+    if found.path is not None and found.problem is None and found.skipped is None:
+        try:
+            base = read_baseline(found.path)
+        except RunDirError as exc:
+            if found.how == "given":
+                raise
+            found = BaselineFound(found.path, found.how, problem=sentence("baseline", "unusable", {
+                "run_id": found.path.name, "error": str(exc)}))
     digest = evidence.digest(run_dir)  # before the read: what the read could have seen
-    read = read_run(run_dir, inspect_checkpoints=inspect_checkpoints, losses=base is not None, progress=picture)
+    reader.losses = base is not None
+    read = reader.read(progress=picture)
     state = compare_end_states(read, base) if base is not None else None
-    return verify_read(read, fault, base, state, evidence_digest=digest), read
+    where = str(found.path) if found.path is not None else ""
+    return verify_read(read, fault, base, state, baseline_how=found.how, evidence_digest=digest,
+                       baseline_problem=(where, found.problem) if found.problem is not None else None,
+                       baseline_skipped=(where, found.skipped) if found.skipped is not None else None,
+                       notes=found.notes), read
+
+
+@dataclass(frozen=True)
+class BaselineFound:
+    """The baseline a reader judges a run against: its run directory (None: none), how it came
+    (ran, reused, given; none), and why it cannot be used (`problem`: both baseline checks
+    unknown) or was skipped by request (`skipped`: both not applicable, saying so)."""
+
+    path: Path | None
+    how: str
+    problem: str | None = None
+    skipped: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def recorded_baseline(run_dir: str | os.PathLike, run: ev.RunConfig) -> BaselineFound:
+    """The baseline run.json's contract names, looked up by its run ID in the runs/ folder the
+    run lies in (RUN_DIR/../<run id>; never a path taken from run.json, never through a link),
+    and still what the run was judged against: its configuration hash and the digest of its
+    checkpoints as the contract recorded them. No contract, or one that names no baseline:
+    none (the run promised none). Missing, a link, no uninterrupted run, another configuration,
+    changed checkpoints: a problem naming it and the fix."""
+    planned = run.contract.baseline if run.contract is not None else None
+    if planned is None or planned.how in ("none", "auto"):
+        return BaselineFound(None, "none")
+    runs = Path(os.path.abspath(run_dir)).parent
+    if planned.run_id is None:
+        return BaselineFound(None, planned.how, problem=planned.problem or sentence("baseline", "missing", {
+            "run_id": "?", "how": planned.how, "runs": runs}))
+    where = runs / planned.run_id
+    facts = {"run_id": planned.run_id, "how": planned.how, "runs": runs, "path": where}
+    if planned.problem:  # unusable already when the run was judged (the twin did not qualify)
+        return BaselineFound(where, planned.how, problem=planned.problem)
+    try:
+        st = os.lstat(where)
+    except FileNotFoundError:
+        return BaselineFound(where, planned.how, problem=sentence("baseline", "missing", facts))
+    except OSError as exc:
+        return BaselineFound(where, planned.how, problem=sentence("baseline", "unusable", {
+            **facts, "error": exc.strerror or str(exc)}))
+    if not stat.S_ISDIR(st.st_mode):
+        return BaselineFound(where, planned.how, problem=sentence("baseline", "not_a_dir", {
+            **facts, "what": "a link" if stat.S_ISLNK(st.st_mode) else safeio.kind_of(st.st_mode)}))
+    try:
+        check_baseline(where)
+    except RunDirError as exc:
+        return BaselineFound(where, planned.how, problem=sentence("baseline", "unusable", {**facts, "error": str(exc)}))
+    now_hash = run_config(where).config_hash
+    if planned.config_hash is not None and now_hash is not None and now_hash != planned.config_hash:
+        return BaselineFound(where, planned.how, problem=sentence("baseline", "other_config", {
+            **facts, "now": now_hash[:12], "then": planned.config_hash[:12]}))
+    notes: tuple[str, ...] = ()
+    if planned.has_digest:
+        then = EvidenceDigest(planned.checkpoints_method or "", planned.checkpoints_entries or 0,
+                              planned.checkpoints_bytes or 0, planned.checkpoints_sha256 or "",
+                              planned.checkpoints_sizes_sha256 or "")
+        now = evidence.digest(where / "checkpoints")
+        if now is None:
+            return BaselineFound(where, planned.how, problem=sentence("baseline", "checkpoints_gone", {
+                **facts, "entries": then.entries}))
+        if then.sha256 != now.sha256:
+            if then.method == now.method and then.sizes_sha256 == now.sizes_sha256:
+                notes = (sentence("baseline", "copied", facts),)
+            else:
+                change = sentence("baseline", "change", {"then_entries": then.entries, "then_bytes": then.bytes,
+                                                         "now_entries": now.entries, "now_bytes": now.bytes})
+                return BaselineFound(where, planned.how, problem=sentence("baseline", "changed", {
+                    **facts, "change": change}))
+    return BaselineFound(where, planned.how, notes=notes)
+
+
+def skipped_baseline(run_dir: str | os.PathLike, run: ev.RunConfig) -> BaselineFound:
+    """verify --baseline none: the baseline checks are skipped by request, and say so (naming
+    the baseline the contract records, if any)."""
+    planned = run.contract.baseline if run.contract is not None else None
+    if planned is not None and planned.run_id is not None and planned.how not in ("none", "auto"):
+        where = Path(os.path.abspath(run_dir)).parent / planned.run_id
+        return BaselineFound(where, "none", skipped=sentence("baseline", "skipped", {
+            "run_id": planned.run_id, "how": planned.how}))
+    return BaselineFound(None, "none", skipped=sentence("baseline", "skipped_none_recorded", {}))
 
 
 def stored_verdict(run_dir: Path) -> dict | None:

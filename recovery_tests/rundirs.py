@@ -11,7 +11,9 @@ went wrong, if any); `build(root, scenario)` writes what a real run leaves behin
   or, for a user's own sbatch run, one un-prefixed log with the launcher lines interleaved;
 - `logs/launcher.log` in the NVRx 0.7.0 (`--ft-nvrx-logfile`) or 0.4.1 console format,
   `cycle_infos/` (0.7.0 only), optionally `logs/console.log` as the harness captures it;
-- `fault_injected.json`, `run.json`, `launch.json` as the harness writes them;
+- `fault_injected.json`, `run.json` (with its contract: the planned faults, the launcher, the
+  baseline, the tiers and the shape), `launch.json` as the harness writes them, and the
+  nemesis's launcher identity line in every cycle's log;
 - `checkpoints/` with the tracker and tiny *real* DCP checkpoints written by PyTorch
   (`.metadata`, `__0_0.distcp`, `metadata.json` as the commit marker).
 
@@ -23,6 +25,7 @@ of the recovery milestones, the numbers the metrics must reproduce.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import shutil
 import tempfile
@@ -33,6 +36,14 @@ from pathlib import Path
 from harness.spec import FAULT_KINDS
 
 BASE_UTC_MS = 1795969920_000  # 2026-11-29 16:32:00 UTC
+NVRX_DIR = "/opt/venv/lib/python3.12/site-packages/nvidia_resiliency_ext"  # where the built runs' NVRx lies
+NVRX_FILES = 236
+CONFIG_HASH = hashlib.sha256(b"rundirs: one configuration").hexdigest()  # every built run's (a twin's included)
+
+
+def nvrx_sha(version: str) -> str:
+    """The digest of a built NVRx install's files (harness.nvrx_identity), one per version."""
+    return hashlib.sha256(f"nvidia_resiliency_ext {version}".encode()).hexdigest()
 STEP_MS = 200  # one training iteration
 LAUNCHER_PID = 17401
 NODE = "vm"
@@ -93,7 +104,8 @@ class Scenario:
     min_nnodes: int | None = None
     # whose record holds the step: "distributed" (the DistributedOptimizer's DCP object), "plain"
     # (Megatron's common state: optimizer.optimizer.state.common_step) or "chained" (the common
-    # state of a ChainedOptimizer of two plain optimizers: optimizer[0], optimizer[1])
+    # state of a ChainedOptimizer of two plain optimizers: optimizer[0], optimizer[1]) or
+    # "chained_distributed" (two distributed optimizers, every key under chained_<i>.: Megatron's MoE)
     optimizer_record: str = "distributed"
     # Megatron's non-persistent global tier (harness.tiers): every N iterations not a multiple of
     # save_interval, saved under checkpoints/non_persistent with its own tracker; None: off
@@ -108,6 +120,19 @@ class Scenario:
     # the non-persistent tier in a directory of its own (--non-persistent-global-ckpt-dir, this
     # name under the run directory) instead of checkpoints/non_persistent; the arguments table says so
     np_dir: str | None = None
+    # run.json's contract (harness.contract): what the run promised. False: a run.json from before contracts
+    contract: bool = True
+    # what every cycle's first worker says it imported (the nemesis's launcher identity line): "planned"
+    # (the contract's NVRx), "other" (NVRx 0.4.1 from elsewhere), "missing" (none found), "silent" (no line)
+    imported: str = "planned"
+    # a campaign (run.json spec.fault campaign): every planned fault as KIND@RANK:MOMENT, fault 1 the
+    # scenario's own (its marker); () one fault (in-restore: two) as --fault / spec.fault_at plan it
+    planned: tuple[str, ...] = ()
+    # the uninterrupted twin's run ID (built beside this run first) that the contract names as the baseline
+    baseline_run_id: str | None = None
+    # a data replay after the restore: the replacement's losses and final model weights differ from
+    # an uninterrupted run's (what loss_continuity and state_equivalence catch)
+    diverged_after_restore: bool = False
 
 
 @dataclass
@@ -312,6 +337,18 @@ class _Run:
             args["non_persistent_global_ckpt_dir"] = self.np_ckpt if s.np_dir else None
         if s.world_after is not None:
             args["world_size"] = args["data_parallel_size"] = s.world if cycle == 0 else s.world_after
+        per_node = max(1, s.world // max(1, s.nnodes))
+        for r in range(0, s.world, per_node):  # the nemesis in every node's first worker, before the entrypoint
+            if s.imported == "planned":
+                self.say(cycle, ms - 3, r, f"[nemesis] rank {r} launcher identity: nvidia_resiliency_ext {s.nvrx} sha256 "
+                                           f"{nvrx_sha(s.nvrx)} files {NVRX_FILES} at {NVRX_DIR}")
+            elif s.imported == "other":
+                self.say(cycle, ms - 3, r, f"[nemesis] rank {r} launcher identity: nvidia_resiliency_ext 0.4.1 sha256 "
+                                           f"{nvrx_sha('0.4.1')} files 114 at /usr/lib/python3/dist-packages/"
+                                           "nvidia_resiliency_ext")
+            elif s.imported == "missing":
+                self.say(cycle, ms - 3, r, f"[nemesis] rank {r} launcher identity: nvidia_resiliency_ext not found "
+                                           "(not on sys.path)")
         for r in range(s.world):
             self.say(cycle, ms, r, "/opt/megatron/training/arguments.py:1: UserWarning: --async-save is not supported "
                                    "without --use-persistent-ckpt-worker. Disabling --async-save.")
@@ -364,7 +401,7 @@ class _Run:
         return (ms + self.clock.offset_ms) // 1000 * 1000 - self.clock.offset_ms
 
     def iteration(self, cycle: int, ms: int, it: int, skipped: int = 0) -> None:
-        loss = 10.5 - 0.1 * it
+        loss = 10.5 - 0.1 * it + (0.25 if self.s.diverged_after_restore and cycle > 0 else 0.0)
         self.say(cycle, ms, self.last,
                  f" {self.clock.megatron(ms)} iteration {it:8d}/{self.s.train_iters:8d} | consumed samples: {it * self.gbs:12d} "
                  f"| elapsed time per iteration (ms): {STEP_MS:.1f} | learning rate: 1.000000E-04 | global batch size: "
@@ -586,9 +623,14 @@ def _finish(run: _Run, *, exit_code: int, ended_ms: int, cut_cycle: int | None =
         argv = ["/usr/bin/python3", "-m", "nvidia_resiliency_ext.fault_tolerance.launcher", "--nproc-per-node", str(s.world),
                 "--max-restarts", "0" if s.restarts_exhausted else "2", "-m", "harness.nemesis", "--", "pretrain_gpt.py",
                 "--save", str(run.ckpt), "--load", str(run.ckpt), *extra]
+        planned = [p.to_json(i) for i, p in enumerate(_schedule(s), start=1)]
+        campaign = {"faults": len(s.planned), "seed": 7, "fault_kinds": sorted({p["kind"] for p in planned})} \
+            if s.planned else {}
         record = {"schema": 1, "created_at": _Clock.iso(BASE_UTC_MS - 5000), "utc_offset_s": s.utc_offset_s,
-                  "nvrx_version": s.nvrx,
-                  "spec": {"workload": "megatron", "fault": s.fault, "fault_rank": s.fault_rank, "train_iters": s.train_iters,
+                  "nvrx_version": s.nvrx, "config_hash": CONFIG_HASH,
+                  "spec": {"workload": "megatron", "fault": "campaign" if s.planned else s.fault,
+                           "fault_rank": s.fault_rank, "train_iters": s.train_iters, **campaign,
+                           **({"schedule": planned} if s.planned else {}),
                            "save_interval": s.save_interval, "nnodes": s.nnodes, "gpus_per_node": s.world // s.nnodes,
                            **({"min_nnodes": s.min_nnodes} if s.min_nnodes is not None else {}),
                            "checkpoint_dir": str(run.ckpt), "extra_args": extra, "run_id": root.name,
@@ -598,6 +640,8 @@ def _finish(run: _Run, *, exit_code: int, ended_ms: int, cut_cycle: int | None =
                            "workload_check_interval": 1.0,
                            **({"fault_at": s.moment} if s.moment else {})},
                   "commands": [{"name": "launcher", "argv": argv, "env": {}, "cwd": str(root)}]}
+        if s.contract:
+            record["contract"] = _contract(s, root, planned)
         (root / "run.json").write_text(json.dumps(record, indent=2) + "\n")
     run.times.update({"launch_started_at": (BASE_UTC_MS - 100) / 1000, "launch_ended_at": ended_ms / 1000})
     if s.launch_json:
@@ -607,9 +651,42 @@ def _finish(run: _Run, *, exit_code: int, ended_ms: int, cut_cycle: int | None =
     return Built(root, s, dict(run.times), dict(run.facts))
 
 
+def _schedule(s: Scenario) -> tuple:
+    """The scenario's planned faults (harness.faults.PlannedFault), fault 1 first."""
+    from harness.faults import parse_schedule, single_schedule
+
+    if s.planned:
+        return parse_schedule(",".join(s.planned))
+    return single_schedule(s.fault, s.fault_rank, s.moment or "after-commit") if s.fault != "none" else ()
+
+
+def _contract(s: Scenario, root: Path, planned: list[dict]) -> dict:
+    """run.json's contract as harness.contract writes it for this scenario's plan."""
+    from harness import evidence
+
+    baseline: dict = {"how": "none", "run_id": None, "config_hash": None, "checkpoints": None,
+                      "why": "--baseline none" if s.fault != "none" else "fault none: this run is itself a baseline",
+                      "problem": None}
+    if s.baseline_run_id is not None:
+        digest = evidence.digest(root.parent / s.baseline_run_id / "checkpoints")
+        baseline = {"how": "ran", "run_id": s.baseline_run_id, "config_hash": CONFIG_HASH,
+                    "checkpoints": digest.to_json() if digest is not None else None, "why": None, "problem": None}
+    return {
+        "version": 1,
+        "faults": [{**p, "fault_after": "any" if p["moment"] == "after-commit" else None} for p in planned],
+        "launcher": {"package": "nvidia_resiliency_ext", "path": NVRX_DIR, "version": s.nvrx, "sha256": nvrx_sha(s.nvrx),
+                     "files": NVRX_FILES},
+        "baseline": baseline,
+        "tiers": {"save_interval": s.save_interval, "fault_after": "any",
+                  "non_persistent_ckpt_type": "global" if s.non_persistent_interval else None},
+        "shape": {"nnodes": s.nnodes, "gpus_per_node": s.world // s.nnodes, "world": s.world, "tp": 1, "pp": 1, "cp": 1,
+                  "dp": s.world, "hot_spares": 0, "min_nnodes": s.min_nnodes},
+    }
+
+
 # ---------------------------------------------------------------- checkpoints (real DCP)
 
-_TEMPLATES: dict[tuple[bool, float | None, str], Path] = {}
+_TEMPLATES: dict[tuple[bool, float | None, str, float], Path] = {}
 
 
 def _plain_optimizer(step: float | None) -> dict:
@@ -621,9 +698,10 @@ def _plain_optimizer(step: float | None) -> dict:
     return {"optimizer": {"state": state, "param_groups": groups}}
 
 
-def _template(with_optimizer: bool, step: float | None = None, record: str = "distributed") -> Path:
-    """A tiny DCP checkpoint written by PyTorch once per process and step, copied per iteration."""
-    if (with_optimizer, step, record) not in _TEMPLATES:
+def _template(with_optimizer: bool, step: float | None = None, record: str = "distributed", shift: float = 0.0) -> Path:
+    """A tiny DCP checkpoint written by PyTorch once per process and step, copied per iteration;
+    `shift` is added to the model's weights (a run whose end state diverged)."""
+    if (with_optimizer, step, record, shift) not in _TEMPLATES:
         import warnings
 
         import torch
@@ -632,14 +710,19 @@ def _template(with_optimizer: bool, step: float | None = None, record: str = "di
         base = Path(tempfile.mkdtemp(prefix="nvrxq-dcp-"))
         atexit.register(shutil.rmtree, base, True)
         param = "model.decoder.layers.0.mlp.linear_fc1.weight"
-        state = {param: torch.arange(16.0).reshape(4, 4), "common_state": {"iteration": 0}}
-        if with_optimizer and record == "distributed":
-            prefix = "optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.float32, torch.float32).bucket_idx_0"
-            for name in ("param", "exp_avg", "exp_avg_sq"):
-                state[f"{prefix}.{name}"] = torch.zeros(16)
-            if step is not None:  # a tuple stays one pickled DCP object, as Megatron's list does
-                state["optimizer.distributed.dp_group_idx_0.optimizer"] = (
-                    {"param_groups": [{"lr": 1e-4, "step": step}, {"lr": 1e-4, "step": step}]},)
+        state = {param: torch.arange(16.0).reshape(4, 4) + shift, "common_state": {"iteration": 0}}
+        if with_optimizer and record in ("distributed", "chained_distributed"):
+            # a ChainedOptimizer of two distributed optimizers (MoE: dense and expert parameters) keys each
+            # one's state under chained_<i>.
+            chains = ("chained_0.", "chained_1.") if record == "chained_distributed" else ("",)
+            for chain in chains:
+                prefix = (f"{chain}optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.float32, "
+                          "torch.float32).bucket_idx_0")
+                for name in ("param", "exp_avg", "exp_avg_sq"):
+                    state[f"{prefix}.{name}"] = torch.zeros(16)
+                if step is not None:  # a tuple stays one pickled DCP object, as Megatron's list does
+                    state[f"{chain}optimizer.distributed.dp_group_idx_0.optimizer"] = (
+                        {"param_groups": [{"lr": 1e-4, "step": step}, {"lr": 1e-4, "step": step}]},)
         elif with_optimizer:  # Megatron's plain optimizer: moments per parameter, the step in the common state
             del state["common_state"]
             params = [param] if record == "plain" else [param, "model.decoder.layers.0.mlp.experts.weight"]
@@ -653,8 +736,8 @@ def _template(with_optimizer: bool, step: float | None = None, record: str = "di
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
             dcp.save(state, storage_writer=dcp.FileSystemWriter(str(base)))
-        _TEMPLATES[(with_optimizer, step, record)] = base
-    return _TEMPLATES[(with_optimizer, step, record)]
+        _TEMPLATES[(with_optimizer, step, record, shift)] = base
+    return _TEMPLATES[(with_optimizer, step, record, shift)]
 
 
 def _recorded_step(run: "_Run", it: int) -> float | None:
@@ -683,11 +766,23 @@ def _write_checkpoints(run: _Run) -> None:
         d = (run.np_ckpt if it in run.np_saves else run.ckpt) / f"iter_{it:07d}"
         if d.exists():
             shutil.rmtree(d)
-        shutil.copytree(_template(s.optimizer_in_checkpoints, _recorded_step(run, it), s.optimizer_record), d)
+        k = run.facts.get("restored")
+        shift = 1.0 if s.diverged_after_restore and k is not None and it > k and "last_before_fault" in run.facts else 0.0
+        shutil.copytree(_template(s.optimizer_in_checkpoints, _recorded_step(run, it), s.optimizer_record, shift), d)
         if run.saves[it] and it not in s.uncommitted:
             (d / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist", "sharded_backend_version": 1}))
     if committed:
         (run.ckpt / "latest_checkpointed_iteration.txt").write_text(str(max(committed)))
+
+
+def replan(run_dir: Path, fault: str) -> None:
+    """Re-label a built run's run.json as planned for another kind of fault: spec.fault and every
+    fault of its contract (what the run promised), as a run planned that way records them."""
+    record = json.loads((run_dir / "run.json").read_text())
+    record["spec"]["fault"] = fault
+    for planned in record.get("contract", {}).get("faults", []):
+        planned["kind"] = fault
+    (run_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n")
 
 
 def expected_metrics(built: Built) -> dict[str, float | int | None]:
@@ -708,4 +803,4 @@ def expected_metrics(built: Built) -> dict[str, float | int | None]:
     }
 
 
-__all__ = ["Built", "Scenario", "build", "expected_metrics"]
+__all__ = ["Built", "Scenario", "build", "expected_metrics", "replan"]

@@ -7,13 +7,15 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from harness import baseline, cli, runner
+from harness import baseline, cli, evidence, runner
 from harness import spec as specmod
+from harness.layout import TRACKER_NAME
 from harness.spec import SpecError
 
 
@@ -57,14 +59,23 @@ def test_choices(tmp_path):
         baseline.choose(spec_of(tmp_path, baseline=str(tmp_path / "nowhere")))
 
 
+TRAIN_ITERS = 30
+
+
 def fake_run(work: Path, run_id: str, digest: str, *, fault: str = "none", qualified: bool = True) -> Path:
-    """A finished run directory as `nvrx-qual run` leaves one (run.json, logs, verdict.json)."""
+    """A finished run directory as `nvrx-qual run` leaves one (run.json, logs, the final checkpoint
+    with its tracker, verdict.json recording the digest of that evidence)."""
     root = work / "runs" / run_id
     (root / "logs").mkdir(parents=True)
-    (root / "checkpoints").mkdir()
+    final = root / "checkpoints" / f"iter_{TRAIN_ITERS:07d}"
+    final.mkdir(parents=True)
+    (final / ".metadata").write_bytes(b"dcp")
+    (root / "checkpoints" / TRACKER_NAME).write_text(str(TRAIN_ITERS))
     (root / "logs" / "train_cycle_cycle0.log").write_text("0: a line\n")
-    (root / "run.json").write_text(json.dumps({"spec": {"fault": fault}, "config_hash": digest, "dry_run": False}))
-    (root / "verdict.json").write_text(json.dumps({"qualified": qualified, "fault": fault}))
+    (root / "run.json").write_text(json.dumps({"spec": {"fault": fault, "train_iters": TRAIN_ITERS},
+                                               "config_hash": digest, "dry_run": False}))
+    (root / "verdict.json").write_text(json.dumps({"qualified": qualified, "fault": fault,
+                                                   "evidence_digest": evidence.digest(root).to_json()}))
     return root
 
 
@@ -78,6 +89,47 @@ def test_only_a_qualified_uninterrupted_run_of_the_same_hash_is_reused(tmp_path)
     (work / "runs" / "link").symlink_to(good)
     assert baseline.find_reusable(work, digest) == good
     assert baseline.find_reusable(work, digest, exclude=("good",)) is None
+
+
+def test_reuse_trusts_the_evidence_not_the_verdicts_flag(tmp_path):
+    """A baseline whose checkpoints were pruned after its verdict, or whose final checkpoint is
+    gone (even with a verdict.json written again since), or whose verdict records no digest of
+    its evidence, is never reused, and says why."""
+    work, digest = tmp_path / "work", "a" * 64
+    pruned = fake_run(work, "pruned", digest)
+    (pruned / "checkpoints" / f"iter_{TRAIN_ITERS:07d}" / ".metadata").unlink()
+    assert "its evidence changed since its verdict" in baseline.reuse_problem(pruned, digest)
+    rewritten = fake_run(work, "rewritten", digest)
+    (rewritten / "checkpoints" / TRACKER_NAME).write_text("25")
+    (rewritten / "verdict.json").write_text(json.dumps({"qualified": True, "fault": "none",
+                                                        "evidence_digest": evidence.digest(rewritten).to_json()}))
+    assert baseline.reuse_problem(rewritten, digest) == ("its final checkpoint is gone (the tracker in checkpoints/ "
+                                                         f"says 25, not iteration {TRAIN_ITERS})")
+    flagged = fake_run(work, "flagged", digest)
+    (flagged / "verdict.json").write_text(json.dumps({"qualified": True, "fault": "none"}))
+    assert "records no digest of its evidence" in baseline.reuse_problem(flagged, digest)
+    assert baseline.find_reusable(work, digest) is None
+    good = fake_run(work, "good", digest)
+    assert baseline.reuse_problem(good, digest) is None and baseline.find_reusable(work, digest) == good
+
+
+def test_a_pruned_baseline_is_passed_over_with_a_line_saying_why(tmp_path, monkeypatch):
+    """`--baseline auto` with the newest baseline of the configuration pruned: a new twin runs,
+    and the console says why the old one was passed over."""
+    execute = CountingExecute()
+    monkeypatch.setattr(runner, "execute", execute)
+    monkeypatch.setattr(runner.planmod, "build", lambda spec, _nvrx: SimpleNamespace(spec=spec))
+    plan = SimpleNamespace(spec=spec_of(tmp_path, run_id="kill-2"), nvrx=None)
+    old = fake_run(tmp_path / "work", "kill-1-baseline", baseline.config_hash(plan.spec))
+    shutil.rmtree(old / "checkpoints" / f"iter_{TRAIN_ITERS:07d}")
+    out = io.StringIO()
+    used = runner.obtain_baseline(plan, out=out)
+    assert (used.how, execute.launched) == ("ran", ["kill-2-baseline"])
+    said = out.getvalue().splitlines()
+    assert said[0].startswith(f"baseline: passing over kill-1-baseline (config hash "
+                              f"{baseline.short(baseline.config_hash(plan.spec))}): its evidence changed since its "
+                              "verdict (the run directory changed since it was judged"), said
+    assert said[1].startswith("baseline: running the uninterrupted twin kill-2-baseline"), said
 
 
 class CountingExecute:

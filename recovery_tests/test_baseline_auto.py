@@ -1,7 +1,8 @@
 """`nvrx-qual run` with the automatic baseline, for real: the first kill run of a configuration
 runs its uninterrupted twin first and is judged against it; a second run of the same
 configuration (another fault even) reuses that twin and launches nothing more than itself;
-a restore that drops the data position is caught by loss_continuity and state_equivalence."""
+a restore that drops the data position is caught by loss_continuity and state_equivalence, by
+`run` and, without flags, by `verify` and `report` judging against the baseline run.json records."""
 
 from __future__ import annotations
 
@@ -54,3 +55,23 @@ def test_second_run_reuses_the_baseline_and_a_dropped_data_position_is_caught(tm
     assert (statuses["loss_continuity"], statuses["state_equivalence"]) == ("fail", "fail"), statuses
     assert statuses["optimizer_state"] == "pass"  # Adam continued: only the data position was lost
     assert json.loads((work / "runs" / "drop-2" / "verdict.json").read_text())["baseline"]["how"] == "reused"
+
+    # Every reader judges against the baseline run.json's contract records, without flags (issue 31:
+    # verify and report once re-judged this very run QUALIFIED without its twin).
+    drop = str(work / "runs" / "drop-2")
+    verified = cli("verify", drop, "--no-write")
+    assert verified.returncode == 1, verified.stdout[-3000:]
+    assert "baseline " + str(work / "runs" / "kill-1-baseline") + " (reused by configuration hash)" in verified.stdout
+    reported = cli("report", drop)
+    assert reported.returncode == 1 and "`state_equivalence` fail" in reported.stdout, reported.stdout[-3000:]
+    (work / "runs" / "kill-1-baseline").rename(tmp_path / "moved-away")
+    gone = cli("verify", drop, "--no-write")
+    assert gone.returncode == 1 and "baseline checks unknown: the baseline kill-1-baseline" in gone.stdout, gone.stdout
+    skipped = cli("verify", drop, "--no-write", "--baseline", "none")
+    assert skipped.returncode == 0, skipped.stdout[-3000:]  # the rest of the recovery held: only the data was lost
+    assert "baseline skipped by request: --baseline none" in skipped.stdout, skipped.stdout
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)

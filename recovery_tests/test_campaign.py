@@ -220,6 +220,9 @@ def _as_campaign(run_dir: Path, schedule: str, **spec: object) -> None:
     record["spec"].update(fault=CAMPAIGN, faults=len(planned), seed=5, **spec,
                           schedule=[f.to_json(i) for i, f in enumerate(planned, start=1)])
     record["spec"].pop("fault_at", None)
+    if "contract" in record:  # what the run promised: the same schedule (harness.contract)
+        record["contract"]["faults"] = [{**f.to_json(i), "fault_after": "any" if f.moment == "after-commit" else None}
+                                        for i, f in enumerate(planned, start=1)]
     (run_dir / "run.json").write_text(json.dumps(record))
 
 

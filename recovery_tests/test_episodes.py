@@ -45,10 +45,16 @@ def test_a_two_fault_run_gets_two_judged_episodes_and_one_merged_verdict(tmp_pat
     assert (one.criteria[0].values["committed"], one.criteria[0].values["episode"]) == (10, 1)
     assert (two.criteria[0].values["committed"], two.criteria[0].values["episode"]) == (15, 2)
     assert two.criteria[0].values["marker"] == "fault_injected.2.json"
-    # the merge: the run's reload is the last episode's; the replacement cycles are both episodes'
-    assert verdict.criterion("optimizer_reload").detail == two.criteria[2].detail
-    assert "failures of all 2 injected faults (cycles 0, 1)" in verdict.criterion("replacement_cycle").detail
-    assert verdict.criterion("pre_fault_checkpoint").detail == one.criteria[0].detail
+    # the merge: the run's reload is the last episode's, led by the fault it is about; the
+    # replacement cycles are both episodes', each told with its own kind, moment and cycles
+    assert verdict.criterion("optimizer_reload").detail == "[fault 2 of 2: kill on rank 1, in-restore] " + \
+        two.criteria[2].detail
+    replaced = verdict.criterion("replacement_cycle").detail
+    assert "failures of all 2 injected faults" in replaced
+    assert "fault 1 (kill, after-commit) failed cycle 0" in replaced and "replaced in cycle 1" in replaced
+    assert "fault 2 (kill, in-restore) failed cycle 1" in replaced and "replaced in cycle 2" in replaced
+    assert verdict.criterion("pre_fault_checkpoint").detail == "[fault 1 of 2: kill on rank 1, after-commit] " + \
+        one.criteria[0].detail
     doc = json.loads(json.dumps(verdict.to_json()))
     assert [e["episode"] for e in doc["episodes"]] == [1, 2]
     assert doc["criteria"] == [c.to_json() for c in verdict.criteria]  # the old section, as old readers read it
@@ -66,7 +72,8 @@ def test_a_failing_second_episode_fails_the_merged_verdict(tmp_path: Path):
     one, two = verdict.episodes
     assert (one.criteria[0].status, two.criteria[0].status) == (PASS, FAIL)
     merged = verdict.criterion("pre_fault_checkpoint")
-    assert merged.status == FAIL and merged.detail == two.criteria[0].detail and not verdict.qualified
+    assert merged.status == FAIL and not verdict.qualified
+    assert merged.detail == "[fault 2 of 2: kill on rank 1, in-restore] " + two.criteria[0].detail  # whose it is
 
 
 def test_a_single_fault_run_is_a_run_with_one_episode(tmp_path: Path):

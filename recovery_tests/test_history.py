@@ -669,6 +669,8 @@ def test_every_joining_node_of_a_large_cluster_is_kept(tmp_path: Path):
 RULE_LINES = [
     ("0: [nemesis] rank 1 injecting SIGKILL after checkpoint iteration 10", "NemesisInjected"),
     ("nemesis: requested fault kill on rank 1 never happened: no checkpoint was committed", "NemesisNeverFired"),
+    ("0: [nemesis] rank 0 launcher identity: nvidia_resiliency_ext 0.7.0 sha256 " + "0" * 64 + " files 236 at /opt/"
+     "nvrx dir/nvidia_resiliency_ext", "LauncherImported"),
     ("0: [2026-11-29 17:32:10.000000]   successfully saved checkpoint from iteration      10 to /ckpt "
      "[ t 1/1, p 1/1 ]", "SaveCommitted"),
     ("0: scheduled an async checkpoint save at iteration      10 to /ckpt", "SaveScheduled"),

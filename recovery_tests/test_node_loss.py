@@ -90,13 +90,10 @@ def node_loss_run(root, before: str | None, after: str | None, host: str = "n3")
     """A recovered kill run from the synthetic builder, re-labelled as the loss of `host`,
     with the cycle records naming the active nodes of cycles 0 and 1 (None: no record)."""
     run_dir = rundirs.build(root, rundirs.Scenario()).run_dir
-    for name, patch in (("fault_injected.json", {"fault": "node", "host": host}), ("run.json", None)):
-        data = json.loads((run_dir / name).read_text())
-        if patch:
-            data.update(patch)
-        else:
-            data["spec"]["fault"] = "node"
-        (run_dir / name).write_text(json.dumps(data))
+    data = json.loads((run_dir / "fault_injected.json").read_text())
+    data.update({"fault": "node", "host": host})
+    (run_dir / "fault_injected.json").write_text(json.dumps(data))
+    rundirs.replan(run_dir, "node")
     for path in sorted((run_dir / "cycle_infos").glob("cycle_info..0.*")):
         data = json.loads(path.read_text())
         nodes = before if data["cycle_number"] == 0 else after
@@ -130,9 +127,7 @@ def test_srun_status_of_the_lost_nodes_task_is_the_fault_not_a_failed_finish(tmp
     reported success, so clean_finish holds, and only for a node fault."""
     run_dir = node_loss_run(tmp_path / "run", "n[1,3]", "n[1-2]")
     if fault == "kill":
-        data = json.loads((run_dir / "run.json").read_text())
-        data["spec"]["fault"] = "kill"
-        (run_dir / "run.json").write_text(json.dumps(data))
+        rundirs.replan(run_dir, "kill")
     launch = json.loads((run_dir / "launch.json").read_text())
     launch["launcher_exit_code"] = code
     (run_dir / "launch.json").write_text(json.dumps(launch))

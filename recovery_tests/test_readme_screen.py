@@ -3,8 +3,8 @@
 The screen is a transcript of one `nvrx-qual run --workload reference --fault kill`, long lines
 cut with `…`. Its lines are compared, by shape (numbers, run IDs, hashes and paths masked), with
 what the code prints for the same kind of run: the announcement (harness.render.terminal), the
-baseline line (harness.runner.obtain_baseline), the watcher's progress lines (a recorded good
-kill replayed through harness.watch.Watcher), and the result block (criteria table, latency and
+baseline line (harness.runner.obtain_baseline), the watcher's progress lines (real recorded runs,
+recovery_tests/data/runs/, replayed through harness.watch.Watcher), and the result block (criteria table, latency and
 verdict lines of harness.render.terminal.run_outcome over a judged kill with its baseline). A
 line the code no longer prints, or a criterion the table lacks, fails the test."""
 
@@ -23,7 +23,7 @@ from harness.render import terminal
 from harness.verify import verify_run
 from harness.watch import Watcher
 from recovery_tests import rundirs
-from recovery_tests.test_watch import GOOD, FakeClock, new_live, plan_replay, spec_for, watch_lockstep
+from recovery_tests import recorded
 
 ROOT = Path(__file__).resolve().parent.parent
 STAMP = re.compile(r"^  \[\s*[\d.]+s\] ")
@@ -37,10 +37,12 @@ def screen(text: str) -> list[str]:
 
 
 def shape(line: str) -> str:
-    """A line with what changes from run to run masked: run IDs, hashes, paths, numbers."""
+    """A line with what changes from run to run masked: run IDs, hashes, paths, the biggest badput
+    part, numbers."""
     line = re.sub(r"\S*reference-(?:kill|none)-\d{8}T\d{6}Z-[0-9a-f]{4}\S*", "<RUN>", line)
     line = re.sub(r"\b[0-9a-f]{12}\b", "<HASH>", line)
     line = re.sub(r"(?<![\w<])(?:/|\.{1,2}/|runs/)[^\s),;]+", "<PATH>", line)
+    line = re.sub(r"biggest badput: [a-z_ -]+? (?=\d)", "biggest badput: <PART> ", line)  # which part varies
     line = re.sub(r"\d+(?:\.\d+)*", "#", line)
     return re.sub(r" +", " ", line.rstrip())
 
@@ -79,14 +81,17 @@ def printed_lines(tmp_path: Path, monkeypatch) -> dict[str, list[str]]:
     runner.obtain_baseline(fault_plan, out=out)
     parts["baseline"] = out.getvalue().splitlines()
 
-    # the progress lines of a good kill, replayed as it was written
-    s = GOOD["kill-0.7.0"]
-    source, writes = plan_replay(tmp_path, s)
-    live, progress = new_live(tmp_path), io.StringIO()
-    watcher = Watcher(spec_for(tmp_path, s), live, out=progress, clock=FakeClock())
-    watcher.say("launching ft_launcher: 2 ranks on 1 node(s); the next line comes when the launcher records the "
-                "workers' start")  # what harness.runner says before the launch
-    assert watch_lockstep(watcher, source, live, writes) is None
+    # the progress lines of real runs (a kill, and a hang for the heartbeat of a training run),
+    # replayed as they were written and polled every tick, as harness.launch polls its watcher
+    progress = io.StringIO()
+    for name in ("reference-kill", "reference-hang"):
+        source = recorded.recorded(name)
+        clock = recorded.Clock(recorded.started_at(source))
+        live = tmp_path / name
+        watcher = Watcher(recorded.spec_of(source, tmp_path), live, out=progress, clock=clock)
+        watcher.say("launching ft_launcher: 2 ranks on 1 node(s)")  # what harness.runner says before the launch
+        recorded.replay(source, live, watcher, clock, tick_s=0.5)
+        assert watcher.stop_reason is None
     parts["progress"] = progress.getvalue().splitlines()
 
     # the result block: a kill judged against its uninterrupted twin

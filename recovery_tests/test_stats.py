@@ -113,7 +113,7 @@ def test_unknown_and_unheard_of_statuses_do_not_hold():
 def test_five_criteria_first_then_further_checks_and_not_checked_counted():
     odd_order = {"loss_continuity": PASS, **{cid: PASS for cid in reversed(CHECK_IDS)}}
     s = stats.summarize("kill", [record("with-baseline", odd_order), record("without")])
-    assert [c.id for c in s.criteria] == [*CRITERIA_IDS, "loss_continuity", "optimizer_state"]
+    assert [c.id for c in s.criteria] == [*CRITERIA_IDS, "loss_continuity", "launcher_identity", "optimizer_state"]
     lc = s.criterion("loss_continuity")
     assert (lc.runs, lc.not_checked, lc.rate) == (1, 1, 1.0)
 

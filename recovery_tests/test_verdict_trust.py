@@ -100,7 +100,9 @@ def test_an_old_release_verdict_is_re_judged_not_counted(runs, capsys):
     assert "`optimizer_state` fail" in out
     assert "records no suite version" in err and "no result for optimizer_state" in err
     assert "the evidence says not qualified (optimizer_state (absent) → fail)" in err
-    assert (run / "timeline.png").is_file() and "timeline.png" not in out  # it shows the stored verdict, not this one
+    # every run's picture is linked; one that shows the stored verdict, not this one, says so
+    assert (run / "timeline.png").is_file()
+    assert "timeline.png) (drawn for the stored verdict.json, which the evidence contradicts) |" in out, out
     # without its evidence (a summary of stored verdicts), such a verdict is stale, not qualified
     record = stats.RunRecord.from_verdict_json(doc)
     assert record.qualified is False and record.source == stats.STALE

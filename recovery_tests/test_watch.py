@@ -32,7 +32,7 @@ from harness.criteria import analyze
 from harness.events import iso_utc
 from harness.history import HistoryReader
 from harness.spec import RunSpec
-from harness.watch import Progress, Watcher, all_evidence_in, certain_failure
+from harness.watch import Watcher, all_evidence_in, certain_failure
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 
@@ -250,9 +250,10 @@ DOOMED = {
                             ("logs/train_cycle_cycle1.log", "could not find the metadata file")),
     "older-checkpoint": (scenario(load_iteration=5), "loaded checkpoint 5, an older one than 10",
                          ("logs/train_cycle_cycle1.log", "successfully loaded checkpoint")),
-    # run.json's command line holds --no-load-optim: decided once the replacement starts (its argument table)
+    # run.json's command line holds --no-load-optim: decided once the replacement starts (its first line, the
+    # nemesis's launcher identity before the entrypoint)
     "no-load-optim": (scenario(no_load_optim=True), "ran with --no-load-optim",
-                      ("logs/train_cycle_cycle1.log", "------------------------ arguments ------------------------")),
+                      ("logs/train_cycle_cycle1.log", "launcher identity")),
     "second-failure": (scenario(second_failure_at=17), "2 cycles failed (0, 1)",
                        ("logs/launcher.log", "(exitcode: 1)")),
     "second-injection": (scenario(second_failure_at=17, second_injection=True), "the fault was injected 2 times",
@@ -347,13 +348,13 @@ def test_good_run_progress_lines_in_order(tmp_path):
     assert watch_lockstep(Watcher(spec_for(tmp_path, s), live, out=out, clock=FakeClock()), source, live, writes) is None
     assert said(out) == [
         "cycle 0: workers started (launcher record)",
-        "checkpoint 5 committed (iteration 6/20)",
-        "checkpoint 10 committed (iteration 11/20)",
+        "checkpoint 5 committed (iteration 5/20)",
+        "checkpoint 10 committed (iteration 10/20)",
         "fault injected: SIGKILL on rank 1 after checkpoint 10",
-        "the launcher detected the failure",
+        "the launcher detected the failure of cycle 0",
         "cycle 1: workers started (launcher record)",
-        "replacement workers loaded checkpoint 10 with optimizer state",
-        "checkpoint 15 committed (iteration 16/20)",
+        "replacement workers (cycle 1) loaded checkpoint 10 with optimizer state",
+        "checkpoint 15 committed (iteration 15/20)",
         "checkpoint 20 committed (iteration 20/20)",
         "training done at iteration 20/20",
         "the launcher reported success; waiting for it to exit",
@@ -497,45 +498,39 @@ def test_doomed_run_growing_concurrently_is_not_stopped_before_the_deciding_line
     assert on_disk > line_landed_at(writes, rel, needle)
 
 
-# ---------------------------------------------------------------- Progress.changes
+# ---------------------------------------------------------------- facts and waits
 
 
-def progress(**kwargs) -> Progress:
-    base = dict(workers_started=(), iteration=None, train_iters=None, committed=None, injected=None,
-                injected_after=None, fault_cycles=(), failure_detected=False, restored=None, done=False)
-    return Progress(**{**base, **kwargs})
+def _fact_lines(run_dir: Path, fault: str, train_iters: int | None = None) -> list[str]:
+    """The facts of the whole run, each once (as a watcher tells them)."""
+    tl = HistoryReader(run_dir, inspect_checkpoints=False).poll(final=True)
+    told = {}
+    for f in watch.facts(tl, analyze(tl, fault), train_iters):
+        told.setdefault(f.key, f.text)
+    return list(told.values())
 
 
-def test_progress_changes_from_nothing():
-    assert progress().changes(None) == []
-    assert progress(workers_started=(0,), iteration=3, train_iters=20).changes(None) == [
-        "cycle 0: workers started (launcher record)"]
+def test_facts_one_poll_finds_together_are_every_fact_once_in_order(tmp_path):
+    """A poll that finds the whole run at once (the harness's tick was late, a slow machine)
+    tells what a poll after every write tells: every commit, the injection, the detection, the
+    restart, the load and the end, each once, in the order they happened."""
+    s = GOOD["kill-0.7.0"]
+    source, writes = plan_replay(tmp_path, s, split=False)
+    live = new_live(tmp_path)
+    out = io.StringIO()
+    step_by_step(Watcher(spec_for(tmp_path, s), live, out=out, clock=FakeClock()), source, live, writes, out)
+    at_once = io.StringIO()
+    assert Watcher(spec_for(tmp_path, s), source, out=at_once, clock=FakeClock())() is None
+    assert said(out) == _fact_lines(source, s.fault, s.train_iters)
+    assert said(at_once) == said(out), (said(at_once), said(out))
 
 
-def test_progress_changes_name_every_new_fact_once_in_recovery_order():
-    """Facts one poll finds together are told in the order they happened, not in the order
-    the files revealed them."""
-    before = progress(workers_started=(0,), iteration=11, train_iters=20, committed=5)
-    after = progress(workers_started=(0, 1), iteration=12, train_iters=20, committed=10,
-                     injected="SIGKILL on rank 1 after checkpoint 10", injected_after=10, fault_cycles=(0,),
-                     failure_detected=True, restored="loaded checkpoint 10 with optimizer state", done=True,
-                     launcher_succeeded=True)
-    assert after.changes(before) == [
-        "checkpoint 10 committed (iteration 12/20)",
-        "fault injected: SIGKILL on rank 1 after checkpoint 10",
-        "the launcher detected the failure",
-        "cycle 1: workers started (launcher record)",
-        "replacement workers loaded checkpoint 10 with optimizer state",
-        "training done at iteration 12/20",
-        "the launcher reported success; waiting for it to exit",
-    ]
-    assert after.changes(after) == []
-
-
-def test_progress_changes_ignore_facts_that_went_away_and_new_iterations():
-    before = progress(workers_started=(0, 1), iteration=12, train_iters=20, committed=10, failure_detected=True,
-                      done=True)
-    assert progress(workers_started=(0, 1), iteration=15, train_iters=20, committed=10).changes(before) == []
+def test_every_commit_of_every_start_is_a_fact(tmp_path):
+    built = rundirs.build(tmp_path / "run", scenario(train_iters=40))
+    lines = _fact_lines(built.run_dir, "kill", 40)
+    assert [line.split()[1] for line in lines if line.startswith("checkpoint ")] == [
+        str(i) for i in range(5, 45, 5)], lines
+    assert "checkpoint 5 committed (iteration 5/40)" in lines  # the checkpoint's own iteration, of the plan's
 
 
 @pytest.mark.parametrize("kwargs, restored", [
@@ -545,40 +540,96 @@ def test_progress_changes_ignore_facts_that_went_away_and_new_iterations():
     # Megatron's plain optimizer prints scheduler lines only
     (dict(distributed_optimizer=False), "loaded checkpoint 10 with optimizer state"),
 ])
-def test_progress_of_names_how_the_replacement_restored(kwargs, restored, tmp_path):
+def test_facts_name_how_the_replacement_restored(kwargs, restored, tmp_path):
     s = scenario(**kwargs)
     run_dir = rundirs.build(tmp_path / "run", s).run_dir
+    lines = _fact_lines(run_dir, s.fault)
+    assert f"replacement workers (cycle 1) {restored}" in lines, lines
+    assert "the launcher detected the failure of cycle 0" in lines
+    assert "fault injected: SIGKILL on rank 1 after checkpoint 10" in lines
     tl = HistoryReader(run_dir, inspect_checkpoints=False).poll()
-    p = Progress.of(tl, analyze(tl, s.fault))
-    assert p.restored == restored
-    assert (p.workers_started, p.failure_detected, p.injected) == ((0, 1), True, "SIGKILL on rank 1 after checkpoint 10")
     assert (certain_failure(tl, analyze(tl, s.fault)) is None) == (" with optimizer" in restored)
 
 
 def test_an_injected_hang_says_what_it_waits_for_and_how_long(tmp_path):
     """While the stopped rank goes unnoticed the console is not silent: it names the rank
-    monitor timeout it waits for and counts the seconds, until the launcher detects the failure."""
-    spec = RunSpec(workload="reference", work_dir=tmp_path, run_id="live", fault="hang",
-                   section_timeouts=(("setup", 60.0), ("step", 10.0), ("checkpointing", 10.0)),
-                   out_of_section_timeout=12.0, workload_check_interval=1.0)
+    monitor timeout it waits for at once, then every HEARTBEAT_S counts the seconds, until the
+    launcher's records of the timeout and the failure come."""
+    s = GOOD["hang-0.7.0"]
+    source, live, writes, at = _replay_until_marker(tmp_path, s)
+    spec = dataclasses.replace(spec_for(tmp_path, s), section_timeouts=(("setup", 60.0), ("step", 10.0),
+                                                                        ("checkpointing", 10.0)),
+                               out_of_section_timeout=12.0, workload_check_interval=1.0)
     out, clock = io.StringIO(), FakeClock()
-    watcher = Watcher(spec, tmp_path / "live", out=out, clock=clock)
-    hung = progress(injected="SIGSTOP on rank 1 after checkpoint 5")
-    for step, p in ((0, progress()), (0, hung), (4, hung), (2, hung), (5, hung),
-                    (1, dataclasses.replace(hung, failure_detected=True)), (9, dataclasses.replace(hung, failure_detected=True))):
-        clock.now += step
-        watcher._say_hang_wait(p)
+    watcher = Watcher(spec, live, out=out, clock=clock)
+    assert watcher() is None
+    before = len(said(out))
+    for _ in range(11):
+        clock.now += 1.0
+        assert watcher() is None
     wait = "the rank monitor's step timeout (10 s + a 1 s check interval)"
-    assert said(out) == [f"waiting for {wait} to notice the stopped rank", f"waiting for {wait}, 6 s so far",
-                         f"waiting for {wait}, 11 s so far"]
+    assert said(out)[before - 1:] == [f"waiting for {wait} to notice the hung rank 1", f"waiting for {wait}, 5 s so far",
+                                      f"waiting for {wait}, 10 s so far"]
+    detected = line_landed_at(writes, "logs/launcher.log", "failure_detected")
+    for write in writes[at + 1:detected + 1]:
+        apply(write, source, live)
+    clock.now += 1.0
+    assert watcher() is None
+    assert said(out)[-1] == "the launcher detected the failure of cycle 0", said(out)
+    assert any(line.startswith("the rank monitor's section 'step' timeout fired for rank") for line in said(out))
 
 
-def test_a_kill_says_nothing_about_waiting(tmp_path):
-    spec = RunSpec(workload="reference", work_dir=tmp_path, run_id="live", fault="kill")
+def test_a_kill_waits_for_the_launcher_not_for_a_rank_monitor(tmp_path):
+    s = GOOD["kill-0.7.0"]
+    source, live, writes, at = _replay_until_marker(tmp_path, s)
     out, clock = io.StringIO(), FakeClock()
-    watcher = Watcher(spec, tmp_path / "live", out=out, clock=clock)
-    watcher._say_hang_wait(progress(injected="SIGKILL on rank 1 after checkpoint 5"))
-    assert said(out) == []
+    watcher = Watcher(spec_for(tmp_path, s), live, out=out, clock=clock)
+    assert watcher() is None
+    assert said(out)[-1] == "fault injected: SIGKILL on rank 1 after checkpoint 10"
+    clock.now += watch.HEARTBEAT_S
+    assert watcher() is None
+    assert said(out)[-1] == "waiting for the launcher to detect the failure of cycle 0, 5 s so far"
+
+
+def test_a_failure_nobody_injected_is_told_and_waited_on(tmp_path):
+    """A worker that dies on its own (a kill run without the nemesis's marker and line, judged
+    as a run without fault): its cycle's failure is a fact, and the heartbeat says the run
+    waits for the launcher to start replacement workers, then for their load."""
+    s = scenario(fault="kill")
+    source, writes = plan_replay(tmp_path, s, split=False)
+    writes = [w for w in writes if w.rel != "fault_injected.json" and b"[nemesis]" not in (w.data or b"")]
+    live = new_live(tmp_path)
+    spec = RunSpec(workload="megatron", work_dir=tmp_path, run_id="live", fault="none", train_iters=s.train_iters)
+    out, clock = io.StringIO(), FakeClock()
+    watcher = Watcher(spec, live, out=out, clock=clock, fail_fast=False)
+    failed = line_landed_at(writes, "logs/launcher.log", "failed (exitcode: -9)")
+    started = line_landed_at(writes, "logs/launcher.log", "Cycle: 1 Event: worker_start_completed")
+    for write in writes[:failed + 1]:
+        apply(write, source, live)
+    watcher()
+    assert "the launcher detected the failure of cycle 0" in said(out)
+    clock.now += watch.HEARTBEAT_S
+    watcher()
+    assert said(out)[-1] == "waiting for the launcher to start replacement workers after the failure of cycle 0, 5 s so far"
+    for write in writes[failed + 1:started + 1]:
+        apply(write, source, live)
+    watcher()
+    clock.now += watch.HEARTBEAT_S
+    watcher()
+    assert said(out)[-1] == "waiting for the replacement workers (cycle 1) to load a checkpoint, 5 s so far", said(out)
+
+
+def test_the_heartbeat_keeps_quiet_while_facts_come(tmp_path):
+    """A heartbeat only fills silence: a line said less than HEARTBEAT_S ago needs none."""
+    s = GOOD["kill-0.7.0"]
+    source, live, writes, at = _replay_until_marker(tmp_path, s)
+    out, clock = io.StringIO(), FakeClock()
+    watcher = Watcher(spec_for(tmp_path, s), live, out=out, clock=clock)
+    watcher()
+    told = len(said(out))
+    clock.now += watch.HEARTBEAT_S - 0.1
+    watcher()
+    assert len(said(out)) == told
 
 
 def test_a_replacement_not_training_yet_is_no_stop_however_long_the_run_has_gone(tmp_path):

@@ -104,9 +104,8 @@ def _emit(groups: list[RepeatStats], records: list[RunRecord], output: str | Non
         return ExitStatus.REFUSED
     counted = [g for g in groups if not g.stopped_by_user]
     if output:
-        qualified = sum(r.qualified for g in counted for r in g.runs)
         stopped = len(records) - sum(len(g.runs) for g in counted)
-        print(f"nvrx-qual report: {qualified} of {len(records) - stopped} runs qualified"
+        print(f"nvrx-qual report: {stats.counted_sentence(records).removesuffix('.')}"
               + (f" ({stopped} stopped by the user, not counted)" if stopped else "") + f"; written to {output}",
               file=sys.stderr)
     else:

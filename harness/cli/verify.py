@@ -1,4 +1,4 @@
-"""`nvrx-qual verify RUN_DIR [--json PATH] [--fault none|kill|hang] [--no-write] [--force]`.
+"""`nvrx-qual verify RUN_DIR [--json PATH] [--fault KIND] [--baseline RUN_DIR|none] [--no-write] [--force]`.
 
 Exit status: 0 qualified, 1 a criterion failed (or could not be decided), 2 the path is not a
 readable run directory or an output is refused (the message says why), 3 an internal error of
@@ -29,10 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fault", choices=criteria.FAULTS, default=None,
                         help="the fault the run was meant to survive (default: run.json, else the injection marker, "
                              "else none)")
-    parser.add_argument("--baseline", metavar="RUN_DIR",
-                        help="an uninterrupted run of the same configuration: also check that every lm loss after the "
-                             "restored checkpoint equals its (loss_continuity; needs deterministic training) and that "
-                             "the final checkpoint's tensors equal its (state_equivalence) (default: none)")
+    parser.add_argument("--baseline", metavar="RUN_DIR|none",
+                        help="the uninterrupted run of the same configuration that loss_continuity (every lm loss "
+                             "after the restored checkpoint) and state_equivalence (the final checkpoint's tensors) "
+                             "compare with; 'none' judges without one, by request (default: the baseline run.json's "
+                             "contract names, looked up beside the run; missing or changed since, both checks are "
+                             "unknown)")
     parser.add_argument("--no-write", action="store_true",
                         help="do not write timeline.png, verdict.json and report.md into the run directory")
     parser.add_argument("--force", action="store_true",
@@ -61,6 +63,19 @@ def _what_was_written(paths: Sequence[Path], run_dir: Path, before: dict | None)
         earlier = "QUALIFIED" if before.get("qualified") is True else "NOT QUALIFIED"
         text += f" (replacing the earlier verdict.json: {earlier}, fault {before.get('fault', '?')})"
     return text
+
+
+def _baseline_line(verdict: Verdict) -> str | None:
+    """Which baseline loss_continuity and state_equivalence were judged against, or why none."""
+    b = verdict.baseline
+    if b is None:
+        return None
+    if b.skipped:
+        return f"nvrx-qual verify: baseline skipped by request: {b.skipped}"
+    if b.problem:
+        return f"nvrx-qual verify: baseline checks unknown: {b.problem}"
+    how = {"ran": "the twin run first", "reused": "reused by configuration hash", "given": "--baseline"}.get(b.how, b.how)
+    return f"nvrx-qual verify: baseline {b.run_dir} ({how})"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,5 +114,8 @@ def run(args: argparse.Namespace) -> int:
         if written_note:
             print(written_note, file=sys.stderr if to_stdout else sys.stdout)
         if not to_stdout:
+            said = _baseline_line(verdict)
+            if said:
+                print(said)
             print(terminal.verification(verdict, verify.known_defects(verdict, read)))
     return ExitStatus.of_verdict(verdict.qualified)

@@ -19,6 +19,8 @@ SENTENCES: dict[tuple[str, str], str] = {
                          "loop_stopped judges whether the launcher stopped the restart loop (or the stack fell back to "
                          "an earlier checkpoint)."),
     ("*", "superseded"): "Superseded: {why}.",
+    # a run of several faults: the sentence of one fault's check, led by the fault it is about
+    ("*", "of_episode"): "[fault {number} of {of}: {kind} on rank {rank}, {fault_at}] ",
     ("*", "superseded_load_cut"): ("fault {next} hit cycle {next_cycle} before this episode's replacement finished "
                                    "its load; episode {next} judges the recovery"),
     ("*", "superseded_not_last"): ("fault {next} (cycle {next_cycle}) ended this episode's training; the training to "
@@ -26,6 +28,29 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("*", "superseded_nothing_new"): ("no checkpoint beyond episode {previous}'s ({k}) was committed before this "
                                       "fault: what was committed before it is episode {previous}'s"),
     ("*", "no_usable_baseline"): "No usable baseline: {problem}.",
+    ("*", "baseline_skipped"): "Not judged, by request: {why}.",
+    # the baseline a run's contract names, as verify finds it (harness.verify.recorded_baseline)
+    ("baseline", "missing"): ("the baseline {run_id} that run.json's contract names ({how}) is not in {runs}: copy its "
+                              "run directory there, beside this run, give verify --baseline RUN_DIR, or judge without "
+                              "it with --baseline none"),
+    ("baseline", "not_a_dir"): ("{path}, where the baseline {run_id} that run.json's contract names should be, is "
+                                "{what}, which is never followed or read: put the baseline's run directory itself "
+                                "there, or give verify --baseline RUN_DIR"),
+    ("baseline", "unusable"): "the baseline {run_id} that run.json's contract names cannot be used: {error}",
+    ("baseline", "changed"): ("the checkpoints of the baseline {run_id} changed since this run was judged against "
+                              "them ({change}): put them back as they were, or judge without them with --baseline "
+                              "none"),
+    ("baseline", "checkpoints_gone"): ("the baseline {run_id} has no checkpoints/ directory any more (this run was "
+                                       "judged against {entries} entries of it): put them back, or judge without "
+                                       "them with --baseline none"),
+    ("baseline", "other_config"): ("the baseline {run_id} now records configuration hash {now}, not {then} as when "
+                                   "this run was judged against it: it is another run under the same name"),
+    ("baseline", "change"): "{then_entries} entries and {then_bytes} bytes then, {now_entries} and {now_bytes} now",
+    ("baseline", "skipped"): "--baseline none: judged without the recorded baseline {run_id} ({how})",
+    ("baseline", "skipped_none_recorded"): "--baseline none: judged without a baseline",
+    ("baseline", "copied"): ("the checkpoints of the baseline {run_id} hold the same files with the same sizes as when "
+                             "this run was judged against them, with other modification times (copied without "
+                             "keeping times)"),
     ("*", "crashed"): "The checker failed: {error}",
     # fragments several checks share: a world change, how a process ended
     ("*", "world_change"): ("world size {before}{dp_before} in cycle {failed}, {after}{dp_after} in cycle {replacement} "
@@ -148,8 +173,9 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("optimizer_reload", "no_dcp_metadata"): ("{who} loaded checkpoint {expected}, but {rel} has no DCP .metadata: the "
                                               "checkpoint on disk is not the one loaded, or it was damaged afterwards."),
     ("optimizer_reload", "no_optimizer_tensors"): ("{who} printed an optimizer load, but {rel} holds no optimizer "
-                                                   "tensors (no 'optimizer.' key with exp_avg): it was saved without "
-                                                   "optimizer state (--no-save-optim)."),
+                                                   "tensors (no key with Adam's exp_avg or exp_avg_sq, plain, "
+                                                   "distributed or chained_<i>.): it was saved without optimizer state "
+                                                   "(--no-save-optim)."),
     ("optimizer_reload", "disk_keys"): "; {keys} optimizer keys in {rel}",
     ("optimizer_reload", "disk_keys_unlisted"): "; optimizer keys not listed ({note})",
     ("optimizer_reload", "disk_absent"): "; checkpoint directory not available, optimizer keys not listed",
@@ -259,6 +285,11 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("clean_finish", "no_app_log"): " (no application log)",
     ("clean_finish", "not_done"): "Megatron never printed '[after training is done]'{where}",
     ("clean_finish", "not_clean"): "The run did not finish cleanly: {problems}.",
+    ("clean_finish", "never_fired"): ("{count} of the {planned} planned faults never fired: {faults} (run.json's "
+                                      "contract promised them; no marker says they happened, so their recoveries were "
+                                      "never exercised: give the run the iterations and restarts to reach them)"),
+    ("clean_finish", "planned_fault"): "fault {index} ({kind} on rank {rank}, {moment})",
+    ("clean_finish", "and_last"): " and {last}",
     ("clean_finish", "shape_planned"): ("with exactly {planned} injections ({fault_at}) and as many failed cycles"),
     ("clean_finish", "shape_one"): "with exactly one injection and one failed cycle",
     ("clean_finish", "shape_none_injected"): ("without any failed cycle (and without the fault, see "
@@ -266,6 +297,30 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("clean_finish", "shape_baseline"): "in a single cycle without any fault",
     ("clean_finish", "clean"): ("The launcher reported success {shape}, no no-progress stop, and Megatron reached "
                                 "'[after training is done]'."),
+    # launcher_identity
+    ("launcher_identity", "where"): " from {path}",
+    ("launcher_identity", "sha"): " (sha256 {sha}…, {files} files)",
+    ("launcher_identity", "no_plan"): ("run.json records no planned launcher (a run directory from before run.json "
+                                       "held a contract, or a user's own script): there is nothing to compare the "
+                                       "workers' NVRx with."),
+    ("launcher_identity", "none_said"): ("No worker said which NVRx it imported (no '[nemesis] rank R launcher "
+                                         "identity:' line in the application logs), so it cannot be told whether the "
+                                         "planned NVRx {planned}{where} ran: run the workers under this suite's "
+                                         "nemesis, which states it."),
+    ("launcher_identity", "got_found"): "nvidia_resiliency_ext {version} from {path} (sha256 {sha}…)",
+    ("launcher_identity", "got_missing"): "no nvidia_resiliency_ext at all ({why})",
+    ("launcher_identity", "other"): ("The workers ran under another launcher than planned: rank {rank} (cycle {cycle}) "
+                                     "imported {got}, not the planned NVRx {planned}{where}{sha} ({others} of {count} "
+                                     "worker statements differ): point --nvrx-path and every node's PYTHONPATH at the "
+                                     "planned install, or plan for the one the workers import."),
+    ("launcher_identity", "unknown_all"): ("No worker could tell which NVRx it imported ({why}), so the planned NVRx "
+                                           "{planned}{where} cannot be confirmed."),
+    ("launcher_identity", "caveat_unknown"): "{n} statement(s) could not tell",
+    ("launcher_identity", "caveat_version_only"): ("{n} by version only (the digest of the files is unknown on one "
+                                                   "side)"),
+    ("launcher_identity", "caveat_elsewhere"): "{n} with the same files at another path ({path})",
+    ("launcher_identity", "same"): ("Every worker statement names the planned NVRx {planned}{where}{sha} ({count} "
+                                    "statement(s): ranks {ranks}; cycles {cycles}){caveats}."),
     # disk_full_handled
     ("disk_full_handled", "no_injection"): ("No disk-full injection happened (see pre_fault_checkpoint): no save met a "
                                             "full filesystem."),
@@ -397,7 +452,9 @@ SENTENCES: dict[tuple[str, str], str] = {
                                                "injection at {injected_at}: a rank hung before the fault, so the stop "
                                                "of rank {rank} is not what the launcher detected; look at the earlier "
                                                "timeout's rank"),
-    ("replacement_cycle", "how_named"): " after a {kind} timeout naming the stopped rank {rank}",
+    ("replacement_cycle", "how_named"): " after a {kind} timeout naming the {state} rank {rank}",
+    ("replacement_cycle", "state_stopped"): "stopped",
+    ("replacement_cycle", "state_hung"): "hung",
     ("replacement_cycle", "not_sigstop"): ("the marker records {signal}, not {expected}, so nothing proves rank {rank} was "
                                            "stopped, and no timeout message names it"),
     ("replacement_cycle", "delay"): " {delay} s after the stop",
@@ -465,8 +522,9 @@ SENTENCES: dict[tuple[str, str], str] = {
                                          "replacement workers in {replacement}{nodes}{shrink}."),
     # replacement_cycle, merged over several episodes that all passed
     ("replacement_cycle", "all_restarted"): ("The launcher recorded the failures of all {faults} injected faults "
-                                             "(cycles {cycles}){how} and, after the last, started replacement "
-                                             "workers in {replacement}."),
+                                             "and started replacement workers after each: {each}."),
+    ("replacement_cycle", "each_restarted"): ("fault {number} ({kind}, {fault_at}) failed cycle {failed_cycle}{how}, "
+                                              "replaced in {replacement}"),
     # optimizer_state
     ("optimizer_state", "nothing_restored"): ("No checkpoint was restored after the fault (see optimizer_reload), so "
                                               "there is no restored optimizer state to check."),

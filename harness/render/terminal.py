@@ -53,9 +53,9 @@ def run_outcome(outcome: "Outcome") -> str:
         return "—" if x is None else f"{x:.2f} s"
 
     lines += ["",
-              f"latency: detection {s(m.detection_s)} | restart {s(m.restart_s)} | restore {s(m.restore_s)} | "
-              f"first step {s(m.first_step_s)} | failure → first committed step {s(m.failure_to_first_step_s)} | "
-              f"lost iterations {'—' if m.lost_iterations is None else m.lost_iterations}"]
+              f"latency{_of_last(v)}: detection {s(m.detection_s)} | restart {s(m.restart_s)} | restore "
+              f"{s(m.restore_s)} | first step {s(m.first_step_s)} | failure → first committed step "
+              f"{s(m.failure_to_first_step_s)} | lost iterations {'—' if m.lost_iterations is None else m.lost_iterations}"]
     if v.goodput is not None:
         lines.append(goodput_line(v.goodput))
     lines += [f"warning: {w}" for w in m.warnings]
@@ -86,19 +86,41 @@ def goodput_line(g: "Goodput") -> str:
     return f"goodput: {100 * g.ratio:.1f} % ({g.productive_s:.2f} s productive of {g.wall_s:.2f} s wall){worst}"
 
 
+def _of_last(verdict: "Verdict") -> str:
+    """Which recovery the headline latency is, when the run has several: the last fault's."""
+    if len(verdict.episodes) < 2:
+        return ""
+    e = verdict.episodes[-1]
+    return f" of fault {e.number} of {len(verdict.episodes)} ({e.fault or '?'}, {e.fault_at}; each fault's is below)"
+
+
+def _recovery_split(r) -> str:  # noqa: ANN001 - a harness.verdict.Recovery
+    """One fault's latency split, in a few words."""
+    def s(x: float | None) -> str:
+        return "—" if x is None else f"{x:.2f} s"
+
+    parts = (r.detection_s, r.restart_s, r.restore_s, r.first_step_s)
+    total = f", failure → first committed step {sum(parts):.2f} s" if all(x is not None for x in parts) else ""
+    return (f"detection {s(r.detection_s)}, restart {s(r.restart_s)}, restore {s(r.restore_s)}, "
+            f"first step {s(r.first_step_s)}{total}")
+
+
 def fault_lines(verdict: "Verdict") -> list[str]:
     """Several faults: one line each (kind, rank, moment, cycle, its own result and what held it
-    back), a campaign's seed first; nothing for one fault (its criteria are the verdict's)."""
+    back, its own latency split), a campaign's seed first; nothing for one fault (its criteria
+    and latency are the verdict's)."""
     if len(verdict.episodes) < 2:
         return []
     c = verdict.campaign
     lines = [f"campaign: {c.get('faults')} faults, seed {c.get('seed')}"] if c is not None else []
     n = len(verdict.episodes)
-    for e in verdict.episodes:
+    recoveries = verdict.metrics.recoveries
+    for i, e in enumerate(verdict.episodes):
         bad = [f"{r.id} {r.status}" for r in e.criteria if r.id not in e.superseded and str(r.status) in ("fail", "unknown")]
+        split = f"; {_recovery_split(recoveries[i])}" if i < len(recoveries) else ""
         lines.append(f"fault {e.number} of {n}: {e.fault or '?'} on rank {'?' if e.rank is None else e.rank}, "
                      f"{e.fault_at}, cycle {'?' if e.cycle is None else e.cycle}: {e.status}"
-                     + (f" ({', '.join(bad)})" if bad else ""))
+                     + (f" ({', '.join(bad)})" if bad else "") + split)
     return lines
 
 
@@ -113,7 +135,8 @@ def verification(verdict: "Verdict", known: Sequence["KnownMatch"] = ()) -> str:
     if m.failure_to_first_step_s is not None or m.detection_s is not None:
         def s(v: float | None) -> str:
             return "?" if v is None else f"{v:.2f}s"
-        lines.append(f"  failure -> first committed step {s(m.failure_to_first_step_s)} (detection {s(m.detection_s)}, "
+        lines.append(f"  failure -> first committed step{_of_last(verdict)} {s(m.failure_to_first_step_s)} "
+                     f"(detection {s(m.detection_s)}, "
                      f"restart {s(m.restart_s)}, restore {s(m.restore_s)}, first step {s(m.first_step_s)}); "
                      f"lost iterations {m.lost_iterations if m.lost_iterations is not None else '?'}")
     if verdict.goodput is not None:
