@@ -495,7 +495,7 @@ class _Screen:
     """The screen of one set of keywords, derived from RULES: one Aho-Corasick automaton
     (ahocorasick_rs, leftmost-first: non-overlapping hits, in order) over the fast rules'
     phrases, then every keyword. One pass over a chunk finds every line a rule may take, at a
-    cost that does not grow with the number of rules: up to 64 patterns (26 today) a SIMD
+    cost that does not grow with the number of rules: up to 64 patterns (the table has far fewer) a SIMD
     prefilter finds the candidates; beyond, the DFA alone, several times slower per byte but
     still the same for any number of patterns.
 
