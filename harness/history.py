@@ -1,9 +1,10 @@
 """Run directory -> Timeline of typed events (harness.events).
 
 Streaming and bounded: logs are read in binary, in large chunks, from the offset reached by
-the previous read; only lines that contain one of a few keywords are decoded and matched
-(everything else is skipped at C speed with bytes.find), and iteration lines are folded
-into per-start summaries (first, last, anomalies) instead of being kept one by one. A
+the previous read; one pass of an Aho-Corasick automaton over each chunk (the screen, derived
+from RULES) finds the lines that hold a rule's keyword, and only those are decoded and
+matched, save lines (one or more per checkpoint) in bulk without decoding; iteration lines
+are folded into per-start summaries (first, last, anomalies) instead of being kept one by one. A
 `HistoryReader` can be polled while the run is still writing: each `poll()` parses only the
 bytes appended since the last one and keeps incomplete last lines for later.
 
@@ -26,8 +27,12 @@ import stat
 import time
 from collections import deque
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import eq, gt, itemgetter, lt
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from ahocorasick_rs import BytesAhoCorasick, Implementation, MatchKind
 
 from harness import events as ev
 from harness import safeio, tiers
@@ -45,7 +50,7 @@ from harness.layout import (LOCAL_SHARD_PATTERN, MARKER_NAME, TRACKER_NAME, is_m
                             marker_index, parse_iter_name, read_tracker_file)
 from harness.optimizer_record import moment_keys, read_dcp_metadata, read_optimizer_record
 
-CHUNK_SIZE = 8 << 20
+CHUNK_SIZE = 1 << 20  # small enough to stay in a core's cache while the screen, the counts and the lanes pass over it
 MAX_PENDING_LINE = 1 << 20  # a "line" longer than this (binary junk) is cut, to bound memory
 MAX_BAD_ITERATIONS = 64  # per start: skipped / NaN iteration lines kept as evidence
 MAX_MARKER_RECORDS = 64  # one record per injection: more is junk  # time zones span UTC-12..UTC+14
@@ -83,8 +88,8 @@ PH_NONE, PH_ARGS, PH_FT, PH_LOAD, PH_BUILT, PH_ITER, PH_DONE = -1, 0, 1, 2, 3, 4
 class LineRule:
     """One kind of log line, and everything the reader derives from it.
 
-    - `keyword`: a substring every such line holds. The screen (one bytes.find pass per
-      distinct keyword over the raw data) and the dispatch's cheap test both come from it:
+    - `keyword`: a substring every such line holds. The screen (one automaton over the raw
+      data, whatever the number of keywords) and the dispatch's cheap test both come from it:
       a line that holds no rule's keyword is never decoded.
     - `pattern`: matched (re.search) on the line's body, prefixes peeled. Rules are tried in
       table order; the first whose keyword and pattern match takes the line.
@@ -98,8 +103,9 @@ class LineRule:
     - `stamp`: which stamp gives the event its time: "line" (the stamp that starts the line),
       "datetime" (Megatron's `] datetime:`), or None.
     - `fast`: one of the lines a run prints at every checkpoint: once a start trains, they are
-      screened on the raw bytes (the text before " checkpoint" in the pattern, then the pattern
-      itself), counted and kept raw, and decoded only if kept.
+      screened on the raw bytes by their phrase (the pattern's words up to " checkpoint"),
+      matched in bulk (the pattern itself, on the raw line), counted and kept raw, and decoded
+      only if kept.
     - `alternatives`: other substrings, any of which lets the line through instead of `keyword`
       (failure lines only, which have more than one wording).
 
@@ -335,9 +341,8 @@ CONFIG_KEYS = (
 # 0.4.1 and 0.6+/0.7.0; the patterns triage matches too live in harness.dialect). Adding a
 # kind of line is adding an entry here (and its event type in harness.events).
 RULES: tuple[LineRule, ...] = (
-    # the nemesis's own lines, before the checkpoint lines: they say "after checkpoint iteration N" (so its
-    # injection line is screened by "checkpoint"; a longer needle, "nemesis: requested", screens faster)
-    _rule("checkpoint", r"\[nemesis\] rank (?P<target_rank>\d+) injecting (?P<signal>\w+) after checkpoint "
+    # the nemesis's own lines, before the checkpoint lines: they say "after checkpoint iteration N"
+    _rule("[nemesis]", r"\[nemesis\] rank (?P<target_rank>\d+) injecting (?P<signal>\w+) after checkpoint "
           r"iteration (?P<iteration>\d+)", ev.NemesisInjected),
     _rule("nemesis: requested", r"nemesis: requested fault \w+ on rank \d+ never happened: (?P<reason>.*)", ev.NemesisNeverFired),
     _rule("launcher identity", r"\[nemesis\] rank (?P<rank>\d+) launcher identity: nvidia_resiliency_ext (?P<rest>.*)$",
@@ -421,13 +426,10 @@ RULES: tuple[LineRule, ...] = (
 READER_RULES = tuple(r for r in RULES if not r.diagnostic)  # what history's reader keeps
 DIAGNOSTIC_RULES = tuple(r for r in RULES if r.diagnostic)  # what triage reads besides (events.DiagnosticEvent)
 assert not any(r.alternatives for r in READER_RULES)  # the reader's screens are its keywords
-_FAST_RULES = tuple(r for r in RULES if r.fast)
+_FAST_RULES = tuple(r for r in READER_RULES if r.fast)
 _RULE_OF: dict[type, LineRule] = {r.event: r for r in _FAST_RULES}
 FAST_KEYWORD = b"checkpoint"
 assert all(r.keyword.encode() == FAST_KEYWORD for r in _FAST_RULES)
-# keywords of the rules tried before the fast ones (the nemesis's): a line holding one goes the full path
-_BEFORE_FAST = tuple(dict.fromkeys(r.keyword.encode() for r in RULES[:RULES.index(_FAST_RULES[0])]
-                                   if r.keyword.encode() != FAST_KEYWORD))
 
 
 def cycle_opened(event: ev.Event) -> int | None:
@@ -480,12 +482,130 @@ def _keywords(rules: tuple[LineRule, ...]) -> tuple[bytes, ...]:
 APP_KEYWORDS = _keywords(tuple(r for r in READER_RULES if r.app))
 ALL_KEYWORDS = _keywords(READER_RULES)
 LAUNCHER_KEYWORDS = tuple(k for k in ALL_KEYWORDS if k not in APP_KEYWORDS)
-# The fast path's screen of each save line: (kind, the words before " checkpoint", the line's
-# pattern from those words on), derived from the rule.
-_SAVE_SCREEN = tuple(
-    (r.event, r.pattern.pattern.split(" checkpoint", 1)[0].encode(), re.compile(r.pattern.pattern.encode()))
-    for r in _FAST_RULES)
-assert all(re.fullmatch(rb"[\w ]+", lead) for _k, lead, _rx in _SAVE_SCREEN)  # literal words
+
+
+def _hides(m: bytes, d: bytes, m_first: bool) -> bool:
+    """Whether a leftmost-first hit of m can hide an occurrence of d: m holds d, or m begins
+    before d and ends inside it, or (m listed first) m begins d."""
+    return (d in m and m != d) or any(m.endswith(d[:k]) for k in range(1, min(len(m), len(d)))) or (
+        m_first and d.startswith(m) and m != d)
+
+
+class _Screen:
+    """The screen of one set of keywords, derived from RULES: one Aho-Corasick automaton
+    (ahocorasick_rs, leftmost-first: non-overlapping hits, in order) over the fast rules'
+    phrases, then every keyword. One pass over a chunk finds every line a rule may take, at a
+    cost that does not grow with the number of rules: up to 64 patterns (the table has far fewer) a SIMD
+    prefilter finds the candidates; beyond, the DFA alone, several times slower per byte but
+    still the same for any number of patterns.
+
+    - `phrases`: per fast rule, its pattern's words up to and with " checkpoint" (a literal
+      prefix of the pattern); `kinds`: its event type; `valid`: its pattern on raw bytes,
+      matched where the phrase is found.
+    - `harmless`: per pattern, whether its hit leaves a save line a save line: a keyword
+      through which no rule tried before the fast ones takes a line (rules are tried in table
+      order), and whose hit cannot hide a phrase or such a rule's keyword (hits do not
+      overlap). A line whose first hit is a phrase its pattern matches, and whose other hits
+      are harmless (a save path with "checkpoint" in it), is a save line whatever the full path
+      would try; a line with any other hit goes the full path, which decides.
+    """
+
+    __slots__ = ("automaton", "patterns", "fast", "kinds", "valid", "harmless")
+
+    def __init__(self, keywords: tuple[bytes, ...]) -> None:
+        fast = tuple(r for r in _FAST_RULES if r.keyword.encode() in keywords)
+        phrases = tuple(r.pattern.pattern.split(" checkpoint", 1)[0].encode() + b" checkpoint" for r in fast)
+        assert all(re.fullmatch(rb"[\w ]+", p) and r.pattern.pattern.encode().startswith(p)
+                   for p, r in zip(phrases, fast))  # literal words that begin the pattern
+        self.patterns = (*phrases, *keywords)
+        self.fast = len(phrases)
+        self.kinds = tuple(r.event for r in fast)
+        self.valid = tuple(re.compile(r.pattern.pattern.encode()).match for r in fast)
+        last_fast = max((READER_RULES.index(r) for r in _FAST_RULES), default=-1)
+        first_rule = {k: min((i for i, r in enumerate(READER_RULES) if r.keyword.encode() == k and not r.fast),
+                             default=len(READER_RULES)) for k in keywords}
+        late = (*(False for _ in phrases), *(first_rule[k] > last_fast for k in keywords))
+        deciding = [(x, d) for x, (d, lt_) in enumerate(zip(self.patterns, late)) if not lt_]
+
+        def hides_deciding(y: int) -> bool:
+            return any(_hides(self.patterns[y], d, y < x) for x, d in deciding if x != y)
+
+        assert not any(hides_deciding(y) for y in range(len(phrases)))  # a phrase's own hit hides none
+        self.harmless = tuple(lt_ and not hides_deciding(y) for y, lt_ in enumerate(late))
+        self.automaton = BytesAhoCorasick(list(self.patterns), matchkind=MatchKind.LeftmostFirst,
+                                          implementation=Implementation.DFA)
+
+
+_SCREENS: dict[tuple[bytes, ...], _Screen] = {}
+
+
+def _screen(keywords: tuple[bytes, ...]) -> _Screen:
+    screen = _SCREENS.get(keywords)
+    if screen is None:
+        screen = _SCREENS[keywords] = _Screen(keywords)
+    return screen
+
+
+class _Hits:
+    """The screen's hits in one chunk (each a pattern's occurrence, in order) and what the save
+    lanes need of them, each computed for all hits at once in C loops (map): where each hit's
+    line ends, whether it is the first hit of its line, whether it lets its line be a save line
+    (`ok`: a first hit that is a phrase its pattern matches, a later one a harmless keyword),
+    and, when asked for, where each line starts and `strict` (ok, and the line does not start
+    with a harness console stamp "20..", which the full path still reads for the UTC offset)."""
+
+    __slots__ = ("data", "ps", "ss", "les", "first", "ok", "_lss", "_strict")
+
+    def __init__(self, screen: _Screen, data: bytes | bytearray, n: int) -> None:
+        self.data = data
+        self._lss: list[int] | None = None
+        self._strict: list[bool] | None = None
+        with memoryview(data) as view, view[:n] as chunk:
+            found = screen.automaton.find_matches_as_indexes(chunk)
+        if not found:
+            self.ps = self.ss = self.les = self.first = self.ok = ()
+            return
+        ps, ss = list(map(itemgetter(0), found)), list(map(itemgetter(1), found))
+        les = list(map(data.find, repeat(b"\n"), map(itemgetter(2), found), repeat(n)))
+        if les[-1] < 0:  # the chunk's last line is cut (a final read): it ends at n
+            les = [n if x < 0 else x for x in les]
+        first = list(map(lt, [-1, *les[:-1]], ss))
+        fast, valid, harmless = screen.fast, screen.valid, screen.harmless
+        self.ps, self.ss, self.les, self.first = ps, ss, les, first
+        self.ok = [(p < fast and valid[p](data, s, le) is not None) if f else harmless[p]
+                   for f, p, s, le in zip(first, ps, ss, les)]
+
+    def line_starts(self) -> list[int]:
+        if self._lss is None:
+            self._lss = list(map((1).__add__, map(self.data.rfind, repeat(b"\n"), repeat(0), self.ss)))
+        return self._lss
+
+    def strict(self) -> list[bool]:
+        if self._strict is None:  # ok and not twenty: True > False is the one True
+            self._strict = list(map(gt, self.ok, map(self.data.startswith, repeat(b"20"), self.line_starts())))
+        return self._strict
+
+    def lane_end(self, i: int, strict: bool) -> int:
+        """The first hit at or after i (the first of its line) that begins a line that is not a
+        save line: the save lane runs over the lines of hits[i:lane_end]."""
+        flags = self.strict() if strict else self.ok
+        try:
+            b = flags.index(False, i)
+        except ValueError:
+            return len(flags)
+        first = self.first
+        while b > i and not first[b]:
+            b -= 1
+        return b
+
+    def line_ok(self, i: int, strict: bool) -> bool:
+        """Whether the line whose first hit is hits[i] is a save line (as lane_end sees it)."""
+        flags = self.strict() if strict else self.ok
+        j, first = i + 1, self.first
+        while j < len(first) and not first[j]:
+            j += 1
+        return all(flags[i:j])
+
 
 # Named groups: the quantity dialect.number checks them against (other groups are text).
 _QUANTITY = {"iteration": "iteration", "last_valid": "iteration", "owner": "rank", "target_rank": "rank",
@@ -566,6 +686,37 @@ class _Kept:
                 self.sample = self.sample[::2]
                 self.stride *= 2
 
+    def extend(self, n: int, entry) -> None:  # noqa: ANN001 - entry(o): the o-th new entry
+        """Add n entries, as n calls of add would, asking `entry(o)` (o counts from 0) for only
+        those the record keeps (the same o may be asked for twice: give the same object)."""
+        o = 0
+        while o < n and len(self.head) < self.head_max:
+            self.count += 1
+            self.head.append(entry(o))
+            o += 1
+        if o == n:
+            return
+        first, last = self.count + 1, self.count + n - o  # the counts the rest take
+        if self.sample_max:
+            k = -(-first // self.stride) * self.stride  # add() samples the entry whose count the stride divides
+            while k <= last:
+                self.sample.append(entry(o + k - first))
+                if len(self.sample) > self.sample_max:
+                    self.sample = self.sample[::2]
+                    self.stride *= 2
+                k = (k // self.stride + 1) * self.stride
+        self.tail.extend(entry(x) for x in range(max(o, n - (self.tail.maxlen or 0)), n))
+        self.count = last
+
+    def keeps(self, n: int) -> list[int]:
+        """The o (from 0) of the entries that extend(n, ...) would ask for, changing nothing."""
+        probe = _Kept(self.head_max, self.tail.maxlen or 0, self.sample_max, self.order)
+        probe.count, probe.stride = self.count, self.stride
+        probe.head, probe.sample = [None] * len(self.head), [None] * len(self.sample)
+        asked: list[int] = []
+        probe.extend(n, lambda o: asked.append(o))
+        return asked
+
     def kept(self) -> list:
         seen: dict[int, object] = {}
         at = self.order
@@ -641,6 +792,7 @@ class LogParser:
     def __init__(self, rel: str, *, split_starts: bool, keywords: tuple[bytes, ...] = ALL_KEYWORDS,
                  losses: bool = False) -> None:
         self.rel = rel
+        self.screen = _screen(keywords)
         # iteration -> the last lm loss printed for it (loss_continuity), only when asked for:
         # it is the one record that grows with the iterations
         self.losses: dict[int, ev.LossLine] | None = {} if losses else None
@@ -679,31 +831,41 @@ class LogParser:
     def feed(self, data: bytes | bytearray, end: int | None = None) -> None:
         """Parse data[:end], which ends at a line boundary (or is a file's last, cut line).
 
-        Iteration lines are folded region by region (_iterations); a save line inside a start
-        that already trains does not end the region, so a run that saves every few iterations
-        costs what one that never saves does."""
+        One pass of the screen finds the lines a rule may take. Iteration lines are folded
+        region by region (_iterations); the save lines of a start that already trains are kept
+        in bulk (_keep_saves) and do not end the region, so a run that saves every few
+        iterations costs little more than one that never saves."""
         n = len(data) if end is None else end
         pos = 0
         line = self.lineno  # lines wholly before `pos`
         if self._args is not None:
             pos, line = self._args_block(data, pos, n, line)
         region, region_line = pos, line  # the iteration lines not yet folded start here
-        count, starts = data.count, self.starts
-        for ls, le, at in _keyword_lines(data, n, self.keywords):
-            if ls < pos:
+        hits = _Hits(self.screen, data, n)
+        ps, ss, les = hits.ps, hits.ss, hits.les
+        count, starts, fast = data.count, self.starts, self.screen.fast
+        i, total = 0, len(ps)
+        while i < total:
+            s = ss[i]
+            if s < pos:  # a later hit of a line already read, or a line of an arguments table
+                i += 1
                 continue
+            p = ps[i]  # the first hit of its line: `pos` is a line start
+            strict = len(self.offset_pairs) < 16  # (until then, console-stamped lines go the full path)
+            if p < fast and self.year is not None and starts and starts[-1].first is not None:
+                # (until a full stamp gave the year, glog stamps (no year) need every stamped line read)
+                b = hits.lane_end(i, strict)
+                if b > i:
+                    pos, line = self._keep_saves(hits, i, b, pos, line)
+                    i = b
+                    continue
+            ls = data.rfind(b"\n", 0, s) + 1
+            le = les[i]
             line += count(b"\n", pos, ls)
-            kind = self._save_kind(data, ls, le, at)
-            if kind is not None and starts and starts[-1].first is not None:
-                # The bulk of a dense log: a save line of a start that trains (its phase is
-                # PH_ITER or later) is counted and kept raw, copied once, decoded never.
-                line += 1
-                starts[-1].save_lines(kind).add([bytes(data[ls:le]), line, None])
-                pos = le + 1
-                continue
+            kind = self.screen.kinds[p] if p < fast and self.year is not None and hits.line_ok(i, strict) else None
             self._iterations(data, region, ls, region_line, line - region_line)
             line += 1
-            if kind is not None:
+            if kind is not None:  # a save line before the start trains: kept raw all the same
                 self._save(kind, [bytes(data[ls:le]), line, None])
             else:
                 self._line(data[ls:le], line)
@@ -711,14 +873,46 @@ class LogParser:
             if self._args is not None:
                 pos, line = self._args_block(data, pos, n, line)
             region, region_line = pos, line
+            i += 1
         if pos < n:
-            line += data.count(b"\n", pos, n)
+            line += count(b"\n", pos, n)
         if region < n:
             self._iterations(data, region, n, region_line, line - region_line)
-            if data[n - 1:n] != b"\n":
-                line += 1
+        if n and pos <= n and data[n - 1:n] != b"\n":  # a cut last line no hit took
+            line += 1
         self.lineno = line
         self.fed += n
+
+    def _keep_saves(self, hits: _Hits, a: int, b: int, pos: int, line: int) -> tuple[int, int]:
+        """The save lines of hits[a:b] (lines of the start that trains, each a save line): per
+        kind, counted, and of those its record keeps, the raw line and its number, copied once,
+        decoded never. Returns (pos, line) after the last of them."""
+        data, ps, les, first = hits.data, hits.ps, hits.les, hits.first
+        if all(first[a:b]):  # one hit per line, the usual save line
+            firsts, kinds = range(a, b), ps[a:b]
+        else:
+            firsts = list(compress(range(a, b), first[a:b]))
+            kinds = list(map(ps.__getitem__, firsts))
+        present = set(kinds)
+        start = self.starts[-1]
+        plans, wanted = [], set()
+        for p in present:
+            lines = firsts if len(present) == 1 else list(compress(firsts, map(eq, kinds, repeat(p))))
+            record = start.save_lines(self.screen.kinds[p])
+            wanted.update(lines[o] for o in record.keeps(len(lines)))
+            plans.append((record, lines))
+        lss = hits.line_starts()
+        wanted.add(firsts[-1])  # (a record's tail always keeps its last)
+        entries: dict[int, list] = {}
+        count, cur = data.count, pos
+        for x in sorted(wanted):  # line numbers: one count over the lanes' bytes, in order
+            ls = lss[x]
+            line += count(b"\n", cur, ls)
+            cur = ls
+            entries[x] = [bytes(data[ls:les[x]]), line + 1, None]
+        for record, lines in plans:
+            record.extend(len(lines), lambda o, lines=lines: entries[lines[o]])
+        return les[firsts[-1]] + 1, line + 1
 
     def _args_block(self, data: bytes, pos: int, n: int, line: int) -> tuple[int, int]:
         """Inside an open arguments table every line matters (the table lines carry no keyword)."""
@@ -963,28 +1157,6 @@ class LogParser:
 
     # ---- save lines (as many as checkpoints): kept raw, bounded, decoded when needed
 
-    def _save_kind(self, data: bytes | bytearray, ls: int, le: int, at: int) -> type | None:
-        """The kind of save line data[ls:le] is (`at`: where its first "checkpoint" is, -1 when
-        none), kept without decoding; None for any other line (or one whose harness console
-        stamp is still wanted for the UTC offset: the full path takes it). Matched in place:
-        nothing is copied for a line that is not kept."""
-        if at < 0 or self.year is None or (len(self.offset_pairs) < 16 and data.startswith(b"20", ls)):
-            return None  # (until a full stamp gave the year, glog stamps (no year) need every stamped line read)
-        c = at - 1  # where " checkpoint" starts when a space comes before it
-        found = None
-        for kind, lead, rx in _SAVE_SCREEN:  # the phrase around the first " checkpoint", matched in place
-            if data.startswith(lead, c - len(lead)) and rx.match(data, c - len(lead), le):
-                found = kind
-                break
-        else:  # " checkpoint" earlier in the line in other words: search the whole line
-            found = next((kind for kind, _lead, rx in _SAVE_SCREEN if rx.search(data, ls, le)), None)
-        if found is None:
-            return None
-        for kw in _BEFORE_FAST:  # an earlier rule may take it: the full path decides
-            if data.find(kw, ls, le) >= 0:
-                return None
-        return found
-
     def _save(self, kind: type, entry: list) -> None:
         start = self.starts[-1] if self.starts and self.starts[-1].phase >= PH_ITER else self._start(phase=PH_ITER)
         start.save_lines(kind).add(entry)
@@ -1085,26 +1257,6 @@ class LogParser:
 def _line_end(data: bytes, i: int, b: int) -> int:
     le = data.find(b"\n", i, b)
     return b if le < 0 else le
-
-
-def _keyword_lines(data: bytes, n: int, keywords: tuple[bytes, ...]) -> list[tuple[int, int, int]]:
-    """(start, end, where "checkpoint" is or -1) of the lines in data[:n] that contain a
-    keyword, sorted (bytes.find: C speed). The position spares the save-line screen a search."""
-    found: dict[int, tuple[int, int, int]] = {}
-    find, rfind = data.find, data.rfind
-    for kw in keywords:
-        checkpoint = kw == FAST_KEYWORD
-        i = find(kw, 0, n)
-        while i >= 0:
-            ls = rfind(b"\n", 0, i) + 1
-            nl = find(b"\n", i, n)
-            le = n if nl < 0 else nl
-            if checkpoint or ls not in found:
-                found[ls] = (ls, le, i if checkpoint else -1)
-            if nl < 0:
-                break
-            i = find(kw, nl + 1, n)
-    return [found[k] for k in sorted(found)]
 
 
 def _int_of(m: re.Match | None, quantity: str) -> int | None:

@@ -64,10 +64,10 @@ PLATFORMS = (PLATFORM, *(f"manylinux_2_{minor}_x86_64" for minor in range(38, 16
 #   log aggregation service), httpx (and with it httpcore, h11, anyio, certifi, idna), defusedxml,
 #   yaml (fault_tolerance/config.py), psutil, packaging, numpy;
 # - megatron-core 0.19.2: numpy, packaging>=24.2 (its declared dependencies besides torch);
-# - nvrx-qual: numpy, psutil, filelock, pytest, pytest-timeout.
+# - nvrx-qual: numpy, psutil, filelock, ahocorasick-rs (the history reader's screen), pytest, pytest-timeout.
 RUNTIME_REQUIREMENTS = (
     "grpcio>=1.76,<2", "protobuf>=6,<7", "httpx>=0.24", "defusedxml", "pyyaml", "psutil>=6.0", "packaging>=24.2",
-    "numpy>=1.26", "filelock>=3.12", "pytest>=8", "pytest-timeout>=2.3",
+    "numpy>=1.26", "filelock>=3.12", "ahocorasick-rs>=1.0", "pytest>=8", "pytest-timeout>=2.3",
 )
 SCRIPT_NAME = "run-gpu-qualification.sh"
 MANIFEST_NAME = "MANIFEST.json"
