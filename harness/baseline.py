@@ -133,7 +133,7 @@ def choose(spec: RunSpec) -> Choice:
             raise SpecError([f"{exc} (--baseline takes auto, none or such a run directory)"]) from None
         return Choice("path", digest, path=path)
     if spec.checkpoint_dir is not None:
-        return Choice(NONE, digest, why=f"the run resumes from NVRX_CHECKPOINT_DIR={spec.checkpoint_dir}, which has no "
+        return Choice(NONE, digest, why=f"the run resumes from {spec.say('checkpoint_dir')}, which has no "
                                         "uninterrupted twin here: give --baseline RUN_DIR")
     return Choice(AUTO, digest)
 

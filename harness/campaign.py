@@ -17,9 +17,10 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
+from harness import tiers, workloads
 from harness.dialect import BOUNDS
-from harness import workloads
-from harness.faults import CAMPAIGN_MOMENTS, FAULT_KINDS, NODE, PlannedFault
+from harness.faults import (CAMPAIGN_MOMENTS, FAULT_KINDS, FAULT_MOMENTS, FINAL, FIRST_COMMIT, LOAD, NODE,
+                            SAVE_IN_FLIGHT, PlannedFault)
 
 MAX_SEED = int(BOUNDS["record"][1])  # the largest whole number run.json and verdict.json keep exactly
 
@@ -30,8 +31,9 @@ def moments_of(kind: str, workload: str) -> tuple[str, ...]:
     return tuple(m for m in CAMPAIGN_MOMENTS if k.allows(m) and shown is not None and m in shown.moments)
 
 
-def kind_problem(kind: str, workload: str, *, nnodes: int = 1) -> str | None:
-    """Why a campaign cannot draw `kind` on this workload (one clause), or None."""
+def kind_problem(kind: str, workload: str, *, nnodes: int = 1, nnodes_name: str = "--nnodes") -> str | None:
+    """Why a campaign cannot draw `kind` on this workload (one clause), or None. `nnodes_name`:
+    the node count's knob as the user gave it (the flag, or NNODES)."""
     k = FAULT_KINDS.get(kind)
     if k is None:
         return f"{kind!r} is no fault kind (one of {', '.join(FAULT_KINDS)})"
@@ -42,7 +44,7 @@ def kind_problem(kind: str, workload: str, *, nnodes: int = 1) -> str | None:
     if k.gpu_only and not getattr(workloads.find(workload), "on_gpu", False):
         return f"{kind} needs a GPU and the {workload} workload runs on CPU"
     if k.injects == NODE and nnodes < 2:
-        return f"{kind} loses a whole node and the job has NNODES={nnodes}: use --nnodes 2 or more"
+        return f"{kind} loses a whole node and the job has {nnodes_name}={nnodes}: use {nnodes_name}=2 or more"
     if not moments_of(kind, workload):
         return f"{kind} fires at none of the campaign moments ({', '.join(CAMPAIGN_MOMENTS)}) on {workload}"
     return None
@@ -116,8 +118,82 @@ def sizing(schedule: Sequence[PlannedFault], save_interval: int) -> Sizing:
              + (f", in-save during the save at + {2 * s} ({in_save} of them)" if in_save else "")
              + f"), and the last recovery commits one more checkpoint"
              + (f"; one save of slack per in-save fault (a save can finish between two polls)" if in_save else ""))
-    restarts = f"--max-restarts {n}: one restart per fault; fewer and the restart budget runs out (NOT QUALIFIED)"
+    restarts = f"--max-restarts {n}: one restart per fault; fewer is refused (the restart budget would run out)"
     return Sizing(iters, n, train, restarts)
+
+
+# Why a planned fault cannot reach its moment (Reach.missing):
+NO_COMMIT = "no-commit"  # no checkpoint of a tier it waits on is committed above the restored iteration
+FINAL_COMMIT = "final-commit"  # the first such checkpoint is the final iteration's: nothing left to recover
+NO_SAVE_IN_FLIGHT = "no-save-in-flight"  # in-save: no persistent save starts after the committed one before the end
+NO_LOAD = "no-load"  # in-restore: the restored checkpoint is none, or not a persistent one the load watch sees
+NOTHING_TO_TRAIN = "nothing-to-train"  # last-iteration: the cycle restored the final iteration already
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Planned fault `index` (its marker) on a training that commits at `Commits`: `after` the
+    iteration its cycle restored (the start's for fault 1), `at` the iteration it fires at,
+    `restores` the one its recovery restores; or `missing`, why it cannot fire (`found`: the
+    iteration that would have been the one, when there is one)."""
+
+    index: int
+    fault: PlannedFault
+    after: int
+    at: int | None = None
+    restores: int | None = None
+    missing: str | None = None
+    found: int | None = None
+
+
+def reach(schedule: Sequence[PlannedFault], commits: tiers.Commits, start: int = 0,
+          watched: Sequence[str] = (tiers.PERSISTENT, tiers.NON_PERSISTENT)) -> list[Reach]:
+    """Where each planned fault fires (harness.faults.FaultMoment.fires) and what its recovery
+    restores, fault 1 first, up to the first that cannot fire (the later ones wait on it).
+    `start`: the iteration the run restores at its start (a persistent checkpoint; 0: none);
+    `watched`: the tiers whose commits arm an after-commit fault (--fault-after). An in-save
+    fault's recovery restores the persistent commit before the save it hit (a non-persistent one
+    committed between the two is not counted). Pure: what validation refuses a plan on."""
+    out: list[Reach] = []
+    restored, tier = start, (tiers.PERSISTENT if start else None)
+    final = commits.final
+    for index, fault in enumerate(schedule, start=1):
+        rule = FAULT_MOMENTS[fault.moment].fires
+        here = Reach(index, fault, restored)
+        if rule == FIRST_COMMIT:
+            nxt = commits.next(restored, watched)
+            if nxt is None or nxt[0] >= final:
+                here = Reach(index, fault, restored, missing=NO_COMMIT if nxt is None else FINAL_COMMIT,
+                             found=nxt[0] if nxt else None)
+            else:
+                here = Reach(index, fault, restored, at=nxt[0], restores=nxt[0])
+                restored, tier = nxt
+        elif rule == SAVE_IN_FLIGHT:
+            first = commits.next(restored, (tiers.PERSISTENT,))
+            second = commits.next(first[0], (tiers.PERSISTENT,)) if first is not None and first[0] < final else None
+            if first is None or first[0] >= final:
+                here = Reach(index, fault, restored, missing=NO_COMMIT if first is None else FINAL_COMMIT,
+                             found=first[0] if first else None)
+            elif second is None or second[0] >= final:
+                here = Reach(index, fault, restored, missing=NO_SAVE_IN_FLIGHT, found=second[0] if second else None)
+            else:
+                here = Reach(index, fault, restored, at=second[0], restores=first[0])
+                restored, tier = first
+        elif rule == LOAD:
+            if tier != tiers.PERSISTENT:
+                here = Reach(index, fault, restored, missing=NO_LOAD)
+            else:
+                here = Reach(index, fault, restored, at=restored, restores=restored)
+        elif rule == FINAL:
+            if restored >= final:
+                here = Reach(index, fault, restored, missing=NOTHING_TO_TRAIN)
+            else:
+                here = Reach(index, fault, restored, at=final, restores=final)
+                restored, tier = final, tiers.PERSISTENT
+        out.append(here)
+        if here.missing is not None:
+            break
+    return out
 
 
 def describe(schedule: Sequence[PlannedFault]) -> list[str]:

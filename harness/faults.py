@@ -91,16 +91,32 @@ class FaultKind:
         return self.moments is None or moment in self.moments
 
 
+# Which checkpoint a moment waits for, counted from the iteration its cycle restored (R; 0 at a
+# fresh start) (FaultMoment.fires; harness.campaign.reach walks a schedule with them):
+FIRST_COMMIT = "first-commit"  # the first commit above R of a tier --fault-after watches, below the final iteration
+SAVE_IN_FLIGHT = "save-in-flight"  # a persistent commit above R, then the next persistent save in flight, below the final
+LOAD = "load"  # the replacement's load of the persistent checkpoint R (the files it reads: iter_* under checkpoints/)
+FINAL = "final"  # the final iteration's checkpoint committed, the entrypoint returning
+FIRES = (FIRST_COMMIT, SAVE_IN_FLIGHT, LOAD, FINAL)
+
+
 @dataclass(frozen=True)
 class FaultMoment:
     """When the fault fires. `schedule`: the moment of each planned fault, in marker order
     (schedule[i - 1] is the moment of fault i, which claims marker i; empty: just this moment);
-    `needs_async_save`: the moment exists only while an async save is in flight."""
+    `needs_async_save`: the moment exists only while an async save is in flight; `fires`: which
+    checkpoint it waits for (FIRES), from which validation tells whether a save interval and
+    train iterations give it one."""
 
     name: str
     help: str
     schedule: tuple[str, ...] = ()
     needs_async_save: bool = False
+    fires: str = FIRST_COMMIT
+
+    def __post_init__(self) -> None:
+        if self.fires not in FIRES:
+            raise ValueError(f"fault moment {self.name}: fires={self.fires!r} is not one of {FIRES}")
 
     @property
     def moments(self) -> tuple[str, ...]:
@@ -161,10 +177,11 @@ FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
 FAULT_MOMENTS: dict[str, FaultMoment] = {m.name: m for m in (
     FaultMoment(AFTER_COMMIT, "right after the first checkpoint of the run is committed (the walkthrough's)"),
     FaultMoment(IN_SAVE, "while an async save is in flight: iter_N/ holds data, metadata.json and the tracker "
-                "are not written yet (after one committed checkpoint)", needs_async_save=True),
+                "are not written yet (after one committed checkpoint)", needs_async_save=True, fires=SAVE_IN_FLIGHT),
     FaultMoment(IN_RESTORE, "a second fault in the replacement cycle, after its checkpoint load started and "
-                "before its first step (the run needs two restarts)", schedule=(AFTER_COMMIT, IN_RESTORE)),
-    FaultMoment(LAST_ITERATION, "after the final checkpoint is committed, before the clean exit"),
+                "before its first step (the run needs two restarts)", schedule=(AFTER_COMMIT, IN_RESTORE),
+                fires=LOAD),
+    FaultMoment(LAST_ITERATION, "after the final checkpoint is committed, before the clean exit", fires=FINAL),
 )}
 DEFAULT_FAULT_AT = AFTER_COMMIT
 NO_FAULT = "none"

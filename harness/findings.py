@@ -46,12 +46,22 @@ class KnownMatch:
     version: str | None  # the version the run recorded; None: not recorded
 
     @property
-    def sentence(self) -> str:
+    def where(self) -> str:
+        """'known defect in Megatron 0.19.2' (the versions it was seen in when the run recorded none)."""
         d = self.defect
         seen = ", ".join(p.rstrip(".") + (".x" if p.endswith(".") else "") for p in d.versions)
-        where = (f"known defect in {d.component} {self.version}" if self.version
-                 else f"known defect in {d.component} {seen} (this run did not record its {d.component} version)")
-        return f"{where}: {d.defect}; qualifying configuration: {d.qualifying} (see {d.doc})"
+        return (f"known defect in {d.component} {self.version}" if self.version
+                else f"known defect in {d.component} {seen} (this run did not record its {d.component} version)")
+
+    @property
+    def sentence(self) -> str:
+        d = self.defect
+        return f"{self.where}: {d.defect}; qualifying configuration: {d.qualifying} (see {d.doc})"
+
+    @property
+    def brief(self) -> str:
+        """The defect and the configuration that meets it, without the explanation: for a first line."""
+        return f"a {self.where}, met by {self.defect.configuration}"
 
 
 def _failed(verdict: Verdict, cid: str, *words: str) -> bool:

@@ -1,9 +1,10 @@
 """Run directory -> Timeline of typed events (harness.events).
 
 Streaming and bounded: logs are read in binary, in large chunks, from the offset reached by
-the previous read; only lines that contain one of a few keywords are decoded and matched
-(everything else is skipped at C speed with bytes.find), and iteration lines are folded
-into per-start summaries (first, last, anomalies) instead of being kept one by one. A
+the previous read; one pass of an Aho-Corasick automaton over each chunk (the screen, derived
+from RULES) finds the lines that hold a rule's keyword, and only those are decoded and
+matched, save lines (one or more per checkpoint) in bulk without decoding; iteration lines
+are folded into per-start summaries (first, last, anomalies) instead of being kept one by one. A
 `HistoryReader` can be polled while the run is still writing: each `poll()` parses only the
 bytes appended since the last one and keeps incomplete last lines for later.
 
@@ -26,8 +27,12 @@ import stat
 import time
 from collections import deque
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import eq, gt, itemgetter, lt
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
+
+from ahocorasick_rs import BytesAhoCorasick, Implementation, MatchKind
 
 from harness import events as ev
 from harness import safeio, tiers
@@ -45,7 +50,7 @@ from harness.layout import (LOCAL_SHARD_PATTERN, MARKER_NAME, TRACKER_NAME, is_m
                             marker_index, parse_iter_name, read_tracker_file)
 from harness.optimizer_record import moment_keys, read_dcp_metadata, read_optimizer_record
 
-CHUNK_SIZE = 8 << 20
+CHUNK_SIZE = 1 << 20  # small enough to stay in a core's cache while the screen, the counts and the lanes pass over it
 MAX_PENDING_LINE = 1 << 20  # a "line" longer than this (binary junk) is cut, to bound memory
 MAX_BAD_ITERATIONS = 64  # per start: skipped / NaN iteration lines kept as evidence
 MAX_MARKER_RECORDS = 64  # one record per injection: more is junk  # time zones span UTC-12..UTC+14
@@ -83,8 +88,8 @@ PH_NONE, PH_ARGS, PH_FT, PH_LOAD, PH_BUILT, PH_ITER, PH_DONE = -1, 0, 1, 2, 3, 4
 class LineRule:
     """One kind of log line, and everything the reader derives from it.
 
-    - `keyword`: a substring every such line holds. The screen (one bytes.find pass per
-      distinct keyword over the raw data) and the dispatch's cheap test both come from it:
+    - `keyword`: a substring every such line holds. The screen (one automaton over the raw
+      data, whatever the number of keywords) and the dispatch's cheap test both come from it:
       a line that holds no rule's keyword is never decoded.
     - `pattern`: matched (re.search) on the line's body, prefixes peeled. Rules are tried in
       table order; the first whose keyword and pattern match takes the line.
@@ -98,8 +103,9 @@ class LineRule:
     - `stamp`: which stamp gives the event its time: "line" (the stamp that starts the line),
       "datetime" (Megatron's `] datetime:`), or None.
     - `fast`: one of the lines a run prints at every checkpoint: once a start trains, they are
-      screened on the raw bytes (the text before " checkpoint" in the pattern, then the pattern
-      itself), counted and kept raw, and decoded only if kept.
+      screened on the raw bytes by their phrase (the pattern's words up to " checkpoint"),
+      matched in bulk (the pattern itself, on the raw line), counted and kept raw, and decoded
+      only if kept.
     - `alternatives`: other substrings, any of which lets the line through instead of `keyword`
       (failure lines only, which have more than one wording).
 
@@ -335,9 +341,8 @@ CONFIG_KEYS = (
 # 0.4.1 and 0.6+/0.7.0; the patterns triage matches too live in harness.dialect). Adding a
 # kind of line is adding an entry here (and its event type in harness.events).
 RULES: tuple[LineRule, ...] = (
-    # the nemesis's own lines, before the checkpoint lines: they say "after checkpoint iteration N" (so its
-    # injection line is screened by "checkpoint"; a longer needle, "nemesis: requested", screens faster)
-    _rule("checkpoint", r"\[nemesis\] rank (?P<target_rank>\d+) injecting (?P<signal>\w+) after checkpoint "
+    # the nemesis's own lines, before the checkpoint lines: they say "after checkpoint iteration N"
+    _rule("[nemesis]", r"\[nemesis\] rank (?P<target_rank>\d+) injecting (?P<signal>\w+) after checkpoint "
           r"iteration (?P<iteration>\d+)", ev.NemesisInjected),
     _rule("nemesis: requested", r"nemesis: requested fault \w+ on rank \d+ never happened: (?P<reason>.*)", ev.NemesisNeverFired),
     _rule("launcher identity", r"\[nemesis\] rank (?P<rank>\d+) launcher identity: nvidia_resiliency_ext (?P<rest>.*)$",
@@ -421,13 +426,10 @@ RULES: tuple[LineRule, ...] = (
 READER_RULES = tuple(r for r in RULES if not r.diagnostic)  # what history's reader keeps
 DIAGNOSTIC_RULES = tuple(r for r in RULES if r.diagnostic)  # what triage reads besides (events.DiagnosticEvent)
 assert not any(r.alternatives for r in READER_RULES)  # the reader's screens are its keywords
-_FAST_RULES = tuple(r for r in RULES if r.fast)
+_FAST_RULES = tuple(r for r in READER_RULES if r.fast)
 _RULE_OF: dict[type, LineRule] = {r.event: r for r in _FAST_RULES}
 FAST_KEYWORD = b"checkpoint"
 assert all(r.keyword.encode() == FAST_KEYWORD for r in _FAST_RULES)
-# keywords of the rules tried before the fast ones (the nemesis's): a line holding one goes the full path
-_BEFORE_FAST = tuple(dict.fromkeys(r.keyword.encode() for r in RULES[:RULES.index(_FAST_RULES[0])]
-                                   if r.keyword.encode() != FAST_KEYWORD))
 
 
 def cycle_opened(event: ev.Event) -> int | None:
@@ -480,12 +482,130 @@ def _keywords(rules: tuple[LineRule, ...]) -> tuple[bytes, ...]:
 APP_KEYWORDS = _keywords(tuple(r for r in READER_RULES if r.app))
 ALL_KEYWORDS = _keywords(READER_RULES)
 LAUNCHER_KEYWORDS = tuple(k for k in ALL_KEYWORDS if k not in APP_KEYWORDS)
-# The fast path's screen of each save line: (kind, the words before " checkpoint", the line's
-# pattern from those words on), derived from the rule.
-_SAVE_SCREEN = tuple(
-    (r.event, r.pattern.pattern.split(" checkpoint", 1)[0].encode(), re.compile(r.pattern.pattern.encode()))
-    for r in _FAST_RULES)
-assert all(re.fullmatch(rb"[\w ]+", lead) for _k, lead, _rx in _SAVE_SCREEN)  # literal words
+
+
+def _hides(m: bytes, d: bytes, m_first: bool) -> bool:
+    """Whether a leftmost-first hit of m can hide an occurrence of d: m holds d, or m begins
+    before d and ends inside it, or (m listed first) m begins d."""
+    return (d in m and m != d) or any(m.endswith(d[:k]) for k in range(1, min(len(m), len(d)))) or (
+        m_first and d.startswith(m) and m != d)
+
+
+class _Screen:
+    """The screen of one set of keywords, derived from RULES: one Aho-Corasick automaton
+    (ahocorasick_rs, leftmost-first: non-overlapping hits, in order) over the fast rules'
+    phrases, then every keyword. One pass over a chunk finds every line a rule may take, at a
+    cost that does not grow with the number of rules: up to 64 patterns (the table has far fewer) a SIMD
+    prefilter finds the candidates; beyond, the DFA alone, several times slower per byte but
+    still the same for any number of patterns.
+
+    - `phrases`: per fast rule, its pattern's words up to and with " checkpoint" (a literal
+      prefix of the pattern); `kinds`: its event type; `valid`: its pattern on raw bytes,
+      matched where the phrase is found.
+    - `harmless`: per pattern, whether its hit leaves a save line a save line: a keyword
+      through which no rule tried before the fast ones takes a line (rules are tried in table
+      order), and whose hit cannot hide a phrase or such a rule's keyword (hits do not
+      overlap). A line whose first hit is a phrase its pattern matches, and whose other hits
+      are harmless (a save path with "checkpoint" in it), is a save line whatever the full path
+      would try; a line with any other hit goes the full path, which decides.
+    """
+
+    __slots__ = ("automaton", "patterns", "fast", "kinds", "valid", "harmless")
+
+    def __init__(self, keywords: tuple[bytes, ...]) -> None:
+        fast = tuple(r for r in _FAST_RULES if r.keyword.encode() in keywords)
+        phrases = tuple(r.pattern.pattern.split(" checkpoint", 1)[0].encode() + b" checkpoint" for r in fast)
+        assert all(re.fullmatch(rb"[\w ]+", p) and r.pattern.pattern.encode().startswith(p)
+                   for p, r in zip(phrases, fast))  # literal words that begin the pattern
+        self.patterns = (*phrases, *keywords)
+        self.fast = len(phrases)
+        self.kinds = tuple(r.event for r in fast)
+        self.valid = tuple(re.compile(r.pattern.pattern.encode()).match for r in fast)
+        last_fast = max((READER_RULES.index(r) for r in _FAST_RULES), default=-1)
+        first_rule = {k: min((i for i, r in enumerate(READER_RULES) if r.keyword.encode() == k and not r.fast),
+                             default=len(READER_RULES)) for k in keywords}
+        late = (*(False for _ in phrases), *(first_rule[k] > last_fast for k in keywords))
+        deciding = [(x, d) for x, (d, lt_) in enumerate(zip(self.patterns, late)) if not lt_]
+
+        def hides_deciding(y: int) -> bool:
+            return any(_hides(self.patterns[y], d, y < x) for x, d in deciding if x != y)
+
+        assert not any(hides_deciding(y) for y in range(len(phrases)))  # a phrase's own hit hides none
+        self.harmless = tuple(lt_ and not hides_deciding(y) for y, lt_ in enumerate(late))
+        self.automaton = BytesAhoCorasick(list(self.patterns), matchkind=MatchKind.LeftmostFirst,
+                                          implementation=Implementation.DFA)
+
+
+_SCREENS: dict[tuple[bytes, ...], _Screen] = {}
+
+
+def _screen(keywords: tuple[bytes, ...]) -> _Screen:
+    screen = _SCREENS.get(keywords)
+    if screen is None:
+        screen = _SCREENS[keywords] = _Screen(keywords)
+    return screen
+
+
+class _Hits:
+    """The screen's hits in one chunk (each a pattern's occurrence, in order) and what the save
+    lanes need of them, each computed for all hits at once in C loops (map): where each hit's
+    line ends, whether it is the first hit of its line, whether it lets its line be a save line
+    (`ok`: a first hit that is a phrase its pattern matches, a later one a harmless keyword),
+    and, when asked for, where each line starts and `strict` (ok, and the line does not start
+    with a harness console stamp "20..", which the full path still reads for the UTC offset)."""
+
+    __slots__ = ("data", "ps", "ss", "les", "first", "ok", "_lss", "_strict")
+
+    def __init__(self, screen: _Screen, data: bytes | bytearray, n: int) -> None:
+        self.data = data
+        self._lss: list[int] | None = None
+        self._strict: list[bool] | None = None
+        with memoryview(data) as view, view[:n] as chunk:
+            found = screen.automaton.find_matches_as_indexes(chunk)
+        if not found:
+            self.ps = self.ss = self.les = self.first = self.ok = ()
+            return
+        ps, ss = list(map(itemgetter(0), found)), list(map(itemgetter(1), found))
+        les = list(map(data.find, repeat(b"\n"), map(itemgetter(2), found), repeat(n)))
+        if les[-1] < 0:  # the chunk's last line is cut (a final read): it ends at n
+            les = [n if x < 0 else x for x in les]
+        first = list(map(lt, [-1, *les[:-1]], ss))
+        fast, valid, harmless = screen.fast, screen.valid, screen.harmless
+        self.ps, self.ss, self.les, self.first = ps, ss, les, first
+        self.ok = [(p < fast and valid[p](data, s, le) is not None) if f else harmless[p]
+                   for f, p, s, le in zip(first, ps, ss, les)]
+
+    def line_starts(self) -> list[int]:
+        if self._lss is None:
+            self._lss = list(map((1).__add__, map(self.data.rfind, repeat(b"\n"), repeat(0), self.ss)))
+        return self._lss
+
+    def strict(self) -> list[bool]:
+        if self._strict is None:  # ok and not twenty: True > False is the one True
+            self._strict = list(map(gt, self.ok, map(self.data.startswith, repeat(b"20"), self.line_starts())))
+        return self._strict
+
+    def lane_end(self, i: int, strict: bool) -> int:
+        """The first hit at or after i (the first of its line) that begins a line that is not a
+        save line: the save lane runs over the lines of hits[i:lane_end]."""
+        flags = self.strict() if strict else self.ok
+        try:
+            b = flags.index(False, i)
+        except ValueError:
+            return len(flags)
+        first = self.first
+        while b > i and not first[b]:
+            b -= 1
+        return b
+
+    def line_ok(self, i: int, strict: bool) -> bool:
+        """Whether the line whose first hit is hits[i] is a save line (as lane_end sees it)."""
+        flags = self.strict() if strict else self.ok
+        j, first = i + 1, self.first
+        while j < len(first) and not first[j]:
+            j += 1
+        return all(flags[i:j])
+
 
 # Named groups: the quantity dialect.number checks them against (other groups are text).
 _QUANTITY = {"iteration": "iteration", "last_valid": "iteration", "owner": "rank", "target_rank": "rank",
@@ -566,6 +686,37 @@ class _Kept:
                 self.sample = self.sample[::2]
                 self.stride *= 2
 
+    def extend(self, n: int, entry) -> None:  # noqa: ANN001 - entry(o): the o-th new entry
+        """Add n entries, as n calls of add would, asking `entry(o)` (o counts from 0) for only
+        those the record keeps (the same o may be asked for twice: give the same object)."""
+        o = 0
+        while o < n and len(self.head) < self.head_max:
+            self.count += 1
+            self.head.append(entry(o))
+            o += 1
+        if o == n:
+            return
+        first, last = self.count + 1, self.count + n - o  # the counts the rest take
+        if self.sample_max:
+            k = -(-first // self.stride) * self.stride  # add() samples the entry whose count the stride divides
+            while k <= last:
+                self.sample.append(entry(o + k - first))
+                if len(self.sample) > self.sample_max:
+                    self.sample = self.sample[::2]
+                    self.stride *= 2
+                k = (k // self.stride + 1) * self.stride
+        self.tail.extend(entry(x) for x in range(max(o, n - (self.tail.maxlen or 0)), n))
+        self.count = last
+
+    def keeps(self, n: int) -> list[int]:
+        """The o (from 0) of the entries that extend(n, ...) would ask for, changing nothing."""
+        probe = _Kept(self.head_max, self.tail.maxlen or 0, self.sample_max, self.order)
+        probe.count, probe.stride = self.count, self.stride
+        probe.head, probe.sample = [None] * len(self.head), [None] * len(self.sample)
+        asked: list[int] = []
+        probe.extend(n, lambda o: asked.append(o))
+        return asked
+
     def kept(self) -> list:
         seen: dict[int, object] = {}
         at = self.order
@@ -641,6 +792,7 @@ class LogParser:
     def __init__(self, rel: str, *, split_starts: bool, keywords: tuple[bytes, ...] = ALL_KEYWORDS,
                  losses: bool = False) -> None:
         self.rel = rel
+        self.screen = _screen(keywords)
         # iteration -> the last lm loss printed for it (loss_continuity), only when asked for:
         # it is the one record that grows with the iterations
         self.losses: dict[int, ev.LossLine] | None = {} if losses else None
@@ -679,31 +831,41 @@ class LogParser:
     def feed(self, data: bytes | bytearray, end: int | None = None) -> None:
         """Parse data[:end], which ends at a line boundary (or is a file's last, cut line).
 
-        Iteration lines are folded region by region (_iterations); a save line inside a start
-        that already trains does not end the region, so a run that saves every few iterations
-        costs what one that never saves does."""
+        One pass of the screen finds the lines a rule may take. Iteration lines are folded
+        region by region (_iterations); the save lines of a start that already trains are kept
+        in bulk (_keep_saves) and do not end the region, so a run that saves every few
+        iterations costs little more than one that never saves."""
         n = len(data) if end is None else end
         pos = 0
         line = self.lineno  # lines wholly before `pos`
         if self._args is not None:
             pos, line = self._args_block(data, pos, n, line)
         region, region_line = pos, line  # the iteration lines not yet folded start here
-        count, starts = data.count, self.starts
-        for ls, le, at in _keyword_lines(data, n, self.keywords):
-            if ls < pos:
+        hits = _Hits(self.screen, data, n)
+        ps, ss, les = hits.ps, hits.ss, hits.les
+        count, starts, fast = data.count, self.starts, self.screen.fast
+        i, total = 0, len(ps)
+        while i < total:
+            s = ss[i]
+            if s < pos:  # a later hit of a line already read, or a line of an arguments table
+                i += 1
                 continue
+            p = ps[i]  # the first hit of its line: `pos` is a line start
+            strict = len(self.offset_pairs) < 16  # (until then, console-stamped lines go the full path)
+            if p < fast and self.year is not None and starts and starts[-1].first is not None:
+                # (until a full stamp gave the year, glog stamps (no year) need every stamped line read)
+                b = hits.lane_end(i, strict)
+                if b > i:
+                    pos, line = self._keep_saves(hits, i, b, pos, line)
+                    i = b
+                    continue
+            ls = data.rfind(b"\n", 0, s) + 1
+            le = les[i]
             line += count(b"\n", pos, ls)
-            kind = self._save_kind(data, ls, le, at)
-            if kind is not None and starts and starts[-1].first is not None:
-                # The bulk of a dense log: a save line of a start that trains (its phase is
-                # PH_ITER or later) is counted and kept raw, copied once, decoded never.
-                line += 1
-                starts[-1].save_lines(kind).add([bytes(data[ls:le]), line, None])
-                pos = le + 1
-                continue
+            kind = self.screen.kinds[p] if p < fast and self.year is not None and hits.line_ok(i, strict) else None
             self._iterations(data, region, ls, region_line, line - region_line)
             line += 1
-            if kind is not None:
+            if kind is not None:  # a save line before the start trains: kept raw all the same
                 self._save(kind, [bytes(data[ls:le]), line, None])
             else:
                 self._line(data[ls:le], line)
@@ -711,14 +873,46 @@ class LogParser:
             if self._args is not None:
                 pos, line = self._args_block(data, pos, n, line)
             region, region_line = pos, line
+            i += 1
         if pos < n:
-            line += data.count(b"\n", pos, n)
+            line += count(b"\n", pos, n)
         if region < n:
             self._iterations(data, region, n, region_line, line - region_line)
-            if data[n - 1:n] != b"\n":
-                line += 1
+        if n and pos <= n and data[n - 1:n] != b"\n":  # a cut last line no hit took
+            line += 1
         self.lineno = line
         self.fed += n
+
+    def _keep_saves(self, hits: _Hits, a: int, b: int, pos: int, line: int) -> tuple[int, int]:
+        """The save lines of hits[a:b] (lines of the start that trains, each a save line): per
+        kind, counted, and of those its record keeps, the raw line and its number, copied once,
+        decoded never. Returns (pos, line) after the last of them."""
+        data, ps, les, first = hits.data, hits.ps, hits.les, hits.first
+        if all(first[a:b]):  # one hit per line, the usual save line
+            firsts, kinds = range(a, b), ps[a:b]
+        else:
+            firsts = list(compress(range(a, b), first[a:b]))
+            kinds = list(map(ps.__getitem__, firsts))
+        present = set(kinds)
+        start = self.starts[-1]
+        plans, wanted = [], set()
+        for p in present:
+            lines = firsts if len(present) == 1 else list(compress(firsts, map(eq, kinds, repeat(p))))
+            record = start.save_lines(self.screen.kinds[p])
+            wanted.update(lines[o] for o in record.keeps(len(lines)))
+            plans.append((record, lines))
+        lss = hits.line_starts()
+        wanted.add(firsts[-1])  # (a record's tail always keeps its last)
+        entries: dict[int, list] = {}
+        count, cur = data.count, pos
+        for x in sorted(wanted):  # line numbers: one count over the lanes' bytes, in order
+            ls = lss[x]
+            line += count(b"\n", cur, ls)
+            cur = ls
+            entries[x] = [bytes(data[ls:les[x]]), line + 1, None]
+        for record, lines in plans:
+            record.extend(len(lines), lambda o, lines=lines: entries[lines[o]])
+        return les[firsts[-1]] + 1, line + 1
 
     def _args_block(self, data: bytes, pos: int, n: int, line: int) -> tuple[int, int]:
         """Inside an open arguments table every line matters (the table lines carry no keyword)."""
@@ -963,28 +1157,6 @@ class LogParser:
 
     # ---- save lines (as many as checkpoints): kept raw, bounded, decoded when needed
 
-    def _save_kind(self, data: bytes | bytearray, ls: int, le: int, at: int) -> type | None:
-        """The kind of save line data[ls:le] is (`at`: where its first "checkpoint" is, -1 when
-        none), kept without decoding; None for any other line (or one whose harness console
-        stamp is still wanted for the UTC offset: the full path takes it). Matched in place:
-        nothing is copied for a line that is not kept."""
-        if at < 0 or self.year is None or (len(self.offset_pairs) < 16 and data.startswith(b"20", ls)):
-            return None  # (until a full stamp gave the year, glog stamps (no year) need every stamped line read)
-        c = at - 1  # where " checkpoint" starts when a space comes before it
-        found = None
-        for kind, lead, rx in _SAVE_SCREEN:  # the phrase around the first " checkpoint", matched in place
-            if data.startswith(lead, c - len(lead)) and rx.match(data, c - len(lead), le):
-                found = kind
-                break
-        else:  # " checkpoint" earlier in the line in other words: search the whole line
-            found = next((kind for kind, _lead, rx in _SAVE_SCREEN if rx.search(data, ls, le)), None)
-        if found is None:
-            return None
-        for kw in _BEFORE_FAST:  # an earlier rule may take it: the full path decides
-            if data.find(kw, ls, le) >= 0:
-                return None
-        return found
-
     def _save(self, kind: type, entry: list) -> None:
         start = self.starts[-1] if self.starts and self.starts[-1].phase >= PH_ITER else self._start(phase=PH_ITER)
         start.save_lines(kind).add(entry)
@@ -1085,26 +1257,6 @@ class LogParser:
 def _line_end(data: bytes, i: int, b: int) -> int:
     le = data.find(b"\n", i, b)
     return b if le < 0 else le
-
-
-def _keyword_lines(data: bytes, n: int, keywords: tuple[bytes, ...]) -> list[tuple[int, int, int]]:
-    """(start, end, where "checkpoint" is or -1) of the lines in data[:n] that contain a
-    keyword, sorted (bytes.find: C speed). The position spares the save-line screen a search."""
-    found: dict[int, tuple[int, int, int]] = {}
-    find, rfind = data.find, data.rfind
-    for kw in keywords:
-        checkpoint = kw == FAST_KEYWORD
-        i = find(kw, 0, n)
-        while i >= 0:
-            ls = rfind(b"\n", 0, i) + 1
-            nl = find(b"\n", i, n)
-            le = n if nl < 0 else nl
-            if checkpoint or ls not in found:
-                found[ls] = (ls, le, i if checkpoint else -1)
-            if nl < 0:
-                break
-            i = find(kw, nl + 1, n)
-    return [found[k] for k in sorted(found)]
 
 
 def _int_of(m: re.Match | None, quantity: str) -> int | None:
@@ -1211,8 +1363,12 @@ class HistoryReader:
     optimizer records (a few ms per checkpoint, no PyTorch): a watcher of a live run wants it off."""
 
     def __init__(self, run_dir: str | os.PathLike, *, inspect_checkpoints: bool = True,
-                 chunk_size: int = CHUNK_SIZE, losses: bool = False) -> None:
+                 chunk_size: int = CHUNK_SIZE, losses: bool = False,
+                 read_dirs: Sequence[str | os.PathLike] = ()) -> None:
         self.run_dir = Path(run_dir)
+        # directories outside the run directory that its records may name and that may be read
+        # (the caller vouches for them: verify/report --read-dir, the runner's own plan)
+        self.read_dirs = tuple(Path(os.path.realpath(d)) for d in read_dirs)
         self.inspect_checkpoints = inspect_checkpoints
         self.chunk_size = chunk_size
         self.losses = losses  # keep every iteration's lm loss (loss_continuity against a baseline)
@@ -1227,7 +1383,7 @@ class HistoryReader:
         """What run.json alone says (its contract above all), before the logs are read: a caller
         that must know what the run promised to decide how to read it (verify: with the losses,
         against the recorded baseline). The next poll takes this very read of run.json."""
-        run_json = _read_json(self.run_dir / "run.json", "run.json")
+        run_json = _read_run_json(self.run_dir)
         self._run_json = [run_json]
         return _run_config(run_json, None, [])
 
@@ -1236,7 +1392,7 @@ class HistoryReader:
         newline (a process killed mid-write) is parsed too: use it once the run has ended."""
         check_run_dir(self.run_dir)
         notes: list[str] = []
-        run_json = self._run_json.pop() if self._run_json else _read_json(self.run_dir / "run.json", "run.json")
+        run_json = self._run_json.pop() if self._run_json else _read_run_json(self.run_dir)
         launch_json = _read_json(self.run_dir / "launch.json", "launch.json")
         for jf, name in ((run_json, "run.json"), (launch_json, "launch.json")):
             if jf is not None and jf.error:
@@ -1247,6 +1403,11 @@ class HistoryReader:
         cycle_infos = self._cycle_infos(notes)
 
         files = self._discover()
+        logs = self.run_dir / "logs"
+        if os.path.lexists(logs) and not safeio.is_real_dir(logs):
+            notes.append(f"logs is {safeio.kind_of(os.lstat(logs).st_mode)}, not a folder: links in a received run "
+                         "directory are never followed, so the logs behind it were not read; copy them into the run "
+                         "directory (cp -rL) to have them judged")
         app_files = self._app_files = self._pick_role(files, "app", final)
         launcher_files = self._pick_role(files, "launcher", final)
 
@@ -1384,12 +1545,16 @@ class HistoryReader:
                                  local_rank=None, cycle=None, iteration=None, baseline_iteration=None, host=None, pid=None)]
         records: list[object] = []
         try:
-            data = json.loads(text)
+            data = safeio.parse_record(text)
             records = data if isinstance(data, list) else [data]
+        except safeio.UnusableRecord as exc:
+            raise refused_record(path, MARKER_NAME, exc) from None
         except (ValueError, RecursionError):
             for line in text.splitlines():  # tolerate JSON lines (one record per injection)
                 try:
-                    records.append(json.loads(line))
+                    records.append(safeio.parse_record(line))
+                except safeio.UnusableRecord as exc:
+                    raise refused_record(path, MARKER_NAME, exc) from None
                 except (ValueError, RecursionError):
                     continue
         if not records:
@@ -1482,66 +1647,79 @@ class HistoryReader:
 
     def _checkpoints(self, run_json: _JsonFile | None, starts: list[ev.AppStart], injections: list[ev.Injection],
                      notes: list[str]) -> ev.CheckpointState | None:
-        candidates: list[tuple[Path, str]] = []
+        """The checkpoint tiers on disk. Every directory the records name (run.json's
+        checkpoint_dir and workload arguments, the arguments tables' --save, --load and
+        --non-persistent-global-ckpt-dir) is read only inside the run directory, or inside a
+        directory the caller named (`read_dirs`: verify/report --read-dir, the runner's own
+        plan); each one that is not read is noted. A path recorded where the run was written
+        (run.json's work_dir/runs/run_id) is taken where the run directory is now; a relative
+        one from the launch's recorded working directory, never from the reader's."""
         spec = _spec(run_json)
-        original = _original_root(spec, self.run_dir)  # where the run was written, when it was copied since
+        root, copied = _recorded_root(spec, self.run_dir)
+        cwd = _launch_cwd(run_json, root, self.run_dir)
         own = self.run_dir / "checkpoints"
-        if spec.get("checkpoint_dir"):
-            recorded = _rebased(Path(str(spec["checkpoint_dir"])), original, self.run_dir)
-            if original is None and not spec.get("work_dir") and not _inside(recorded, self.run_dir):
-                # Without work_dir nothing tells whether this directory is a copy, so a recorded path
-                # outside it may be the original's checkpoints, not the ones copied with the run.
-                if os.path.lexists(own):  # a link there is refused below, not bypassed through the recorded path
-                    notes.append(f"run.json records no work_dir, so where this run was written cannot be told; its "
-                                 f"checkpoint_dir {recorded} lies outside this directory, which holds checkpoints/ of "
-                                 "its own: judged against those, not against "
-                                 f"{recorded} (record work_dir in run.json to have the recorded directory used)")
-                else:
-                    notes.append(f"run.json records no work_dir, so where this run was written cannot be told; its "
-                                 f"checkpoint_dir {recorded} lies outside this directory and was read where it is now, "
-                                 "which is this run's own only if the directory was not copied; copy the checkpoints "
-                                 "into <run>/checkpoints to judge the ones that came with it")
-                    candidates.append((recorded, "run.json spec.checkpoint_dir"))
-            else:
-                candidates.append((recorded, "run.json spec.checkpoint_dir"))
-        candidates.append((own, "<run>/checkpoints"))
+        # (the path or None, how it was found, the text the record holds, why it cannot be a path)
+        candidates: list[tuple[Path | None, str, str, str | None]] = []
+        if isinstance(spec.get("checkpoint_dir"), str) and spec["checkpoint_dir"]:
+            text = spec["checkpoint_dir"]
+            path, problem = _named_dir(text, root, cwd, self.run_dir)
+            candidates.append((path, "run.json spec.checkpoint_dir", text, problem))
+        candidates.append((own, "<run>/checkpoints", "checkpoints", None))
         for start in starts:
             args = start.arguments
             for key in ("save", "load"):
                 value = args.get(key) if args else None
                 if value and value != "None":
-                    candidates.append((_rebased(Path(value), original, self.run_dir), f"the arguments table's {key}"))
-        usable, refused = [], []
-        for p, how in candidates:
-            link = _link_below(p, self.run_dir)
-            if link is None:
-                usable.append((p, how))
-            elif link not in refused:
-                refused.append(link)
-                notes.append(f"{link.relative_to(self.run_dir)} is a symbolic link: links in a received run directory "
-                             "are never followed, so the checkpoints behind it were not read; copy them into the run "
-                             "directory (cp -rL) to have them judged")
+                    path, problem = _named_dir(value, root, cwd, self.run_dir)
+                    candidates.append((path, f"the arguments table's {key}", value, problem))
+        chosen, refused, skipped = None, [], []  # the first candidate that is there and may be read
+        for p, how, text, problem in candidates:
+            if p is None or not self._may_read(p):
+                if text not in skipped:
+                    skipped.append(text)
+                    notes.append(_not_read_note("the checkpoint directory", how, text, p, problem))
+            else:
+                link = _link_below(p, self.run_dir)
+                if link is None and p.is_dir():  # is_dir: False for a link loop
+                    chosen = (p, how)
+                    break
+                if link is not None and link not in refused:
+                    refused.append(link)
+                    notes.append(f"{_shown(link, self.run_dir)} is a symbolic link: links in a received run directory "
+                                 "are never followed, so the checkpoints behind it were not read; copy them into the "
+                                 "run directory (cp -rL) to have them judged")
             if p == own and os.path.lexists(own):
                 break  # the run's own checkpoints/ is there: the arguments table's paths (maybe the original's) are not
-        chosen = next(((p, how) for p, how in usable if p.is_dir()), None)  # is_dir: False for a link loop
         if chosen is None:
-            shown = _shown(candidates[0][0], self.run_dir) if candidates else None
-            return ev.CheckpointState(path=shown, how="not followed: a symlink" if refused else "not found",
-                                      exists=False, tracker=None)
+            # no persistent tier to read: a non-persistent one named outside is still noted
+            np_path, np_how, np_text, np_problem = self._non_persistent_dir(run_json, starts, own, root, cwd)
+            if np_how != "default" and (np_path is None or not self._may_read(np_path)) and np_text not in skipped:
+                notes.append(_not_read_note("the non-persistent global checkpoint directory", np_how, np_text,
+                                            np_path, np_problem))
+            first = candidates[0]
+            shown = _shown(first[0], self.run_dir) if first[0] is not None else clip(first[2], 200)
+            how = "not followed: a symlink" if refused else (
+                "not read: outside the run directory" if skipped and first[2] in skipped else "not found")
+            return ev.CheckpointState(path=shown, how=how, exists=False, tracker=None)
         path, how = chosen
-        if candidates[0][0] != path and candidates[0][1] == "run.json spec.checkpoint_dir":
-            notes.append(f"run.json's checkpoint_dir {candidates[0][0]} is not here; used {path} ({how})")
+        recorded = candidates[0]
+        if recorded[1] == "run.json spec.checkpoint_dir" and recorded[0] != path and recorded[2] not in skipped:
+            notes.append(f"run.json's checkpoint_dir {recorded[0]} is not here; used {path} ({how})")
         shown = _shown(path, self.run_dir)
-        if original is not None and not _inside(path, self.run_dir):
-            notes.append(f"this run directory was copied from {original}; its checkpoint dir {path} is outside it and "
-                         "was read where it is now, which may not be the run's own checkpoints")
+        if copied and not _lexically_inside(path, self.run_dir):
+            notes.append(f"this run directory was copied from {root}; its checkpoint dir {path} lies outside it and was "
+                         "read where it is now (--read-dir), which may not be the run's own checkpoints")
         tracker = _tracker_text(path)
         wanted = self._interesting_iterations(starts, injections)
         iters = self._iter_dirs(path, shown, wanted, notes)
         np_tracker = np_shown = None
-        np_path, np_how = self._non_persistent_dir(run_json, starts, path, original)
-        np_label = _shown(np_path, self.run_dir)
-        if _link_below(np_path, self.run_dir) is not None:
+        np_path, np_how, np_text, np_problem = self._non_persistent_dir(run_json, starts, path, root, cwd)
+        np_label = _shown(np_path, self.run_dir) if np_path is not None else clip(repr(np_text), 120)
+        if np_path is None or not self._may_read(np_path):
+            if np_text not in skipped:
+                notes.append(_not_read_note("the non-persistent global checkpoint directory", np_how, np_text, np_path,
+                                            np_problem))
+        elif _link_below(np_path, self.run_dir) is not None:
             notes.append(f"{np_label} is a symbolic link: not followed, so the "
                          "non-persistent checkpoints behind it were not read")
         elif np_path.is_dir() and not np_path.is_symlink():
@@ -1555,21 +1733,38 @@ class HistoryReader:
         return ev.CheckpointState(path=shown, how=how, exists=True, tracker=tracker, iterations=tuple(iters),
                                   non_persistent_tracker=np_tracker, non_persistent_path=np_shown)
 
+    def _may_read(self, path: Path) -> bool:
+        """A directory the records name may be read: it lies (by its path, links aside, which
+        _link_below refuses) inside the run directory, or inside a directory the caller named."""
+        if _lexically_inside(path, self.run_dir):
+            return True
+        if not self.read_dirs:
+            return False
+        try:
+            real = Path(os.path.realpath(path))
+        except (OSError, ValueError):
+            return False
+        return any(real == d or d in real.parents for d in self.read_dirs)
+
     def _non_persistent_dir(self, run_json: _JsonFile | None, starts: list[ev.AppStart], save: Path,
-                            original: Path | None) -> tuple[Path, str]:
+                            root: Path | None, cwd: Path | None) -> tuple[Path | None, str, str, str | None]:
         """Where Megatron wrote non-persistent global checkpoints (harness.tiers): the
         --non-persistent-global-ckpt-dir of the arguments table (the last start's that names
-        one), else of run.json's workload arguments, else <save>/non_persistent."""
+        one), else of run.json's workload arguments, else <save>/non_persistent. (the path or
+        None, how it was found, the text recorded, why it cannot be a path)"""
         for start in reversed(starts):
             value = start.arguments.get(tiers.NP_DIR_ARG) if start.arguments else None
             if value and value != "None":
-                return _rebased(Path(value), original, self.run_dir), "the arguments table's " + tiers.NP_DIR_ARG
+                path, problem = _named_dir(value, root, cwd, self.run_dir)
+                return path, "the arguments table's " + tiers.NP_DIR_ARG, value, problem
         extra = _spec(run_json).get("extra_args")  # a stranger's run.json: a list of strings, or nothing
         given = tiers.custom_non_persistent_dir(tuple(a for a in extra if isinstance(a, str))
                                                 if isinstance(extra, list) else ())
         if given:
-            return _rebased(Path(given), original, self.run_dir), "run.json's workload arguments"
-        return save / tiers.NON_PERSISTENT_SUBDIR, "default"
+            path, problem = _named_dir(given, root, cwd, self.run_dir)
+            return path, "run.json's workload arguments", given, problem
+        default = save / tiers.NON_PERSISTENT_SUBDIR
+        return default, "default", str(default), None
 
     def _iter_dirs(self, path: Path, shown: str, wanted: set[int], notes: list[str]) -> list[ev.CheckpointOnDisk]:
         iters = []
@@ -1696,11 +1891,12 @@ def check_run_dir(run_dir: Path) -> None:
     except OSError:
         has_ckpt = False
     if not (has_logs or has_marker or has_ckpt):
-        what = "only run.json (a planned or dry run that never launched)" if (run_dir / "run.json").exists() else "nothing"
-        raise RunDirError(
-            f"{run_dir} holds {what}: no logs (logs/*.log), no {MARKER_NAME} and no checkpoints; "
-            "point verify at the directory of a run that was launched"
-        )
+        if (run_dir / "run.json").exists():  # said the same to every command that reads it (verify, report, ...)
+            raise RunDirError(f"{run_dir} is a plan that never ran: it holds only run.json (from nvrx-qual plan or a "
+                              f"dry run), no logs, no {MARKER_NAME} and no checkpoints; nothing to judge until it is "
+                              "launched (nvrx-qual run)")
+        raise RunDirError(f"{run_dir} holds nothing: no logs (logs/*.log), no {MARKER_NAME} and no checkpoints; give "
+                          "the directory of a launched run")
 
 
 def _tracker_text(directory: Path) -> str | None:
@@ -1728,7 +1924,22 @@ def _console_head_pairs(path: Path, limit: int = 256 << 10) -> list[tuple[float,
     return pairs
 
 
+class RecordRefused(RunDirError):
+    """A run directory one of whose records holds a string the OS cannot take (refused input,
+    not a directory without a run)."""
+
+
+def refused_record(path: Path, rel: str, problem: safeio.UnusableRecord | str) -> RecordRefused:
+    """The refusal of a run directory one of whose records (`path`, `rel` in the run
+    directory) holds a string the OS cannot take."""
+    return RecordRefused(
+        f"{path}: {problem}; nvrx-qual never writes such a record, so {rel} was altered or damaged "
+        "after the run: restore it from the run (or remove that field) and verify again")
+
+
 def _read_json(path: Path, rel: str) -> _JsonFile | None:
+    """One JSON record of the run directory (run.json, launch.json, cycle infos); None when
+    absent. Raises RunDirError when a string of it cannot reach the OS (safeio.parse_record)."""
     try:
         text = safeio.read_text(path)
     except FileNotFoundError:
@@ -1736,10 +1947,52 @@ def _read_json(path: Path, rel: str) -> _JsonFile | None:
     except OSError as exc:
         return _JsonFile(None, Src(rel, 0, "unreadable"), exc.strerror or str(exc))
     try:
-        data = json.loads(text)
+        data = safeio.parse_record(text)
+    except safeio.UnusableRecord as exc:
+        raise refused_record(path, rel, exc) from None
     except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than any record
         return _JsonFile(None, Src(rel, 0, "not JSON"), clip(str(exc) or type(exc).__name__, 120))
     return _JsonFile(data, Src(rel, 1, clip(json.dumps(data, separators=(", ", ": ")))), None)
+
+
+def _read_run_json(run_dir: Path) -> _JsonFile | None:
+    """run.json, every string checked (_read_json) and the paths and names it records too
+    (unusable_path): RunDirError for one the OS cannot take."""
+    run_json = _read_json(run_dir / "run.json", "run.json")
+    if run_json is not None and (unusable := unusable_path(run_json.data)) is not None:
+        raise refused_record(run_dir / "run.json", "run.json", unusable)
+    return run_json
+
+
+def unusable_path(record: object) -> str | None:
+    """run.json's first string that names a path (spec.work_dir, spec.checkpoint_dir, the
+    launch's working directories, the directories its workload arguments name) or one name
+    (spec.run_id) and that the OS cannot take as such (safeio.path_problem): where and why."""
+    if not isinstance(record, dict):
+        return None
+    spec = record.get("spec") if isinstance(record.get("spec"), dict) else {}
+    named: list[tuple[str, object]] = [("spec.work_dir", spec.get("work_dir")),
+                                       ("spec.checkpoint_dir", spec.get("checkpoint_dir")),
+                                       ("spec.run_id", spec.get("run_id"))]
+    if isinstance(spec.get("work_dir"), str) and isinstance(spec.get("run_id"), str):
+        named.append(("spec.work_dir/runs/spec.run_id", f"{spec['work_dir']}/runs/{spec['run_id']}"))
+    extra = spec.get("extra_args")
+    for i, arg in enumerate(extra[:4096] if isinstance(extra, list) else []):
+        if not isinstance(arg, str):
+            continue
+        for flag in tiers.DIR_FLAGS:  # the value of `--flag V` or `--flag=V`
+            if arg.startswith(flag + "="):
+                named.append((f"spec.extra_args[{i}] ({flag})", arg.partition("=")[2]))
+            elif arg == flag and i + 1 < len(extra):
+                named.append((f"spec.extra_args[{i + 1}] ({flag})", extra[i + 1]))
+    commands = record.get("commands")
+    for i, command in enumerate(commands[:64] if isinstance(commands, list) else []):
+        if isinstance(command, dict):
+            named.append((f"commands[{i}].cwd", command.get("cwd")))
+    for where, value in named:
+        if isinstance(value, str) and value and (problem := safeio.path_problem(value)) is not None:
+            return f"{where} holds {problem}"
+    return None
 
 
 def _spec(run_json: _JsonFile | None) -> dict:
@@ -1814,7 +2067,7 @@ def run_config(run_dir: str | os.PathLike) -> ev.RunConfig:
     """What run.json alone says of a run (its logs unread): the same reading as a Timeline's
     `run`, for a caller that must know the contract before it reads the run (verify: which
     baseline to read it with)."""
-    return _run_config(_read_json(Path(run_dir) / "run.json", "run.json"), None, [])
+    return _run_config(_read_run_json(Path(run_dir)), None, [])
 
 
 def _contract(value: object, notes: list[str]) -> tuple[ev.Contract | None, tuple[PlannedFault, ...] | None]:
@@ -1980,18 +2233,20 @@ def _unique(items: list[ev.Iteration | None]) -> list[ev.Iteration]:
     return out
 
 
-def _original_root(spec: dict, run_dir: Path) -> Path | None:
-    """The run directory's path when it was written (run.json's work_dir/runs/run_id), when
-    that is not where it is now (a copy); else None."""
+def _recorded_root(spec: dict, run_dir: Path) -> tuple[Path | None, bool]:
+    """(where the run directory was written: run.json's work_dir/runs/run_id, when both are
+    recorded, the work dir absolute and the run ID a valid one; whether that is elsewhere than
+    the directory read now, i.e. it was copied since)."""
     work_dir, run_id = spec.get("work_dir"), spec.get("run_id")
-    if not isinstance(work_dir, str) or not isinstance(run_id, str) or not work_dir or not run_id:
-        return None
-    original = Path(work_dir) / "runs" / run_id
+    if not isinstance(work_dir, str) or not isinstance(run_id, str) or not is_valid_run_id(run_id) \
+            or not os.path.isabs(work_dir):
+        return None, False
+    root = Path(work_dir) / "runs" / run_id
     try:
-        same = original.resolve() == run_dir.resolve()
-    except (OSError, RuntimeError):
+        same = root.resolve() == run_dir.resolve()
+    except (OSError, RuntimeError, ValueError):
         same = False
-    return None if same else original
+    return root, not same
 
 
 def _rebased(path: Path, original: Path | None, run_dir: Path) -> Path:
@@ -1999,24 +2254,63 @@ def _rebased(path: Path, original: Path | None, run_dir: Path) -> Path:
     if original is None:
         return path
     try:
-        return run_dir / path.relative_to(original)
+        return run_dir / Path(os.path.normpath(path)).relative_to(os.path.normpath(original))
     except ValueError:
         return path
+
+
+def _launch_cwd(run_json: _JsonFile | None, root: Path | None, run_dir: Path) -> Path | None:
+    """The launch's working directory (run.json commands[0].cwd, absolute), where the run
+    directory is now when it lies in it; None when not recorded."""
+    commands = run_json.data.get("commands") if run_json is not None and isinstance(run_json.data, dict) else None
+    first = commands[0] if isinstance(commands, list) and commands else None
+    cwd = first.get("cwd") if isinstance(first, dict) else None
+    if not isinstance(cwd, str) or not os.path.isabs(cwd) or safeio.path_problem(cwd) is not None:
+        return None
+    return _rebased(Path(cwd), root, run_dir)
+
+
+def _named_dir(text: str, root: Path | None, cwd: Path | None, run_dir: Path) -> tuple[Path | None, str | None]:
+    """The directory a record or an arguments table names, where the run directory is now:
+    (the path, None), or (None, why it names none): a string no path can be (a NUL, too long)
+    or a relative path without a recorded working directory of the launch."""
+    problem = safeio.path_problem(text)
+    if problem is not None:
+        return None, f"holds {problem}"
+    path = Path(text)
+    if not path.is_absolute():
+        if cwd is None:
+            return None, "is relative and run.json records no working directory of the launch to read it from"
+        path = cwd / path
+    return _rebased(path, root, run_dir), None
+
+
+def _not_read_note(what: str, how: str, text: str, path: Path | None, problem: str | None) -> str:
+    """The note on a directory the records name that was not read: `what` it is, `how` it was
+    found, the `text` recorded, its `path` (None: `problem` says why it names none)."""
+    if path is None:
+        return f"{what} {clip(repr(text), 120)} ({how}) {problem}: not read"
+    return (f"{what} {path} ({how}) lies outside the run directory and was not read: a received run directory's "
+            f"records may name any path; pass --read-dir {path} to verify or report to read it there, or copy it into "
+            "the run directory")
+
+
+def _lexically_inside(path: Path, run_dir: Path) -> bool:
+    """`path` names a place inside the run directory by its words (.. resolved, links not)."""
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(run_dir))
+    return rel == "." or not (rel == ".." or rel.startswith("../") or os.path.isabs(rel))
 
 
 def _link_below(path: Path, run_dir: Path) -> Path | None:
     """The first symbolic link on the way from the run directory down to `path` (lexically
     inside it), or None (also for a path outside the run directory)."""
-    try:
-        rel = Path(os.path.normpath(path)).relative_to(os.path.normpath(run_dir))
-    except ValueError:
+    if not _lexically_inside(path, run_dir):
         return None
+    rel = Path(os.path.relpath(os.path.abspath(path), os.path.abspath(run_dir)))
     current = run_dir
     for part in rel.parts:
         if part in ("", "."):
             continue
-        if part == "..":
-            return None
         current = current / part
         try:
             if stat.S_ISLNK(os.lstat(current).st_mode):
@@ -2024,14 +2318,6 @@ def _link_below(path: Path, run_dir: Path) -> Path | None:
         except OSError:
             return None
     return None
-
-
-def _inside(path: Path, run_dir: Path) -> bool:
-    try:
-        path.resolve().relative_to(run_dir.resolve())
-        return True
-    except (ValueError, OSError, RuntimeError):
-        return False
 
 
 def _shown(path: Path, run_dir: Path) -> str:
@@ -2111,9 +2397,11 @@ class RunRead:
 
 
 def read_run(run_dir: str | os.PathLike, *, inspect_checkpoints: bool = True, losses: bool = False,
-             progress: bool = True) -> RunRead:
-    """The one read of a finished run (incomplete last lines included): see RunRead."""
-    return HistoryReader(run_dir, inspect_checkpoints=inspect_checkpoints, losses=losses).read(progress=progress)
+             progress: bool = True, read_dirs: Sequence[str | os.PathLike] = ()) -> RunRead:
+    """The one read of a finished run (incomplete last lines included): see RunRead.
+    `read_dirs`: directories outside the run directory its records name that may be read."""
+    return HistoryReader(run_dir, inspect_checkpoints=inspect_checkpoints, losses=losses,
+                         read_dirs=read_dirs).read(progress=progress)
 
 
 # ---------------------------------------------------------------- small public readers

@@ -64,10 +64,10 @@ PLATFORMS = (PLATFORM, *(f"manylinux_2_{minor}_x86_64" for minor in range(38, 16
 #   log aggregation service), httpx (and with it httpcore, h11, anyio, certifi, idna), defusedxml,
 #   yaml (fault_tolerance/config.py), psutil, packaging, numpy;
 # - megatron-core 0.19.2: numpy, packaging>=24.2 (its declared dependencies besides torch);
-# - nvrx-qual: numpy, psutil, filelock, pytest, pytest-timeout.
+# - nvrx-qual: numpy, psutil, filelock, ahocorasick-rs (the history reader's screen), pytest, pytest-timeout.
 RUNTIME_REQUIREMENTS = (
     "grpcio>=1.76,<2", "protobuf>=6,<7", "httpx>=0.24", "defusedxml", "pyyaml", "psutil>=6.0", "packaging>=24.2",
-    "numpy>=1.26", "filelock>=3.12", "pytest>=8", "pytest-timeout>=2.3",
+    "numpy>=1.26", "filelock>=3.12", "ahocorasick-rs>=1.0", "pytest>=8", "pytest-timeout>=2.3",
 )
 SCRIPT_NAME = "run-gpu-qualification.sh"
 MANIFEST_NAME = "MANIFEST.json"
@@ -147,9 +147,11 @@ def _fill(dest: Path, megatron_path: Path, project: Path, run: Runner, python: s
     no_deps, deps = dest / "wheels" / "no-deps", dest / "wheels" / "deps"
     no_deps.mkdir(parents=True)
     deps.mkdir(parents=True)
-    run([python, "-m", "pip", "download", "--quiet", "--no-deps", *target, "-d", str(no_deps), MEGATRON_CORE, NVRX])
-    run([python, "-m", "pip", "download", "--quiet", *target, "-d", str(deps), *RUNTIME_REQUIREMENTS])
-    run([python, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(no_deps), str(project)])
+    # python -I: nothing on sys.path from the current directory, PYTHONPATH or the user's site-packages
+    run([python, "-I", "-m", "pip", "download", "--quiet", "--no-deps", *target, "-d", str(no_deps), MEGATRON_CORE,
+         NVRX])
+    run([python, "-I", "-m", "pip", "download", "--quiet", *target, "-d", str(deps), *RUNTIME_REQUIREMENTS])
+    run([python, "-I", "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(no_deps), str(project)])
     (dest / "requirements.txt").write_text("\n".join(RUNTIME_REQUIREMENTS) + "\n")
     (dest / "megatron-lm").mkdir()
     for name in MEGATRON_FILES:
@@ -208,6 +210,12 @@ def _read(path: Path) -> str:
         return ""
 
 
+# How the script starts the tests: `python -I -c ISOLATED_PYTEST SOURCE ARGS...`, i.e. `python -m
+# pytest ARGS...` with the kit's unpacked source SOURCE first on sys.path and neither the current
+# directory, PYTHONPATH nor the user's site-packages on it. Every other Python the script runs is
+# `python -I` too: a torch.py (or pip, venv, megatron) in the folder it is run from is never imported.
+ISOLATED_PYTEST = "import sys; sys.path.insert(0, sys.argv.pop(1)); import pytest; sys.exit(pytest.main())"
+
 RUN_SCRIPT = r"""#!/usr/bin/env bash
 # nvrx-qual GPU kit: install offline, then qualify kill, hang and none on one GPU (fault rank 0)
 # with the short deadline profile, inside a time limit, and Megatron's other recovery layers
@@ -224,7 +232,8 @@ RUN_SCRIPT = r"""#!/usr/bin/env bash
 #
 # Needs: Python 3.12 with a CUDA build of torch (PYTHON, default python3), an NVIDIA GPU,
 # make and tar. Changes nothing outside OUT_DIR: the packages go into OUT_DIR/venv, a venv that
-# sees the interpreter's own torch. Writes OUT_DIR/SUMMARY.md; exit status is pytest's (0: all
+# sees the interpreter's own torch. Every Python it runs is `python -I`: nothing is imported from
+# the folder it is run from (a torch.py there is not torch). Writes OUT_DIR/SUMMARY.md; exit status is pytest's (0: all
 # qualified), 2 for a kit that does not match its MANIFEST.json or a node that cannot run it
 # (before anything is installed), 124 when the time limit
 # (NVRX_KIT_TIME_LIMIT_S, default __LIMIT__ s) ran out.
@@ -302,7 +311,7 @@ if problems:
              "was installed: copy the kit again from where it was made")
 print(f"nvrx-qual kit: all {len(seen)} files match the manifest", flush=True)
 EOF
-"$python" - <<'EOF' || exit 2
+"$python" -I - <<'EOF' || exit 2
 import sys
 if sys.version_info[:2] != (3, 12):
     sys.exit(f"nvrx-qual kit: Python {sys.version.split()[0]}: the kit's wheels are for 3.12; set PYTHON to a 3.12 interpreter")
@@ -317,13 +326,13 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 log="$out/install.log"
 echo "nvrx-qual kit: installing into $out/venv (offline; log: $log)"
-"$python" -m venv --system-site-packages "$out/venv"
+"$python" -I -m venv --system-site-packages "$out/venv"
 venv_python="$out/venv/bin/python"
 {
-  "$venv_python" -m pip install --no-index --no-deps "$kit"/wheels/no-deps/*.whl
-  "$venv_python" -m pip install --no-index --find-links "$kit/wheels/deps" -r "$kit/requirements.txt"
+  "$venv_python" -I -m pip install --no-index --no-deps "$kit"/wheels/no-deps/*.whl
+  "$venv_python" -I -m pip install --no-index --find-links "$kit/wheels/deps" -r "$kit/requirements.txt"
 } >"$log" 2>&1 || { echo "nvrx-qual kit: offline install failed; see $log" >&2; exit 2; }
-datasets=$("$venv_python" -c 'import importlib.util as u; print(u.find_spec("megatron.core.datasets").submodule_search_locations[0])')
+datasets=$("$venv_python" -I -c 'import importlib.util as u; print(u.find_spec("megatron.core.datasets").submodule_search_locations[0])')
 if [ ! -e "$datasets/Makefile" ]; then
   cp "$kit/megatron-datasets.Makefile" "$datasets/Makefile"
 fi
@@ -333,7 +342,7 @@ cd "$out/nvrx-qual"
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 set +e
 timeout -s INT -k 60 "$limit" \
-  "$venv_python" -m pytest -m gpu -k test_megatron_single_node --require-gpu -p no:cacheprovider \
+  "$venv_python" -I -c '__PYTEST__' "$out/nvrx-qual" -m gpu -k test_megatron_single_node --require-gpu -p no:cacheprovider \
   --megatron-path "$kit/megatron-lm" --deadline-profile short --work-dir "$out/work" \
   --junitxml "$out/junit.xml" -rA 2>&1 | tee "$out/pytest.log"
 status=${PIPESTATUS[0]}
@@ -344,7 +353,7 @@ ended=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   echo
   echo "- Started: $started, ended: $ended (limit $limit s)"
   echo "- GPUs: $(nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>/dev/null | paste -sd ';' - || echo unknown)"
-  echo "- Python: $("$venv_python" -c 'import sys, torch; print(sys.version.split()[0], "| torch", torch.__version__, "| CUDA", torch.version.cuda)')"
+  echo "- Python: $("$venv_python" -I -c 'import sys, torch; print(sys.version.split()[0], "| torch", torch.__version__, "| CUDA", torch.version.cuda)')"
   echo "- pytest exit status: $status$([ "$status" = 124 ] && echo ' (time limit reached)')"
   echo "- Run directories: $out/work/runs; JUnit XML: $out/junit.xml"
   echo
@@ -359,4 +368,4 @@ ended=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 } >"$out/SUMMARY.md"
 echo "nvrx-qual kit: summary in $out/SUMMARY.md"
 exit "$status"
-""".replace("__LIMIT__", str(TIME_LIMIT_S)).replace("__MANIFEST__", MANIFEST_NAME)
+""".replace("__LIMIT__", str(TIME_LIMIT_S)).replace("__MANIFEST__", MANIFEST_NAME).replace("__PYTEST__", ISOLATED_PYTEST)

@@ -406,7 +406,8 @@ class _Watchdog:
 
 def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | None] | None = None,
            tick_s: float = 0.5, term_grace_s: float = 10.0, on_line: Callable[[str], None] | None = None,
-           base_env: dict[str, str] | None = None, on_stop: Callable[[], object] | None = None) -> LaunchResult:
+           base_env: dict[str, str] | None = None, on_stop: Callable[[], object] | None = None,
+           on_signal: Callable[[str], None] | None = None) -> LaunchResult:
     """Run the plan's command to its end, the deadline, or the first reason `watch` returns.
 
     `watch` is called about every `tick_s` seconds while the job runs; returning a string
@@ -414,8 +415,9 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     `term_grace_s`) and records that string as the reason; `on_stop` runs first (a
     multi-node run cancels its srun step there; the step id it returns is added to the
     reason). SIGINT, SIGTERM and SIGHUP of the harness stop the job the same way and then
-    raise Interrupted; a watchdog process kills the launch if the harness itself is killed.
-    Writes launch.json on every path.
+    raise Interrupted; `on_signal` is told at once (within a tick), with one sentence saying what
+    is being stopped, since the stop itself can take the whole grace. A watchdog process kills
+    the launch if the harness itself is killed. Writes launch.json on every path.
     """
     layout = plan.layout
     commands = [c for _, c in plan.commands]  # one, or one launcher per node with --local-nodes
@@ -484,6 +486,9 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                 if signals.first is not None:
                     name = signal.Signals(signals.first).name
                     stopped_early, ended_by = f"interrupted: the harness received {name}", f"signal {name}"
+                    _acknowledge(on_signal, f"{name} received: stopping run {plan.spec.run_id}: SIGTERM to its "
+                                            f"launcher{'s' if len(procs) > 1 else ''} now, SIGKILL to whatever is "
+                                            f"left after {term_grace_s:g} s, then launch.json")
                 elif deadline_s is not None and time.monotonic() - started_mono > deadline_s:
                     stopped_early, ended_by = f"deadline of {deadline_s:g} s passed before the launcher finished", \
                         "deadline"
@@ -552,6 +557,17 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     if signals.first is not None:
         raise Interrupted(signals.first, result)
     return result
+
+
+def _acknowledge(on_signal: Callable[[str], None] | None, text: str) -> None:
+    """Tell the caller a stop signal was heard; a terminal that is gone (SIGHUP) never keeps the
+    launch from being stopped."""
+    if on_signal is None:
+        return
+    try:
+        on_signal(text)
+    except (OSError, ValueError):  # a closed or broken output stream
+        pass
 
 
 def _combined(codes: list[int | None]) -> int | None:

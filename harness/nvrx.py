@@ -10,6 +10,7 @@ declared for a dry run prepared on another machine.
 from __future__ import annotations
 
 import importlib.metadata
+import itertools
 import re
 import sys
 from dataclasses import dataclass
@@ -39,11 +40,12 @@ class NvrxError(ValueError):
     """NVRx is missing or its version string cannot be understood."""
 
 
-def parse_version(text: str) -> tuple[int, int, int]:
-    """'0.7.0', '0.6.0rc1', '0.4.1.post2' -> (major, minor, patch)."""
+def parse_version(text: str, name: str = "--nvrx-version") -> tuple[int, int, int]:
+    """'0.7.0', '0.6.0rc1', '0.4.1.post2' -> (major, minor, patch). `name`: the knob that gave
+    it, as the user gave it (the flag, or NVRX_VERSION)."""
     m = re.match(r"\s*(\d+)\.(\d+)(?:\.(\d+))?", text)
     if not m:
-        raise NvrxError(f"NVRx version {text!r} is not of the form X.Y.Z: pass e.g. --nvrx-version 0.7.0")
+        raise NvrxError(f"NVRx version {text!r} is not of the form X.Y.Z: use e.g. {name}=0.7.0")
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
@@ -96,6 +98,39 @@ def installed_version(extra_path: Path | None = None) -> str | None:
     return None
 
 
+def version_in(directory: Path) -> str | None:
+    """The version of the NVRx distribution installed in `directory` itself (a `pip --target`
+    install: nvidia_resiliency_ext/ beside its .dist-info), never one found elsewhere on sys.path."""
+    if not (directory / "nvidia_resiliency_ext").is_dir():
+        return None
+    for dist in importlib.metadata.distributions(path=[str(directory)]):
+        if (dist.metadata["Name"] or "").lower() == DIST_NAME:
+            return dist.version
+    return None
+
+
+def install_problem(directory: Path) -> str | None:
+    """Why `directory` is no NVRx install to run (a clause), or None. A directory that holds
+    none is never passed over for the NVRx of this Python's environment: the run would
+    use another launcher than the one asked for."""
+    if not directory.is_dir():
+        return "is not a directory" if not directory.exists() else "is not a directory (a file or a device)"
+    if version_in(directory) is not None:
+        return None
+    inside = sorted(str(p) for p in (_children(directory)) if version_in(p) is not None)[:3]
+    hint = f" (an NVRx install is below it: {', '.join(inside)})" if inside else ""
+    return (f"holds no NVRx install: no nvidia_resiliency_ext/ with its nvidia_resiliency_ext-*.dist-info{hint}, and "
+            "the NVRx of this Python's environment would run in its place")
+
+
+def _children(directory: Path, limit: int = 256) -> list[Path]:
+    """The first `limit` subdirectories of `directory` (a hint only: never a long walk)."""
+    try:
+        return [p for p in itertools.islice(directory.iterdir(), limit) if p.is_dir()]
+    except OSError:
+        return []
+
+
 # Side-by-side installs (tools/install-nvrx-target.sh VERSION .nvrx/VERSION), looked for in the
 # working directory and in this checkout, as the test suite's ini option nvrx_launcher_dirs does.
 SIDE_BY_SIDE_DIR = ".nvrx"
@@ -142,10 +177,11 @@ def _sortable(version: str) -> tuple[int, int, int]:
         return (0, 0, 0)
 
 
-def resolve(declared: str | None, extra_path: Path | None) -> NvrxTarget:
-    """The declared version wins (dry run for another machine); else what is installed."""
+def resolve(declared: str | None, extra_path: Path | None, *, version_name: str = "--nvrx-version") -> NvrxTarget:
+    """The declared version wins (dry run for another machine); else what is installed.
+    `version_name`: the version's knob as the user gave it (the flag, or NVRX_VERSION)."""
     if declared:
-        parse_version(declared)
+        parse_version(declared, version_name)
         return NvrxTarget(version=declared, path=extra_path)
     found = installed_version(extra_path)
     if found is None:

@@ -17,6 +17,7 @@ same files. With more than one node the launcher command runs under
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from harness import slurm, topology
 from harness.layout import RunLayout
 from harness.nvrx import LAUNCHER_MODULE, NvrxTarget
 from harness.faults import CAMPAIGN, DEFAULT_FAULT_AT, FAULT_KINDS, schedule_text
-from harness.spec import RunSpec, SpecError
+from harness.spec import KNOBS_BY_FIELD, RunSpec, SpecError
 
 NEMESIS_MODULE = "harness.nemesis"
 # NVRx 0.7.0's exit status when it decides not to restart (no-progress stop).
@@ -44,10 +45,15 @@ def placeholder_problems(values: list[tuple[str, object]]) -> list[str]:
 
 
 def _spec_values(spec: RunSpec) -> list[tuple[str, object]]:
+    """Every value of the spec with the knob that gave it, as the user gave it (the workload
+    arguments after `--` by that name)."""
     out: list[tuple[str, object]] = []
     for f in dataclasses.fields(spec):
+        if not f.compare:  # from_env: how the knobs were given
+            continue
         value = getattr(spec, f.name)
-        name = f"--{f.name.replace('_', '-')}"
+        name = spec.knob(f.name) if f.name in KNOBS_BY_FIELD else "workload argument after --" if (
+            f.name == "extra_args") else f"--{f.name.replace('_', '-')}"
         out += [(name, v) for v in value] if isinstance(value, tuple) else [(name, value)]
     return out
 
@@ -116,6 +122,16 @@ class Plan:
         return self.local[0] if self.local else (self.srun or self.launcher)
 
     @property
+    def own_dirs(self) -> tuple[Path, ...]:
+        """The checkpoint directories this plan itself names (NVRX_CHECKPOINT_DIR or the run's own,
+        and those the workload arguments name, a relative one from the launch's working
+        directory): the runner reads them wherever they are, as the user gave them."""
+        named = [self.layout.checkpoints]
+        for _flag, value in tiers.named_dirs(self.spec.extra_args):
+            named.append(Path(value) if os.path.isabs(value) else self.launcher.cwd / value)
+        return tuple(dict.fromkeys(named))
+
+    @property
     def commands(self) -> tuple[tuple[str, Command], ...]:
         """Every command the harness starts, named."""
         if self.local:
@@ -152,13 +168,9 @@ def campaign_lines(spec: RunSpec) -> list[str]:
              + f"), drawn from {', '.join(spec.campaign_kinds)}",
              *campaign.describe(spec.schedule),
              f"train iterations {spec.train_iters} (at least {size.train_iters}: {size.train_reason})"]
-    if spec.max_restarts >= size.max_restarts:
-        lines.append(size.restarts_reason if spec.max_restarts == size.max_restarts else
-                     f"--max-restarts {spec.max_restarts}: {spec.faults} needed, one restart per fault")
-    else:
-        lines.append(f"--max-restarts {spec.max_restarts} is below the {spec.faults} faults: the restart budget runs "
-                     f"out at fault {spec.max_restarts + 1}, so this run is expected NOT QUALIFIED (replacement_cycle: "
-                     "the budget ran out)")
+    # fewer restarts than faults is refused before planning (spec._check_max_restarts)
+    lines.append(size.restarts_reason if spec.max_restarts == size.max_restarts else
+                 f"--max-restarts {spec.max_restarts}: {spec.faults} needed, one restart per fault")
     return lines
 
 
@@ -168,20 +180,20 @@ def check(spec: RunSpec, nvrx: NvrxTarget) -> None:
     if spec.min_nnodes is not None and spec.min_nnodes < spec.nnodes and nvrx.min_nodes_are_active:
         low, high = spec.min_nnodes, spec.nnodes
         problems.append(
-            f"--nnodes {low}:{high} asks for a job of {high} nodes that may shrink to {low}; NVRx {nvrx.version} has no "
-            f"such job: its rendezvous makes the first MIN nodes active and the other MAX-MIN standby (hot spares), so "
-            f"the launcher would run {low * spec.gpus_per_node} ranks on {low} node(s), never {spec.world}, and a lost "
-            f"node is replaced by a standby or ends the job (docs/slurm.md, 'A job that shrinks'): for {low} active "
-            f"node(s) and {high - low} spare(s) use --nnodes {low} --hot-spares {high - low}; for {high} active nodes "
-            f"use --nnodes {high}")
+            f"{spec.say('nnodes', f'{low}:{high}')} asks for a job of {high} nodes that may shrink to {low}; NVRx "
+            f"{nvrx.version} has no such job: its rendezvous makes the first MIN nodes active and the other MAX-MIN "
+            f"standby (hot spares), so the launcher would run {low * spec.gpus_per_node} ranks on {low} node(s), never "
+            f"{spec.world}, and a lost node is replaced by a standby or ends the job (docs/slurm.md, 'A job that "
+            f"shrinks'): for {low} active node(s) and {high - low} spare(s) use {spec.say('nnodes', low)} "
+            f"{spec.say('hot_spares', high - low)}; for {high} active nodes use {spec.say('nnodes', high)}")
     kind = FAULT_KINDS.get(spec.fault)
     if kind is not None and kind.poisons_checkpoint and not nvrx.has_no_restart_exit_code:
-        problems.append(f"--fault {spec.fault} makes a restart loop that only NVRx's no-progress rule stops (with exit "
+        problems.append(f"{spec.say('fault')} makes a restart loop that only NVRx's no-progress rule stops (with exit "
                         f"{NO_RESTART_EXIT_CODE}); NVRx {nvrx.version} has no such rule (0.7.0 adds it), so the run "
-                        "could only loop until --max-restarts: use NVRx >= 0.7.0 or another fault")
+                        f"could only loop until {spec.knob('max_restarts')}: use NVRx >= 0.7.0 or another fault")
     if spec.max_no_progress_cycles is not None and not nvrx.has_no_restart_exit_code:
-        problems.append(f"--max-no-progress-cycles: NVRx {nvrx.version} has no no-progress rule (0.7.0 adds "
-                        "--ft-max-no-progress-cycles): drop it or use NVRx >= 0.7.0")
+        problems.append(f"{spec.say('max_no_progress_cycles')}: NVRx {nvrx.version} has no no-progress rule (0.7.0 "
+                        "adds --ft-max-no-progress-cycles): drop it or use NVRx >= 0.7.0")
     if problems:
         raise SpecError(problems)
 

@@ -14,7 +14,7 @@ from harness import __version__, atomic, baseline, safeio
 from harness import contract as contractmod
 from harness.layout import CLAIM_NAME, RunLayout, marker_index
 from harness.plan import Plan
-from harness.spec import SpecError, leftovers_problem
+from harness.spec import RunSpec, SpecError, knob_name, leftovers_problem
 
 
 def utc_now_iso() -> str:
@@ -51,11 +51,13 @@ def run_record(plan: Plan, dry_run: bool, promise: contractmod.BaselinePromise |
 _CLAIMS: dict[Path, int] = {}  # run root -> the descriptor holding its lock, in this process
 
 
-def claim(layout: RunLayout) -> None:
+def claim(layout: RunLayout, spec: RunSpec | None = None) -> None:
     """Create the run directory (refusing a link or a file on the way) and lock it for this
     process, so that two `plan` / `run` with the same run ID at the same instant cannot both
     pass the checks and write into one directory: exactly one wins, the other is refused.
-    The lock is held until `release` or the end of the process."""
+    The lock is held until `release` or the end of the process. `spec`: the plan's, whose
+    knobs a refusal names as the user gave them (RunSpec.knob; without it, by their flags)."""
+    work_dir, run_id = _knob(spec, "work_dir"), _knob(spec, "run_id")
     root = layout.root
     if root in _CLAIMS:
         return
@@ -64,8 +66,8 @@ def claim(layout: RunLayout) -> None:
         fd = os.open(root / CLAIM_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
     except OSError as exc:
         raise SpecError([f"cannot create the run directory {root} ({exc.strerror or exc}"
-                         f"{': ' + str(exc.filename) if exc.filename else ''}): set NVRX_WORK_DIR / --work-dir to a "
-                         "writable directory (not a file) and NVRX_RUN_ID to a short name"]) from exc
+                         f"{': ' + str(exc.filename) if exc.filename else ''}): set {work_dir} to a "
+                         f"writable directory (not a file) and {run_id} to a short name"]) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         st, now = os.fstat(fd), os.lstat(root / CLAIM_NAME)  # the holder before us may have removed it meanwhile
@@ -75,7 +77,7 @@ def claim(layout: RunLayout) -> None:
         holder = os.read(fd, 64).decode("ascii", "replace").strip() or "another process"
         os.close(fd)
         raise SpecError([f"run ID {layout.run_id} is being planned or run right now by nvrx-qual (pid {holder}) in "
-                         f"{root}: use a new NVRX_RUN_ID for every run"]) from exc
+                         f"{root}: use a new {run_id} for every run"]) from exc
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     _CLAIMS[root] = fd
@@ -92,12 +94,17 @@ def release(layout: RunLayout) -> None:
         os.close(fd)
 
 
-def _make_dir(directory: Path, layout: RunLayout) -> None:
+def _knob(spec: RunSpec | None, field: str) -> str:
+    return spec.knob(field) if spec is not None else knob_name(field)
+
+
+def _make_dir(directory: Path, layout: RunLayout, spec: RunSpec | None = None) -> None:
     if directory == layout.root or layout.root in directory.parents:
         safeio.make_dirs(directory, below=layout.root)
     elif not directory.is_dir():  # the user's NVRX_CHECKPOINT_DIR: validated to exist, never created here
-        raise SpecError([f"{directory} is not a directory: point NVRX_CHECKPOINT_DIR at an existing checkpoint "
-                         "directory, or unset it"])
+        knob = _knob(spec, "checkpoint_dir")
+        raise SpecError([f"{directory} is not a directory: point {knob} at an existing checkpoint "
+                         f"directory, or leave {knob} out"])
 
 
 def prepare(plan: Plan, dry_run: bool, baseline_promise: contractmod.BaselinePromise | None = None) -> Path:
@@ -108,18 +115,18 @@ def prepare(plan: Plan, dry_run: bool, baseline_promise: contractmod.BaselinePro
     `baseline_promise`: the baseline the run will be judged against (harness.runner); None:
     what --baseline chose (a dry run's `auto` is decided at launch; a batch script runs none)."""
     layout = plan.layout
-    claim(layout)
+    claim(layout, plan.spec)
     try:
-        _check_fresh(layout)
+        _check_fresh(layout, plan.spec)
         for directory in layout.artifact_dirs():
-            _make_dir(directory, layout)
+            _make_dir(directory, layout, plan.spec)
         promise = baseline_promise if baseline_promise is not None else _promise_of_plan(plan, dry_run)
         atomic.write_text(layout.run_json, json.dumps(run_record(plan, dry_run, promise), indent=2) + "\n")
     except OSError as exc:
         release(layout)
         raise SpecError([f"cannot write the run directory {layout.root} ({exc.strerror or exc}"
                          f"{': ' + str(exc.filename) if exc.filename else ''}): free space or fix its "
-                         "permissions, or choose another NVRX_WORK_DIR"]) from exc
+                         f"permissions, or choose another {plan.spec.knob('work_dir')}"]) from exc
     except SpecError:
         release(layout)
         raise
@@ -134,7 +141,8 @@ def _promise_of_plan(plan: Plan, dry_run: bool) -> contractmod.BaselinePromise:
     return promise
 
 
-def _check_fresh(layout: RunLayout) -> None:
+def _check_fresh(layout: RunLayout, spec: RunSpec | None = None) -> None:
+    run_id = _knob(spec, "run_id")
     if os.path.lexists(layout.run_json):
         try:
             earlier = safeio.read_json(layout.run_json)
@@ -143,7 +151,7 @@ def _check_fresh(layout: RunLayout) -> None:
         earlier = earlier if isinstance(earlier, dict) else {}
         if not earlier.get("dry_run"):
             raise SpecError([f"run directory {layout.root} already holds run.json of a planned run: "
-                             "use a new NVRX_RUN_ID for every test; old runs are never overwritten"])
+                             f"use a new {run_id} for every test; old runs are never overwritten"])
     try:  # every planned fault's marker (fault_injected.json, fault_injected.2.json, ...), not only the first
         markers = sorted(layout.root / e.name for e in os.scandir(layout.root) if marker_index(e.name) is not None)
     except OSError:
@@ -152,7 +160,8 @@ def _check_fresh(layout: RunLayout) -> None:
                        (layout.launch_json, "launch.json of a launched run")):
         if os.path.lexists(path):
             raise SpecError([f"run directory {layout.root} already holds {what} ({path.name}): use a new "
-                             "NVRX_RUN_ID for every run; old runs are never overwritten"])
+                             f"{run_id} for every run; old runs are never overwritten"])
     leftovers = layout.leftovers()
     if leftovers:
-        raise SpecError([leftovers_problem(layout.root, leftovers)])
+        raise SpecError([leftovers_problem(layout.root, leftovers, run_id=run_id,
+                                           checkpoint_dir=_knob(spec, "checkpoint_dir"))])

@@ -75,23 +75,24 @@ def prepare(flags: Mapping[str, object], extra: tuple[str, ...], env: Mapping[st
     base_spec = specmod.from_sources(flags, env, extra)  # the base ID, generated when not given
     base, problems = base_spec.run_id, []
     if not is_valid_run_id(base):
-        raise SpecError([f"NVRX_RUN_ID={base!r} must match {RUN_ID_PATTERN}: use letters, digits, '.', '_' and '-', "
-                         "starting with a letter or digit"])
+        raise SpecError([f"{base_spec.say('run_id')} must match {RUN_ID_PATTERN}: use letters, digits, '.', '_' and "
+                         "'-', starting with a letter or digit"])
     if count > 1 and base_spec.checkpoint_dir is not None:
-        problems.append(f"NVRX_CHECKPOINT_DIR / --checkpoint-dir {base_spec.checkpoint_dir} with --repeat {count}: the "
+        problems.append(f"{base_spec.say('checkpoint_dir')} with --repeat {count}: the "
                         "runs would share one checkpoint directory, so every run after the first would resume from "
-                        "the one before it; unset it (each run then gets runs/<run-id>/checkpoints), or run the "
-                        "repeats one at a time, each into a fresh copy of the checkpoints")
+                        f"the one before it; leave {base_spec.knob('checkpoint_dir')} out (each run then gets "
+                        "runs/<run-id>/checkpoints), or run the repeats one at a time, each into a fresh copy of the "
+                        "checkpoints")
     run_ids = derived_run_ids(base, count)
     for run_id in run_ids:
         root = RunLayout.for_run(base_spec.work_dir, run_id).root
         if root.exists() or root.is_symlink():
-            problems.append(f"run directory {root} already exists: choose a new base run ID (--run-id / "
-                            "NVRX_RUN_ID, or leave it unset for a generated one); old runs are never overwritten")
+            problems.append(f"run directory {root} already exists: choose a new base run ID ({base_spec.knob('run_id')}"
+                            ", or leave it out for a generated one); old runs are never overwritten")
     summary_dir = base_spec.work_dir / SUMMARY_DIR / base
     if summary_dir.exists() or summary_dir.is_symlink():
         problems.append(f"repeat summary directory {summary_dir} already exists: choose a new base run ID "
-                        "(--run-id / NVRX_RUN_ID); earlier summaries are never overwritten")
+                        f"({base_spec.knob('run_id')}); earlier summaries are never overwritten")
     if problems:
         raise SpecError(problems)
     plan = plan_run(flags, extra, env, run_ids[0])  # everything else the N runs share

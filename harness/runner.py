@@ -109,7 +109,7 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
                         "--nvrx-path at that version")
     if spec.nnodes > 1 and not plan.local:
         if not env.get("SLURM_JOB_ID"):
-            problems.append(f"NNODES={spec.nnodes} runs srun inside a Slurm allocation: run inside salloc/sbatch, "
+            problems.append(f"{spec.say('nnodes')} runs srun inside a Slurm allocation: run inside salloc/sbatch, "
                             "or render a batch script with nvrx-qual sbatch")
         if shutil.which("srun") is None:
             problems.append("srun is not on PATH: run inside the Slurm allocation's environment")
@@ -119,14 +119,14 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
     rdzv_port = ports.local_port(spec.rdzv_endpoint) if spec.nnodes == 1 else None
     taken = ports.in_use(rdzv_port) if rdzv_port else None
     if taken:
-        problems.append(f"RDZV_ENDPOINT={spec.rdzv_endpoint}: {taken}: the launcher would wait on it for ever; leave "
-                        "RDZV_ENDPOINT unset for a single node (a free port is chosen), or free the port")
+        problems.append(f"{spec.say('rdzv_endpoint')}: {taken}: the launcher would wait on it for ever; leave "
+                        f"{spec.knob('rdzv_endpoint')} out for a single node (a free port is chosen), or free the port")
     problems += spec.workload_type.machine_problems(spec, tuple(discovery.nvidia_smi_gpus() or ()))
     kind = FAULT_KINDS.get(spec.fault)
     if kind is not None and kind.fills_filesystem:  # disk-full: a tmpfs mounted here, on the run's checkpoints/
         if spec.nnodes > 1 and not plan.local:
-            problems.append(f"--fault {spec.fault} mounts its tmpfs on this machine only: run it on one node "
-                            "(NNODES=1, or --local-nodes 1)")
+            problems.append(f"{spec.say('fault')} mounts its tmpfs on this machine only: run it on one node "
+                            f"({spec.say('nnodes', 1)}, or --local-nodes 1)")
         problems.extend(tmpfs.problems())
     if problems:
         raise SpecError(problems)
@@ -224,12 +224,16 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
     try:
         # One reader for the whole run: the watcher polls it while the run is live, then the
         # verdict takes its last read (only what was appended since, and the checkpoints).
-        reader = HistoryReader(plan.layout.root, inspect_checkpoints=False, losses=baseline is not None)
+        # the checkpoint directories the plan itself names are read wherever they are (a received run
+        # directory's records are read only inside it: harness.history)
+        reader = HistoryReader(plan.layout.root, inspect_checkpoints=False, losses=baseline is not None,
+                               read_dirs=plan.own_dirs)
         watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast, reader=reader)
         spec = plan.spec
         watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s)")
         result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
-                               watch=_warming(watcher), base_env=base_env, on_stop=_step_canceller(plan, base_env))
+                               watch=_warming(watcher), base_env=base_env, on_stop=_step_canceller(plan, base_env),
+                               on_signal=watcher.say)  # Ctrl-C is acknowledged at once, as a progress line
         base = read_baseline(baseline) if baseline is not None else None
         digest = evidence.digest(plan.layout.root)  # the launch has ended: what the final read sees
         read = reader.read(final=True, inspect_checkpoints=True)

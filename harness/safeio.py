@@ -15,7 +15,12 @@ A run directory may come from someone else (a tarball off a cluster, verified as
   exclusively beside it, then renamed over it; a symlink or non-regular file at the final
   name is refused, so nothing is ever written through a link;
 - appending to the suite's own logs: `open_append` (O_NOFOLLOW, regular files only);
-- directories the suite creates: `make_dirs` refuses a symlink or non-directory on the way.
+- directories the suite creates: `make_dirs` refuses a symlink or non-directory on the way;
+- strings: every string of a JSON record (`read_json`, `parse_record`: keys and values) is
+  checked for what no system call can take (a NUL byte, a character the file system encoding
+  cannot hold) and refused with UnusableRecord naming the field; `path_problem` and
+  `name_problem` add the lengths the OS takes (PATH_MAX, NAME_MAX) for a string that is to
+  name a path or one name.
 
 Errors are OSError (with errno), so every caller's existing OSError handling applies.
 """
@@ -152,8 +157,97 @@ def read_text(path: str | os.PathLike, limit: int = RECORD_LIMIT, errors: str = 
 
 def read_json(path: str | os.PathLike, limit: int = RECORD_LIMIT) -> object:
     """The JSON value of a regular file; OSError when unreadable, ValueError when not JSON
-    (including numbers too long to convert)."""
-    return json.loads(read_text(path, limit))
+    (including numbers too long to convert), UnusableRecord (a ValueError) when one of its
+    strings holds what no system call takes (parse_record)."""
+    return parse_record(read_text(path, limit))
+
+
+# ---------------------------------------------------------------- strings the OS can take
+
+PATH_MAX = 4096  # Linux: a path the kernel takes is shorter than this, in bytes (its NUL included)
+NAME_MAX = 255  # bytes of one name in a path
+
+
+class UnusableRecord(ValueError):
+    """A JSON record holds a string no system call takes: `where` names the field
+    (`spec.work_dir`, `commands[0].argv[2]`, a key: `{...}`), `why` says what it holds."""
+
+    def __init__(self, where: str, why: str) -> None:
+        super().__init__(f"{where} holds {why}")
+        self.where = where
+        self.why = why
+
+
+def string_problem(text: str) -> str | None:
+    """What in `text` no path, name, argument or environment value can hold (a NUL byte, a
+    character the file system encoding cannot hold, as a lone surrogate from a JSON escape);
+    None when it has nothing of the kind."""
+    if "\x00" in text:
+        return "a NUL byte, which no path, name or argument can hold"
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        return "a character no file name can hold (a lone UTF-16 surrogate)"
+    return None
+
+
+def path_problem(text: str) -> str | None:
+    """Why `text` cannot name a path (string_problem, empty, PATH_MAX bytes or more, a name
+    longer than NAME_MAX bytes); None when the OS would take it."""
+    problem = string_problem(text)
+    if problem is not None:
+        return problem
+    raw = os.fsencode(text)
+    if not raw:
+        return "an empty path"
+    if len(raw) >= PATH_MAX:
+        return f"a path of {len(raw)} bytes, longer than any the OS takes ({PATH_MAX - 1})"
+    longest = max(len(part) for part in raw.split(b"/"))
+    if longest > NAME_MAX:
+        return f"a name of {longest} bytes, longer than any the OS takes ({NAME_MAX})"
+    return None
+
+
+def name_problem(text: str) -> str | None:
+    """Why `text` cannot be one name in a path (path_problem, or a '/' in it, or . or ..)."""
+    problem = path_problem(text)
+    if problem is not None:
+        return problem
+    if "/" in text or text in (".", ".."):
+        return f"{text!r}, which is not one name"
+    return None
+
+
+def record_problem(value: object) -> UnusableRecord | None:
+    """The first string of a decoded JSON value (keys included) that string_problem refuses,
+    as an UnusableRecord naming where it is; None when every string is usable. Iterative: no
+    nesting exhausts the stack."""
+    stack: list[tuple[str, object]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, str):
+            problem = string_problem(item)
+            if problem is not None:
+                return UnusableRecord(where or "the record", problem)
+        elif isinstance(item, dict):
+            for key, sub in reversed(list(item.items())):
+                named = f"{where}.{key}" if where else str(key)
+                if isinstance(key, str) and (problem := string_problem(key)) is not None:
+                    return UnusableRecord(f"the name of a field in {where or 'the record'}", problem)
+                stack.append((named, sub))
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", sub) for i, sub in reversed(list(enumerate(item))))
+    return None
+
+
+def parse_record(text: str) -> object:
+    """json.loads of a record's text, every string of it checked (record_problem): ValueError
+    when not JSON, UnusableRecord when a string cannot reach the OS."""
+    value = json.loads(text)
+    problem = record_problem(value)
+    if problem is not None:
+        raise problem
+    return value
 
 
 def is_regular(path: str | os.PathLike) -> bool:

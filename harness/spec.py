@@ -6,6 +6,10 @@ NVRX_FAULT_RANK, NVRX_CHECKPOINT_DIR, RDZV_ENDPOINT, NVRX_DRY_RUN) and from the 
 CLI flags; a flag wins over the environment, the environment over the workload's
 default. `validate` then checks everything that can be checked before a process
 starts, without creating or deleting anything.
+
+Every message names a knob the way the user gave it (`RunSpec.say`, through `knob_name`):
+its environment name when its value came from there (`from_sources` records which), else its
+flag (a flag, a typed value of the pytest fixtures or a library caller, a default).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import dataclasses
 import math
 import os
 import secrets
+import shlex
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -22,8 +27,9 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from harness import campaign, tiers, topology, workloads
 from harness.workloads import megatron_cpu
-from harness.faults import (CAMPAIGN, DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS,  # noqa: F401 (re-exported)
-                            IN_SAVE, MAX_PLANNED_FAULTS, PlannedFault, single_schedule)
+from harness.faults import (AFTER_COMMIT, CAMPAIGN, CAMPAIGN_MOMENTS, DEFAULT_FAULT_AT, FAULT_KINDS,  # noqa: F401
+                            FAULT_MOMENTS, FAULTS, FIRST_COMMIT, IN_SAVE, MAX_PLANNED_FAULTS, PlannedFault,
+                            single_schedule)
 from harness.layout import (FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_ABSENT, TRACKER_EMPTY, TRACKER_NAME,
                             TRACKER_UNREADABLE, RunLayout, is_valid_run_id, parse_iter_name, read_tracker_file)
 
@@ -128,6 +134,19 @@ class RunSpec:
     python: str = sys.executable
     assume_shared_storage: bool = False
     extra_args: tuple[str, ...] = ()
+    # The knobs whose value came from the environment (from_sources): messages name those by
+    # their environment name, every other knob by its flag (say). Not part of the plan: left out
+    # of run.json, of equality and of the configuration hash.
+    from_env: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False)
+
+    def knob(self, field: str) -> str:
+        """The knob as the user gave it: its environment name if its value came from there, else its flag."""
+        return knob_name(field, env=field in self.from_env)
+
+    def say(self, field: str, value: object = None) -> str:
+        """`NAME=VALUE` for a message: the knob as the user gave it (knob) and its value, this
+        spec's own unless `value` is given (the value a fix suggests)."""
+        return f"{self.knob(field)}={shown_value(getattr(self, field) if value is None else value)}"
 
     @property
     def workload_type(self) -> workloads.Workload:
@@ -169,6 +188,8 @@ class RunSpec:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
+            if not f.compare:  # from_env: how the knobs were given, not what the run is
+                continue
             value = getattr(self, f.name)
             if isinstance(value, Path):
                 value = str(value)
@@ -316,31 +337,35 @@ class Knob:
 
 
 # ---- the knobs' constraints (Knob.check), used by validate() in the order of KNOBS
+# Each names the knobs through spec.knob / spec.say: the flag, or the environment name the value came from.
 
 
-def _at_least(low: int, name: str, field: str, *, word: str = "", why: str = "") -> Callable[[RunSpec], list[str]]:
+def _at_least(low: int, field: str, *, word: str = "", why: str = "") -> Callable[[RunSpec], list[str]]:
     word = word or f"{low} or more"
 
     def check(spec: RunSpec) -> list[str]:
         value = getattr(spec, field)
-        return [f"{name}={value} must be {word}{why}"] if value is not None and value < low else []
+        return [f"{spec.say(field)} must be {word}{why}"] if value is not None and value < low else []
     return check
 
 
-def _seconds(name: str, field: str) -> Callable[[RunSpec], list[str]]:
+def _seconds(field: str) -> Callable[[RunSpec], list[str]]:
     """Timeouts and intervals that the launcher, the rank monitors or the nemesis would choke on
     (nan, inf, 1e308, zero or negative): refused here, not in the workers."""
     def check(spec: RunSpec) -> list[str]:
         value = getattr(spec, field)
-        values = [(f"{name} {n}", v) for n, v in value] if field == "section_timeouts" else [(name, value)]
-        return [f"{n}={v!r} must be a number of seconds above 0 and at most {MAX_SECONDS:g}"
-                for n, v in values if v is not None and not seconds_ok(v)]
+        if field == "section_timeouts":
+            said = [(f"{spec.knob(field)} {n}={v!r}", v) for n, v in value]
+        else:
+            said = [(spec.say(field), value)]
+        return [f"{text} must be a number of seconds above 0 and at most {MAX_SECONDS:g}"
+                for text, v in said if v is not None and not seconds_ok(v)]
     return check
 
 
 def _check_workload(spec: RunSpec) -> list[str]:
     """The parallel layout's rules, then the workload's own (its install, its shape rules)."""
-    return (topology.problems(spec.topology, spec.num_layers, spec.num_attention_heads)
+    return (topology.problems(spec.topology, spec.num_layers, spec.num_attention_heads, say=spec.say)
             + spec.workload_type.problems(spec))
 
 
@@ -348,45 +373,60 @@ def _check_fault(spec: RunSpec) -> list[str]:
     problems = []
     if spec.fault == "node":
         if spec.nnodes < 2:
-            problems.append(f"--fault node with NNODES={spec.nnodes}: losing the only node ends the job; "
-                            "use --nnodes 2 or more")
+            problems.append(f"{spec.say('fault')} with {spec.say('nnodes')}: losing the only node ends the job; "
+                            f"use {spec.say('nnodes', 2)} or more")
         elif 0 <= spec.fault_rank < spec.world and spec.fault_rank // spec.gpus_per_node == 0:
-            problems.append(f"--fault node on rank {spec.fault_rank} would lose node 0, which hosts the rendezvous "
-                            "store every launcher depends on: choose a rank on another node, e.g. "
-                            f"NVRX_FAULT_RANK={spec.gpus_per_node}")
+            problems.append(f"{spec.say('fault')} on rank {spec.fault_rank} would lose node 0, which hosts the "
+                            "rendezvous store every launcher depends on: choose a rank on another node, e.g. "
+                            f"{spec.say('fault_rank', spec.gpus_per_node)}")
     return problems + fault_problems(spec)
 
 
 def _check_fault_rank(spec: RunSpec) -> list[str]:
     if spec.fault in ("none", CAMPAIGN) or 0 <= spec.fault_rank < spec.world:
         return []
-    hint = "with one GPU set NVRX_FAULT_RANK=0" if spec.world == 1 else f"choose a rank in 0..{spec.world - 1}"
-    return [f"NVRX_FAULT_RANK={spec.fault_rank} is outside the active world of {spec.world} rank(s): {hint}"]
+    hint = (f"with one GPU use {spec.say('fault_rank', 0)}" if spec.world == 1
+            else f"choose a rank in 0..{spec.world - 1}")
+    return [f"{spec.say('fault_rank')} is outside the active world of {spec.world} rank(s): {hint}"]
 
 
 def _check_rdzv_join_timeout(spec: RunSpec) -> list[str]:
     value = spec.rdzv_join_timeout
-    return [f"--rdzv-join-timeout={value} must be a positive number of seconds"] if (
+    return [f"{spec.say('rdzv_join_timeout')} must be a positive number of seconds"] if (
         value is not None and not (0 < value < 1e6)) else []
 
 
 def _check_local_nodes(spec: RunSpec) -> list[str]:
-    return (["--local-nodes 1 starts one launcher per node on this machine: use --nnodes 2 or more"]
+    return ([f"{spec.say('local_nodes')} starts one launcher per node on this machine: use "
+             f"{spec.say('nnodes', 2)} or more"]
             if spec.local_nodes and spec.nnodes + spec.hot_spares < 2 else [])
 
 
 def _check_rdzv_endpoint(spec: RunSpec) -> list[str]:
-    return ([f"RDZV_ENDPOINT={spec.rdzv_endpoint!r} is not HOST:PORT: use e.g. node001:29400"]
+    return ([f"{spec.say('rdzv_endpoint')} is not HOST:PORT: use e.g. {spec.say('rdzv_endpoint', 'node001:29400')}"]
             if spec.rdzv_endpoint and not _valid_endpoint(spec.rdzv_endpoint) else [])
 
 
 def _check_max_restarts(spec: RunSpec) -> list[str]:
+    """Every planned fault fails one cycle, and only a restart recovers from it: a plan of N
+    faults needs --max-restarts N or more (a campaign is sized so unless told otherwise)."""
     if spec.max_restarts < 0:
-        return [f"--max-restarts={spec.max_restarts} must be 0 or more"]
-    if spec.fault != "none" and spec.max_restarts < 1:
-        return [f"--max-restarts={spec.max_restarts} leaves no restart to recover from the {spec.fault} fault: "
-                "use 1 or more"]
-    return []
+        return [f"{spec.say('max_restarts')} must be 0 or more"]
+    if spec.fault == "none":
+        return []
+    planned = len(spec.schedule)
+    if planned <= 1:
+        return ([f"{spec.say('max_restarts')} leaves no restart to recover from the {spec.fault} fault: use "
+                 f"{spec.say('max_restarts', 1)} or more"] if spec.max_restarts < 1 else [])
+    if spec.max_restarts >= planned:
+        return []
+    moments = ", then ".join(f.moment for f in spec.schedule)
+    what = "" if spec.fault == CAMPAIGN else f" ({spec.say('fault_at')}: {moments})"
+    sized = f", or leave {spec.knob('max_restarts')} out (the campaign sizes it)" if spec.fault == CAMPAIGN else ""
+    return [f"{spec.say('max_restarts')} allows {spec.max_restarts} restart{'s' if spec.max_restarts != 1 else ''} "
+            f"and this plan injects {planned} faults{what}, each recovered by a restart of its own: the budget "
+            f"would run out at fault {spec.max_restarts + 1} and the run could not qualify; use "
+            f"{spec.say('max_restarts', planned)} or more{sized}"]
 
 
 def _check_faults(spec: RunSpec) -> list[str]:
@@ -394,23 +434,25 @@ def _check_faults(spec: RunSpec) -> list[str]:
     for every fault to find a checkpoint committed after the previous recovery."""
     n = spec.faults
     if not 1 <= n <= MAX_PLANNED_FAULTS:
-        return [f"--faults={n} must be between 1 and {MAX_PLANNED_FAULTS} (a run directory holds at most "
+        return [f"{spec.say('faults')} must be between 1 and {MAX_PLANNED_FAULTS} (a run directory holds at most "
                 f"{MAX_PLANNED_FAULTS} injection markers)"]
     if n == 1 and spec.fault == CAMPAIGN:
-        return ["--fault campaign needs --faults 2 or more: give the number of faults, or choose one kind with --fault"]
+        return [f"{spec.say('fault')} needs {spec.say('faults', 2)} or more: give the number of faults, or choose "
+                f"one kind with {spec.say('fault', 'KIND')}"]
     if n == 1:
         return []
     if spec.fault != CAMPAIGN:
-        return [f"--faults {n} with --fault {spec.fault}: a campaign draws its kinds from --fault-kinds; drop --fault "
-                f"(and NVRX_DEMO_FAULT), or for a campaign of one kind use --fault-kinds {spec.fault}"]
+        return [f"{spec.say('faults')} with {spec.say('fault')}: a campaign draws its kinds from "
+                f"{spec.knob('fault_kinds')}; drop {spec.knob('fault')}, or for a campaign of one kind use "
+                f"{spec.say('fault_kinds', spec.fault)}"]
     schedule = spec.schedule
     if not schedule:
         return []  # _check_fault_kinds names why nothing can be drawn
     need = campaign.sizing(schedule, spec.save_interval).train_iters
     if spec.train_iters < need:
-        return [f"TRAIN_ITERS={spec.train_iters} is too short for a campaign of {n} faults with save interval "
-                f"{spec.save_interval}: each fault waits for a checkpoint committed after the previous recovery; set "
-                f"TRAIN_ITERS={need} or more, or leave it out (the campaign sizes it)"]
+        return [f"{spec.say('train_iters')} is too short for a campaign of {n} faults with "
+                f"{spec.say('save_interval')}: each fault waits for a checkpoint committed after the previous "
+                f"recovery; set {spec.say('train_iters', need)} or more, or leave it out (the campaign sizes it)"]
     return []
 
 
@@ -418,32 +460,53 @@ def _check_seed(spec: RunSpec) -> list[str]:
     if spec.seed is None:
         return []
     if not 0 <= spec.seed <= campaign.MAX_SEED:
-        return [f"--seed={spec.seed} must be between 0 and {campaign.MAX_SEED}"]
+        return [f"{spec.say('seed')} must be between 0 and {campaign.MAX_SEED}"]
     if spec.fault != CAMPAIGN:
-        return [f"--seed {spec.seed} draws a campaign's schedule, and this run plans one fault: add --faults N "
-                "(2 or more), or drop --seed"]
+        return [f"{spec.say('seed')} draws a campaign's schedule, and this run plans one fault: add "
+                f"{spec.say('faults', 'N')} (2 or more), or drop {spec.knob('seed')}"]
     return []
 
 
 def _check_fault_kinds(spec: RunSpec) -> list[str]:
     if spec.fault != CAMPAIGN:
-        return ([f"--fault-kinds {','.join(spec.fault_kinds)} is the pool of a campaign, and this run plans one "
-                 "fault: add --faults N (2 or more), or use --fault KIND"] if spec.fault_kinds else [])
-    problems = [f"--fault-kinds: {why}: drop it from the list" for k in spec.fault_kinds
-                if (why := campaign.kind_problem(k, spec.workload, nnodes=spec.nnodes)) is not None]
+        return ([f"{spec.say('fault_kinds')} is the pool of a campaign, and this run plans one fault: add "
+                 f"{spec.say('faults', 'N')} (2 or more), or use {spec.say('fault', 'KIND')}"] if spec.fault_kinds
+                else [])
+    problems = [f"{spec.say('fault_kinds')}: {why}: drop {k} from the list" for k in spec.fault_kinds
+                if (why := campaign.kind_problem(k, spec.workload, nnodes=spec.nnodes,
+                                                 nnodes_name=spec.knob('nnodes'))) is not None]
     if not problems and not spec.campaign_kinds:
-        problems.append(f"no fault kind can be drawn on the {spec.workload} workload: give --fault-kinds")
+        problems.append(f"no fault kind can be drawn on the {spec.workload} workload: give {spec.knob('fault_kinds')}")
     return problems
 
 
+def _check_fault_at(spec: RunSpec) -> list[str]:
+    """A campaign draws its moments (harness.campaign): a --fault-at of its own would be ignored."""
+    if spec.fault == CAMPAIGN and spec.fault_at != DEFAULT_FAULT_AT:
+        return [f"{spec.say('fault_at')} times one fault, and a campaign draws the moment of each of its faults "
+                f"from {spec.knob('seed')} ({', '.join(CAMPAIGN_MOMENTS)}): drop {spec.knob('fault_at')}"]
+    return []
+
+
 def _check_fault_after(spec: RunSpec) -> list[str]:
-    problem = tiers.fault_after_problem(spec.fault_after, spec.extra_args)
-    return [] if problem is None else [problem]
+    problem = tiers.fault_after_problem(spec.fault_after, spec.extra_args, name=spec.knob("fault_after"))
+    if problem is not None:
+        return [problem]
+    if spec.fault_after == tiers.DEFAULT_FAULT_AFTER or spec.fault == "none":
+        return []
+    if spec.fault == CAMPAIGN:  # its after-commit faults wait for any tier's commit (the nemesis's default)
+        return [f"{spec.say('fault_after')} arms one fault, and a campaign's faults wait for the newest commit of "
+                f"any tier: drop {spec.knob('fault_after')}"]
+    if not any(FAULT_MOMENTS[f.moment].fires == FIRST_COMMIT for f in spec.schedule):
+        return [f"{spec.say('fault_after')} names the checkpoint tier whose commit arms an {AFTER_COMMIT} fault, and "
+                f"{spec.say('fault_at')} waits for no such commit: drop {spec.knob('fault_after')}, or use "
+                f"{spec.say('fault_at', AFTER_COMMIT)}"]
+    return []
 
 
 def _check_save_delay_ms(spec: RunSpec) -> list[str]:
     if spec.save_delay_ms is not None and spec.save_delay_ms < 0:
-        return [f"--save-delay-ms={spec.save_delay_ms} must be 0 or more"]
+        return [f"{spec.say('save_delay_ms')} must be 0 or more"]
     return _own_knob_problems(spec, "save_delay_ms", bool(spec.save_delay_ms))
 
 
@@ -452,7 +515,7 @@ def _own_knob_problems(spec: RunSpec, field: str, given: bool) -> list[str]:
     if not given or field in spec.workload_type.own_knobs:
         return []
     owners = [name for name in workloads.names() if field in workloads.get(name).own_knobs]
-    return [f"{KNOBS_BY_FIELD[field].flag} is a knob of the {' and '.join(owners) or 'no'} workload only: drop it"]
+    return [f"{spec.knob(field)} is a knob of the {' and '.join(owners) or 'no'} workload only: drop it"]
 
 
 def knob_problems(spec: RunSpec) -> list[str]:
@@ -488,15 +551,16 @@ KNOBS: tuple[Knob, ...] = (
     Knob("global_batch_size", "--global-batch-size", _parse_int, "global batch (default: active GPU count)", None,
          "a positive integer"),
     Knob("train_iters", "--train-iters", _parse_int, "final iteration", "TRAIN_ITERS", "a positive integer",
-         check=_at_least(1, "TRAIN_ITERS", "train_iters", word="a positive integer")),
+         check=_at_least(1, "train_iters", word="a positive integer")),
     Knob("save_interval", "--save-interval", _parse_int, "checkpoint every N iterations", "SAVE_INTERVAL",
-         "a positive integer", check=_at_least(1, "save interval", "save_interval", word="a positive integer")),
+         "a positive integer", check=_at_least(1, "save_interval", word="a positive integer")),
     Knob("fault", "--fault", _parse_choice(FAULTS),
-         "; ".join(f"{k.name}: {k.help}" for k in FAULT_KINDS.values()) + "; none: no fault", "NVRX_DEMO_FAULT",
+         f"what to inject: {', '.join(FAULT_KINDS)}; none (an uninterrupted run); campaign (with --faults 2 or "
+         "more); what each kind does: docs/faults.md", "NVRX_DEMO_FAULT",
          ", ".join(FAULTS), check=_check_fault),
     Knob("fault_at", "--fault-at", _parse_choice(tuple(FAULT_MOMENTS)),
-         "; ".join(f"{m.name}: {m.help}" for m in FAULT_MOMENTS.values()), "NVRX_FAULT_AT",
-         ", ".join(FAULT_MOMENTS)),
+         f"when: {', '.join(FAULT_MOMENTS)}; each moment: docs/faults.md", "NVRX_FAULT_AT",
+         ", ".join(FAULT_MOMENTS), check=_check_fault_at),
     Knob("fault_after", "--fault-after", _parse_choice(tiers.FAULT_AFTER),
          "after-commit: the checkpoint tier whose commit fires the fault: persistent (--save), non-persistent "
          "(Megatron's --non-persistent-ckpt-type global, under <save>/non_persistent) or any (the newest commit of "
@@ -504,8 +568,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("fault_rank", "--fault-rank", _parse_int, "global rank that injects the fault", "NVRX_FAULT_RANK",
          "a rank number such as 0 or 1", check=_check_fault_rank),
     Knob("faults", "--faults", _parse_int,
-         "a campaign: this many faults in one job (2 or more; fault 'campaign'), their kinds, ranks and moments "
-         "drawn from --seed; TRAIN_ITERS and --max-restarts are sized from it unless given (docs/campaigns.md)",
+         "faults in one job: 1 is the one --fault; 2 or more is a campaign (fault 'campaign'), its kinds, ranks and "
+         "moments drawn from --seed; TRAIN_ITERS and --max-restarts are sized from it unless given "
+         "(docs/campaigns.md)",
          "NVRX_QUAL_FAULTS", f"an integer from 1 to {MAX_PLANNED_FAULTS}", check=_check_faults),
     Knob("seed", "--seed", _parse_int,
          "a campaign's seed: the same seed gives the same schedule (replay); default: drawn, printed and recorded "
@@ -516,7 +581,7 @@ KNOBS: tuple[Knob, ...] = (
          "kinds separated by commas, e.g. kill,hang,exception", check=_check_fault_kinds),
     Knob("hot_spares", "--hot-spares", _parse_int,
          "extra launchers (nodes) that join as standby and replace a lost node (launcher --nnodes N:N+H)", None,
-         "0 or a positive integer", check=_at_least(0, "--hot-spares", "hot_spares")),
+         "0 or a positive integer", check=_at_least(0, "hot_spares")),
     Knob("rdzv_join_timeout", "--rdzv-join-timeout", _parse_float,
          "seconds a launcher waits for enough nodes to rejoin the rendezvous (default: NVRx's)", None,
          "a number of seconds", check=_check_rdzv_join_timeout),
@@ -535,24 +600,23 @@ KNOBS: tuple[Knob, ...] = (
          "NVRX_DEADLINE_PROFILE", ", ".join(DEADLINE_PROFILES)),
     Knob("section_timeouts", "--section-timeouts", parse_section_timeouts,
          "ft_launcher section deadlines, seconds (overrides the profile's)", None,
-         sections_text(DEFAULT_DEADLINE_PROFILE), check=_seconds("--section-timeouts", "section_timeouts")),
+         sections_text(DEFAULT_DEADLINE_PROFILE), check=_seconds("section_timeouts")),
     Knob("out_of_section_timeout", "--out-of-section-timeout", _parse_float, "seconds out of any section", None,
-         "a number of seconds", check=_seconds("--out-of-section-timeout", "out_of_section_timeout")),
+         "a number of seconds", check=_seconds("out_of_section_timeout")),
     Knob("max_restarts", "--max-restarts", _parse_int, "worker-group restarts the launcher may do", None,
          "a non-negative integer", check=_check_max_restarts),
     Knob("max_no_progress_cycles", "--max-no-progress-cycles", _parse_int,
          "NVRx >= 0.7: cycles without checkpoint progress before the launcher stops the job with exit 93 "
          "(--ft-max-no-progress-cycles; default: NVRx's 3)", None, "a positive integer",
-         check=_at_least(1, "--max-no-progress-cycles", "max_no_progress_cycles",
-                         why=" (the suite never disables NVRx's progress tracker)")),
+         check=_at_least(1, "max_no_progress_cycles", why=" (the suite never disables NVRx's progress tracker)")),
     Knob("monitor_interval", "--monitor-interval", _parse_float, "launcher monitor interval, seconds", None,
-         "a number of seconds", check=_seconds("--monitor-interval", "monitor_interval")),
+         "a number of seconds", check=_seconds("monitor_interval")),
     Knob("workload_check_interval", "--workload-check-interval", _parse_float,
          "rank monitor check interval, seconds", None, "a number of seconds",
-         check=_seconds("--workload-check-interval", "workload_check_interval")),
+         check=_seconds("workload_check_interval")),
     Knob("poll_interval", "--poll-interval", _parse_float, "nemesis tracker poll interval, seconds",
          "NVRX_POLL_INTERVAL", "a number of seconds",
-         check=_seconds("--poll-interval / NVRX_POLL_INTERVAL", "poll_interval")),
+         check=_seconds("poll_interval")),
     Knob("step_time_ms", "--step-time-ms", _parse_int, "reference workload: minimum step time", None,
          "a non-negative integer"),
     Knob("save_delay_ms", "--save-delay-ms", _parse_int,
@@ -585,6 +649,30 @@ KNOBS: tuple[Knob, ...] = (
          "1: trust that work/checkpoint paths are shared across nodes", None, "1 or 0"),
 )
 KNOBS_BY_FIELD = {k.field: k for k in KNOBS}
+
+
+def knob_name(field: str, *, env: bool = False) -> str:
+    """The one way a message names a knob of KNOBS: its environment name when its value came
+    from the environment (env=True, and the knob has one), else its flag."""
+    knob = KNOBS_BY_FIELD[field]
+    return knob.env if env and knob.env else knob.flag
+
+
+def shown_value(value: object) -> str:
+    """A knob's value as one would type it: 1/0, 900 (not 900.0), a path or word quoted for the
+    shell only when it needs it, a tuple comma-separated (section deadlines as name:seconds)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        text = repr(value)
+        return text[:-2] if text.endswith(".0") else text
+    if isinstance(value, (str, Path)):
+        return shlex.quote(str(value))
+    if isinstance(value, tuple):
+        if all(isinstance(v, tuple) and len(v) == 2 for v in value):
+            return ",".join(f"{k}:{shown_value(v)}" for k, v in value)
+        return ",".join(shown_value(v) for v in value)
+    return str(value)
 
 # The --help groups of `nvrx-qual plan | run | sbatch`, in the order shown, and the knobs in
 # each (a knob can also name its group itself: Knob.group). The command layer adds its own
@@ -622,15 +710,18 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
                  detected: Mapping[str, Any] | None = None) -> RunSpec:
     """Build a RunSpec: flag > environment > detected (GPU arch, TE, uv) > workload default.
 
-    Raises SpecError naming every value that cannot be parsed.
+    Raises SpecError naming every value that cannot be parsed. The spec remembers which knobs
+    came from the environment (RunSpec.from_env), so that every later message names those by
+    their environment name and the others by their flags.
     """
     problems: list[str] = []
     raw: dict[str, Any] = {}
+    from_env: set[str] = set()
     for knob in KNOBS:
         given = flags.get(knob.field)
-        source = knob.flag
         if given is None and knob.env and env.get(knob.env, "") != "":
-            given, source = env[knob.env], knob.env
+            given = env[knob.env]
+            from_env.add(knob.field)
         if given is None:
             continue
         if not isinstance(given, str):  # already typed (pytest fixtures, library callers)
@@ -640,7 +731,7 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
             raw[knob.field] = knob.parse(given)
         except (ValueError, TypeError):
             fix = f": use {knob.fix}" if knob.fix else ""
-            problems.append(f"{source}={given!r} is not valid{fix}")
+            problems.append(f"{knob_name(knob.field, env=knob.field in from_env)}={given!r} is not valid{fix}")
     if problems:
         raise SpecError(problems)
 
@@ -678,6 +769,7 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
     if values.get("fault_at") == IN_SAVE and values.get("save_delay_ms") is None:
         values["save_delay_ms"] = kind.in_save_delay_ms  # None: its saves stay open long enough by themselves
     values["extra_args"] = tuple(extra_args)
+    values["from_env"] = frozenset(from_env)
     spec = RunSpec(**values)
     if spec.fault == CAMPAIGN and spec.schedule:
         return sized_campaign(spec, given=raw)
@@ -708,38 +800,98 @@ def deadline_profile_of(values: Mapping[str, Any]) -> str:
     effective["section_timeouts"] = tuple((n, float(v)) for n, v in effective["section_timeouts"])
     return next((name for name, deadlines in DEADLINE_PROFILES.items() if deadlines == effective), CUSTOM_PROFILE)
 def fault_problems(spec: RunSpec) -> list[str]:
-    """The fault vocabulary's own rules: a moment the workload can show, the knobs it needs."""
+    """The fault vocabulary's own rules: a moment the workload can show, the knobs it needs.
+    (Whether the save interval and the train iterations give each moment its checkpoints is
+    validate's reach_problems: it needs the restored iteration.)"""
     problems: list[str] = []
     if spec.fault in ("none", CAMPAIGN):  # a campaign's kinds and moments: _check_fault_kinds
         return problems
     moment = FAULT_MOMENTS.get(spec.fault_at)
     kind = FAULT_KINDS.get(spec.fault)
+    fault, fault_at = spec.say("fault"), spec.say("fault_at")
     if moment is None or kind is None:  # typed callers bypass the parser
-        return [f"--fault {spec.fault} --fault-at {spec.fault_at}: use a kind of {', '.join(FAULT_KINDS)} and a "
-                f"moment of {', '.join(FAULT_MOMENTS)}"]
+        return [f"{fault} {fault_at}: use a kind of {', '.join(FAULT_KINDS)} and a moment of "
+                f"{', '.join(FAULT_MOMENTS)}"]
     if spec.fault_at not in spec.workload_type.moments:
-        problems.append(f"--fault-at {spec.fault_at}: the {spec.workload} workload cannot show this moment; use one "
+        problems.append(f"{fault_at}: the {spec.workload} workload cannot show this moment; use one "
                         f"of {', '.join(spec.workload_type.moments) or 'none'}")
     if not kind.allows(spec.fault_at):
-        problems.append(f"--fault {spec.fault} --fault-at {spec.fault_at}: this kind fires only at "
-                        f"{', '.join(kind.moments or ())}; use --fault-at {(kind.moments or ('after-commit',))[0]}")
+        problems.append(f"{fault} {fault_at}: this kind fires only at {', '.join(kind.moments or ())}; use "
+                        f"{spec.say('fault_at', (kind.moments or (AFTER_COMMIT,))[0])}")
     if kind.gpu_only and not spec.workload_type.on_gpu:
-        problems.append(f"--fault {spec.fault} needs a GPU ({kind.help}): the {spec.workload} workload runs on CPU; "
+        problems.append(f"{fault} needs a GPU ({kind.help}): the {spec.workload} workload runs on CPU; "
                         "use --workload megatron on a GPU machine (the GPU kit) or a CPU fault kind")
     if kind.planned is not None:
-        problems.append(f"--fault {spec.fault} is planned, not runnable: {kind.planned}")
+        problems.append(f"{fault} is planned, not runnable: {kind.planned}")
     if kind.fills_filesystem and spec.checkpoint_dir is not None:
-        problems.append(f"--fault {spec.fault} mounts a size-limited tmpfs on the run's own checkpoints/, and "
-                        f"NVRX_CHECKPOINT_DIR={spec.checkpoint_dir} is yours: unset it")
-    if kind.poisons_checkpoint:
-        if spec.checkpoint_dir is not None:
-            problems.append(f"--fault {spec.fault} damages a checkpoint file, and NVRX_CHECKPOINT_DIR="
-                            f"{spec.checkpoint_dir} is yours: unset it so the run poisons only its own checkpoints")
-    if spec.fault_at == IN_SAVE and spec.train_iters < 2 * spec.save_interval + 1:
-        problems.append(f"--fault-at in-save hits the save after the first committed one: TRAIN_ITERS="
-                        f"{spec.train_iters} must exceed 2 x save interval {spec.save_interval}; set TRAIN_ITERS="
-                        f"{2 * spec.save_interval + 1} or more")
+        problems.append(f"{fault} mounts a size-limited tmpfs on the run's own checkpoints/, and "
+                        f"{spec.say('checkpoint_dir')} is yours: leave {spec.knob('checkpoint_dir')} out")
+    if kind.poisons_checkpoint and spec.checkpoint_dir is not None:
+        problems.append(f"{fault} damages a checkpoint file, and {spec.say('checkpoint_dir')} is yours: leave "
+                        f"{spec.knob('checkpoint_dir')} out so the run poisons only its own checkpoints")
     return problems
+
+
+def reach_problems(spec: RunSpec, restored: int = 0) -> list[str]:
+    """Whether the plan's save interval and train iterations give every planned fault the
+    checkpoint its moment waits for, before the final iteration, and so one committed after its
+    recovery (harness.campaign.reach over the commits of harness.tiers.Commits, for every moment
+    of harness.faults and the tiers --fault-after watches). One sentence for the first fault that
+    cannot fire (the later ones wait on it), naming the knobs and the train iterations that would do."""
+    schedule = spec.schedule
+    if (not schedule or spec.save_interval < 1 or spec.train_iters < 1
+            or tiers.fault_after_problem(spec.fault_after, spec.extra_args) is not None):  # that one says why
+        return []
+    watched = tiers.watched_tiers(spec.fault_after)
+    commits = tiers.Commits.of(spec.train_iters, spec.save_interval, spec.extra_args)
+    miss = next((r for r in campaign.reach(schedule, commits, restored, watched) if r.missing is not None), None)
+    if miss is None:
+        return []
+    f = miss.fault
+    which = (f"fault {miss.index} of {len(schedule)} ({f.kind} at {f.moment})" if len(schedule) > 1
+             else f"the {f.kind} fault at {f.moment}")
+    since = f"the restored iteration {miss.after}" if miss.after else "the start"
+    intervals = spec.say("save_interval")
+    if commits.non_persistent_interval is not None:
+        intervals += f" (and {tiers.NP_INTERVAL_FLAG} {commits.non_persistent_interval} after --)"
+    iters = spec.say("train_iters")
+    if miss.missing == campaign.NO_LOAD:
+        restored = ("a non-persistent one, whose files it does not watch (it watches iter_* under checkpoints/)"
+                    if miss.after else "none (nothing was committed yet)")
+        return [f"{which} fires while the replacement loads the checkpoint its cycle restored, and that is "
+                f"{restored}: use {spec.say('fault_after', tiers.PERSISTENT)} so the first fault waits for a "
+                "persistent commit"]
+    if miss.missing == campaign.NO_COMMIT:
+        why = f"{intervals} and {iters} commit no checkpoint after {since} before the final iteration"
+    elif miss.missing == campaign.FINAL_COMMIT:
+        why = (f"with {intervals} and {iters} the first checkpoint after {since} that it waits for is the final one "
+               f"(iteration {miss.found}): a fault there leaves nothing to recover and no checkpoint after it")
+    elif miss.missing == campaign.NO_SAVE_IN_FLIGHT:
+        nxt = (f"is the final iteration's (iteration {miss.found}), which is not one to hit in flight"
+               if miss.found is not None else "never comes")
+        why = (f"it fires while the save after the first checkpoint committed after {since} is in flight, and with "
+               f"{intervals} and {iters} that save {nxt}")
+    else:  # NOTHING_TO_TRAIN
+        why = f"{iters} leaves nothing to train after {since}"
+    need = _shortest_train_iters(spec, restored, watched)
+    fix = (f"set {spec.say('train_iters', need)} or more, or a smaller {spec.knob('save_interval')}" if need
+           else f"use a smaller {spec.knob('save_interval')}")
+    return [f"{which} cannot happen: {why}; {fix}"]
+
+
+def _shortest_train_iters(spec: RunSpec, restored: int, watched: tuple[str, ...]) -> int | None:
+    """The fewest train iterations with which every planned fault reaches its moment: one more
+    than the last iteration a fault fires at when the training never ends (the commits below
+    the final iteration do not depend on it); None when more iterations do not help."""
+    endless = tiers.Commits.of(tiers.ENDLESS, spec.save_interval, spec.extra_args)
+    reached = campaign.reach(spec.schedule, endless, restored, watched)
+    if any(r.missing is not None for r in reached):
+        return None
+    need = max((r.after if r.at == tiers.ENDLESS else r.at) + 1 for r in reached)
+    commits = tiers.Commits.of(need, spec.save_interval, spec.extra_args)
+    if any(r.missing is not None for r in campaign.reach(spec.schedule, commits, restored, watched)):
+        return None
+    return need
 
 
 # ---- validation ---------------------------------------------------------------------------
@@ -831,14 +983,16 @@ def iterations_after(checkpoint_dir: Path, iteration: int) -> list[tuple[int, st
     return sorted(found)
 
 
-def leftovers_problem(root: Path, leftovers: Sequence[str]) -> str:
+def leftovers_problem(root: Path, leftovers: Sequence[str], *, run_id: str = "--run-id",
+                      checkpoint_dir: str = "--checkpoint-dir") -> str:
     """The refusal of a run directory holding an earlier run's logs or checkpoints without its
-    records (no launch.json, no marker): a launch would resume from them and write over them."""
+    records (no launch.json, no marker): a launch would resume from them and write over them.
+    `run_id`, `checkpoint_dir`: those knobs as the user gave them (RunSpec.knob)."""
     return (f"run directory {root} already holds {', '.join(leftovers)} from an earlier run that left no launch.json "
             "or run.json of its own: a launch there would resume from those checkpoints and write over those logs, "
-            "and they are yours, so nothing is touched: use a new NVRX_RUN_ID, or move the directory away (mv "
+            f"and they are yours, so nothing is touched: use a new {run_id}, or move the directory away (mv "
             f"{root} {root}.old); to resume from those checkpoints deliberately, copy them elsewhere and pass "
-            "NVRX_CHECKPOINT_DIR=<the copy>")
+            f"{checkpoint_dir}=<the copy>")
 
 
 def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool = True) -> int:
@@ -848,38 +1002,41 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
     probe = probe or SystemProbe()
     problems: list[str] = []
     layout = spec.layout
+    run_id = spec.knob("run_id")
 
     if len(spec.run_id) > MAX_RUN_ID_LEN:
-        problems.append(f"NVRX_RUN_ID={spec.run_id[:40]!r}... is {len(spec.run_id)} characters long: use at most "
-                        f"{MAX_RUN_ID_LEN} (it names a directory, a Slurm step and the launch tag)")
+        problems.append(f"{spec.say('run_id', spec.run_id[:40])}... is {len(spec.run_id)} characters long: use at "
+                        f"most {MAX_RUN_ID_LEN} (it names a directory, a Slurm step and the launch tag)")
     elif not is_valid_run_id(spec.run_id):
-        problems.append(f"NVRX_RUN_ID={spec.run_id!r} must match {RUN_ID_PATTERN}: "
+        problems.append(f"{spec.say('run_id')} must match {RUN_ID_PATTERN}: "
                         "use letters, digits, '.', '_' and '-', starting with a letter or digit")
     elif layout.marker.exists() or layout.marker.is_symlink():
         problems.append(f"run directory {layout.root} already holds {MARKER_NAME} from an earlier run: "
-                        "use a new NVRX_RUN_ID for every test")
+                        f"use a new {run_id} for every test")
     elif layout.launch_json.exists():
         problems.append(f"run directory {layout.root} already holds a launched run (launch.json): "
-                        "use a new NVRX_RUN_ID for every test; old runs are never overwritten")
+                        f"use a new {run_id} for every test; old runs are never overwritten")
     elif leftovers := layout.leftovers():
-        problems.append(leftovers_problem(layout.root, leftovers))
+        problems.append(leftovers_problem(layout.root, leftovers, run_id=run_id,
+                                          checkpoint_dir=spec.knob("checkpoint_dir")))
 
     blocker = next((p for p in (spec.work_dir, *spec.work_dir.parents) if p.exists() or p.is_symlink()), None)
     if blocker is not None and not blocker.is_dir():
-        problems.append(f"NVRX_WORK_DIR={spec.work_dir}: {blocker} is not a directory: point NVRX_WORK_DIR / "
-                        "--work-dir at a directory (it is created when missing)")
+        problems.append(f"{spec.say('work_dir')}: {blocker} is not a directory: point {spec.knob('work_dir')} at a "
+                        "directory (it is created when missing)")
 
     problems += knob_problems(spec)  # every knob's own constraints, declared beside it in KNOBS
 
     restored = 0
+    too_short = False  # the train iterations are refused already: the schedule's reach would say it again
     if spec.checkpoint_dir is not None:
-        ckpt = spec.checkpoint_dir
+        ckpt, named = spec.checkpoint_dir, spec.say("checkpoint_dir")
         if not ckpt.is_dir():
-            problems.append(f"NVRX_CHECKPOINT_DIR={ckpt} is not a directory: point it at an existing "
-                            "checkpoint directory, or unset it for a fresh run")
+            problems.append(f"{named} is not a directory: point it at an existing checkpoint directory, or leave "
+                            f"{spec.knob('checkpoint_dir')} out for a fresh run")
         else:
             if (ckpt / FT_STATE_NAME).exists():
-                problems.append(f"NVRX_CHECKPOINT_DIR={ckpt} holds {FT_STATE_NAME} (calculated timeouts that "
+                problems.append(f"{named} holds {FT_STATE_NAME} (calculated timeouts that "
                                 "override the fixed ones): archive it deliberately, e.g. "
                                 f"mv {ckpt / FT_STATE_NAME} {ckpt / FT_STATE_NAME}.archived")
             try:
@@ -894,25 +1051,33 @@ def validate(spec: RunSpec, probe: Probe | None = None, *, needs_endpoint: bool 
                     tracked = (f"newer than its tracker's iteration {restored}" if restored
                                else "but no tracker (the run would start afresh)")
                     problems.append(
-                        f"NVRX_CHECKPOINT_DIR={ckpt} holds {shown}, {tracked}: the run would save over "
+                        f"{named} holds {shown}, {tracked}: the run would save over "
                         f"them and delete their files; they are yours, so nothing is touched: move them out (e.g. "
                         f"mkdir {ckpt}.newer && mv {ckpt}/{newer[0][1]} ... {ckpt}.newer/), or point "
-                        f"NVRX_CHECKPOINT_DIR at a copy, or write the newest complete one into {TRACKER_NAME}")
+                        f"{spec.knob('checkpoint_dir')} at a copy, or write the newest complete one into "
+                        f"{TRACKER_NAME}")
                 need = restored + 2 * spec.save_interval
                 if restored and spec.train_iters < need:
+                    too_short = True
                     problems.append(
-                        f"TRAIN_ITERS={spec.train_iters} must exceed the restored iteration {restored} by at least "
-                        f"two save intervals (2 x {spec.save_interval}): set TRAIN_ITERS={need} or more")
+                        f"{spec.say('train_iters')} must exceed the restored iteration {restored} by at least "
+                        f"two save intervals (2 x {spec.say('save_interval')}): set {spec.say('train_iters', need)} "
+                        "or more")
+    if spec.fault == CAMPAIGN and spec.schedule:
+        too_short = too_short or spec.train_iters < campaign.sizing(spec.schedule, spec.save_interval).train_iters
+    if not too_short:
+        problems += reach_problems(spec, restored)
 
     if spec.nnodes > 1 and not spec.local_nodes:
         if needs_endpoint and not spec.rdzv_endpoint:
-            problems.append(f"NNODES={spec.nnodes} needs RDZV_ENDPOINT, a HOST:PORT every node reaches: inside the "
-                            "allocation use the first host, e.g. export RDZV_ENDPOINT=\"$(scontrol show hostnames "
+            endpoint = spec.knob("rdzv_endpoint")
+            problems.append(f"{spec.say('nnodes')} needs {endpoint}, a HOST:PORT every node reaches: inside the "
+                            f"allocation use the first host, e.g. {endpoint}=\"$(scontrol show hostnames "
                             "\"$SLURM_JOB_NODELIST\" | head -n 1):<free port>\"")
         if not spec.assume_shared_storage:
-            for name, path in (("NVRX_WORK_DIR", spec.work_dir), ("NVRX_CHECKPOINT_DIR", spec.checkpoint_dir)):
-                if path is not None:
-                    problem = _node_local(name, path, spec.nnodes, probe)
+            for field in ("work_dir", "checkpoint_dir"):
+                if getattr(spec, field) is not None:
+                    problem = _node_local(spec, field, probe)
                     if problem:
                         problems.append(problem)
     if problems:
@@ -925,15 +1090,16 @@ def shrink_problems(spec: RunSpec) -> list[str]:
     if spec.min_nnodes is None:
         return []
     low, high = spec.min_nnodes, spec.nnodes
+    given = spec.say("nnodes", f"{low}:{high}")
     if not 1 <= low <= high:
-        return [f"--nnodes {low}:{high}: MIN must be at least 1 and at most MAX: e.g. --nnodes 1:{max(high, 1)}"]
+        return [f"{given}: MIN must be at least 1 and at most MAX: e.g. {spec.say('nnodes', f'1:{max(high, 1)}')}"]
     if low == high:
         return []
     problems = []
     smaller = topology.Topology(low, spec.gpus_per_node, spec.tp, spec.pp, spec.cp, spec.micro_batch_size,
                                 spec.global_batch_size if spec.global_batch_size is not None else spec.world)
-    for problem in topology.problems(smaller, spec.num_layers, spec.num_attention_heads):
-        problems.append(f"--nnodes {low}:{high}: after a shrink to {low} node(s) the job runs a world of "
+    for problem in topology.problems(smaller, spec.num_layers, spec.num_attention_heads, say=spec.say):
+        problems.append(f"{given}: after a shrink to {low} node(s) the job runs a world of "
                         f"{smaller.world}, and then {problem}; choose a MIN whose world keeps the layout valid")
     return problems
 
@@ -943,7 +1109,8 @@ def _valid_endpoint(text: str) -> bool:
     return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
 
 
-def _node_local(name: str, path: Path, nnodes: int, probe: Probe) -> str | None:
+def _node_local(spec: RunSpec, field: str, probe: Probe) -> str | None:
+    path = getattr(spec, field)
     resolved = _nearest_existing(path).resolve()
     for prefix in NODE_LOCAL_PREFIXES:
         if resolved == prefix or prefix in resolved.parents:
@@ -954,8 +1121,8 @@ def _node_local(name: str, path: Path, nnodes: int, probe: Probe) -> str | None:
         if fstype in SHARED_FS_TYPES:
             return None
         why = f"a {fstype or 'unknown'} filesystem, not a network or parallel one"
-    return (f"{name}={path} is on {why}; with NNODES={nnodes} every node must see it: use a path on shared "
-            "storage (NFS, Lustre, GPFS, ...), or pass --assume-shared-storage 1 if it is shared")
+    return (f"{spec.say(field)} is on {why}; with {spec.say('nnodes')} every node must see it: use a path on shared "
+            f"storage (NFS, Lustre, GPFS, ...), or pass {spec.say('assume_shared_storage', True)} if it is shared")
 
 
 def environment_view(env: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -588,7 +588,8 @@ def _read_json(path: Path) -> tuple[dict | None, str | None]:
     return (data, None) if isinstance(data, dict) else (None, "not a JSON object")
 
 
-def load_run(run_dir: Path, warn: Callable[[str], None] | None = None) -> RunRecord:
+def load_run(run_dir: Path, warn: Callable[[str], None] | None = None,
+             read_dirs: Sequence[str | os.PathLike] = ()) -> RunRecord:
     """One run as a RunRecord, judged from its evidence through verify's own judge
     (harness.verify.judge_run; writes nothing). A verdict.json in the directory is compared
     with that judgment, never counted instead of it: what differs is noted (`warn` and the
@@ -615,7 +616,7 @@ def load_run(run_dir: Path, warn: Callable[[str], None] | None = None) -> RunRec
         return _record(run_dir, _unverifiable(stored), source=UNVERIFIABLE, notes=(note,), picture_current=False)
     if why:
         say(f"{path} is unreadable ({why}): verified the run directory instead")
-    verdict, _read = judge_run(run_dir, picture=False)
+    verdict, _read = judge_run(run_dir, picture=False, read_dirs=read_dirs)
     if doc is None:
         return _record(run_dir, verdict)
     stored = Verdict.from_json(doc)

@@ -105,6 +105,15 @@ def custom_non_persistent_dir(args: Sequence[str]) -> str | None:
     return given if given and given != "None" else None
 
 
+# Megatron's arguments that name a checkpoint directory, of every tier
+DIR_FLAGS = ("--save", "--load", NP_DIR_FLAG, "--non-persistent-local-ckpt-dir")
+
+
+def named_dirs(args: Sequence[str]) -> list[tuple[str, str]]:
+    """(flag, directory) of each checkpoint directory a command line names (DIR_FLAGS)."""
+    return [(flag, value) for flag in DIR_FLAGS if (value := _option(args, flag))]
+
+
 def non_persistent_dir(args: Sequence[str], save_dir: Path) -> Path | None:
     """Where Megatron writes non-persistent global checkpoints for this command line; None
     without `--non-persistent-ckpt-type global`."""
@@ -130,16 +139,68 @@ def watched_dirs(fault_after: str, args: Sequence[str], save_dir: Path) -> list[
     return out
 
 
-def fault_after_problem(fault_after: str, workload_args: Sequence[str]) -> str | None:
-    """Why `--fault-after` cannot be served by this workload command line (None: it can)."""
+def watched_tiers(fault_after: str) -> tuple[str, ...]:
+    """The tiers whose commits an after-commit fault waits on, as `--fault-after` names them
+    (watched_dirs, without the directories)."""
+    return {PERSISTENT: (PERSISTENT,), NON_PERSISTENT: (NON_PERSISTENT,)}.get(fault_after, (PERSISTENT, NON_PERSISTENT))
+
+
+def fault_after_problem(fault_after: str, workload_args: Sequence[str], name: str = "--fault-after") -> str | None:
+    """Why `--fault-after` cannot be served by this workload command line (None: it can).
+    `name`: the knob as the user gave it (the flag, or NVRX_FAULT_AFTER)."""
     if fault_after not in FAULT_AFTER:
-        return f"--fault-after {fault_after}: use one of {', '.join(FAULT_AFTER)}"
+        return f"{name}={fault_after}: use one of {', '.join(FAULT_AFTER)}"
     kind = non_persistent_type(workload_args)
     if fault_after == NON_PERSISTENT and kind != "global":
-        return ("--fault-after non-persistent waits for a non-persistent global checkpoint, but the workload "
+        return (f"{name}=non-persistent waits for a non-persistent global checkpoint, but the workload "
                 f"arguments {'ask for ' + repr(kind) + ' ones' if kind else 'turn none on'}: pass -- "
-                "--non-persistent-ckpt-type global --non-persistent-save-interval N, or use --fault-after any")
+                f"--non-persistent-ckpt-type global {NP_INTERVAL_FLAG} N, or use {name}=any")
     return None
+
+
+# ---------------------------------------------------------------- where a training commits (planning)
+
+NP_INTERVAL_FLAG = "--non-persistent-save-interval"
+ENDLESS = 10 ** 12  # a final iteration no plan reaches: where the commits go when the training never ends
+
+
+@dataclass(frozen=True)
+class Commits:
+    """Where a training loop commits checkpoints, as Megatron's does (training.py; the reference
+    workload follows it): the persistent tier at every iteration that is a multiple of
+    `save_interval`; at the other multiples of `non_persistent_interval` (with
+    `--non-persistent-ckpt-type global`) the non-persistent global tier; and, when the last
+    iteration `final` is no multiple of the save interval, a persistent save of it after the loop
+    ('iteration % save_interval != 0'). The local tier is left out: no fault waits on it."""
+
+    final: int
+    save_interval: int
+    non_persistent_interval: int | None = None
+
+    @classmethod
+    def of(cls, train_iters: int, save_interval: int, workload_args: Sequence[str] = ()) -> "Commits":
+        """The commits of a plan: its train iterations, save interval and workload arguments."""
+        interval = None
+        if non_persistent_type(workload_args) == "global":
+            given = _option(workload_args, NP_INTERVAL_FLAG) or ""
+            interval = int(given) if given.isdigit() and int(given) > 0 else None
+        return cls(train_iters, max(1, save_interval), interval)
+
+    def next(self, after: int, tiers: Sequence[str] = (PERSISTENT, NON_PERSISTENT)) -> tuple[int, str] | None:
+        """(iteration, tier) of the first commit above iteration `after` of one of `tiers`, up to
+        the final iteration; None when there is none."""
+        found: list[tuple[int, str]] = []
+        s = self.save_interval
+        if PERSISTENT in tiers and after < self.final:
+            found.append((min((after // s + 1) * s, self.final), PERSISTENT))
+        m = self.non_persistent_interval
+        if NON_PERSISTENT in tiers and m is not None and m % s:  # every multiple of s is the persistent tier's
+            n = (after // m + 1) * m
+            while n % s == 0:  # at most s steps: m is no multiple of s
+                n += m
+            if n <= self.final:
+                found.append((n, NON_PERSISTENT))
+        return min(found) if found else None
 
 
 def is_non_persistent_path(path: str, custom: str | None = None) -> bool:

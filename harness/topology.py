@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 FSDP_FLAGS = ("--use-torch-fsdp2", "--use-megatron-fsdp")
 MOE_OVERLAP_FLAG = "--overlap-moe-expert-parallel-comm"
@@ -47,57 +48,67 @@ class Topology:
         return self.global_batch if self.global_batch is not None else self.world
 
 
-def problems(topo: Topology, num_layers: int, num_heads: int) -> list[str]:
-    """Every divisibility rule the layout breaks, each one actionable line."""
+Say = Callable[[str, object], str]
+
+
+def _flag(field: str, value: object) -> str:
+    """A layout knob named by its flag (the RunSpec field with dashes): `--tp=2`."""
+    return f"--{field.replace('_', '-')}={value}"
+
+
+def problems(topo: Topology, num_layers: int, num_heads: int, say: Say = _flag) -> list[str]:
+    """Every divisibility rule the layout breaks, each one actionable line. `say(field, value)`
+    names a RunSpec knob as the user gave it (RunSpec.say; default: its flag)."""
     out: list[str] = []
-    for name, value in (("NNODES", topo.nnodes), ("GPUS_PER_NODE", topo.gpus_per_node), ("TP", topo.tp),
-                        ("PP", topo.pp), ("CP", topo.cp), ("micro batch size", topo.micro_batch)):
+    for field, value in (("nnodes", topo.nnodes), ("gpus_per_node", topo.gpus_per_node), ("tp", topo.tp),
+                         ("pp", topo.pp), ("cp", topo.cp), ("micro_batch_size", topo.micro_batch)):
         if value < 1:
-            out.append(f"{name}={value} must be a positive integer: set it to 1 or more")
+            out.append(f"{say(field, value)} must be a positive integer: set it to 1 or more")
     if out:
         return out
+    tp, pp, cp = say("tp", topo.tp), say("pp", topo.pp), say("cp", topo.cp)
     if topo.world % topo.model_parallel:
         out.append(
-            f"world size {topo.world} (NNODES={topo.nnodes} x GPUS_PER_NODE={topo.gpus_per_node}) is not divisible "
-            f"by TP*PP*CP={topo.model_parallel} (TP={topo.tp}, PP={topo.pp}, CP={topo.cp}): "
-            f"make the world a multiple of {topo.model_parallel} or change TP/PP/CP (Megatron's validate_args: "
-            f"'world size ({topo.world}) is not divisible by total_model_size')"
+            f"world size {topo.world} ({say('nnodes', topo.nnodes)} x {say('gpus_per_node', topo.gpus_per_node)}) "
+            f"is not divisible by the model-parallel size {topo.model_parallel} ({tp} x {pp} x {cp}): "
+            f"make the world a multiple of {topo.model_parallel} or change the parallel sizes (Megatron's "
+            f"validate_args: 'world size ({topo.world}) is not divisible by total_model_size')"
         )
         return out
     if num_heads % topo.tp:
-        out.append(f"num_attention_heads={num_heads} is not divisible by TP={topo.tp}: choose a TP that divides {num_heads} "
-                   f"(Megatron's TransformerConfig: 'num_attention_heads ({num_heads}) must be a multiple of "
-                   f"tensor_model_parallel_size ({topo.tp})')")
+        out.append(f"{say('num_attention_heads', num_heads)} is not divisible by {tp}: choose a tensor-parallel size "
+                   f"that divides {num_heads} (Megatron's TransformerConfig: 'num_attention_heads ({num_heads}) must "
+                   f"be a multiple of tensor_model_parallel_size ({topo.tp})')")
     if num_layers % topo.pp:
-        out.append(f"num_layers={num_layers} is not divisible by PP={topo.pp}: choose a PP that divides {num_layers} "
-                   "(Megatron's validate_args: 'Number of layers should be divisible by the pipeline-model-parallel "
-                   "size')")
+        out.append(f"{say('num_layers', num_layers)} is not divisible by {pp}: choose a pipeline-parallel size that "
+                   f"divides {num_layers} (Megatron's validate_args: 'Number of layers should be divisible by the "
+                   "pipeline-model-parallel size')")
     gb, per_step = topo.effective_global_batch, topo.micro_batch * topo.dp
     if gb < 1 or gb % per_step:
         out.append(
             f"global batch size {gb} is not divisible by micro batch {topo.micro_batch} x DP {topo.dp} = {per_step}: "
-            f"set --global-batch-size to a multiple of {per_step}"
+            f"set {say('global_batch_size', per_step)} or another multiple of {per_step}"
         )
     return out
 
 
 def megatron_problems(cp: int, hidden_size: int, num_heads: int, seq_length: int,
-                      transformer_engine: bool) -> list[str]:
+                      transformer_engine: bool, say: Say = _flag) -> list[str]:
     """Megatron's rules of a model shape that the layout rules of `problems` do not cover
     (the Megatron workloads only: the reference workload has no attention to split)."""
     out: list[str] = []
     if num_heads >= 1 and hidden_size % num_heads:
-        out.append(f"hidden_size={hidden_size} is not divisible by num_attention_heads={num_heads}: choose a hidden "
-                   f"size that is a multiple of {num_heads} (Megatron's validate_args: "
+        out.append(f"{say('hidden_size', hidden_size)} is not divisible by {say('num_attention_heads', num_heads)}: "
+                   f"choose a hidden size that is a multiple of {num_heads} (Megatron's validate_args: "
                    "'assert args.hidden_size % args.num_attention_heads == 0')")
     if cp > 1 and not transformer_engine:
-        out.append(f"CP={cp}: Megatron's local attention (no Transformer Engine, as on CPU) has no context "
+        out.append(f"{say('cp', cp)}: Megatron's local attention (no Transformer Engine, as on CPU) has no context "
                    "parallelism (DotProductAttention: 'Context parallelism is only supported by "
-                   "TEDotProductAttention!'): set CP=1")
+                   f"TEDotProductAttention!'): set {say('cp', 1)}")
     if cp > 1 and seq_length % (2 * cp):
-        out.append(f"seq_length={seq_length} is not a multiple of 2 x CP={2 * cp} (Megatron's validate_args: "
-                   "'seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1'): "
-                   f"choose a sequence length that is a multiple of {2 * cp}")
+        out.append(f"{say('seq_length', seq_length)} is not a multiple of 2 x {say('cp', cp)} (Megatron's "
+                   "validate_args: 'seq-length should be a multiple of 2 * context-parallel-size if "
+                   f"context-parallel-size > 1'): choose a sequence length that is a multiple of {2 * cp}")
     return out
 
 

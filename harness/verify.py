@@ -14,7 +14,6 @@ bare Timeline.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from dataclasses import dataclass
@@ -174,10 +173,10 @@ def compare_end_states(read: RunRead, baseline: RunRead) -> ev.StateComparison:
     return end_state.compare_final(read.timeline, baseline.timeline)
 
 
-def read_baseline(baseline: str | os.PathLike) -> RunRead:
+def read_baseline(baseline: str | os.PathLike, read_dirs: Sequence[str | os.PathLike] = ()) -> RunRead:
     """Check (check_baseline) and read a baseline run directory, with its losses."""
     check_baseline(Path(baseline))
-    return read_run(baseline, inspect_checkpoints=False, losses=True, progress=False)
+    return read_run(baseline, inspect_checkpoints=False, losses=True, progress=False, read_dirs=read_dirs)
 
 
 def known_defects(verdict: Verdict, read: RunRead | None) -> tuple[findings.KnownMatch, ...]:
@@ -200,20 +199,22 @@ def triage(verdict: Verdict, read: RunRead | None = None) -> tuple[Triage | None
 def verify_run(run_dir: str | os.PathLike, fault: str | None = None, *, write: bool = False,
                json_path: str | os.PathLike | None = None, inspect_checkpoints: bool = True,
                extra_sections: Sequence[str] = (), baseline: str | os.PathLike | None = None,
-               picture: bool = True) -> Verdict:
+               picture: bool = True, read_dirs: Sequence[str | os.PathLike] = ()) -> Verdict:
     """Read the run directory and judge it. Raises RunDirError for a path that is not a
     readable run directory and ValueError for an unknown fault. With write=True,
     timeline.png, verdict.json and report.md go into the run directory; json_path gets the JSON too.
-    picture=False skips sampling the progress curve (a caller that will not draw it)."""
+    picture=False skips sampling the progress curve (a caller that will not draw it). The
+    directories the run's records name are read only inside it or inside `read_dirs`."""
     verdict, _read = judge_run(run_dir, fault, inspect_checkpoints=inspect_checkpoints, baseline=baseline,
-                               picture=picture)
+                               picture=picture, read_dirs=read_dirs)
     if write or json_path is not None:
         write_outputs(verdict, run_dir if write else None, json_path, extra_sections)
     return verdict
 
 
 def judge_run(run_dir: str | os.PathLike, fault: str | None = None, *, inspect_checkpoints: bool = True,
-              baseline: str | os.PathLike | None = None, picture: bool = True) -> tuple[Verdict, RunRead]:
+              baseline: str | os.PathLike | None = None, picture: bool = True,
+              read_dirs: Sequence[str | os.PathLike] = ()) -> tuple[Verdict, RunRead]:
     """The verdict of the run directory and the one read it was made from (for the triage:
     triage(verdict, read)); writes nothing. The baseline: None, the one run.json's contract
     names (recorded_baseline: beside the run, by its run ID; missing or changed since makes the
@@ -222,7 +223,7 @@ def judge_run(run_dir: str | os.PathLike, fault: str | None = None, *, inspect_c
     directory (verify, report, the fixtures) judges through here. Raises as verify_run."""
     if fault is not None and fault not in criteria.FAULTS:
         raise ValueError(f"fault {fault!r} is not one of {', '.join(criteria.FAULTS)}: pass one of them")
-    reader = HistoryReader(run_dir, inspect_checkpoints=inspect_checkpoints)
+    reader = HistoryReader(run_dir, inspect_checkpoints=inspect_checkpoints, read_dirs=read_dirs)
     if baseline is None:
         found = recorded_baseline(run_dir, reader.planned())  # run.json is read once: this read is the history's
     elif os.fspath(baseline) == SKIP:
@@ -232,7 +233,7 @@ def judge_run(run_dir: str | os.PathLike, fault: str | None = None, *, inspect_c
     base = None
     if found.path is not None and found.problem is None and found.skipped is None:
         try:
-            base = read_baseline(found.path)
+            base = read_baseline(found.path, read_dirs)
         except RunDirError as exc:
             if found.how == "given":
                 raise
@@ -333,9 +334,7 @@ def stored_verdict(run_dir: Path) -> dict | None:
     """The verdict.json already in the run directory (a regular file, not a link), or None."""
     path = run_dir / "verdict.json"
     try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > 16 << 20:
-            return None
-        doc = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError):
+        doc = safeio.read_json(path, limit=16 << 20)  # no link or FIFO followed; strings checked (ignored if odd)
+    except (OSError, ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -103,23 +104,35 @@ def test_faults_n_makes_a_campaign_with_a_recorded_seed_and_sized_run(tmp_path: 
 
 
 def test_given_values_win_over_the_sizing(tmp_path: Path) -> None:
+    spec = spec_of(tmp_path, faults="3", seed="5", train_iters="60", max_restarts="5")
+    assert (spec.train_iters, spec.max_restarts) == (60, 5)
+    specmod.validate(spec)
+
+
+def test_a_restart_budget_below_the_faults_is_refused_not_launched(tmp_path: Path) -> None:
+    """Fewer restarts than planned faults cannot qualify: refused before launch (it once was
+    planned with a note "expected NOT QUALIFIED"; the verdict of a run directory whose budget
+    ran out is test_a_restart_budget_that_runs_out_is_a_named_not_qualified's)."""
     spec = spec_of(tmp_path, faults="3", seed="5", train_iters="60", max_restarts="1")
-    assert (spec.train_iters, spec.max_restarts) == (60, 1)
-    specmod.validate(spec)  # a budget that runs out is a result, not a refusal (plan says so)
+    assert spec.max_restarts == 1  # given: it wins over the sizing, and is refused
+    with pytest.raises(specmod.SpecError, match=re.escape(
+            "--max-restarts=1 allows 1 restart and this plan injects 3 faults, each recovered by a restart of its "
+            "own: the budget would run out at fault 2 and the run could not qualify; use --max-restarts=3 or more")):
+        specmod.validate(spec)
 
 
 @pytest.mark.parametrize(("flags", "message"), [
     ({"faults": "0"}, "--faults=0 must be between 1 and 99"),
     ({"faults": "100"}, "--faults=100 must be between 1 and 99"),
-    ({"faults": "4", "fault": "kill"}, "--faults 4 with --fault kill: a campaign draws its kinds from --fault-kinds"),
-    ({"fault": "campaign"}, "--fault campaign needs --faults 2 or more"),
-    ({"seed": "3"}, "--seed 3 draws a campaign's schedule, and this run plans one fault: add --faults N"),
-    ({"fault_kinds": "kill"}, "--fault-kinds kill is the pool of a campaign"),
-    ({"faults": "3", "fault_kinds": "kill,poison"}, "--fault-kinds: poison ends the job"),
+    ({"faults": "4", "fault": "kill"}, "--faults=4 with --fault=kill: a campaign draws its kinds from --fault-kinds"),
+    ({"fault": "campaign"}, "--fault=campaign needs --faults=2 or more"),
+    ({"seed": "3"}, "--seed=3 draws a campaign's schedule, and this run plans one fault: add --faults=N (2 or more)"),
+    ({"fault_kinds": "kill"}, "--fault-kinds=kill is the pool of a campaign"),
+    ({"faults": "3", "fault_kinds": "kill,poison"}, "--fault-kinds=kill,poison: poison ends the job"),
     ({"faults": "3", "fault_kinds": "gpu-hang"}, "gpu-hang needs a GPU and the reference workload runs on CPU"),
-    ({"faults": "3", "fault_kinds": "node"}, "node loses a whole node and the job has NNODES=1"),
+    ({"faults": "3", "fault_kinds": "node"}, "node loses a whole node and the job has --nnodes=1"),
     ({"faults": "6", "seed": "1", "save_interval": "5", "train_iters": "20"},
-     "TRAIN_ITERS=20 is too short for a campaign of 6 faults with save interval 5"),
+     "--train-iters=20 is too short for a campaign of 6 faults with --save-interval=5"),
     ({"faults": "3", "seed": "-1"}, "--seed=-1 must be between 0 and"),
 ])
 def test_bad_campaign_knobs_are_refused_with_the_value_and_the_fix(tmp_path: Path, flags: dict, message: str) -> None:

@@ -189,7 +189,7 @@ def test_oom_on_rank5_is_the_root_cause_not_the_later_nccl_timeouts(tmp_path: Pa
     assert (m.process_in_use, m.allocated_by_pytorch, m.reserved_unallocated) == ("77.87 GiB", "74.52 GiB", "1.85 GiB")
     assert m.peak is not None and "max allocated 74012.3 MB" in m.peak
     assert t.location == f"{MEGATRON}/megatron/core/pipeline_parallel/schedules.py:160 in custom_backward"
-    assert symptom_ranks(t, "nccl") == {0, 1, 2, 3, 4, 6, 7}
+    assert symptom_ranks(t, "collective") == {0, 1, 2, 3, 4, 6, 7}
     assert all(s.rank != 5 for s in t.symptoms)
     assert any(e.startswith("logs/train_cycle_cycle0.log:") and "OutOfMemoryError" in e for e in t.evidence)
     assert "Record" in t.advice or "record" in t.advice
@@ -203,7 +203,7 @@ def test_markdown_section_names_the_root_cause_and_groups_downstream_ranks(tmp_p
     assert "**oom**" in md and "rank 5" in md and "- Phase: backward" in md
     assert "tried to allocate 2.00 GiB" in md
     assert "micro batch 1, global batch 32, seq 4096, TP 2, PP 2, CP 1, DP 2, world 8" in md
-    assert "| 0-4,6-7 | nccl |" in md
+    assert "| 0-4,6-7 | collective |" in md
     assert "~~~text" in md and "custom_backward" in md
 
 
@@ -252,7 +252,7 @@ def test_timestamps_decide_when_nccl_lines_come_first_in_the_file(tmp_path: Path
     assert t.config.source is not None and t.config.source.startswith("logs/megatron-4242.out:")
     later = [s for s in t.symptoms if s.rank == 2 and s.kind == "traceback"]
     assert later and "illegal memory access" in later[0].what
-    assert symptom_ranks(t, "nccl") == {0, 1, 2, 3, 4, 6, 7}
+    assert symptom_ranks(t, "collective") == {0, 1, 2, 3, 4, 6, 7}
 
 
 def test_without_a_stamp_on_rank5_file_order_decides(tmp_path: Path) -> None:
@@ -390,14 +390,14 @@ NCCL_NO_TRACEBACK = [
 def test_nccl_failure_without_python_traceback(tmp_path: Path) -> None:
     write(tmp_path, "logs/megatron-555.err", NCCL_NO_TRACEBACK)
     t = diagnose(tmp_path)
-    assert (t.category, t.rank) == ("nccl", 4)
+    assert (t.category, t.rank) == ("collective", 4)
     assert t.exception is None
     for needle in ("allocation", "MASTER_ADDR", "MASTER_PORT is reachable", "identical command"):
         assert needle in t.advice
     assert any("ncclSystemError" in e for e in t.evidence)
 
 
-@pytest.mark.parametrize("launcher_exit, expected", [(0, "none"), (1, "nccl")])
+@pytest.mark.parametrize("launcher_exit, expected", [(0, "none"), (1, "collective")])
 def test_nccl_warn_alone_counts_only_when_the_run_failed(tmp_path: Path, launcher_exit: int, expected: str) -> None:
     write(tmp_path, "logs/job.err", NCCL_NO_TRACEBACK[:3])
     write_json(tmp_path, "launch.json", {"launcher_exit_code": launcher_exit})
@@ -461,7 +461,7 @@ def test_interleaved_tracebacks_of_8_ranks_are_reassembled_per_rank(tmp_path: Pa
     assert t.exception is not None and "cuda:5 and cpu" in t.exception
     assert t.location == f"{MEGATRON}/megatron/core/models/gpt/gpt_model.py:310 in forward"
     assert not any("finish_grad_sync" in line for line in t.excerpt)
-    nccl = {s.rank: s.what for s in t.symptoms if s.kind == "nccl"}
+    nccl = {s.rank: s.what for s in t.symptoms if s.kind == "collective"}
     assert set(nccl) == {0, 1, 2, 3, 4, 6, 7}
     for rank, what in nccl.items():
         assert what == f"torch.distributed.DistBackendError: NCCL communicator was aborted on rank {rank}."
@@ -660,7 +660,7 @@ def test_real_041_kill_is_the_injected_sigkill_not_the_gloo_reset(tmp_path: Path
     t = diagnose(tmp_path)
     assert (t.category, t.rank, t.injected) == ("exit", 1, True)
     assert "SIGKILL" in t.summary and "injected" in t.summary
-    assert [(s.rank, s.kind) for s in t.symptoms] == [(0, "nccl")]  # gloo "Connection reset by peer"
+    assert [(s.rank, s.kind) for s in t.symptoms] == [(0, "collective")]  # gloo "Connection reset by peer"
     assert "verify" in t.advice
 
 
@@ -869,6 +869,10 @@ def test_the_collective_backend_is_named_from_the_runs_own_command(tmp_path: Pat
     other = {"gloo": "NCCL", "NCCL": "gloo"}[backend]
     assert t.summary.startswith(f"{backend} / collective failure") and f"non-{other}" not in t.summary, t.summary
     assert t.advice.startswith(f"{backend} failure") and other not in t.advice, t.advice
+    # the label is the backend's or neutral: a gloo "Connection reset by peer" is no NCCL failure
+    assert t.category == "collective"
+    if backend == "gloo":
+        assert "nccl" not in render_markdown(t).lower() and "nccl" not in json.dumps(t.to_json()).lower()
 
 
 def _read_syscalls() -> int | None:

@@ -207,7 +207,7 @@ def test_gpu_kinds_are_refused_on_the_cpu_tiers_with_the_fix(tmp_path: Path, kin
         with pytest.raises(specmod.SpecError) as err:
             specmod.validate(_spec(tmp_path, workload=workload, fault=kind))
         text = str(err.value)
-        assert f"--fault {kind} needs a GPU" in text and f"the {workload} workload runs on CPU" in text, text
+        assert f"--fault={kind} needs a GPU" in text and f"the {workload} workload runs on CPU" in text, text
         assert "use --workload megatron on a GPU machine (the GPU kit)" in text, text
         assert "planned" not in text, text
     gpu = _spec(tmp_path, workload="megatron", fault=kind, megatron_path=str(tmp_path))
@@ -324,7 +324,7 @@ def test_disk_full_is_refused_before_launch_when_the_trial_mount_is(monkeypatch)
 
 def test_disk_full_refuses_a_checkpoint_dir_of_the_users(tmp_path: Path) -> None:
     spec = _spec(tmp_path, fault="disk-full", fault_at="in-save", train_iters=30, checkpoint_dir=tmp_path / "mine")
-    assert any("NVRX_CHECKPOINT_DIR=" in p and "is yours" in p for p in specmod.fault_problems(spec))
+    assert any("--checkpoint-dir=" in p and "is yours" in p for p in specmod.fault_problems(spec))
     ok = _spec(tmp_path, fault="disk-full", fault_at="in-save", train_iters=30)
     assert specmod.fault_problems(ok) == []
 

@@ -8,8 +8,10 @@ How each cell is shown to fail when the behaviour it guards breaks:
 - in-save: `test_loading_the_partial_directory_fails_optimizer_reload` replays the real run with
   the replacement pointed at the partial `iter_*` directory, and
   `test_in_save_fault_that_came_after_the_commit_fails` with the save it hit already committed;
-- in-restore: the `budget-out` cell (one restart for two faults) must fail replacement_cycle, and
-  `test_in_restore_without_the_first_failure_recorded_fails` replays the run without fault 1's failure;
+- in-restore: `test_in_restore_without_the_first_failure_recorded_fails` replays the run without
+  fault 1's failure (one restart for its two faults is refused before launch: spec's
+  _check_max_restarts, recovery_tests/test_error_names.py; the verdict of a run directory whose
+  budget ran out: test_campaign.py's test_a_restart_budget_that_runs_out_is_a_named_not_qualified);
 - last-iteration: `test_last_iteration_replacement_that_trains_again_fails` replays the run with
   a replacement that started over;
 - restart loop: the `loop-runs-on` cell raises the no-progress limit so the loop runs until
@@ -67,11 +69,6 @@ MATRIX = (
     Cell("term-rank0-after-commit", "term", "after-commit", ALL_PASS, knobs=(("fault_rank", 0),)),
     Cell("kill-in-restore", "kill", "in-restore", ALL_PASS,
          details={"replacement_cycle": "failures of all 2 injected faults", "clean_finish": "exactly 2 injections"}),
-    Cell("kill-in-restore-budget-out", "kill", "in-restore",
-         # the launcher gave up: the job ended in failure (clean_finish), nothing was restored
-         {"pre_fault_checkpoint": PASS, "replacement_cycle": FAIL, "optimizer_reload": NA, "later_checkpoint": NA,
-          "clean_finish": FAIL, OPTIMIZER_STATE: NA, LOSS_CONTINUITY: NA, STATE_EQUIVALENCE: NA},
-         knobs=(("max_restarts", 1),), details={"replacement_cycle": "the restart budget ran out"}),
     # nothing is committed after the restore of the final checkpoint: optimizer_state has no record to
     # read, loss_continuity no loss to compare; the end state is the final checkpoint, equal to the baseline's
     Cell("kill-last-iteration", "kill", "last-iteration", {**ALL_PASS, OPTIMIZER_STATE: NA, LOSS_CONTINUITY: NA},

@@ -4,13 +4,14 @@ stand-in worker (the same helpers as test_nemesis)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 from pathlib import Path
 
 import pytest
 
-from harness import faults, workloads
+from harness import campaign, faults, tiers, workloads
 from harness import nemesis
 from harness import plan as planmod
 from harness import spec as specmod
@@ -101,20 +102,106 @@ def test_an_unknown_moment_is_refused_naming_the_choices() -> None:
 def test_a_moment_the_workload_cannot_show_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(workloads.get("reference"), "moments", ("after-commit",))
     text = problems(spec_of(tmp_path, fault_at="in-save"))
-    assert "--fault-at in-save: the reference workload cannot show this moment; use one of after-commit" in text
+    assert "--fault-at=in-save: the reference workload cannot show this moment; use one of after-commit" in text
 
 
 def test_poison_is_refused_on_a_users_checkpoint_dir_and_outside_after_commit(tmp_path: Path) -> None:
     mine = tmp_path / "my-ckpts"
     mine.mkdir()
     assert "is yours" in problems(spec_of(tmp_path, fault="poison", checkpoint_dir=mine))
-    assert "this kind fires only at after-commit; use --fault-at after-commit" in problems(
+    assert "this kind fires only at after-commit; use --fault-at=after-commit" in problems(
         spec_of(tmp_path, fault="poison", fault_at="in-save"))
 
 
 def test_in_save_needs_a_committed_checkpoint_before_the_save_it_hits(tmp_path: Path) -> None:
     text = problems(spec_of(tmp_path, fault_at="in-save", train_iters=10, save_interval=5))
-    assert "set TRAIN_ITERS=11 or more" in text
+    assert "set --train-iters=11 or more" in text
+
+
+NP_ARGS = ("--non-persistent-ckpt-type", "global", "--non-persistent-save-interval", "3")
+
+
+def test_the_commits_of_a_training_follow_megatrons_loop() -> None:
+    """Persistent every save interval, non-persistent at its other multiples, the final
+    iteration saved after the loop when it is no multiple (training.py)."""
+    c = tiers.Commits.of(30, 50, ())
+    assert c.next(0) == (30, tiers.PERSISTENT) and c.next(30) is None  # only the final save
+    c = tiers.Commits.of(12, 4, NP_ARGS)
+    assert c.non_persistent_interval == 3
+    assert [c.next(i) for i in (0, 3, 4, 8, 9)] == [(3, tiers.NON_PERSISTENT), (4, tiers.PERSISTENT),
+                                                    (6, tiers.NON_PERSISTENT), (9, tiers.NON_PERSISTENT),
+                                                    (12, tiers.PERSISTENT)]
+    assert c.next(4, (tiers.NON_PERSISTENT,)) == (6, tiers.NON_PERSISTENT)
+    assert c.next(11, (tiers.NON_PERSISTENT,)) is None  # 12 is the persistent tier's
+    assert tiers.Commits.of(12, 4, ("--non-persistent-ckpt-type", "local", "--non-persistent-save-interval",
+                                    "3")).non_persistent_interval is None  # the local tier arms no fault
+    assert tiers.Commits.of(12, 4, (*NP_ARGS[:3], "8")).next(0, (tiers.NON_PERSISTENT,)) is None  # all persistent's
+
+
+@pytest.mark.parametrize(("flags", "args", "words"), [
+    # the issue's example: no checkpoint before the final one
+    ({"save_interval": "50", "train_iters": "30"}, (),
+     "the kill fault at after-commit cannot happen: with --save-interval=50 and --train-iters=30 the first checkpoint "
+     "after the start that it waits for is the final one (iteration 30)"),
+    ({"fault_at": "in-save", "save_interval": "5", "train_iters": "10"}, (), "set --train-iters=11 or more"),
+    ({"fault_at": "in-restore", "save_interval": "5", "train_iters": "5"}, (),
+     "fault 1 of 2 (kill at after-commit) cannot happen"),
+    # the tier --fault-after watches decides which saves count
+    ({"workload": "megatron-cpu", "fault_after": "persistent", "save_interval": "20", "train_iters": "12"}, NP_ARGS,
+     "set --train-iters=21 or more"),
+    # in-restore watches the persistent load: a first fault after a non-persistent commit leaves it nothing to hit
+    ({"workload": "megatron-cpu", "fault_at": "in-restore", "fault_after": "non-persistent"}, NP_ARGS,
+     "fault 2 of 2 (kill at in-restore) fires while the replacement loads the checkpoint its cycle restored, and "
+     "that is a non-persistent one"),
+])
+def test_a_plan_whose_fault_never_finds_its_checkpoint_is_refused(tmp_path: Path, flags, args, words) -> None:
+    base = {"workload": "reference", "work_dir": tmp_path, "run_id": "r1", "rdzv_endpoint": "localhost:29500"}
+    if flags.get("workload") == "megatron-cpu":
+        base["megatron_cpu_dir"] = tmp_path  # its own problem, beside the one under test
+    spec = specmod.from_sources({**base, **flags}, {}, args)
+    assert words in " | ".join(specmod.reach_problems(spec)), specmod.reach_problems(spec)
+
+
+def test_the_tier_a_fault_waits_for_can_make_a_long_save_interval_work(tmp_path: Path) -> None:
+    base = {"workload": "megatron-cpu", "save_interval": "20", "train_iters": "12"}
+    spec = spec_of(tmp_path, megatron_cpu_dir=tmp_path, **base)
+    assert specmod.reach_problems(dataclasses.replace(spec, extra_args=NP_ARGS)) == []  # any: the commit at 3
+    assert specmod.reach_problems(spec)  # no non-persistent tier: only the final save
+
+
+def test_the_reference_workload_has_no_other_tier_to_wait_for(tmp_path: Path) -> None:
+    """Its parser would refuse the tier flags in every worker after the launch: refused before."""
+    base = {"workload": "reference", "work_dir": tmp_path, "run_id": "r1", "fault_after": "non-persistent"}
+    spec = specmod.from_sources(base, {}, NP_ARGS)
+    specmod.validate(spec)  # the tier is turned on, as far as the spec can tell
+    with pytest.raises(specmod.SpecError, match="the reference workload saves persistent checkpoints only"):
+        planmod.check(spec, NvrxTarget("0.7.0"))
+
+
+@pytest.mark.parametrize("moment", list(faults.FAULT_MOMENTS))
+def test_every_moment_reaches_its_checkpoint_in_the_default_plans(tmp_path: Path, moment: str) -> None:
+    for workload, size in (("reference", {}), ("megatron-cpu", {"megatron_cpu_dir": tmp_path})):
+        spec = spec_of(tmp_path, workload=workload, fault_at=moment, **size)
+        reached = campaign.reach(spec.schedule, tiers.Commits.of(spec.train_iters, spec.save_interval))
+        assert [r.missing for r in reached] == [None] * len(spec.schedule), (workload, reached)
+        assert all(r.at is not None and r.at <= spec.train_iters for r in reached)
+
+
+def test_a_campaigns_sizing_gives_every_fault_its_checkpoint(tmp_path: Path) -> None:
+    """The sizing of harness.campaign (train iterations with slack) never plans a fault that the
+    schedule's reach says cannot fire: the same rule, for every moment a campaign draws."""
+    checked = 0
+    for workload in ("reference", "megatron-cpu"):
+        kinds = campaign.default_kinds(workload)
+        for count in (2, 3, 5, 8):
+            for save_interval in (1, 2, 3, 5, 7):
+                for seed in range(12):
+                    schedule = campaign.draw(count, seed, kinds, 2, workload)
+                    size = campaign.sizing(schedule, save_interval)
+                    reached = campaign.reach(schedule, tiers.Commits(size.train_iters, save_interval))
+                    assert [r.missing for r in reached] == [None] * count, (schedule, save_interval, reached)
+                    checked += 1
+    assert checked == 2 * 4 * 5 * 12
 
 
 def test_in_save_holds_the_reference_saves_open_by_default(tmp_path: Path) -> None:
@@ -138,7 +225,7 @@ def test_the_plan_passes_the_moment_and_the_no_progress_limit(tmp_path: Path) ->
 def test_a_restart_loop_is_refused_on_a_launcher_without_a_no_progress_rule(tmp_path: Path) -> None:
     with pytest.raises(specmod.SpecError, match="NVRx 0.4.1 has no such rule"):
         planmod.build(spec_of(tmp_path, fault="poison"), NvrxTarget("0.4.1"))
-    with pytest.raises(specmod.SpecError, match="--max-no-progress-cycles: NVRx 0.4.1"):
+    with pytest.raises(specmod.SpecError, match="--max-no-progress-cycles=2: NVRx 0.4.1"):
         planmod.build(spec_of(tmp_path, max_no_progress_cycles=2), NvrxTarget("0.4.1"))
 
 

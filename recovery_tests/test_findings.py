@@ -101,3 +101,50 @@ def test_verify_prints_the_known_defect_and_report_md_holds_it(tmp_path, capsys)
     assert "qualifying configuration: Megatron's plain optimizer" in advice[0]
     report = (run / "report.md").read_text(encoding="utf-8")
     assert "## Known defect" in report and "known defect in Megatron 0.19.2" in report
+
+
+def _known_defect_run(tmp_path):
+    """A run directory that fails by the distributed optimizer's step reset on torch Adam with
+    Megatron 0.19.2, as the default megatron-cpu kill does."""
+    import json
+
+    from recovery_tests import rundirs
+
+    run = rundirs.build(tmp_path / "run", rundirs.Scenario(optimizer_steps="ahead")).run_dir
+    doc = json.loads((run / "run.json").read_text())
+    doc["megatron_version"] = "0.19.2"
+    doc["spec"].update(workload="megatron-cpu", distributed_optimizer=True, transformer_engine=False, apex=False)
+    (run / "run.json").write_text(json.dumps(doc))
+    return run
+
+
+def test_a_run_failed_by_a_known_defect_says_so_before_its_table(tmp_path, clean_spec_env):
+    """`nvrx-qual run`'s result: the first line names the known defect, before the criteria
+    table (whose failures are then its evidence); the advice line still follows it."""
+    from harness import plan as planmod
+    from harness import runner, verify
+    from harness.launch import LaunchResult
+    from harness.render import terminal
+    from harness.resolve import resolve_spec
+
+    run = _known_defect_run(tmp_path)
+    verdict, read = verify.judge_run(run, picture=False)
+    known = findings.known_defects(verdict, read.timeline.run)
+    assert ids(known) == ["megatron-distopt-adam-step"]
+    spec, target, _ = resolve_spec({"workload": "reference", "fault": "kill", "work_dir": tmp_path / "w",
+                                    "run_id": "known"}, ())
+    launched = LaunchResult(0, "2026-11-29T16:31:59.900Z", "2026-11-29T16:32:30.000Z", None, target.version, 0)
+    text = terminal.run_outcome(runner.Outcome(planmod.build(spec, target), launched, verdict, None, None, known))
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines[0].startswith("NOT QUALIFIED because of a known defect in Megatron 0.19.2, met by the distributed "
+                               "optimizer"), lines[0]
+    assert lines[1].startswith("criterion ") and any(line.startswith("advice: known defect") for line in lines)
+
+
+def test_verify_names_the_known_defect_first_too(tmp_path, capsys):
+    from harness import cli
+
+    run = _known_defect_run(tmp_path)
+    assert cli.main(["verify", str(run), "--no-write"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("  NOT QUALIFIED because of a known defect in Megatron 0.19.2"), lines[:3]

@@ -163,7 +163,9 @@ def test_megatron_path_without_pretrain_gpt(tmp_path):
     empty = tmp_path / "not-megatron"
     empty.mkdir()
     message = problem_with(find(str(empty)), "has no pretrain_gpt.py")
-    assert message.startswith(f"MEGATRON_PATH={empty} ") and "root of a Megatron-LM checkout" in message
+    assert message.startswith(f"--megatron-path={empty} ") and "root of a Megatron-LM checkout" in message
+    message = problem_with(find(None, env={"MEGATRON_PATH": str(empty)}), "has no pretrain_gpt.py")
+    assert message.startswith(f"MEGATRON_PATH={empty} "), message
 
 
 def test_the_flag_wins_over_the_environment(megatron, tmp_path):

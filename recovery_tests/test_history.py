@@ -353,7 +353,7 @@ def _plan_only(p: Path) -> Path:
     (_missing, "does not exist"),
     (_a_file, "is not a directory"),
     (_empty, "holds nothing"),
-    (_plan_only, "holds only run.json (a planned or dry run that never launched)"),
+    (_plan_only, "is a plan that never ran: it holds only run.json"),
 ])
 def test_unreadable_run_dirs_say_why(tmp_path, make, why):
     with pytest.raises(RunDirError) as info:
@@ -422,6 +422,86 @@ def _feed_whole(text: str):
         pos = cut
     (start,) = parser.snapshot_starts()
     return start
+
+
+def test_save_lines_kept_in_bulk_are_kept_as_one_by_one():
+    """The save lanes add a chunk's save lines to a record at once (_Kept.extend): the record
+    ends as adding them one by one leaves it (count, first, last, the even selection), and
+    keeps() names exactly the entries extend asks for, whatever the chunks' sizes."""
+    import random
+
+    from harness.history import _Kept
+
+    rng = random.Random(35)
+    for trial in range(200):
+        head, tail, sample = rng.choice([(8, 32, 64), (1, 1, 0), (0, 3, 4), (2, 5, 1)])
+        one, bulk = _Kept(head, tail, sample), _Kept(head, tail, sample)
+        serial = 0
+        for _ in range(rng.randint(1, 12)):
+            n = rng.choice([0, 1, 2, 7, rng.randint(0, 300), rng.randint(0, 5000)])
+            entries = [(serial + o, f"line {serial + o}") for o in range(n)]
+            for entry in entries:
+                one.add(entry)
+            expected = bulk.keeps(n)
+            asked: list[int] = []
+            bulk.extend(n, lambda o: asked.append(o) or entries[o])
+            assert asked == expected, trial
+            serial += n
+            assert (bulk.count, bulk.head, list(bulk.tail), bulk.sample, bulk.stride) == (
+                one.count, one.head, list(one.tail), one.sample, one.stride), trial
+            assert bulk.kept() == one.kept()
+
+
+def test_the_save_lane_takes_the_lines_the_rule_table_makes_save_events_of():
+    """A start that trains keeps its save lines in bulk, on the raw bytes; every line the rule
+    table (match_rule, in table order) would read otherwise goes the full path: a save line
+    whose path holds "checkpoint" stays a save, a phrase its pattern does not match is none, and
+    a line that also holds an earlier rule's line (the nemesis's, a second save phrase, one
+    hidden in another keyword's hit) is that rule's."""
+    from harness import history
+    from harness.dialect import strip_prefix
+    from harness.history import match_rule
+
+    stamp = "[2026-11-29 17:32:09.410000]"
+    tricky = [
+        f"0:  {stamp} saving checkpoint at iteration {{it:7d}} to /ckpt in torch_dist format",
+        f"0:   {stamp} successfully saved checkpoint from iteration {{it:7d}} to /data/checkpoints/run [ t 1/1 ]",
+        f"0:  {stamp} scheduled an async checkpoint save at iteration {{it}} to /ckpt",
+        "0:  saving checkpoint at iteration {it:7d} to /ckpt",  # no format: the pattern does not match
+        "0: saving checkpoint at iteration {it} to /ckpt in torch_dist format nemesis: requested fault kill on rank 1 "
+        "never happened: not reached",
+        "0: saving checkpoint at iteration {it} to /a in torch_dist format; successfully saved checkpoint from "
+        "iteration {it} to /a",
+        "0: saving checkpoint at iteration {it} to /a in torch_dist format progressuccessfully saved checkpoint from "
+        "iteration {it} to /a",  # "progress" begins where the earlier rule's phrase begins
+        "0: [nemesis] rank 1 injecting SIGKILL after checkpoint iteration {it}",
+        "2026-11-29T16:32:09.410000Z out 0:  saving checkpoint at iteration {it:7d} to /ckpt in torch_dist format",
+    ]
+    lines = []
+    for it in range(1, 61):
+        lines.append(f"1:  [2026-11-29 17:32:09.310000] iteration {it:8d}/     100 | consumed samples: {it} | "
+                     "lm loss: 9.400000E+00 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+        lines.append(tricky[it % len(tricky)].format(it=it))
+    calls = []
+    real = history.LogParser._keep_saves
+
+    def spy(self, hits, a, b, pos, line):  # noqa: ANN001
+        calls.append(b - a)
+        return real(self, hits, a, b, pos, line)
+
+    parser = LogParser("x.log", split_starts=False)
+    parser._keep_saves = spy.__get__(parser)
+    parser.feed(("\n".join(lines) + "\n").encode())
+    ((events, *_),) = parser.snapshot_starts()
+    made = [(type(e).__name__, e.src.line) for e in events if not isinstance(e, (ev.Iteration,))]
+    expected = []
+    for number, text in enumerate(lines, 1):
+        rule, _m = match_rule(strip_prefix(text)[1])
+        if rule is not None and rule.app:
+            expected.append((rule.event.__name__, number))
+    assert made == expected
+    assert sum(calls) >= 10  # the lane took the plain save lines
+    assert {"SaveStarted", "SaveCommitted", "SaveScheduled", "NemesisNeverFired", "NemesisInjected"} <= {k for k, _ in made}
 
 
 def test_a_run_with_dense_checkpoints_reads_every_save_count_and_the_last(tmp_path: Path):

@@ -46,6 +46,7 @@ class Recorder:
     def __call__(self, argv):
         argv = list(argv)
         self.calls.append(argv)
+        argv = [a for i, a in enumerate(argv) if not (i == 1 and a == "-I")]  # python -I -m pip ...
         if argv[1:4] == ["-m", "pip", "download"]:
             dest = Path(argv[argv.index("-d") + 1])
             for req in argv[argv.index("-d") + 2:]:
@@ -75,10 +76,13 @@ def test_assembly_lays_out_every_part_and_a_manifest_of_hashes(tmp_path, megatro
         assert hashlib.sha256((root / rel).read_bytes()).hexdigest() == sha, rel
     assert set(manifest["files"]) == {p.relative_to(root).as_posix() for p in root.rglob("*")
                                       if p.is_file() and p.name != "MANIFEST.json"}
-    downloads = [c for c in rec.calls if c[1:4] == ["-m", "pip", "download"]]
+    downloads = [c for c in rec.calls if c[1:5] == ["-I", "-m", "pip", "download"]]
     assert all(["--python-version", "3.12"] == c[c.index("--python-version"):c.index("--python-version") + 2]
                and "--only-binary=:all:" in c and "manylinux_2_39_x86_64" in c for c in downloads)
     assert "--no-deps" in downloads[0] and "--no-deps" not in downloads[1]
+    # every Python the assembly runs is isolated from the current directory (python -I)
+    pythons = [c for c in rec.calls if c[0] != "git"]
+    assert len(pythons) == 3 and all(c[1] == "-I" for c in pythons), pythons
 
 
 @pytest.mark.parametrize("broken, words", [
@@ -165,11 +169,20 @@ def test_the_script_refuses_a_node_it_cannot_run_on_before_installing(tmp_path, 
 # go), `-m venv` makes a venv whose python is this stand-in, `-m pip` only records its arguments,
 # and anything else (the manifest check) runs on the real interpreter. Nothing is installed.
 FAKE_PYTHON = """#!/usr/bin/env bash
+echo "$*" >> "__ALL__"
+isolated=; if [ "${1:-}" = "-I" ]; then isolated=1; shift; fi
 if [ "$1 $2" = "-m venv" ]; then mkdir -p "${@: -1}/bin" && ln -s "__SELF__" "${@: -1}/bin/python"; exit 0; fi
 if [ "$1 $2" = "-m pip" ]; then echo "$*" >> "__LOG__"; exit 0; fi
 if [ "$*" = "-" ]; then cat >/dev/null; exit 0; fi
-if [ "$1" = "-c" ]; then exit 1; fi  # the installed packages are asked for: the test ends here
-exec "__REAL__" "$@"
+if [ "$1" = "-c" ]; then
+  case "$2" in  # with FAKE_DATASETS the run goes on to the tests (stood in for) and the summary
+    *find_spec*) [ -n "${FAKE_DATASETS:-}" ] && { echo "$FAKE_DATASETS"; exit 0; } ;;
+    *pytest*) [ -n "${FAKE_DATASETS:-}" ] && { echo "PASSED stand-in"; exit 0; } ;;
+    *torch*) echo "3.12 | torch stand-in | CUDA stand-in"; exit 0 ;;
+  esac
+  exit 1  # the installed packages are asked for: the test ends here
+fi
+exec "__REAL__" ${isolated:+-I} "$@"
 """
 
 
@@ -179,7 +192,7 @@ def fake_node(tmp_path):
     log = tmp_path / "pip-calls.log"
     fake = tmp_path / "fake-python"
     fake.write_text(FAKE_PYTHON.replace("__SELF__", str(fake)).replace("__LOG__", str(log))
-                    .replace("__REAL__", sys.executable))
+                    .replace("__ALL__", str(tmp_path / "python-calls.log")).replace("__REAL__", sys.executable))
     fake.chmod(0o755)
     return fake, log
 
@@ -261,6 +274,101 @@ def test_the_cli_prints_the_manifest_hash(tmp_path, capsys, megatron_lm, monkeyp
     assert cli.main(["kit", str(tmp_path / "kit"), "--megatron-path", str(megatron_lm)]) == 0
     digest = hashlib.sha256((tmp_path / "kit" / "MANIFEST.json").read_bytes()).hexdigest()
     assert f"MANIFEST.json sha256 {digest}" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- isolated from the current directory
+
+
+def test_the_scripts_node_check_never_imports_a_torch_py_from_the_current_directory(tmp_path, megatron_lm):
+    """The node check imports torch: run from a folder holding a torch.py (a shared scratch
+    directory, a download folder), that file must not be what is imported. The script's
+    Python version pin is set to this interpreter's (and its manifest entry with it) so that
+    the check reaches `import torch` here; everything else is the kit as assembled."""
+    root = kit.assemble(tmp_path / "kit", megatron_lm, project=ROOT, run=Recorder()).root
+    script = root / kit.SCRIPT_NAME
+    here = f"!= {tuple(sys.version_info[:2])}"
+    script.write_text(script.read_text().replace("!= (3, 12)", here))
+    assert here in script.read_text()
+    manifest = json.loads((root / kit.MANIFEST_NAME).read_text())
+    manifest["files"][kit.SCRIPT_NAME] = hashlib.sha256(script.read_bytes()).hexdigest()
+    (root / kit.MANIFEST_NAME).write_text(json.dumps(manifest))
+    cwd = tmp_path / "scratch"
+    cwd.mkdir()
+    imported = tmp_path / "planted-torch-imported"
+    (cwd / "torch.py").write_text(f"open({str(imported)!r}, 'w').write('yes')\nraise SystemExit('planted torch')\n")
+    proc = subprocess.run([str(script), str(tmp_path / "out")], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""}, timeout=120,
+                          stdin=subprocess.DEVNULL, start_new_session=True)
+    assert not imported.exists(), "the kit's node check imported ./torch.py: " + proc.stderr
+    assert proc.returncode == 2 and "sees no GPU" in proc.stderr, proc.stderr  # the installed torch answered
+    assert not (tmp_path / "out").exists()
+
+
+class ArchivingRecorder(Recorder):
+    """As Recorder, with a real source archive (one file under nvrx-qual/) for the script to unpack."""
+
+    def __call__(self, argv):
+        super().__call__(argv)
+        if argv[0] == "git":
+            import tarfile
+            out = Path(argv[argv.index("-o") + 1])
+            readme = out.parent / "README.md"
+            readme.write_text("stand-in source\n")
+            with tarfile.open(out, "w:gz") as tar:
+                tar.add(readme, arcname="nvrx-qual/README.md")
+            readme.unlink()
+
+
+def test_every_python_the_script_runs_is_isolated_from_the_current_directory(tmp_path, megatron_lm, fake_node):
+    """The whole script, with a stand-in interpreter that records its arguments: the manifest
+    check, the node check, the venv, both installs, the datasets lookup, the tests and the
+    summary each run `python -I` (no current directory, PYTHONPATH or user site on sys.path)."""
+    fake, _log = fake_node
+    root = kit.assemble(tmp_path / "kit", megatron_lm, project=ROOT, run=ArchivingRecorder()).root
+    datasets = tmp_path / "site" / "megatron" / "core" / "datasets"
+    datasets.mkdir(parents=True)
+    (datasets / "helpers_cpp.cpython-312-x86_64-linux-gnu.so").write_bytes(b"")
+    cwd = tmp_path / "scratch"
+    cwd.mkdir()
+    out = tmp_path / "out"
+    proc = subprocess.run([str(root / kit.SCRIPT_NAME), str(out)], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "PYTHON": str(fake), "FAKE_DATASETS": str(datasets)}, timeout=120,
+                          stdin=subprocess.DEVNULL, start_new_session=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calls = (tmp_path / "python-calls.log").read_text().splitlines()
+    assert len(calls) == 8, calls  # manifest, node, venv, two installs, datasets, tests, summary
+    assert all(c.startswith("-I ") for c in calls), [c for c in calls if not c.startswith("-I ")]
+    tests = next(c for c in calls if "pytest.main" in c)
+    assert f"-I -c {kit.ISOLATED_PYTEST} {out}/nvrx-qual -m gpu" in tests, tests
+    assert "stand-in" in (out / "SUMMARY.md").read_text()
+
+
+def test_the_isolated_pytest_imports_the_kits_source_not_the_current_directory(tmp_path):
+    """kit.ISOLATED_PYTEST, the way the script starts the tests: the kit's unpacked source
+    (named explicitly) first on sys.path, the current directory nowhere."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "kit_module.py").write_text("WHERE = 'source'\n")
+    (source / "test_where.py").write_text("import kit_module\n\n\ndef test_where():\n"
+                                          "    assert kit_module.WHERE == 'source'\n")
+    cwd = tmp_path / "scratch"
+    cwd.mkdir()
+    (cwd / "kit_module.py").write_text("WHERE = 'scratch'\n")
+    proc = subprocess.run([sys.executable, "-I", "-c", kit.ISOLATED_PYTEST, str(source), "-q", "-p",
+                           "no:cacheprovider", "--rootdir", str(source), str(source / "test_where.py")],
+                          capture_output=True, text=True, cwd=cwd, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_tools_gpu_kit_runs_python_isolated(tmp_path):
+    calls = tmp_path / "calls.log"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$*" >> {calls}\nexec {sys.executable} "$@"\n')
+    fake.chmod(0o755)
+    proc = subprocess.run([str(ROOT / "tools" / "gpu-kit"), "--help"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHON": str(fake)}, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0 and "--megatron-path" in proc.stdout, proc.stdout + proc.stderr
+    assert calls.read_text().startswith("-I "), calls.read_text()
 
 
 # ---------------------------------------------------------------- from PyPI

@@ -79,14 +79,14 @@ def test_the_docs_table_states_each_profiles_numbers() -> None:
 
 
 @pytest.mark.parametrize(("field", "bad", "words"), [
-    ("train_iters", 0, "TRAIN_ITERS=0 must be a positive integer"),
+    ("train_iters", 0, "--train-iters=0 must be a positive integer"),
     ("hot_spares", -1, "--hot-spares=-1 must be 0 or more"),
     ("max_no_progress_cycles", 0, "--max-no-progress-cycles=0 must be 1 or more"),
     ("out_of_section_timeout", float("nan"), "--out-of-section-timeout=nan must be a number of seconds"),
     ("section_timeouts", (("setup", 1.0), ("step", 0.0), ("checkpointing", 1.0)), "--section-timeouts step=0.0"),
-    ("fault_rank", 9, "NVRX_FAULT_RANK=9 is outside the active world of 2"),
+    ("fault_rank", 9, "--fault-rank=9 is outside the active world of 2"),
     ("max_restarts", 0, "--max-restarts=0 leaves no restart"),
-    ("rdzv_endpoint", "nohost", "RDZV_ENDPOINT='nohost' is not HOST:PORT"),
+    ("rdzv_endpoint", "nohost", "--rdzv-endpoint=nohost is not HOST:PORT"),
     ("save_delay_ms", -5, "--save-delay-ms=-5 must be 0 or more"),
 ])  # fmt: skip
 def test_each_constraint_is_its_knobs_own(tmp_path: Path, field: str, bad: object, words: str) -> None:

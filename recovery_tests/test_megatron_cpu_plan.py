@@ -88,7 +88,7 @@ def refused(capsys, argv: list[str]) -> str:
 def test_missing_install_is_refused_naming_the_install_command(tmp_path, clean_spec_env, capsys):
     missing = tmp_path / "nowhere"
     err = refused(capsys, ["--megatron-cpu-dir", str(missing), "--work-dir", str(tmp_path / "w")])
-    assert f"--megatron-cpu-dir {missing} holds no installed Megatron for CPU: run tools/install-megatron-cpu.sh " \
+    assert f"--megatron-cpu-dir={missing} holds no installed Megatron for CPU: run tools/install-megatron-cpu.sh " \
            f"{missing}" in err
     assert not (tmp_path / "w").exists()
 
@@ -111,27 +111,28 @@ def test_tp_or_cp_sets_cuda_device_max_connections_with_megatrons_reason(tmp_pat
 
 
 IMPOSSIBLE = {
-    "tp3-on-2-ranks": (["--tp", "3"], "world size 2 (NNODES=1 x GPUS_PER_NODE=2) is not divisible by TP*PP*CP=3 "
-                       "(TP=3, PP=1, CP=1): make the world a multiple of 3 or change TP/PP/CP (Megatron's validate_args: "
-                       "'world size (2) is not divisible by total_model_size')"),
+    "tp3-on-2-ranks": (["--tp", "3"], "world size 2 (--nnodes=1 x --gpus-per-node=2) is not divisible by the "
+                       "model-parallel size 3 (--tp=3 x --pp=1 x --cp=1): make the world a multiple of 3 or change the "
+                       "parallel sizes (Megatron's validate_args: 'world size (2) is not divisible by total_model_size')"),
     "world-not-divisible-by-tp-pp": (["--gpus-per-node", "6", "--tp", "2", "--pp", "2"],
-                                     "world size 6 (NNODES=1 x GPUS_PER_NODE=6) is not divisible by TP*PP*CP=4"),
+                                     "world size 6 (--nnodes=1 x --gpus-per-node=6) is not divisible by the "
+                                     "model-parallel size 4"),
     "heads-not-divisible-by-tp": (["--tp", "2", "--num-attention-heads", "3", "--hidden-size", "63"],
-                                  "num_attention_heads=3 is not divisible by TP=2: choose a TP that divides 3 "
-                                  "(Megatron's TransformerConfig: 'num_attention_heads (3) must be a multiple of "
-                                  "tensor_model_parallel_size (2)')"),
+                                  "--num-attention-heads=3 is not divisible by --tp=2: choose a tensor-parallel size "
+                                  "that divides 3 (Megatron's TransformerConfig: 'num_attention_heads (3) must be a "
+                                  "multiple of tensor_model_parallel_size (2)')"),
     "layers-not-divisible-by-pp": (["--pp", "2", "--num-layers", "3"],
-                                   "num_layers=3 is not divisible by PP=2: choose a PP that divides 3 (Megatron's "
-                                   "validate_args: 'Number of layers should be divisible by the pipeline-model-parallel "
-                                   "size')"),
+                                   "--num-layers=3 is not divisible by --pp=2: choose a pipeline-parallel size that "
+                                   "divides 3 (Megatron's validate_args: 'Number of layers should be divisible by the "
+                                   "pipeline-model-parallel size')"),
     "hidden-not-divisible-by-heads": (["--hidden-size", "66"],
-                                      "hidden_size=66 is not divisible by num_attention_heads=4: choose a hidden size "
-                                      "that is a multiple of 4 (Megatron's validate_args"),
-    "cp-without-te": (["--cp", "2"], "CP=2: Megatron's local attention (no Transformer Engine, as on CPU) has no "
+                                      "--hidden-size=66 is not divisible by --num-attention-heads=4: choose a hidden "
+                                      "size that is a multiple of 4 (Megatron's validate_args"),
+    "cp-without-te": (["--cp", "2"], "--cp=2: Megatron's local attention (no Transformer Engine, as on CPU) has no "
                       "context parallelism"),
     "train-iters-within-the-warmup": (["--train-iters", "8"],
-                                      "TRAIN_ITERS=8 is not above the learning-rate warmup of 10 iterations, and the "
-                                      "decay runs over TRAIN_ITERS (Megatron's OptimizerParamScheduler: "
+                                      "--train-iters=8 is not above the learning-rate warmup of 10 iterations, and the "
+                                      "decay runs over the train iterations (Megatron's OptimizerParamScheduler: "
                                       "'assert self.lr_warmup_steps < self.lr_decay_steps'"),
     "global-batch-not-divisible-by-dp": (["--gpus-per-node", "4", "--tp", "2", "--global-batch-size", "3"],
                                          "global batch size 3 is not divisible by micro batch 1 x DP 2 = 2"),

@@ -9,6 +9,7 @@ import pytest
 
 from harness import nvrx
 from harness.resolve import resolve_spec
+from harness.spec import SpecError
 
 
 def fake_install(root: Path, version: str) -> Path:
@@ -48,3 +49,37 @@ def test_run_takes_the_newest_unless_told(tmp_path, monkeypatch, flags, expected
         assert (target.version, target.path, spec.nvrx_path) == ("99.0.0", newer.resolve(), newer.resolve())
     else:
         assert (target.version, target.path, spec.nvrx_path) == (nvrx.installed_version(None), None, None)
+
+
+@pytest.mark.parametrize("where, said", [
+    ("missing", "is not a directory"),
+    ("empty", "holds no NVRx install"),
+    ("parent", "holds no NVRx install: no nvidia_resiliency_ext/ with its nvidia_resiliency_ext-*.dist-info (an NVRx install "
+                "is below it: "),
+])
+def test_a_launcher_path_without_nvrx_is_refused_not_passed_over(tmp_path, where, said):
+    """`--nvrx-path DIR` without an NVRx in DIR once ran the pip-installed one and recorded DIR."""
+    fake_install(tmp_path, "99.0.0")
+    path = {"missing": tmp_path / "nope", "empty": tmp_path / "empty", "parent": tmp_path / ".nvrx"}[where]
+    if where == "empty":
+        path.mkdir()
+    with pytest.raises(SpecError) as err:
+        resolve_spec({"workload": "reference", "work_dir": str(tmp_path / "w"), "nvrx_path": str(path)}, (), {})
+    assert f"--nvrx-path={path} {said}" in str(err.value), err.value
+    with pytest.raises(SpecError) as err:  # from the environment: named by its variable
+        resolve_spec({"workload": "reference", "work_dir": str(tmp_path / "w")}, (), {"NVRX_QUAL_NVRX_PATH": str(path)})
+    assert f"NVRX_QUAL_NVRX_PATH={path} {said}" in str(err.value), err.value
+
+
+def test_a_launcher_path_refusal_comes_with_every_other_problem(tmp_path):
+    with pytest.raises(SpecError) as err:
+        resolve_spec({"workload": "reference", "work_dir": str(tmp_path / "w"), "nvrx_path": str(tmp_path / "nope"),
+                      "train_iters": "-5"}, (), {})
+    assert [p.split(" ", 1)[0] for p in err.value.problems] == [f"--nvrx-path={tmp_path / 'nope'}", "--train-iters=-5"]
+
+
+def test_a_launcher_path_holding_nvrx_is_used(tmp_path):
+    directory = fake_install(tmp_path, "99.0.0")
+    spec, target, _ = resolve_spec({"workload": "reference", "work_dir": str(tmp_path / "w"),
+                                    "nvrx_path": str(directory)}, (), {})
+    assert (target.version, target.path, spec.nvrx_path) == ("99.0.0", directory, directory)

@@ -28,6 +28,11 @@ def installed(site: Path, points: dict[str, str]) -> dict[str, str]:
     (info / "entry_points.txt").write_text("[pytest11]\n" + "".join(f"{k} = {v}\n" for k, v in points.items()))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT)])  # ROOT: the package itself, as pip would install it
+    # the inner sessions' temporary directories go beside `site`, in this test's own tmp_path: a
+    # user's repository has no retention setting of ours, and pytest would keep its work dir in /tmp
+    temproot = site.parent / f"{site.name}-temproot"
+    temproot.mkdir()
+    env["PYTEST_DEBUG_TEMPROOT"] = str(temproot)
     return env
 
 

@@ -70,7 +70,9 @@ def test_a_copy_without_work_dir_is_judged_against_its_own_checkpoints(good, tmp
     verdict = verify_run(copy, picture=False)
     pre = verdict.criterion("pre_fault_checkpoint")
     assert pre.status == FAIL and "checkpoints/iter_0000010 has no metadata.json" in pre.detail
-    assert any("records no work_dir" in n and "judged against those" in n for n in verdict.notes), verdict.notes
+    # the recorded directory (the original's checkpoints) lies outside the copy: never read, and said so
+    assert any(f"checkpoint directory {spec['checkpoint_dir']} (run.json spec.checkpoint_dir) lies outside the run "
+               "directory and was not read" in n and "--read-dir" in n for n in verdict.notes), verdict.notes
 
 
 # ---------------------------------------------------------------- (c) an earlier run's leftovers
@@ -96,8 +98,8 @@ def test_plan_refuses_a_run_directory_with_an_earlier_runs_logs_or_checkpoints(t
     before = snapshot(root)
     assert cli.main(plan_argv(tmp_path / "work")) == 2
     err = capsys.readouterr().err
-    assert f"run directory {root} already holds {left}/" in err and "use a new NVRX_RUN_ID" in err
-    assert "NVRX_CHECKPOINT_DIR" in err and f"mv {root} {root}.old" in err
+    assert f"run directory {root} already holds {left}/" in err and "use a new --run-id" in err
+    assert "--checkpoint-dir=<the copy>" in err and f"mv {root} {root}.old" in err
     assert snapshot(root) == before and not (root / "run.json").exists()
     # the claim's own check, under the lock, says the same (a race cannot slip past validate)
     flags = {"workload": "reference", "work_dir": tmp_path / "other", "run_id": "mine", "fault": "none"}

@@ -166,8 +166,9 @@ def test_directories_without_a_launched_run_are_skipped_with_a_note(runs, capsys
     (runs / "empty").mkdir()
     status, out, err = report(capsys, runs / "kill-ok", runs / "plan-only", runs / "empty")
     assert status == 0 and "1 of 1 runs qualified." in out
-    assert f"note: skipped: {runs / 'plan-only'} holds only run.json" in err
+    assert f"note: skipped: {runs / 'plan-only'} is a plan that never ran: it holds only run.json" in err
     assert f"note: skipped: {runs / 'empty'} holds nothing" in err
+    assert "verify" not in err  # report's notes do not send the reader to another command's argument
 
 
 def test_only_directories_without_a_launched_run_is_refused(runs, capsys):

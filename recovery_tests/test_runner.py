@@ -40,7 +40,7 @@ def test_a_declared_version_that_is_not_installed_is_refused(tmp_path):
 def test_several_nodes_need_an_allocation(tmp_path, monkeypatch):
     monkeypatch.setattr(runner.shutil, "which", lambda name: None)
     message = refusal(make_plan(tmp_path, nnodes=2, rdzv_endpoint="n1:29400"), {})
-    assert "NNODES=2 runs srun inside a Slurm allocation" in message and "srun is not on PATH" in message
+    assert "--nnodes=2 runs srun inside a Slurm allocation" in message and "srun is not on PATH" in message
 
 
 def test_nvrx_07_single_node_inside_an_allocation_without_procid(tmp_path, monkeypatch):
@@ -56,7 +56,7 @@ def test_megatron_needs_gpus(tmp_path, monkeypatch, megatron_checkout):
     monkeypatch.setattr(runner.discovery, "nvidia_smi_gpus", lambda: None)
     assert "the megatron workload needs NVIDIA GPUs" in refusal(plan, {})
     monkeypatch.setattr(runner.discovery, "nvidia_smi_gpus", lambda: [discovery.Gpu(0, "H100", "9.0")] * 2)
-    assert "GPUS_PER_NODE=4 but this node has 2 GPU(s)" in refusal(plan, {})
+    assert "--gpus-per-node=4 but this node has 2 GPU(s): set --gpus-per-node=2 or less" in refusal(plan, {})
 
 
 def test_execute_refuses_before_creating_anything(tmp_path):

@@ -38,9 +38,9 @@ def test_nvrx_070_has_no_shrinking_job_and_the_plan_says_so(tmp_path, clean_spec
             "node001:29400", "--assume-shared-storage", "1", "--work-dir", str(tmp_path / "w"), "--run-id", "s"]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
-    assert "--nnodes 1:2 asks for a job of 2 nodes that may shrink to 1; NVRx 0.7.0 has no such job: its " \
+    assert "--nnodes=1:2 asks for a job of 2 nodes that may shrink to 1; NVRx 0.7.0 has no such job: its " \
            "rendezvous makes the first MIN nodes active and the other MAX-MIN standby" in err
-    assert "use --nnodes 1 --hot-spares 1" in err
+    assert "use --nnodes=1 --hot-spares=1" in err
     assert not (tmp_path / "w").exists()
 
 
@@ -60,7 +60,7 @@ def test_a_shrink_that_breaks_the_layout_is_refused(tmp_path, clean_spec_env, ca
             "--tp", "2", "--pp", "2", "--rdzv-endpoint", "node001:29400", "--assume-shared-storage", "1",
             "--work-dir", str(tmp_path), "--run-id", "b"]
     assert cli.main(argv) == 2
-    assert "--nnodes 1:2: after a shrink to 1 node(s) the job runs a world of 2, and then world size 2" in \
+    assert "--nnodes=1:2: after a shrink to 1 node(s) the job runs a world of 2, and then world size 2" in \
         capsys.readouterr().err
 
 

@@ -108,6 +108,30 @@ def test_a_second_signal_does_not_interrupt_the_sweep(tmp_path, record, harness_
     assert launch_json_of(tmp_path)["ended_by"] == "signal SIGTERM"
 
 
+def test_a_stop_signal_is_acknowledged_at_once_not_after_the_grace(tmp_path, record, harness_proc):
+    """Ctrl-C: a line saying what is being stopped comes while the stop is still under way (the
+    launcher ignores SIGTERM here, so the harness is bound to wait out the 10 s grace before its
+    SIGKILL); then the stop ends as ever."""
+    proc = start_driver(tmp_path, record, "--ignore-term")
+    harness_proc(proc)
+    doc = await_record(record)
+    proc.send_signal(signal.SIGINT)
+    first, seen = "", []
+    for line in proc.stderr:  # up to the driver's first own line (or the end of stderr: a failure below)
+        seen.append(line)
+        if line.startswith("launch_driver: "):
+            first = line
+            break
+    still_stopping = proc.poll() is None and bool(pids_with_tag(doc["tag"]))
+    _out, err = proc.communicate(timeout=60)
+    err = "".join(seen) + err
+    assert first.startswith("launch_driver: SIGINT received: stopping run signal-test: SIGTERM to its launcher now, "
+                            "SIGKILL to whatever is left after 10 s"), first + err
+    assert still_stopping, "the acknowledgement came only after the stop"
+    assert proc.returncode == 128 + signal.SIGINT and "stopped by SIGINT" in err
+    assert pids_with_tag(doc["tag"]) == []
+
+
 def test_sigkill_of_the_harness_takes_the_launch_with_it(tmp_path, record, harness_proc):
     proc = start_driver(tmp_path, record, "--temp")
     harness_proc(proc)
@@ -166,7 +190,7 @@ def test_nvrx_qual_run_leaves_nothing_behind_when_signalled(tmp_path, harness_pr
     run_id = f"sig-{sig.name.lower()}"
     work = tmp_path / "work"
     argv = [sys.executable, "-m", "harness", "run", "--workload", "reference", "--fault", "none",
-            "--work-dir", str(work), "--run-id", run_id, "--train-iters", "400", "--quiet"]  # the installed NVRx
+            "--work-dir", str(work), "--run-id", run_id, "--train-iters", "400"]  # the installed NVRx
     temp = short_tmpdir  # to be left empty
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "TMPDIR": str(temp)})
@@ -181,7 +205,7 @@ def test_nvrx_qual_run_leaves_nothing_behind_when_signalled(tmp_path, harness_pr
     pids = _launch_pids(run_id)
     assert len(pids) >= 3, pids  # launcher + two workers at least
     proc.send_signal(sig)
-    _out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=120)
     assert await_gone(pids, 30.0) == [] and _launch_pids(run_id) == []
     deadline = time.monotonic() + GONE_WITHIN_S  # after a SIGKILL the watchdog removes the launch's directory
     while list(temp.iterdir()) and time.monotonic() < deadline:
@@ -189,6 +213,7 @@ def test_nvrx_qual_run_leaves_nothing_behind_when_signalled(tmp_path, harness_pr
     assert list(temp.iterdir()) == [], "left behind in TMPDIR"
     if sig == signal.SIGTERM:
         assert proc.returncode == 143, err
+        assert f"SIGTERM received: stopping run {run_id}: SIGTERM to its launcher now" in out  # a progress line
         doc = json.loads((work / "runs" / run_id / "launch.json").read_text())
         assert doc["ended_by"] == "signal SIGTERM"
 

@@ -55,13 +55,50 @@ def test_the_start_time_read_is_field_22_of_proc_stat(bystander):
     assert out.stdout.strip() == stat.rsplit(")", 1)[1].split()[19]
 
 
-def test_a_recorded_process_is_stopped(tmp_path, bystander):
-    pidfile, ident = tmp_path / "sleep.pid", tmp_path / "sleep.ident"
-    pidfile.write_text(f"{bystander.pid}\n")
-    rec = sourced('ident_record "$1" "$2" "$(exe_of sleep)" && stop_ident "$2" sleep', str(pidfile), str(ident))
+@pytest.fixture
+def fake_slurmd(tmp_path):
+    """A stand-in slurmd: a copy of `sleep` named slurmd, first on PATH (the tool finds a
+    daemon's executable with `command -v`), running in a process group of its own; killed at
+    teardown. (its Popen, the PATH to give the tool)"""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "slurmd"
+    shutil.copyfile(os.path.realpath(shutil.which("sleep")), exe)
+    exe.chmod(0o755)
+    proc = subprocess.Popen([str(exe), "600"], start_new_session=True, stdin=subprocess.DEVNULL)
+    yield proc, f"{bin_dir}:{os.environ['PATH']}"
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def identity(pid: int) -> str:
+    """What start records of a process: PID, start time (field 22 of /proc/PID/stat), executable."""
+    start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    return f"{pid} {start} {os.readlink(f'/proc/{pid}/exe')}\n"
+
+
+def test_a_recorded_daemon_is_stopped(tmp_path, fake_slurmd):
+    proc, path = fake_slurmd
+    pidfile, ident = tmp_path / "slurmd-n1.pid", tmp_path / "slurmd-n1.ident"
+    pidfile.write_text(f"{proc.pid}\n")
+    rec = sourced('ident_record "$1" "$2" "$(daemon_exe slurmd-n1)" && stop_ident "$2" slurmd-n1', str(pidfile),
+                  str(ident), env={"PATH": path})
     assert rec.returncode == 0, rec.stderr
-    assert bystander.wait(timeout=15) == -signal.SIGTERM
+    assert proc.wait(timeout=15) == -signal.SIGTERM
     assert not ident.exists()
+
+
+def test_a_record_naming_another_program_than_its_daemon_is_never_signalled(tmp_path, bystander, fake_slurmd):
+    """A planted slurmd-n1.ident holding the exact live identity of an unrelated process (PID,
+    start time, executable all match it): that process is not slurmd, so it is left alone."""
+    _proc, path = fake_slurmd
+    ident = tmp_path / "slurmd-n1.ident"
+    ident.write_text(identity(bystander.pid))
+    out = sourced('stop_ident "$1" slurmd-n1; ident_pid "$1" "$(daemon_exe slurmd-n1)" || echo not-ours', str(ident),
+                  env={"PATH": path})
+    assert out.returncode == 0 and out.stdout.strip() == "not-ours", out.stdout + out.stderr
+    assert alive(bystander)
 
 
 @pytest.mark.parametrize("which", ["start-time", "executable", "pid-file-only"])
@@ -75,7 +112,7 @@ def test_a_pid_that_names_another_process_now_is_never_signalled(tmp_path, bysta
         ident.write_text(f"{bystander.pid} {int(start) - 100} {exe}\n")
     elif which == "executable":
         ident.write_text(f"{bystander.pid} {start} /usr/sbin/slurmd\n")
-    out = sourced('stop_ident "$1" slurmd-n1; ident_pid "$1" || echo not-ours', str(ident))
+    out = sourced('stop_ident "$1" slurmd-n1; ident_pid "$1" "$(daemon_exe slurmd-n1)" || echo not-ours', str(ident))
     assert out.returncode == 0, out.stderr
     assert alive(bystander)
 
@@ -109,6 +146,189 @@ def test_stop_and_status_leave_a_process_named_by_stale_pid_files_alone(tmp_path
     assert stop.returncode == 0, stop.stderr
     assert alive(bystander), stop.stderr
     assert f"pid {bystander.pid} left alone" in stop.stderr
+
+
+# ------------------------------------------------------------------ every command checks its directory first
+
+
+def cluster_dir(d: Path, slurmd_pid: int) -> Path:
+    """A directory as a running one-node cluster leaves it: configuration, state, spool, PID
+    file and the record of slurmd-n1 (naming `slurmd_pid` exactly); every folder 0755."""
+    for sub in ("state", "run", "log", "spool/n1"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    for folder in (d, d / "state", d / "run", d / "log", d / "spool", d / "spool" / "n1"):
+        folder.chmod(0o755)
+    (d / "slurm.conf").write_text("ClusterName=planted\n")
+    (d / "state" / "job_state").write_text("state\n")
+    (d / "spool" / "n1" / "cred_state").write_text("spool\n")
+    (d / "run" / "shape").write_text("1 2 17817\n")
+    (d / "run" / "slurmd-n1.pid").write_text(f"{slurmd_pid}\n")
+    (d / "run" / "slurmd-n1.ident").write_text(identity(slurmd_pid))
+    return d
+
+
+KEPT = ("slurm.conf", "state/job_state", "spool/n1/cred_state", "run/shape", "run/slurmd-n1.pid",
+        "run/slurmd-n1.ident")
+UNTRUSTED = ("a-link", "a-link-above-it", "group-writable", "world-writable", "another-users", "run-a-link")
+
+
+def untrusted_dir(tmp_path: Path, how: str, slurmd_pid: int) -> tuple[Path, Path, tuple[str, ...]]:
+    """(the DIR to name, the folder whose files a command must leave alone, those files)."""
+    if how == "a-link":
+        real = cluster_dir(tmp_path / "real", slurmd_pid)
+        (tmp_path / "cluster").symlink_to(real)
+        return tmp_path / "cluster", real, KEPT
+    if how == "a-link-above-it":
+        real = cluster_dir(tmp_path / "elsewhere" / "cluster", slurmd_pid)
+        (tmp_path / "parent").symlink_to(tmp_path / "elsewhere")
+        return tmp_path / "parent" / "cluster", real, KEPT
+    d = cluster_dir(tmp_path / "cluster", slurmd_pid)
+    if how == "run-a-link":
+        victim = tmp_path / "victim-run"
+        shutil.move(str(d / "run"), str(victim))
+        (d / "run").symlink_to(victim)
+        return d, victim, ("shape", "slurmd-n1.pid", "slurmd-n1.ident")
+    if how == "group-writable":
+        d.chmod(0o775)
+    elif how == "world-writable":
+        d.chmod(0o757)
+    elif how == "another-users":
+        os.chown(d, 65534, 65534)
+    return d, d, KEPT
+
+
+@pytest.mark.parametrize("command", ["stop", "status", "env"])
+@pytest.mark.parametrize("how", UNTRUSTED)
+def test_every_command_refuses_an_untrusted_directory_before_touching_anything(tmp_path, fake_slurmd, how, command):
+    """stop (which removes state/, spool/ and PID files and signals what run/*.ident records),
+    status and env check DIR as start does before they read, remove or signal anything."""
+    if how == "another-users" and os.geteuid() != 0:
+        pytest.skip("making a directory of another user's needs root")
+    proc, path = fake_slurmd
+    d, files, kept = untrusted_dir(tmp_path, how, proc.pid)
+    out = run_in_session([str(TOOL), command, "--dir", str(d)], timeout_s=120, env={**os.environ, "PATH": path})
+    assert out.returncode == 2 and "slurm-local: error:" in out.stderr, (out.returncode, out.stdout, out.stderr)
+    assert "export SLURM_CONF" not in out.stdout and "running" not in out.stdout, out.stdout
+    assert alive(proc), f"{command} signalled the process a record in an untrusted directory names"
+    missing = [rel for rel in kept if not (files / rel).exists()]
+    assert missing == [], f"{command} removed {missing} through an untrusted directory"
+
+
+def test_stop_still_stops_and_clears_a_trusted_directory(tmp_path, fake_slurmd):
+    """The control of the test above: the same directory, trusted, is stopped and cleared."""
+    proc, path = fake_slurmd
+    d = cluster_dir(tmp_path / "cluster", proc.pid)
+    status = run_in_session([str(TOOL), "status", "--dir", str(d)], timeout_s=60, env={**os.environ, "PATH": path})
+    assert f"slurmd-n1: running (pid {proc.pid})" in status.stdout, status.stdout + status.stderr
+    stop = run_in_session([str(TOOL), "stop", "--dir", str(d)], timeout_s=120, env={**os.environ, "PATH": path})
+    assert stop.returncode == 0, stop.stderr
+    assert proc.wait(timeout=15) == -signal.SIGTERM
+    assert not (d / "state").exists() and not (d / "spool").exists() and not (d / "slurm.conf").exists()
+    assert not list((d / "run").glob("*.pid")) and not list((d / "run").glob("*.ident"))
+
+
+def test_a_planted_record_naming_an_unrelated_process_is_refused_by_stop_and_status(tmp_path, bystander,
+                                                                                    fake_slurmd):
+    """A trusted directory whose slurmd-n1.ident holds the exact live identity of a process
+    that is not slurmd: status does not count it as running, stop does not signal it."""
+    _proc, path = fake_slurmd
+    d = cluster_dir(tmp_path / "cluster", bystander.pid)
+    env = {**os.environ, "PATH": path}
+    status = run_in_session([str(TOOL), "status", "--dir", str(d)], timeout_s=60, env=env)
+    assert "slurmd-n1: not running" in status.stdout and status.returncode == 3, status.stdout + status.stderr
+    stop = run_in_session([str(TOOL), "stop", "--dir", str(d)], timeout_s=120, env=env)
+    assert stop.returncode == 0, stop.stderr
+    assert alive(bystander), stop.stderr
+
+
+def test_a_relative_directory_is_taken_below_the_physical_working_directory(tmp_path, fake_slurmd):
+    """`--dir .slurm-local` from a checkout reached through a link: the directory is named by
+    its physical path, which has no link on it, so it is not refused."""
+    proc, path = fake_slurmd
+    cluster_dir(tmp_path / "checkout" / ".slurm-local", proc.pid)
+    (tmp_path / "checkout").chmod(0o755)
+    (tmp_path / "via").symlink_to(tmp_path / "checkout")
+    status = run_in_session([str(TOOL), "status", "--dir", ".slurm-local"], timeout_s=60, cwd=tmp_path / "via",
+                            env={**os.environ, "PATH": path})
+    assert f"slurmd-n1: running (pid {proc.pid})" in status.stdout, status.stdout + status.stderr
+
+
+def test_a_missing_directory_is_nothing_to_stop_and_no_cluster(tmp_path):
+    d = tmp_path / "never-made"
+    stop = run_in_session([str(TOOL), "stop", "--dir", str(d)], timeout_s=60)
+    assert stop.returncode == 0 and "nothing to stop" in stop.stderr, stop.stderr
+    status = run_in_session([str(TOOL), "status", "--dir", str(d)], timeout_s=60)
+    assert status.returncode == 3 and "no cluster started" in status.stderr
+    assert not d.exists()
+
+
+# ------------------------------------------------------------------ .ci/run and git
+
+
+FAKE_TOOL = """#!/usr/bin/env bash
+echo "$*" >> "__CALLS__"
+if [ "$1" = start ]; then exit "${FAKE_START_STATUS:-0}"; fi
+exit 0
+"""
+
+
+@pytest.mark.parametrize("start_status", [2, 0])
+def test_ci_run_stops_the_cluster_only_after_a_start_that_succeeded(tmp_path, start_status):
+    """.ci/run's exit trap stops the local Slurm only once `start` has succeeded: a refused
+    start (say, an untrusted directory) is not followed by a root `stop` of that directory.
+    .ci/run runs in a copy of the checkout's layout where bootstrap, slurm-local, python and
+    pytest are stand-ins that record their calls."""
+    repo = tmp_path / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    shutil.copy2(ROOT / ".ci" / "run", repo / ".ci" / "run")
+    (repo / "tools").mkdir()
+    calls = tmp_path / "slurm-local-calls.log"
+    (repo / "tools" / "slurm-local").write_text(FAKE_TOOL.replace("__CALLS__", str(calls)))
+    (repo / "tools" / "bootstrap").write_text("#!/usr/bin/env bash\nexit 0\n")
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "activate").write_text(f'PATH="{venv_bin}:$PATH"\n')
+    for name in ("python", "pytest", "actionlint", "zizmor"):
+        (venv_bin / name).write_text("#!/usr/bin/env bash\nexit 0\n")
+    for script in (repo / ".ci" / "run", repo / "tools" / "slurm-local", repo / "tools" / "bootstrap",
+                   *venv_bin.iterdir()):
+        script.chmod(0o755)
+    out = run_in_session([str(repo / ".ci" / "run")], timeout_s=120,
+                         env={**os.environ, "NVRX_QUAL_VENV": str(tmp_path / "venv"),
+                              "FAKE_START_STATUS": str(start_status)})
+    kept = [line.split("kept ", 1)[1].split(" ", 1)[0] for line in out.stderr.splitlines() if "kept /tmp/" in line]
+    for leftover in kept:  # .ci/run keeps its temporary directory when the run failed
+        if Path(leftover).name.startswith("nvrx-qual-ci."):
+            shutil.rmtree(leftover, ignore_errors=True)
+    said = calls.read_text().splitlines()
+    assert said[0] == "start --nodes 3 --dir .slurm-local", said
+    if start_status:
+        assert out.returncode != 0 and said == ["start --nodes 3 --dir .slurm-local"], (said, out.stderr)
+    else:
+        assert said == ["start --nodes 3 --dir .slurm-local", "stop --dir .slurm-local"], (said, out.stderr)
+
+
+@pytest.mark.parametrize("kind", ["absent", "directory", "link"])
+def test_git_ignores_the_local_slurm_directory_as_ci_run_names_it(tmp_path, kind):
+    """.slurm-local at the checkout's root (.ci/run: --dir .slurm-local) is ignored by git,
+    whether it exists yet, is a directory or a link to one."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    shutil.copyfile(ROOT / ".gitignore", repo / ".gitignore")
+    assert "--dir .slurm-local" in (ROOT / ".ci" / "run").read_text()
+    if kind == "directory":
+        (repo / ".slurm-local").mkdir()
+        (repo / ".slurm-local" / "slurm.conf").write_text("x\n")
+    elif kind == "link":
+        (tmp_path / "elsewhere").mkdir()
+        (repo / ".slurm-local").symlink_to(tmp_path / "elsewhere")
+    paths = [".slurm-local"] + ([".slurm-local/slurm.conf"] if kind == "directory" else [])
+    check = subprocess.run(["git", "-C", str(repo), "check-ignore", "--no-index", *paths], capture_output=True,
+                           text=True)
+    assert check.returncode == 0 and check.stdout.split() == paths, (check.stdout, check.stderr)
 
 
 # ------------------------------------------------------------------ munged's directory

@@ -39,42 +39,42 @@ def base(tmp_path: Path, megatron: Path) -> list[str]:
 class TestRefusals:
     def test_fault_rank_outside_world(self, capsys, tmp_path, megatron):
         err = refused(capsys, tmp_path, base(tmp_path, megatron) + ["--fault-rank", "5"])
-        assert "NVRX_FAULT_RANK=5 is outside the active world of 2 rank(s): choose a rank in 0..1" in err
+        assert "--fault-rank=5 is outside the active world of 2 rank(s): choose a rank in 0..1" in err
 
     def test_default_rank_one_with_one_gpu_says_use_rank_zero(self, capsys, tmp_path, megatron):
         err = refused(capsys, tmp_path, base(tmp_path, megatron) + ["--gpus-per-node", "1"])
-        assert "NVRX_FAULT_RANK=1 is outside the active world of 1 rank(s): with one GPU set NVRX_FAULT_RANK=0" in err
+        assert "--fault-rank=1 is outside the active world of 1 rank(s): with one GPU use --fault-rank=0" in err
 
     def test_world_not_divisible_by_tp_pp(self, capsys, tmp_path, megatron):
         err = refused(capsys, tmp_path, base(tmp_path, megatron) + ["--gpus-per-node", "6", "--tp", "2", "--pp", "2"])
-        assert "world size 6 (NNODES=1 x GPUS_PER_NODE=6) is not divisible by TP*PP*CP=4" in err
+        assert "world size 6 (--nnodes=1 x --gpus-per-node=6) is not divisible by the model-parallel size 4 (--tp=2 x --pp=2 x --cp=1)" in err
 
     def test_heads_not_divisible_by_tp(self, capsys, tmp_path, megatron):
         err = refused(capsys, tmp_path, base(tmp_path, megatron) + ["--gpus-per-node", "3", "--tp", "3"])
-        assert "num_attention_heads=8 is not divisible by TP=3: choose a TP that divides 8" in err
+        assert "--num-attention-heads=8 is not divisible by --tp=3: choose a tensor-parallel size that divides 8" in err
 
     def test_layers_not_divisible_by_pp(self, capsys, tmp_path, megatron):
         err = refused(capsys, tmp_path, base(tmp_path, megatron) + ["--gpus-per-node", "3", "--pp", "3"])
-        assert "num_layers=4 is not divisible by PP=3: choose a PP that divides 4" in err
+        assert "--num-layers=4 is not divisible by --pp=3: choose a pipeline-parallel size that divides 4" in err
 
     def test_global_batch_not_divisible_by_micro_times_dp(self, capsys, tmp_path, megatron):
         err = refused(capsys, tmp_path, base(tmp_path, megatron) + ["--gpus-per-node", "4",
                                                                     "--global-batch-size", "6"])
         assert "global batch size 6 is not divisible by micro batch 1 x DP 4 = 4: " \
-               "set --global-batch-size to a multiple of 4" in err
+               "set --global-batch-size=4 or another multiple of 4" in err
 
     @pytest.mark.parametrize("run_id", ["bad id", "-leading-dash", "a/b", ".hidden", "ünïcode"])
     def test_run_id_pattern(self, capsys, tmp_path, megatron, run_id):
         argv = [a for a in base(tmp_path, megatron) if a not in ("--run-id", "val-1")] + [f"--run-id={run_id}"]
         err = refused(capsys, tmp_path, argv)
-        assert f"NVRX_RUN_ID={run_id!r} must match [A-Za-z0-9][A-Za-z0-9._-]*" in err
+        assert f"--run-id={shlex.quote(run_id)} must match [A-Za-z0-9][A-Za-z0-9._-]*" in err
 
     def test_run_dir_with_marker_is_refused(self, capsys, tmp_path, megatron):
         run = tmp_path / "work" / "runs" / "val-1"
         run.mkdir(parents=True)
         (run / "fault_injected.json").write_text("{}")
         err = refused(capsys, tmp_path, base(tmp_path, megatron))
-        assert "already holds fault_injected.json from an earlier run: use a new NVRX_RUN_ID for every test" in err
+        assert "already holds fault_injected.json from an earlier run: use a new --run-id for every test" in err
 
     @pytest.mark.parametrize("content,expect", [
         (b"", "is empty"),
@@ -102,38 +102,38 @@ class TestRefusals:
         ckpt.mkdir()
         (ckpt / "latest_checkpointed_iteration.txt").write_text("95")
         err = refused(capsys, tmp_path, base(tmp_path, megatron) + ["--checkpoint-dir", str(ckpt)])
-        assert "TRAIN_ITERS=100 must exceed the restored iteration 95 by at least two save intervals (2 x 5): " \
-               "set TRAIN_ITERS=105 or more" in err
+        assert "--train-iters=100 must exceed the restored iteration 95 by at least two save intervals " \
+               "(2 x --save-interval=5): set --train-iters=105 or more" in err
 
     def test_ft_state_json_is_refused_with_archive_hint(self, capsys, tmp_path, megatron):
         ckpt = tmp_path / "old"
         ckpt.mkdir()
         (ckpt / "ft_state.json").write_text("{}")
         err = refused(capsys, tmp_path, base(tmp_path, megatron) + ["--checkpoint-dir", str(ckpt)])
-        assert f"NVRX_CHECKPOINT_DIR={ckpt} holds ft_state.json" in err and "archive it deliberately" in err
+        assert f"--checkpoint-dir={ckpt} holds ft_state.json" in err and "archive it deliberately" in err
         assert (ckpt / "ft_state.json").exists()
 
     def test_missing_checkpoint_dir(self, capsys, tmp_path, megatron):
         err = refused(capsys, tmp_path, base(tmp_path, megatron) + ["--checkpoint-dir", str(tmp_path / "nope")])
-        assert "is not a directory" in err and "unset it for a fresh run" in err
+        assert "is not a directory" in err and "leave --checkpoint-dir out for a fresh run" in err
 
     def test_megatron_path_without_pretrain_gpt(self, capsys, tmp_path, megatron):
         (megatron / "pretrain_gpt.py").unlink()
         err = refused(capsys, tmp_path, base(tmp_path, megatron))
-        assert f"MEGATRON_PATH={megatron} has no pretrain_gpt.py" in err
+        assert f"--megatron-path={megatron} has no pretrain_gpt.py" in err
 
     def test_megatron_path_unset(self, capsys, tmp_path):
         err = refused(capsys, tmp_path, ["--work-dir", str(tmp_path / "w"), "--run-id", "x"])
-        assert "MEGATRON_PATH is not set" in err and "--workload reference" in err
+        assert "--megatron-path is not given" in err and "--workload reference" in err
 
     def test_multinode_needs_rdzv_endpoint(self, capsys, tmp_path, megatron):
         err = refused(capsys, tmp_path, base(tmp_path, megatron) + ["--nnodes", "2", "--gpus-per-node", "4"])
-        assert "NNODES=2 needs RDZV_ENDPOINT" in err and "scontrol show hostnames" in err
+        assert "--nnodes=2 needs --rdzv-endpoint" in err and "scontrol show hostnames" in err
 
     def test_multinode_refuses_node_local_tmp(self, capsys, tmp_path, megatron):
         err = refused(capsys, tmp_path, base(tmp_path, megatron) + ["--nnodes", "2", "--gpus-per-node", "4",
                                                                     "--rdzv-endpoint", "node1:29400"])
-        assert "is on node-local storage (/tmp); with NNODES=2 every node must see it" in err
+        assert "is on node-local storage (/tmp); with --nnodes=2 every node must see it" in err
 
     def test_megatron_needs_nvrx_06(self, capsys, tmp_path, megatron):
         before = snapshot(tmp_path)
@@ -189,12 +189,18 @@ class TestAccepted:
         assert f"--run-dir {tmp_path}/w/runs/env-run" in out and "--fault hang --fault-rank 3" in out
         assert "--nproc-per-node 4" in out and "CUDA_DEVICE_MAX_CONNECTIONS=1" in out
 
-    def test_no_run_id_generates_a_fresh_one(self, capsys, tmp_path, megatron):
+    def test_no_run_id_generates_a_fresh_one(self, capsys, tmp_path, megatron, monkeypatch):
+        """A run without a run ID gets a fresh one; a dry run (plan) one per scenario, which the
+        next dry run of it replaces, so that plans do not pile up in runs/."""
+        monkeypatch.delenv("NVRX_RUN_ID", raising=False)
+        flags = {"workload": "reference", "work_dir": tmp_path / "work"}
+        ids = {specmod.from_sources(flags, {}).run_id for _ in range(2)}
+        assert len(ids) == 2 and all(i.startswith("reference-kill-") for i in ids)
         argv = [a for a in base(tmp_path, megatron) if a not in ("--run-id", "val-1")]
         assert cli.main(["plan", "--nvrx-version", "0.7.0", *argv]) == 0
         assert cli.main(["plan", "--nvrx-version", "0.7.0", *argv]) == 0
         runs = sorted(p.name for p in (tmp_path / "work" / "runs").iterdir())
-        assert len(runs) == 2 and all(r.startswith("megatron-kill-") for r in runs)
+        assert runs == ["megatron-kill-dry-run"]
 
     def test_dry_run_then_real_run_reuses_the_planned_directory(self, capsys, tmp_path, megatron):
         assert cli.main(["plan", "--nvrx-version", "0.7.0", *base(tmp_path, megatron)]) == 0
@@ -213,7 +219,7 @@ def test_shared_storage_rule_with_probe(tmp_path):
                    rdzv_endpoint="n1:29400")
     specmod.validate(spec, Probe("lustre"))
     specmod.validate(spec, Probe("nfs4"))
-    with pytest.raises(SpecError, match=r"NVRX_WORK_DIR=/lustre/me/work is on a ext4 filesystem, not a network"):
+    with pytest.raises(SpecError, match=r"--work-dir=/lustre/me/work is on a ext4 filesystem, not a network"):
         specmod.validate(spec, Probe("ext4"))
     with pytest.raises(SpecError, match="unknown filesystem"):
         specmod.validate(spec, Probe(None))

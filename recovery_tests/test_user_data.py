@@ -119,7 +119,7 @@ def test_simultaneous_runs_with_one_run_id_exactly_one_wins(tmp_path, dry_run):
     won = [g for g in got if g[0] == "won"]
     assert len(won) == 1, got
     refusals = [g[1] for g in got if g[0] == "refused"]
-    assert all("same-id" in r and "use a new NVRX_RUN_ID" in r for r in refusals), refusals
+    assert all("same-id" in r and "use a new --run-id" in r for r in refusals), refusals
     root = tmp_path / "work" / "runs" / "same-id"
     assert (root / "run.json").is_file() and not (root / CLAIM_NAME).exists()  # the claim goes with its holder
 
@@ -155,4 +155,48 @@ def test_a_work_dir_that_is_a_file_or_an_over_long_run_id_is_refused_not_a_crash
         argv = ["plan", "--workload", "reference", "--work-dir", str(tmp_path / "work"), "--run-id", "r" * 300]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
-    assert "Traceback" not in err and ("NVRX_WORK_DIR" in err or "NVRX_RUN_ID" in err), err
+    assert "Traceback" not in err and ("--work-dir=" in err or "--run-id=" in err), err
+    assert "NVRX_WORK_DIR" not in err and "NVRX_RUN_ID" not in err, err  # the flags were typed
+
+
+# ---------------------------------------------------------------- dry runs do not pile up
+
+
+def _plan(capsys, work: Path, *args: str) -> tuple[int, str]:
+    status = cli.main(["plan", "--workload", "reference", "--work-dir", str(work), *args])
+    return status, capsys.readouterr().out
+
+
+def test_dry_runs_without_a_run_id_do_not_leave_a_directory_per_call(tmp_path, capsys, monkeypatch):
+    """`plan` (and `run --dry-run`) without --run-id: one directory per scenario, replaced by the
+    next dry run of it and said so; a given run ID is kept as it is."""
+    monkeypatch.delenv("NVRX_RUN_ID", raising=False)
+    monkeypatch.delenv("NVRX_DRY_RUN", raising=False)
+    work = tmp_path / "work"
+    for _ in range(3):
+        status, out = _plan(capsys, work)
+        assert status == 0
+    assert cli.main(["run", "--dry-run", "--workload", "reference", "--work-dir", str(work)]) == 0
+    assert "the next dry run of this scenario without --run-id replaces it" in capsys.readouterr().out
+    assert _plan(capsys, work, "--fault", "hang", "--fault-at", "in-save")[0] == 0
+    assert _plan(capsys, work, "--run-id", "mine")[0] == 0
+    monkeypatch.setenv("NVRX_RUN_ID", "from-env")
+    assert _plan(capsys, work)[0] == 0
+    assert sorted(p.name for p in (work / "runs").iterdir()) == [
+        "from-env", "mine", "reference-hang-in-save-dry-run", "reference-kill-dry-run"]
+
+
+def test_a_dry_run_never_replaces_a_launched_runs_directory(tmp_path, capsys, monkeypatch):
+    """The dry-run directory name taken by a real run (--run-id reference-kill-dry-run): the dry
+    run is refused and the run's files are left as they were."""
+    monkeypatch.delenv("NVRX_RUN_ID", raising=False)
+    work = tmp_path / "work"
+    flags = {"workload": "reference", "work_dir": work, "run_id": "reference-kill-dry-run"}
+    spec, target, _ = resolve.resolve_spec(flags, (), {})
+    plan = planmod.build(spec, target)
+    prepare(plan, dry_run=False)
+    release(plan.layout)
+    before = snapshot(plan.layout.root)
+    status = cli.main(["plan", "--workload", "reference", "--work-dir", str(work)])
+    assert status == 2 and "already holds run.json of a planned run" in capsys.readouterr().err
+    assert snapshot(plan.layout.root) == before

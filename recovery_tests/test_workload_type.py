@@ -90,7 +90,7 @@ def test_its_refusals_come_from_the_type(tmp_path: Path, toy: Toy) -> None:
     assert "--save-delay-ms is a knob of the reference workload only" in str(err.value)
     with pytest.raises(specmod.SpecError) as err:
         specmod.validate(_spec(tmp_path, fault="gpu-hang"))
-    assert "--fault gpu-hang needs a GPU" in str(err.value)
+    assert "--fault=gpu-hang needs a GPU" in str(err.value)
     with pytest.raises(specmod.SpecError, match="workload argument --iters is not the toy's"):
         planmod.build(dataclasses.replace(_spec(tmp_path), extra_args=("--iters",)), NvrxTarget("0.7.0"))
 

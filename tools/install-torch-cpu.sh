@@ -10,6 +10,9 @@
 # pip install torch from PyPI resolves the CUDA build on Linux x86-64 (hundreds of MB plus the
 # nvidia-* wheels); the CPU tier never needs it. A CUDA build that arrives anyway (the fallback)
 # still works, and is announced with a WARNING.
+#
+# numpy comes first, with plain pip: torch imports it when it is there, and an `import torch`
+# without it warns "Failed to initialize NumPy" (this script imports torch to name the build).
 set -euo pipefail
 version=${1:-2.13.0}
 python=${PYTHON:-python}
@@ -25,6 +28,8 @@ urllib.request.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=10).close()
 PY
 }
 
+say "pip install numpy (before torch, which imports it)"
+"$python" -m pip install --quiet numpy
 if [ -z "$index" ]; then
   say "NVRX_QUAL_TORCH_INDEX is empty: plain pip install torch==$version (your pip configuration decides the build)"
   "$python" -m pip install --quiet "torch==$version"

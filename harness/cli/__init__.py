@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import difflib
 import sys
+import textwrap
 from typing import Sequence
 
 from harness import __version__, workloads
@@ -29,7 +30,21 @@ from harness.cli import verify as cmd_verify
 from harness.cli.guard import guarded
 from harness.spec import RunSpec
 
-SPEC_USAGE = "nvrx-qual {command} [OPTIONS] [-- WORKLOAD_ARGS...]   (options by group: --help)"
+SPEC_USAGE = "nvrx-qual {command} [OPTIONS] [-- WORKLOAD_ARGS...]"
+
+# What `--help` of plan / run / sbatch shows in full, in this order (argparse dests); every
+# other option is named under its group, and shown with its text by --help-group GROUP or
+# --help-all (docs/usage.md#options). The rest of the help of an option lives in docs/.
+COMMON_OPTIONS = {
+    "plan": ("workload", "fault", "fault_at", "fault_rank", "faults", "seed", "train_iters", "nvrx_path",
+             "baseline", "nnodes", "gpus_per_node", "work_dir", "run_id"),
+    "run": ("workload", "fault", "fault_at", "fault_rank", "faults", "seed", "train_iters", "nvrx_path",
+            "baseline", "repeat", "dry_run", "nnodes", "gpus_per_node", "deadline", "work_dir", "run_id", "quiet"),
+    "sbatch": ("account", "partition", "time", "job_name", "container_image", "container_mounts",
+               "container_workdir", "output", "workload", "megatron_path", "fault", "fault_at", "fault_rank",
+               "nnodes", "gpus_per_node", "work_dir", "run_id"),
+}
+HELP_WIDTH = 100  # the --help text's width, whatever the terminal (COLUMNS) says: its length is tested
 
 # Commands whose arguments are all their own (no `--` workload arguments to split off).
 WHOLE_ARGV = ("verify", "diagnose", "report", "kit")
@@ -47,12 +62,121 @@ def _split_workload_args(argv: Sequence[str]) -> tuple[list[str], tuple[str, ...
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's default in --help, unless its help already says it or there is none to show."""
 
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 30, width: int | None = None):
+        super().__init__(prog, indent_increment, max_help_position, width or HELP_WIDTH)
+
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         if ("default" in text or not action.option_strings or action.default in (None, False)
                 or action.default is argparse.SUPPRESS):
             return text
         return super()._get_help_string(action)
+
+
+def group_slug(title: str) -> str:
+    """A --help-group name: 'GPU and cluster' -> 'gpu-and-cluster'."""
+    return title.lower().replace(" ", "-")
+
+
+class GroupedHelpParser(argparse.ArgumentParser):
+    """A command whose --help fits on two screens: the options of `common` (dests) in full, every
+    other one by name under its group; --help-group GROUP shows one group in full and --help-all
+    every option. Without `common`, --help is the whole help, as argparse writes it."""
+
+    common: tuple[str, ...] = ()
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def enable_grouped_help(self, common: Sequence[str]) -> None:
+        known = {a.dest for a in self._actions}
+        missing = [c for c in common if c not in known]
+        if missing:
+            raise ValueError(f"{self.prog}: COMMON_OPTIONS names no option of it: {missing}")
+        self.common = tuple(common)
+        titles = ", ".join(group_slug(g.title) for g in self._option_groups())
+        self.add_argument("--help-all", action=_HelpAll, help="show every option, by group, and exit")
+        self.add_argument("--help-group", action=_HelpGroup, metavar="GROUP",
+                          help=f"show the options of one group and exit: {titles}")
+
+    def _option_groups(self) -> list[argparse._ArgumentGroup]:
+        """The named groups that hold options (not the positionals, not the one of -h)."""
+        return [g for g in self._action_groups
+                if g._group_actions and g.title not in ("positional arguments", "options", "optional arguments")]
+
+    def _helpers(self) -> list[argparse.Action]:
+        return [a for a in self._actions if isinstance(a, argparse._HelpAction)]  # -h, --help-all, --help-group
+
+    def format_help(self) -> str:
+        if not self.common:
+            return super().format_help()
+        by_dest = {a.dest: a for a in self._actions}
+        formatter = self._get_formatter()
+        formatter.add_usage(self.usage, self._actions, self._mutually_exclusive_groups)
+        formatter.add_text(self.description)
+        formatter.start_section("common options")
+        formatter.add_text("flags win over the environment names shown as [env NAME]")
+        formatter.add_arguments([*self._helpers(), *(by_dest[d] for d in self.common)])
+        formatter.end_section()
+        head = formatter.format_help()
+        rest = ["", "more options, by group:"]
+        rest += textwrap.wrap(f"{self.prog} --help-group GROUP shows one group with what each option means, "
+                              f"--help-all every option; the long explanations: docs/usage.md#options", HELP_WIDTH,
+                              initial_indent="  ", subsequent_indent="  ")
+        width = max(len(group_slug(g.title)) for g in self._option_groups()) + 2
+        for group in self._option_groups():
+            flags = [a.option_strings[-1] for a in group._group_actions
+                     if a.option_strings and a.dest not in self.common and a not in self._helpers()]
+            if flags:
+                rest += textwrap.wrap(", ".join(flags), HELP_WIDTH, initial_indent=f"  {group_slug(group.title):<{width}}",
+                                      subsequent_indent=" " * (width + 2), break_on_hyphens=False)
+        epilog = f"\n{self.epilog}\n" if self.epilog else ""
+        return head + "\n".join(rest) + "\n" + epilog
+
+    def format_help_all(self) -> str:
+        return super().format_help()
+
+    def format_help_group(self, name: str) -> str | None:
+        """The help of one group (by its slug or title), None for a group it does not have."""
+        groups = {group_slug(g.title): g for g in self._option_groups()}
+        group = groups.get(group_slug(name))
+        if group is None:
+            return None
+        formatter = self._get_formatter()
+        formatter.add_usage(self.usage, self._actions, self._mutually_exclusive_groups)
+        formatter.start_section(group.title)
+        formatter.add_text(group.description)
+        formatter.add_arguments(group._group_actions)
+        formatter.end_section()
+        return formatter.format_help()
+
+
+class _HelpAll(argparse._HelpAction):
+    """--help-all: argparse's whole help (every group, every option)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        argparse.Action.__init__(self, option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(parser.format_help_all(), sys.stdout)
+        parser.exit()
+
+
+class _HelpGroup(argparse._HelpAction):
+    """--help-group GROUP: one group's options with their text and defaults."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None, metavar=None):
+        argparse.Action.__init__(self, option_strings=option_strings, dest=dest, default=default, nargs=1, help=help,
+                                 metavar=metavar)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        text = parser.format_help_group(values[0])
+        if text is None:
+            names = ", ".join(group_slug(g.title) for g in parser._option_groups())
+            parser.error(f"--help-group {values[0]}: no such group; the groups: {names}")
+        parser._print_message(text, sys.stdout)
+        parser.exit()
 
 
 def _shown(value: object) -> str:
@@ -124,13 +248,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"nvrx-qual {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an internal error here instead of only in a log file")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=GroupedHelpParser)
 
     p_plan = sub.add_parser("plan", usage=SPEC_USAGE.format(command='plan'), formatter_class=DefaultsHelpFormatter, help="validate, create the run directory, print the exact commands (dry run)",
                             description="Dry run: validates, creates the run's artifact directories, writes "
                                         "run.json and prints the exact commands. Allocates nothing. "
                                         "Workload arguments follow `--`.")
     add_spec_arguments(p_plan)
+    p_plan.enable_grouped_help(COMMON_OPTIONS["plan"])
     p_plan.set_defaults(handler=cmd_run.plan)
 
     p_run = sub.add_parser("run", usage=SPEC_USAGE.format(command='run'), formatter_class=DefaultsHelpFormatter, help="plan, launch, watch and verify one scenario",
@@ -138,12 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
                                        "--repeat N); arguments after `--` are appended to the workload's command "
                                        "line (e.g. -- --no-load-optim). NVRX_DRY_RUN=1 makes it a dry run.")
     cmd_run.add_run_arguments(add_spec_arguments(p_run))
+    p_run.enable_grouped_help(COMMON_OPTIONS["run"])
     p_run.set_defaults(handler=cmd_run.run)
 
     p_sb = sub.add_parser("sbatch", usage=SPEC_USAGE.format(command='sbatch'), formatter_class=DefaultsHelpFormatter, help="render a complete sbatch script for this run",
                           description="Validates, creates the run directory and renders an sbatch script in the "
                                       "Slurm guide's shape; written to RUN_DIR/sbatch.sh and printed.")
     cmd_run.add_sbatch_arguments(add_spec_arguments(p_sb))
+    p_sb.enable_grouped_help(COMMON_OPTIONS["sbatch"])
     p_sb.set_defaults(handler=cmd_run.sbatch)
 
     for name, module, text in (("verify", cmd_verify, "check the recovery criteria of a run directory"),

@@ -17,7 +17,8 @@ from typing import Sequence
 
 from harness import safeio, stats
 from harness.exitcodes import ExitStatus
-from harness.history import RunDirError
+from harness.cli.verify import read_dirs_problem
+from harness.history import RecordRefused, RunDirError
 from harness.stats import RepeatStats, RunRecord
 from harness.stats import TITLE, group_runs, load_run, refuse_existing, timeline_links
 
@@ -35,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the Markdown to this new file instead of standard output (never overwritten)")
     parser.add_argument("--json", metavar="PATH", dest="json_path",
                         help="also write the statistics as JSON to this new file (never overwritten)")
+    parser.add_argument("--read-dir", metavar="DIR", action="append", dest="read_dirs",
+                        help="also read checkpoints the runs' records name in DIR, outside their run directories "
+                             "(repeatable)")
 
 
 def _note(message: str) -> None:
@@ -62,7 +66,8 @@ def _distinct(paths: Sequence[str]) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    problems = [p for p in (refuse_existing("--output", args.output), refuse_existing("--json", args.json_path)) if p]
+    problems = [p for p in (refuse_existing("--output", args.output), refuse_existing("--json", args.json_path),
+                            read_dirs_problem(args.read_dirs or ())) if p]
     if args.output and args.json_path and os.path.abspath(args.output) == os.path.abspath(args.json_path):
         problems.append(f"--output and --json name the same file {args.output}: give two file names")
     if problems:
@@ -72,9 +77,9 @@ def run(args: argparse.Namespace) -> int:
     records, unreadable, skipped = [], 0, 0
     for run_dir in _distinct(args.run_dirs):
         try:
-            records.append(load_run(run_dir, warn=_note))
+            records.append(load_run(run_dir, warn=_note, read_dirs=args.read_dirs or ()))
         except RunDirError as exc:
-            if _is_browsable_dir(run_dir):  # a directory, but no launched run (plan-only, empty, ...)
+            if _is_browsable_dir(run_dir) and not isinstance(exc, RecordRefused):  # no launched run (plan-only, empty)
                 _note(f"skipped: {exc}")
                 skipped += 1
             else:

@@ -5,8 +5,10 @@ script."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
+from typing import Mapping
 
 from harness import atomic, baseline, nvrx, runner, safeio, sbatch as sbatchmod
 from harness import plan as planmod
@@ -49,10 +51,24 @@ def add_sbatch_arguments(groups: dict[str, argparse._ArgumentGroup]) -> None:
     groups["output"].add_argument("--output", help="also write the script to this new file (default: none)")
 
 
+DRY_RUN_SUFFIX = "dry-run"
+
+
+def dry_run_spec(spec: specmod.RunSpec, flags: Mapping[str, object], env: Mapping[str, str]) -> specmod.RunSpec:
+    """A dry run whose run ID was generated (no --run-id, no NVRX_RUN_ID) gets one per scenario
+    instead, `<workload>-<fault>[-<moment>]-dry-run`, which the next such dry run replaces (a dry
+    run's run.json is the one prepare() replaces): `plan` does not leave a directory per call.
+    The generated ID is `<workload>-<scenario>-<time>-<random>`: its last two parts give way."""
+    if flags.get("run_id") or env.get(specmod.KNOBS_BY_FIELD["run_id"].env or ""):
+        return spec
+    return dataclasses.replace(spec, run_id=f"{spec.run_id.rsplit('-', 2)[0]}-{DRY_RUN_SUFFIX}")
+
+
 def plan(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
     try:
-        spec, target, restored = resolve_spec(spec_flags(args), extra)
-        p = planmod.build(spec, target)
+        flags = spec_flags(args)
+        spec, target, restored = resolve_spec(flags, extra)
+        p = planmod.build(dry_run_spec(spec, flags, os.environ), target)
     except (SpecError, nvrx.NvrxError) as exc:
         return refused(exc)
     return dry_run(p, restored)
@@ -72,7 +88,9 @@ def dry_run(p: planmod.Plan, restored: int) -> int:
               f"the fault waits for a newer one")
     print(p.render(), end="")
     print(f"# {baseline.cost(p.spec, baseline.choose(p.spec))}")
-    print(f"# dry run: nothing launched. run.json: {p.layout.run_json}")
+    again = (" (the next dry run of this scenario without --run-id replaces it)"
+             if p.spec.run_id.endswith(f"-{DRY_RUN_SUFFIX}") else "")
+    print(f"# dry run: nothing launched. run.json: {p.layout.run_json}{again}")
     return ExitStatus.QUALIFIED
 
 
@@ -87,10 +105,11 @@ def run(args: argparse.Namespace, extra: tuple[str, ...]) -> int:
         return repeat.run_repeats(spec_flags(args), extra, env, args.repeat, progress=not args.quiet,
                                   deadline_s=args.deadline)
     try:
-        spec, target, restored = resolve_spec(spec_flags(args), extra, env)
-        p = planmod.build(spec, target)
+        flags = spec_flags(args)
+        spec, target, restored = resolve_spec(flags, extra, env)
         if spec.dry_run:  # --dry-run 1 or NVRX_DRY_RUN=1
-            return dry_run(p, restored)
+            return dry_run(planmod.build(dry_run_spec(spec, flags, env), target), restored)
+        p = planmod.build(spec, target)
         return one_run(p, progress=not args.quiet, deadline_s=args.deadline)
     except (SpecError, nvrx.NvrxError) as exc:
         return refused(exc)

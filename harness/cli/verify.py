@@ -35,12 +35,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "compare with; 'none' judges without one, by request (default: the baseline run.json's "
                              "contract names, looked up beside the run; missing or changed since, both checks are "
                              "unknown)")
+    parser.add_argument("--read-dir", metavar="DIR", action="append", dest="read_dirs",
+                        help="also read checkpoints the run's records name in DIR, outside the run directory "
+                             "(repeatable; default: only inside it)")
     parser.add_argument("--no-write", action="store_true",
                         help="do not write timeline.png, verdict.json and report.md into the run directory")
     parser.add_argument("--force", action="store_true",
                         help="replace a stored verdict.json that was judged for another fault (without it, verify "
                              "refuses to change the fault a run was judged for)")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+
+
+def read_dirs_problem(read_dirs: Sequence[str]) -> str | None:
+    """Why a --read-dir cannot be read (not a directory), naming it; None when all can."""
+    for given in read_dirs:
+        if not os.path.isdir(given):
+            return (f"--read-dir {given} is not a directory: name the directory (outside the run directory) whose "
+                    "checkpoints the run's records name")
+    return None
 
 
 def _stored_fault_conflict(run_dir: Path, verdict: Verdict) -> str | None:
@@ -85,8 +97,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"nvrx-qual verify: error: --json {args.json_path} already exists: choose a new file name; existing "
               "files (a run's own fault_injected.json above all) are never overwritten", file=sys.stderr)
         return ExitStatus.REFUSED
+    refused = read_dirs_problem(args.read_dirs or ())
+    if refused:
+        print(f"nvrx-qual verify: error: {refused}", file=sys.stderr)
+        return ExitStatus.REFUSED
     try:
-        verdict, read = verify.judge_run(run_dir, args.fault, baseline=args.baseline, picture=not args.no_write)
+        verdict, read = verify.judge_run(run_dir, args.fault, baseline=args.baseline, picture=not args.no_write,
+                                         read_dirs=args.read_dirs or ())
     except RunDirError as exc:
         print(f"nvrx-qual verify: error: {exc}", file=sys.stderr)
         return ExitStatus.REFUSED

@@ -45,7 +45,7 @@ def run_outcome(outcome: "Outcome") -> str:
     """One launched run: every criterion, the latencies, what went wrong around it, the verdict."""
     v, m = outcome.verdict, outcome.verdict.metrics
     width = max(len(c.id) for c in v.criteria)
-    lines = ["", f"{'criterion'.ljust(width)}  status          detail"]
+    lines = ["", *known_first(v, outcome.known), f"{'criterion'.ljust(width)}  status          detail"]
     for c in v.criteria:
         lines.append(f"{c.id.ljust(width)}  {str(c.status).ljust(14)}  {c.detail}")
 
@@ -75,6 +75,13 @@ def run_outcome(outcome: "Outcome") -> str:
     if outcome.plan.spec.workload_type.scope_note:
         lines.append(f"note: {outcome.plan.spec.workload_type.scope_note}")
     return "\n".join(lines)
+
+
+def known_first(verdict: "Verdict", known: Sequence["KnownMatch"]) -> list[str]:
+    """Before the table of a run a known defect fails: why it fails, so the table reads as the
+    evidence of a known finding, not as a new one (the advice line after it names what qualifies)."""
+    return [f"{headline(verdict.qualified, verdict.fault)} because of {m.brief}: the table shows its failure, the "
+            "advice line which configuration qualifies" for m in known]
 
 
 def goodput_line(g: "Goodput") -> str:
@@ -128,6 +135,7 @@ def verification(verdict: "Verdict", known: Sequence["KnownMatch"] = ()) -> str:
     """`nvrx-qual verify`'s lines: every criterion, the latencies, the known defects its failure
     matches, the verdict."""
     lines = [f"nvrx-qual verify: {verdict.run_dir} (fault {verdict.fault}: {verdict.fault_how})"]
+    lines += [f"  {line}" for line in known_first(verdict, known)]
     width = max(len(c.id) for c in verdict.criteria)
     for c in verdict.criteria:
         lines.append(f"  {str(c.status):<14} {c.id:<{width}}  {c.detail}")

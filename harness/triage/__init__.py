@@ -11,8 +11,9 @@ timeouts that follow on the other ranks are downstream symptoms. Classify quickl
                length, TP/PP/CP/DP and the memory numbers, recorded before anything is changed
     shape      shape / divisibility errors: WORLD_SIZE = TP x DP x CP x PP, heads % TP == 0
     import     wrong worktree, missing `uv sync`, stale PYTHONPATH
-    nccl       a collective failed and no rank left a non-NCCL traceback: allocation, port
-               reachability, MASTER_ADDR resolution, identical commands on every rank
+    collective a collective of the run's backend (NCCL, or gloo on CPU) failed and no rank left a
+               traceback of another kind: allocation, port reachability, MASTER_ADDR
+               resolution, identical commands on every rank; the summary names the backend
     traceback  any other first non-NCCL traceback
     exit       a rank died without a traceback (a signal such as SIGKILL, or an exit code)
     hang       the NVRx rank monitor's section/heartbeat timeout fired, no rank crashed

@@ -29,14 +29,14 @@ def _advice(category: str, rank: int | None, config: ParallelConfig, item: objec
             "in the Megatron-LM worktree before submitting) or a stale PYTHONPATH; confirm the job does "
             "`cd <MEGATRON_WORKTREE>` before launch and that every node sees the same path."
         )
-    if category == "nccl" and config.backend == "gloo":
+    if category == "collective" and config.backend == "gloo":
         return (
             "gloo failure without another Python traceback: a gloo 'Connection reset' or 'Connection closed by "
             "peer' means a peer process died or was stopped first; find that rank in the other logs. Otherwise "
             "check that MASTER_PORT is reachable from every node, that MASTER_ADDR resolves to the same host "
             "everywhere, and that every rank runs the identical command."
         )
-    if category == "nccl":
+    if category == "collective":
         return (
             "NCCL failure without a non-NCCL Python traceback: check the allocation (every node and GPU present), "
             "that MASTER_PORT is reachable from every node, that MASTER_ADDR resolves to the same host everywhere, "

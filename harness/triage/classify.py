@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 from harness import events as ev_types
 from harness import safeio, workloads
 from harness.dialect import LogLine, check_readable_dir, discover, record_number, utc_offset_problem
-from harness.history import read_injections
+from harness.history import read_injections, refused_record, unusable_path
 from harness.layout import MARKER_NAME, RunLayout, marker_name
 from harness.faults import FAULT_KINDS
 from harness.triage.advice import _advice
@@ -63,7 +63,7 @@ def _tb_candidate(tb: _Traceback) -> _Candidate:
 
 
 def _event_candidate(ev: _Event, priority: int) -> _Candidate:
-    kind = "hang" if ev.kind == "hang" else "nccl" if ev.kind.startswith("nccl") else "exit"
+    kind = "hang" if ev.kind == "hang" else "collective" if ev.kind.startswith("collective") else "exit"
     return _Candidate(kind, ev.time, ev.cycle, ev.line.file, ev.file_rank, ev.line.lineno, priority, ev)
 
 
@@ -103,6 +103,8 @@ def collective_backend(argv: Sequence[str], extra_args: Sequence[str] = (), work
 def _read_json(path: Path) -> dict | None:
     try:
         data = safeio.read_json(path)
+    except safeio.UnusableRecord as exc:  # a string no path or argument can hold: refused, as history refuses it
+        raise refused_record(path, path.name, exc) from None
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
@@ -128,6 +130,8 @@ def _newest_log(files: Sequence[Path]) -> datetime:
 
 def _run_facts(layout: RunLayout, files: Sequence[Path], utc_offset_s: int | None) -> _RunFacts:
     run = _read_json(layout.run_json) or {}
+    if (unusable := unusable_path(run)) is not None:  # the paths it names, as history checks them
+        raise refused_record(layout.run_json, "run.json", unusable)
     launch = _read_json(layout.launch_json) or {}
     spec = run.get("spec") if isinstance(run.get("spec"), dict) else {}
     offset = _offset(utc_offset_s, run.get("utc_offset_s"))
@@ -291,14 +295,14 @@ def _unexplained_exit(ev: _Event, found: _Findings) -> bool:
     name = _signal_name(code)
     if name and signal.Signals.__members__.get(name) in _TEARDOWN_SIGNALS:
         return False
-    comm_seen = bool(found.of("nccl")) or any(tb.kind == "nccl" for tb in found.tracebacks)
+    comm_seen = bool(found.of("collective")) or any(tb.kind == "collective" for tb in found.tracebacks)
     if name == "SIGABRT" and comm_seen:
         return False
     rank = found.global_rank(ev.rank, ev.local_rank)
     if rank is not None:
         own = [found.global_rank(tb.rank, tb.local_rank) for tb in found.tracebacks]
         own += [found.global_rank(e.rank, e.local_rank) for e in found.events
-                if e.kind in ("nccl", "nccl-weak", "hang")]  # fmt: skip
+                if e.kind in ("collective", "collective-weak", "hang")]  # fmt: skip
         return rank not in own
     return not found.tracebacks and (code > 0 or not comm_seen)
 
@@ -312,13 +316,13 @@ def _choose_root(found: _Findings) -> tuple[object, str] | None:
     if candidates:
         chosen = min(candidates, key=_earliest_key)
         return chosen.item, chosen.kind
-    comm_tbs = [tb for tb in found.tracebacks if tb.kind == "nccl"]
-    strong, weak = found.of("nccl"), found.of("nccl-weak")
+    comm_tbs = [tb for tb in found.tracebacks if tb.kind == "collective"]
+    strong, weak = found.of("collective"), found.of("collective-weak")
     if comm_tbs or strong or (weak and (found.failure_signs or found.launcher_failed)):
         # a plain `NCCL WARN` names no rank; the errors that follow it do
         pool = [_tb_candidate(tb) for tb in comm_tbs] + [_event_candidate(e, 1) for e in strong]
         pool = pool or [_event_candidate(e, 1) for e in weak]
-        return min(pool, key=_earliest_key).item, "nccl"
+        return min(pool, key=_earliest_key).item, "collective"
     if found.of("exit"):
         return min((_event_candidate(e, 1) for e in found.of("exit")), key=_earliest_key).item, "exit"
     if found.tracebacks:  # only teardown tracebacks: someone stopped the job
@@ -413,7 +417,7 @@ def _event_triage(
         injected, rank = _injected_rank(category, ev, rank, marker)
     if category == "hang" and not injected:
         rank = None  # every rank blocked with the stuck one times out: the monitor cannot say which
-    family = ("nccl", "nccl-weak") if ev.kind.startswith("nccl") else (ev.kind,)
+    family = ("collective", "collective-weak") if ev.kind.startswith("collective") else (ev.kind,)
     evidence = [ev.line.evidence()]
     evidence += [e.line.evidence() for e in found.events if e is not ev and e.kind in family][: _EVIDENCE_CAP - 1]
     symptoms = _symptoms(found, exclude=ev, root_rank=rank)
@@ -544,7 +548,7 @@ def _traceback_triage(
         summary = f"Import error on {who}{cycle}: {_short(shown)}."
     elif category == "exit":  # only teardown tracebacks: the job was stopped from outside
         summary = f"{who[0].upper()}{who[1:]} was stopped by a signal{cycle}: {_short(shown)}."
-    elif category == "nccl":
+    elif category == "collective":
         summary = (f"{config.backend} / collective failure on {who}{cycle} and no non-{config.backend} traceback on "
                    f"any rank: {_short(shown)}.")
     else:
@@ -603,7 +607,7 @@ def _symptoms(found: _Findings, *, exclude: object, root_rank: int | None) -> tu
     for ev in events:
         if ev is exclude:
             continue
-        kind = "nccl" if ev.kind.startswith("nccl") else ev.kind
+        kind = "collective" if ev.kind.startswith("collective") else ev.kind
         if kind == "exit" and ev.exitcode is not None:
             name = _signal_name(ev.exitcode)
             if name and signal.Signals.__members__.get(name) in _TEARDOWN_SIGNALS:
@@ -612,11 +616,11 @@ def _symptoms(found: _Findings, *, exclude: object, root_rank: int | None) -> tu
         symptom = Symptom(rank, ev.local_rank, kind, _short(ev.what, 240), ev.line.evidence())
         items.append((_event_candidate(ev, 1), symptom))
     items.sort(key=lambda pair: _earliest_key(pair[0]))
-    attributed_nccl = any(s.kind == "nccl" and (s.rank is not None or s.local_rank is not None) for _c, s in items)
+    attributed_comm = any(s.kind == "collective" and (s.rank is not None or s.local_rank is not None) for _c, s in items)
     for _cand, symptom in items:
         if root_rank is not None and symptom.rank == root_rank:
             continue
-        if attributed_nccl and symptom.kind == "nccl" and symptom.rank is None and symptom.local_rank is None:
+        if attributed_comm and symptom.kind == "collective" and symptom.rank is None and symptom.local_rank is None:
             continue  # "terminate called after ... DistBackendError": the ranked lines say it better
         key = (symptom.rank, symptom.local_rank if symptom.rank is None else None, symptom.kind)
         if key not in found:

@@ -7,7 +7,7 @@ from typing import Sequence
 
 
 
-CATEGORIES = ("oom", "shape", "import", "nccl", "traceback", "exit", "hang", "none")
+CATEGORIES = ("oom", "shape", "import", "collective", "traceback", "exit", "hang", "none")
 ROOT_TRACEBACK_KINDS = ("oom", "shape", "import", "traceback")
 
 
@@ -93,7 +93,7 @@ class Symptom:
 
     rank: int | None
     local_rank: int | None
-    kind: str  # nccl | hang | exit | teardown | oom | shape | import | traceback
+    kind: str  # collective | hang | exit | teardown | oom | shape | import | traceback
     what: str
     evidence: str  # "relative/file:lineno: text" of its first line
 

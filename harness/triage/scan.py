@@ -237,7 +237,7 @@ def _exc_type(exception: str) -> str:
 
 
 def _classify(tb: _Traceback) -> str:
-    """oom | shape | import | traceback (root-cause kinds) or nccl | teardown (downstream)
+    """oom | shape | import | traceback (root-cause kinds) or collective | teardown (downstream)
     or noise | launcher (never a root cause)."""
     texts = tb.exception_texts()
     joined = "\n".join(texts)
@@ -254,7 +254,7 @@ def _classify(tb: _Traceback) -> str:
         return "oom"
     sources = " ".join(f"{f.path} {f.function} {f.source}" for f in tb.frames[-3:])
     if _COMM_RE.search(joined) or re.search(r"ProcessGroupNCCL|_nccl|nccl_", sources):
-        return "nccl"
+        return "collective"
     if any(t.endswith(("ModuleNotFoundError", "ImportError")) for t in types):
         return "import"
     if _SHAPE_RE.search(joined):
@@ -342,7 +342,7 @@ class _Event:
     """One failure line that is not a Python traceback: an NCCL error, a rank monitor
     timeout, or a process exit reported by a launcher/scheduler."""
 
-    kind: str  # nccl | nccl-weak | hang | exit
+    kind: str  # collective | collective-weak | hang | exit
     what: str
     line: LogLine
     time: float | None  # UTC epoch seconds
@@ -697,7 +697,7 @@ class _Scanner:
         for event in diagnostic:  # a collective's error first (as the line is read: before its launcher's word)
             if isinstance(event, ev_types.CollectiveFailed):
                 rank = line.rank if line.rank is not None else event.named_rank
-                self._add_event(_Event("nccl-weak" if event.weak else "nccl", event.what, line, when, rank,
+                self._add_event(_Event("collective-weak" if event.weak else "collective", event.what, line, when, rank,
                                        line.local_rank, line.cycle, file_rank))
         for event in launcher:
             if isinstance(event, ev_types.RankTimeout):

@@ -60,6 +60,14 @@ class SpecView(Protocol):
     @property
     def topology(self) -> "Topology": ...
 
+    def knob(self, field: str) -> str:
+        """A knob as the user gave it, for a message (its flag, or the environment name its value came from)."""
+        ...
+
+    def say(self, field: str, value: object = None) -> str:
+        """`NAME=VALUE` of a knob as the user gave it, for a message (this spec's value unless given)."""
+        ...
+
     @property
     def layout(self) -> "RunLayout": ...
 

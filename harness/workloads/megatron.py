@@ -23,13 +23,13 @@ ENTRYPOINT = "pretrain_gpt.py"
 # Flags the harness sets from the RunSpec; passing them again after `--` would silently
 # disagree with what the checks expect.
 OWNED_FLAGS = {
-    "--save": "the run's checkpoint dir (use NVRX_CHECKPOINT_DIR)",
-    "--load": "the run's checkpoint dir (use NVRX_CHECKPOINT_DIR)",
+    "--save": "the run's checkpoint dir (use --checkpoint-dir)",
+    "--load": "the run's checkpoint dir (use --checkpoint-dir)",
     "--save-interval": "--save-interval",
-    "--train-iters": "TRAIN_ITERS / --train-iters",
-    "--tensor-model-parallel-size": "TP / --tp",
-    "--pipeline-model-parallel-size": "PP / --pp",
-    "--context-parallel-size": "CP / --cp",
+    "--train-iters": "--train-iters",
+    "--tensor-model-parallel-size": "--tp",
+    "--pipeline-model-parallel-size": "--pp",
+    "--context-parallel-size": "--cp",
     "--num-layers": "--num-layers",
     "--hidden-size": "--hidden-size",
     "--num-attention-heads": "--num-attention-heads",
@@ -76,10 +76,10 @@ def schedule_problems(spec: "SpecView") -> list[str]:
         return []  # the user's schedule: Megatron judges it
     if spec.train_iters > LR_WARMUP_ITERS:
         return []
-    return [f"TRAIN_ITERS={spec.train_iters} is not above the learning-rate warmup of {LR_WARMUP_ITERS} iterations, "
-            "and the decay runs over TRAIN_ITERS (Megatron's OptimizerParamScheduler: "
+    return [f"{spec.say('train_iters')} is not above the learning-rate warmup of {LR_WARMUP_ITERS} iterations, "
+            "and the decay runs over the train iterations (Megatron's OptimizerParamScheduler: "
             "'assert self.lr_warmup_steps < self.lr_decay_steps', on every rank before the first step): set "
-            f"TRAIN_ITERS={LR_WARMUP_ITERS + 1} or more, or give --lr-warmup-iters after --"]
+            f"{spec.say('train_iters', LR_WARMUP_ITERS + 1)} or more, or give --lr-warmup-iters after --"]
 
 
 def argv(spec: "SpecView", entrypoint: str | None = None) -> list[str]:
@@ -170,19 +170,19 @@ def megatron_version(*roots: Path | None) -> str | None:
     return None
 
 
-def ft_problems(nvrx: "NvrxTarget") -> list[str]:
+def ft_problems(spec: "SpecView", nvrx: "NvrxTarget") -> list[str]:
     """Megatron's --enable-ft-package needs an NVRx that has it."""
     if nvrx.supports_megatron_ft:
         return []
     return [f"NVRx {nvrx.version} cannot run Megatron's --enable-ft-package (it needs >= 0.6.0): install "
-            "nvidia-resiliency-ext>=0.6.0 (Python >= 3.12, glibc >= 2.39) or pass --nvrx-version for the "
-            "cluster's launcher"]
+            f"nvidia-resiliency-ext>=0.6.0 (Python >= 3.12, glibc >= 2.39) or pass {spec.knob('nvrx_version')} for "
+            "the cluster's launcher"]
 
 
 def shape_problems(spec: "SpecView") -> list[str]:
     """Megatron's own rules for the parallel layout (context parallelism, heads, sequence)."""
     return topology.megatron_problems(spec.cp, spec.hidden_size, spec.num_attention_heads, spec.seq_length,
-                                      spec.transformer_engine)
+                                      spec.transformer_engine, say=spec.say)
 
 
 class Megatron(Workload):
@@ -207,15 +207,15 @@ class Megatron(Workload):
     def problems(self, spec: "SpecView") -> list[str]:
         problems = shape_problems(spec)
         if spec.megatron_path is None:
-            problems.append("MEGATRON_PATH is not set: point it at a Megatron-LM checkout (or use --workload "
-                            "reference for the CPU reference run)")
+            problems.append(f"{spec.knob('megatron_path')} is not given: point it at a Megatron-LM checkout (or use "
+                            "--workload reference for the CPU reference run)")
         elif not (spec.megatron_path / ENTRYPOINT).is_file():
-            problems.append(f"MEGATRON_PATH={spec.megatron_path} has no {ENTRYPOINT}: point it at the root of a "
+            problems.append(f"{spec.say('megatron_path')} has no {ENTRYPOINT}: point it at the root of a "
                             "Megatron-LM checkout")
         return problems
 
     def plan_problems(self, spec: "SpecView", nvrx: "NvrxTarget") -> list[str]:
-        return ft_problems(nvrx) + self.extra_arg_problems(spec.extra_args) + schedule_problems(spec)
+        return ft_problems(spec, nvrx) + self.extra_arg_problems(spec.extra_args) + schedule_problems(spec)
 
     def connections_policy(self, spec: "SpecView") -> topology.ConnectionsPolicy:
         return topology.connections_policy(spec.tp, spec.cp, spec.gpu_arch, spec.extra_args)
@@ -232,6 +232,6 @@ class Megatron(Workload):
     def machine_problems(self, spec: "SpecView", gpus: tuple[Any, ...]) -> list[str]:
         problems = super().machine_problems(spec, gpus)
         if gpus and spec.nnodes == 1 and len(gpus) < spec.gpus_per_node:
-            problems.append(f"GPUS_PER_NODE={spec.gpus_per_node} but this node has {len(gpus)} GPU(s): "
-                            f"set GPUS_PER_NODE={len(gpus)} or less")
+            problems.append(f"{spec.say('gpus_per_node')} but this node has {len(gpus)} GPU(s): "
+                            f"set {spec.say('gpus_per_node', len(gpus))} or less")
         return problems

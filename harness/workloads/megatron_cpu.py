@@ -114,18 +114,21 @@ def install_problems(spec: "SpecView") -> list[str]:
     layout the project's own pretrain script runs (a checkout's pretrain_gpt.py runs any)."""
     problems = []
     where = spec.megatron_cpu_dir
+    knob = spec.knob("megatron_cpu_dir")
     install = f"{INSTALL} {where}" if where is not None else INSTALL
     if where is None or not (where / "megatron" / "training").is_dir():
-        shown = where if where is not None else f"{DEFAULT_DIR}/ (here or in the nvrx-qual checkout)"
-        problems.append(f"--megatron-cpu-dir {shown} holds no installed Megatron for CPU: run {install} "
-                        "(or point --megatron-cpu-dir / NVRX_QUAL_MEGATRON_CPU_DIR at where it installed)")
+        shown = (spec.say("megatron_cpu_dir") if where is not None
+                 else f"{knob} {DEFAULT_DIR}/ (here or in the nvrx-qual checkout)")
+        problems.append(f"{shown} holds no installed Megatron for CPU: run {install} "
+                        f"(or point {knob} at where it installed)")
     elif not (where / "sitecustomize.py").is_file() or not (where / "nvidia_resiliency_ext").is_dir():
-        problems.append(f"--megatron-cpu-dir {where} is an incomplete install (no sitecustomize.py or NVRx): "
+        problems.append(f"{spec.say('megatron_cpu_dir')} is an incomplete install (no sitecustomize.py or NVRx): "
                         f"run {install} again")
     if spec.megatron_path is not None:
         if not (spec.megatron_path / megatron.ENTRYPOINT).is_file():
-            problems.append(f"MEGATRON_PATH={spec.megatron_path} has no {megatron.ENTRYPOINT}: point it at the root "
-                            "of a Megatron-LM checkout, or unset it to run nvrx-qual's own pretrain script")
+            problems.append(f"{spec.say('megatron_path')} has no {megatron.ENTRYPOINT}: point it at the root "
+                            f"of a Megatron-LM checkout, or leave {spec.knob('megatron_path')} out to run nvrx-qual's "
+                            "own pretrain script")
     return problems
 
 

@@ -28,9 +28,23 @@ OWNED_FLAGS = ("--save", "--load", "--save-interval", "--train-iters", "--num-la
 IN_SAVE_DELAY_MS = 400
 
 
+# Megatron's other checkpoint tiers (harness.tiers): the reference workload writes the persistent
+# one only, so a fault waiting on another could never fire (and its parser would refuse the flags
+# in every worker, after the launch).
+OTHER_TIER_PREFIX = "--non-persistent-"
+
+
 def extra_arg_problems(extra: tuple[str, ...]) -> list[str]:
-    return [f"workload argument {arg.split('=', 1)[0]} is set by the harness: remove it from the arguments after --"
-            for arg in extra if arg.split("=", 1)[0] in OWNED_FLAGS]
+    out = []
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        if flag in OWNED_FLAGS:
+            out.append(f"workload argument {flag} is set by the harness: remove it from the arguments after --")
+        elif flag.startswith(OTHER_TIER_PREFIX):
+            out.append(f"workload argument {flag} asks for one of Megatron's non-persistent checkpoint tiers, and the "
+                       "reference workload saves persistent checkpoints only: use --workload megatron-cpu (or "
+                       "megatron) for the tiers, or remove it from the arguments after --")
+    return out
 
 
 def argv(spec: "SpecView") -> list[str]:

@@ -33,8 +33,11 @@ def main(argv: list[str]) -> int:
     command = Command(argv=(sys.executable, str(FAKE_LAUNCHER), *rest), cwd=work)
     plan = Plan(spec=spec, nvrx=NvrxTarget("0.7.0"), launcher=command, srun=None,
                 connections=ConnectionsPolicy(None, "not applicable"))
-    return guarded(lambda: launch.launch(plan, deadline_s=60.0, tick_s=0.05, term_grace_s=10.0)
-                   .launcher_exit_code or 0, "launch_driver", debug=True)
+    def acknowledge(text: str) -> None:  # as `nvrx-qual run` shows it (a progress line), here on stderr
+        print(f"launch_driver: {text}", file=sys.stderr, flush=True)
+
+    return guarded(lambda: launch.launch(plan, deadline_s=60.0, tick_s=0.05, term_grace_s=10.0,
+                                         on_signal=acknowledge).launcher_exit_code or 0, "launch_driver", debug=True)
 
 
 if __name__ == "__main__":
