@@ -245,12 +245,13 @@ def confused_metadata(rng: random.Random, data: bytes) -> bytes:
         object.__setattr__(md, "state_dict_metadata", value)
     elif pick == 1:
         object.__setattr__(md, "storage_data", value)
-    elif pick == 2 and entries:
+    elif pick == 2 and isinstance(entries, dict) and entries:  # an earlier mutation may have made it anything
         key = rng.choice(list(entries))
         entries[key if rng.random() < 0.5 else (value if isinstance(value, (int, str, float)) else 7)] = value
-    elif storage:
+    elif isinstance(storage, dict) and storage:
         info = rng.choice(list(storage.values()))
-        object.__setattr__(info, rng.choice(("offset", "length", "relative_path")), value)
+        if hasattr(info, "relative_path"):
+            object.__setattr__(info, rng.choice(("offset", "length", "relative_path")), value)
     return pickle.dumps(md)
 
 
