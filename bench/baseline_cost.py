@@ -24,8 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness import resolve, runner  # noqa: E402
-from harness import plan as planmod  # noqa: E402
+from harness.plan import resolve
+from harness.launch import runner  # noqa: E402
+from harness.plan import commands as planmod  # noqa: E402
 
 
 def one_run(workload: str, work_dir: Path, run_id: str, flags: dict) -> dict[str, object]:

@@ -35,10 +35,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness import resolve, runner  # noqa: E402
-from harness import plan as planmod  # noqa: E402
-from harness.criteria import analyze  # noqa: E402
-from harness.history import parse_iso_utc, read_history  # noqa: E402
+from harness.plan import resolve
+from harness.launch import runner  # noqa: E402
+from harness.plan import commands as planmod  # noqa: E402
+from harness.judge.criteria import analyze  # noqa: E402
+from harness.read.history import parse_iso_utc, read_history  # noqa: E402
 
 
 # name -> (RunSpec knobs): ranks = gpus_per_node on one node
@@ -109,7 +110,7 @@ def from_run(run_dir: Path) -> dict[str, float | str | None]:
     """The figures of a run already judged: its run.json, launch.json and timeline (read-only)."""
     import json
 
-    from harness.verify import verify_run
+    from harness.report.verify import verify_run
 
     spec = json.loads((run_dir / "run.json").read_text())["spec"]
     verdict = verify_run(run_dir, write=False, picture=False)

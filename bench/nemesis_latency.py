@@ -33,8 +33,8 @@ from typing import Iterator
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.layout import MARKER_NAME, TRACKER_NAME  # noqa: E402
-from harness.nemesis import DEFAULT_POLL_INTERVAL_S  # noqa: E402
+from harness.vocab.layout import MARKER_NAME, TRACKER_NAME  # noqa: E402
+from harness.nemesis.injector import DEFAULT_POLL_INTERVAL_S  # noqa: E402
 
 WORKER = REPO / "recovery_tests" / "nemesis_entrypoints" / "worker.py"
 DEADLINE_S = 20.0

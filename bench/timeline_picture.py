@@ -8,8 +8,8 @@ Builds two realistic run directories with the test suite's builder (recovery_tes
 median over --repeat of:
 
 - reading the run with its progress curve (history.read_run, sampled in the pass) and the points it kept;
-- building the picture's data (harness.picture.build, via verify without writing);
-- drawing the PNG (harness.picture.draw: matplotlib Agg), its pixel size and bytes.
+- building the picture's data (harness.report.picture.build, via verify without writing);
+- drawing the PNG (harness.report.picture.draw: matplotlib Agg), its pixel size and bytes.
 
 The sampling must not grow with the run's length (it reads a fixed number of windows per
 log), and the drawing should stay around a second on a 2-core machine.
@@ -28,8 +28,8 @@ from statistics import median
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness import picture, verify  # noqa: E402
-from harness.history import read_run  # noqa: E402
+from harness.report import picture, verify  # noqa: E402
+from harness.read.history import read_run  # noqa: E402
 from recovery_tests import rundirs  # noqa: E402
 
 RUNS = {

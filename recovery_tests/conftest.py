@@ -11,7 +11,7 @@ import pytest
 # and that cannot be imported a second time in one process. Pytester restores sys.modules after
 # every in-process session, dropping each module first imported inside it; the next import of
 # torch then runs the initialisation of its C extension (torch._C) again, which corrupts the
-# interpreter: a SystemError ("bad call flags") that harness/history.py reads as "PyTorch is not
+# interpreter: a SystemError ("bad call flags") that harness/read/history.py reads as "PyTorch is not
 # importable here", then SIGSEGV in that import or in pytest's final garbage collection.
 # Imported before pytester takes its snapshot, they stay loaded across sessions.
 NOT_REIMPORTABLE = ("torch", "torch.distributed.checkpoint")

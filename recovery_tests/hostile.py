@@ -1,5 +1,5 @@
 """Small hostile pickles, written opcode by opcode (no class of ours is pickled), for the tests
-of harness.safe_unpickle and the fuzz of received run directories.
+of harness.safe.safe_unpickle and the fuzz of received run directories.
 
 Each payload is what a stranger could put in a checkpoint's `.metadata` (or in a pickled DCP
 object) to make a reader that admits "any class of torch.distributed.checkpoint.*" act:

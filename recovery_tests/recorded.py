@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from harness.dialect import LogClock, megatron_datetime, parse_iso_utc, read_line
-from harness.spec import RunSpec
+from harness.vocab.dialect import LogClock, megatron_datetime, parse_iso_utc, read_line
+from harness.plan.spec import RunSpec
 
 RUNS = Path(__file__).resolve().parent / "data" / "runs"
 
@@ -36,7 +36,7 @@ class Write:
 
 
 def _lines(path: Path, rel: str, utc_offset_s: int, seq: int) -> list[Write]:
-    """The file's lines, each at its own stamp read by the readers' line model (harness.dialect:
+    """The file's lines, each at its own stamp read by the readers' line model (harness.vocab.dialect:
     the console capture's UTC stamp, a full-date or glog stamp, Megatron's `datetime:`), else
     at the stamp before it; never before a line above it (a whole-second stamp is floored)."""
     clock = LogClock()
@@ -111,7 +111,7 @@ def started_at(run_dir: Path) -> float:
 
 def replay(run_dir: Path, live: Path, poll: Callable[[], object], clock: Clock, *, tick_s: float | None,
            until: Callable[[Write], bool] | None = None) -> list[Write]:
-    """Write the recorded run into `live` and call `poll` as harness.launch calls its watcher:
+    """Write the recorded run into `live` and call `poll` as harness.launch.job calls its watcher:
     every `tick_s` seconds of the run's time (what lands between two ticks is found together),
     or (tick_s None) after every write; stop before the first write `until` holds for. The
     writes made."""

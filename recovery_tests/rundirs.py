@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.spec import FAULT_KINDS
+from harness.plan.spec import FAULT_KINDS
 
 BASE_UTC_MS = 1795969920_000  # 2026-11-29 16:32:00 UTC
 NVRX_DIR = "/opt/venv/lib/python3.12/site-packages/nvidia_resiliency_ext"  # where the built runs' NVRx lies
@@ -42,7 +42,7 @@ CONFIG_HASH = hashlib.sha256(b"rundirs: one configuration").hexdigest()  # every
 
 
 def nvrx_sha(version: str) -> str:
-    """The digest of a built NVRx install's files (harness.nvrx_identity), one per version."""
+    """The digest of a built NVRx install's files (harness.nemesis.identity), one per version."""
     return hashlib.sha256(f"nvidia_resiliency_ext {version}".encode()).hexdigest()
 STEP_MS = 200  # one training iteration
 LAUNCHER_PID = 17401
@@ -51,7 +51,7 @@ NODE = "vm"
 
 @dataclass(frozen=True)
 class Scenario:
-    fault: str = "kill"  # kill | hang | none, or another kind of harness.spec.FAULT_KINDS (its signal token)
+    fault: str = "kill"  # kill | hang | none, or another kind of harness.plan.spec.FAULT_KINDS (its signal token)
     fault_exitcode: int | None = None  # the fault rank's `failed (exitcode` (default: -9, or the kind's first exit code)
     nvrx: str = "0.7.0"  # launcher log format: "0.7.0" (with cycle_infos) or "0.4.1"
     world: int = 2
@@ -107,7 +107,7 @@ class Scenario:
     # state of a ChainedOptimizer of two plain optimizers: optimizer[0], optimizer[1]) or
     # "chained_distributed" (two distributed optimizers, every key under chained_<i>.: Megatron's MoE)
     optimizer_record: str = "distributed"
-    # Megatron's non-persistent global tier (harness.tiers): every N iterations not a multiple of
+    # Megatron's non-persistent global tier (harness.vocab.tiers): every N iterations not a multiple of
     # save_interval, saved under checkpoints/non_persistent with its own tracker; None: off
     non_persistent_interval: int | None = None
     # the tier the replacement loads load_iteration from: None (Megatron's own choice: the newest
@@ -120,7 +120,7 @@ class Scenario:
     # the non-persistent tier in a directory of its own (--non-persistent-global-ckpt-dir, this
     # name under the run directory) instead of checkpoints/non_persistent; the arguments table says so
     np_dir: str | None = None
-    # run.json's contract (harness.contract): what the run promised. False: a run.json from before contracts
+    # run.json's contract (harness.launch.contract): what the run promised. False: a run.json from before contracts
     contract: bool = True
     # what every cycle's first worker says it imported (the nemesis's launcher identity line): "planned"
     # (the contract's NVRx), "other" (NVRx 0.4.1 from elsewhere), "missing" (none found), "silent" (no line)
@@ -652,8 +652,8 @@ def _finish(run: _Run, *, exit_code: int, ended_ms: int, cut_cycle: int | None =
 
 
 def _schedule(s: Scenario) -> tuple:
-    """The scenario's planned faults (harness.faults.PlannedFault), fault 1 first."""
-    from harness.faults import parse_schedule, single_schedule
+    """The scenario's planned faults (harness.vocab.faults.PlannedFault), fault 1 first."""
+    from harness.vocab.faults import parse_schedule, single_schedule
 
     if s.planned:
         return parse_schedule(",".join(s.planned))
@@ -661,8 +661,8 @@ def _schedule(s: Scenario) -> tuple:
 
 
 def _contract(s: Scenario, root: Path, planned: list[dict]) -> dict:
-    """run.json's contract as harness.contract writes it for this scenario's plan."""
-    from harness import evidence
+    """run.json's contract as harness.launch.contract writes it for this scenario's plan."""
+    from harness.read import evidence
 
     baseline: dict = {"how": "none", "run_id": None, "config_hash": None, "checkpoints": None,
                       "why": "--baseline none" if s.fault != "none" else "fault none: this run is itself a baseline",

@@ -1,10 +1,10 @@
-"""harness.atomic: a file is replaced whole or not at all, and no temporary is left behind."""
+"""harness.safe.atomic: a file is replaced whole or not at all, and no temporary is left behind."""
 
 from __future__ import annotations
 
 import pytest
 
-from harness import atomic
+from harness.safe import atomic
 
 
 def test_write_text_replaces_the_file(tmp_path):

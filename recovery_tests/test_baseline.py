@@ -13,10 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import baseline, cli, evidence, runner
-from harness import spec as specmod
-from harness.layout import TRACKER_NAME
-from harness.spec import SpecError
+from harness.launch import baseline, runner
+from harness import cli
+from harness.read import evidence
+from harness.plan import spec as specmod
+from harness.vocab.layout import TRACKER_NAME
+from harness.plan.spec import SpecError
 
 
 def spec_of(tmp_path: Path, **flags) -> specmod.RunSpec:

@@ -127,7 +127,7 @@ esac
 @pytest.mark.parametrize("cuda", [None, "12.8"])
 def test_an_unreachable_torch_index_falls_back_to_plain_pip_and_says_which_build(tmp_path, cuda):
     """This machine reaches only PyPI; a closed local port stands for download.pytorch.org."""
-    from harness.ports import free_port
+    from harness.machine.ports import free_port
 
     index = f"http://127.0.0.1:{free_port()}/whl/cpu"
     python = fake_python(tmp_path, cuda)

@@ -1,4 +1,4 @@
-"""Campaigns (docs/campaigns.md): the seeded schedule planner (harness.campaign), its knobs
+"""Campaigns (docs/campaigns.md): the seeded schedule planner (harness.plan.campaign), its knobs
 (--faults, --seed, --fault-kinds), the run's sizing, the record in run.json, and the nemesis
 picking fault i's kind, rank and moment from the schedule by marker index. The launched
 campaigns are in test_campaign_e2e.py."""
@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import campaign, faults, nemesis
-from harness import spec as specmod
-from harness.faults import CAMPAIGN, PlannedFault
-from harness.layout import TRACKER_NAME
-from harness.nemesis import NemesisError, claim_marker, parse_command_line
+from harness.plan import campaign
+from harness.vocab import faults
+from harness.nemesis import injector as nemesis
+from harness.plan import spec as specmod
+from harness.vocab.faults import CAMPAIGN, PlannedFault
+from harness.vocab.layout import TRACKER_NAME
+from harness.nemesis.injector import NemesisError, claim_marker, parse_command_line
 
 ALL_KINDS = ("kill", "hang", "term", "exception", "segfault", "abort", "gil")
 
@@ -220,7 +222,7 @@ def test_run_json_schedule_is_read_back_checked() -> None:
 
 # ---------------------------------------------------------------- a campaign's run directory judged per fault
 
-from harness import verify  # noqa: E402
+from harness.report import verify  # noqa: E402
 from recovery_tests import rundirs  # noqa: E402
 
 TWO = rundirs.Scenario(second_failure_at=17, second_injection=True, second_marker=True)
@@ -233,7 +235,7 @@ def _as_campaign(run_dir: Path, schedule: str, **spec: object) -> None:
     record["spec"].update(fault=CAMPAIGN, faults=len(planned), seed=5, **spec,
                           schedule=[f.to_json(i) for i, f in enumerate(planned, start=1)])
     record["spec"].pop("fault_at", None)
-    if "contract" in record:  # what the run promised: the same schedule (harness.contract)
+    if "contract" in record:  # what the run promised: the same schedule (harness.launch.contract)
         record["contract"]["faults"] = [{**f.to_json(i), "fault_after": "any" if f.moment == "after-commit" else None}
                                         for i, f in enumerate(planned, start=1)]
     (run_dir / "run.json").write_text(json.dumps(record))
@@ -248,7 +250,7 @@ def test_a_campaign_run_is_judged_per_fault_and_records_its_seed(tmp_path: Path)
         {"fault_index": 2, "kind": "kill", "rank": 1, "moment": "after-commit"}]}
     assert [(e.number, e.fault, e.rank) for e in v.episodes] == [(1, "kill", 1), (2, "kill", 1)]
     assert v.qualified, [(c.id, c.status, c.detail) for c in v.criteria]
-    from harness.verdict import Verdict
+    from harness.vocab.verdict import Verdict
     assert Verdict.from_json(v.to_json()).to_json() == v.to_json()  # verdict.json's reader keeps it
 
 

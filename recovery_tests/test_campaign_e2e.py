@@ -18,9 +18,9 @@ import json
 import pytest
 
 from fixtures.runs import Scenario, explain, launches, replay_without_monitor_timeouts
-from harness import verify
-from harness.criteria import FAIL, NOT_APPLICABLE, PASS
-from harness.layout import marker_name
+from harness.report import verify
+from harness.judge.criteria import FAIL, NOT_APPLICABLE, PASS
+from harness.vocab.layout import marker_name
 from recovery_tests.test_recovery_megatron_cpu import megatron_cpu  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.e2e

@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from harness import cli
-from harness.spec import KNOBS
+from harness.plan.spec import KNOBS
 
 # RunSpec flags without a fixed default: they are detected, generated or absent unless given.
 NO_FIXED_DEFAULT = {"megatron_path", "checkpoint_dir", "rdzv_endpoint", "nvrx_path", "python", "gpu_arch",
@@ -68,7 +68,7 @@ def _help(capsys, *argv, how: str = "--help-all") -> str:
 def test_spec_commands_group_their_options(command, capsys):
     """Every RunSpec option sits in one named group, never in a catch-all, and the groups come in
     the order of spec.HELP_GROUPS."""
-    from harness import spec
+    from harness.plan import spec
 
     out = _help(capsys, command)
     positions = [out.index(f"\n{title}:\n") for title in GROUPS]
@@ -80,7 +80,7 @@ def test_spec_commands_group_their_options(command, capsys):
 
 
 def test_run_help_lists_every_deadline_profile(capsys):
-    from harness.spec import DEADLINE_PROFILES
+    from harness.plan.spec import DEADLINE_PROFILES
 
     out = " ".join(_help(capsys, "run").split())
     for name in DEADLINE_PROFILES:
@@ -114,7 +114,7 @@ def test_dry_run_is_a_flag_and_still_takes_a_value(tmp_path, capsys):
 def test_the_docs_list_every_deadline_profile():
     from pathlib import Path
 
-    from harness.spec import DEADLINE_PROFILES
+    from harness.plan.spec import DEADLINE_PROFILES
 
     usage = (Path(__file__).resolve().parent.parent / "docs" / "usage.md").read_text(encoding="utf-8")
     assert [name for name in DEADLINE_PROFILES if f"| `{name}` |" not in usage] == []
@@ -195,8 +195,8 @@ def test_the_long_explanations_are_in_the_docs_the_help_links():
     explains each; that page has a row for every one of them."""
     from pathlib import Path
 
-    from harness.faults import FAULT_KINDS, FAULT_MOMENTS
-    from harness.spec import KNOBS_BY_FIELD
+    from harness.vocab.faults import FAULT_KINDS, FAULT_MOMENTS
+    from harness.plan.spec import KNOBS_BY_FIELD
 
     root = Path(__file__).resolve().parent.parent
     for field, names in (("fault", FAULT_KINDS), ("fault_at", FAULT_MOMENTS)):

@@ -3,7 +3,7 @@
 Real run directories recorded by `nvrx-qual run` (recovery_tests/data/runs/: a kill, a hang,
 and a campaign of an exception, a segfault and a GIL hang) are replayed write by write in the
 order of their own stamps (recovery_tests.recorded) while a Watcher polls them as
-harness.launch does: after every write, every 0.5 s of the run (the launch's tick) and every
+harness.launch.job does: after every write, every 0.5 s of the run (the launch's tick) and every
 2 s (a tick late on a loaded machine, when several facts land between two polls). Whatever
 the cadence, the console's lines must equal the run directory's record, read once at the
 end: every committed checkpoint, every injection, every detection, every restart and every
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import events as ev
-from harness.criteria import analyze
-from harness.history import HistoryReader
-from harness.watch import HEARTBEAT_S, Watcher
+from harness.vocab import events as ev
+from harness.judge.criteria import analyze
+from harness.read.history import HistoryReader
+from harness.launch.watch import HEARTBEAT_S, Watcher
 from recovery_tests import recorded
 
 CADENCES = {"every-write": None, "tick-0.5s": 0.5, "tick-2s": 2.0}
@@ -130,8 +130,8 @@ def test_every_sentence_of_a_campaign_names_its_own_fault():
     fault's own kind, moment and way of being noticed (only the GIL hang by a rank monitor's
     timeout); a check whose sentence is one fault's says which fault; the latency the console
     shows says whose it is, and each fault's own follows."""
-    from harness import verify
-    from harness.render import terminal
+    from harness.report import verify
+    from harness.cli import terminal
 
     v = verify.verify_run(recorded.recorded("reference-campaign"), picture=False)
     assert v.qualified, [(c.id, c.status, c.detail) for c in v.criteria]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.criteria import FAIL, LOSS_CONTINUITY as CRITERION_ID, NOT_APPLICABLE, PASS, LossComparison, compare_losses
-from harness.history import read_run
+from harness.judge.criteria import FAIL, LOSS_CONTINUITY as CRITERION_ID, NOT_APPLICABLE, PASS, LossComparison, compare_losses
+from harness.read.history import read_run
 
 
 def iteration_losses(run: Path):
@@ -135,7 +135,7 @@ def test_the_averaged_line_still_catches_a_drift_from_the_second_step(tmp_path, 
 def test_verify_checks_continuity_against_a_baseline_from_the_one_read(tmp_path: Path):
     """verify --baseline: the losses of both runs come from their one read and the pure
     checker judges them; a drifted loss after the restore fails the run."""
-    from harness.verify import verify_run
+    from harness.report.verify import verify_run
     from recovery_tests import rundirs
     from recovery_tests.rundirs import Scenario
 

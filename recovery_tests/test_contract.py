@@ -1,6 +1,6 @@
 """The run's contract (issue 31): every reader judges a run against what it promised.
 
-On built run directories (recovery_tests/rundirs.py writes run.json's contract as harness.contract
+On built run directories (recovery_tests/rundirs.py writes run.json's contract as harness.launch.contract
 does): planned faults that never fired fail the run, naming them; the recorded baseline is used by
 `verify` and `report` without flags, and when it is gone or changed both baseline checks are
 unknown, never dropped, while `--baseline none` skips them by request and says so; the launcher
@@ -17,14 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, contract, nvrx_identity
-from harness import plan as planmod
-from harness import spec as specmod
-from harness.criteria import FAIL, LAUNCHER_IDENTITY, NOT_APPLICABLE, PASS, UNKNOWN
-from harness.history import run_config
-from harness.nvrx import NvrxTarget
-from harness.prepare import prepare, release
-from harness.verify import verify_run
+from harness import cli
+from harness.launch import contract
+from harness.nemesis import identity as nvrx_identity
+from harness.plan import commands as planmod
+from harness.plan import spec as specmod
+from harness.judge.criteria import FAIL, LAUNCHER_IDENTITY, NOT_APPLICABLE, PASS, UNKNOWN
+from harness.read.history import run_config
+from harness.machine.nvrx import NvrxTarget
+from harness.launch.prepare import prepare, release
+from harness.report.verify import verify_run
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 

@@ -16,10 +16,11 @@ import sys
 import pytest
 
 from fixtures.runs import SPEC_ENV_NAMES
-from harness import plan as planmod
-from harness import resolve, runner
-from harness.criteria import FAIL, LAUNCHER_IDENTITY, PASS
-from harness.faults import schedule_text
+from harness.plan import commands as planmod
+from harness.plan import resolve
+from harness.launch import runner
+from harness.judge.criteria import FAIL, LAUNCHER_IDENTITY, PASS
+from harness.vocab.faults import schedule_text
 
 pytestmark = [pytest.mark.e2e, pytest.mark.launch]  # each test launches its own plan
 

@@ -9,11 +9,11 @@ import re
 
 import pytest
 
-from harness import criteria
-from harness import events as ev
-from harness.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN, analyze, evaluate
-from harness.history import read_history
-from harness.verify import verify_run, verify_timeline
+from harness.judge import criteria
+from harness.vocab import events as ev
+from harness.judge.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN, analyze, evaluate
+from harness.read.history import read_history
+from harness.report.verify import verify_run, verify_timeline
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 

@@ -23,9 +23,9 @@ import pytest
 from fixtures.processes import run_in_session
 
 from harness.cli import diagnose as cmd_diagnose
-from harness.render.diagnosis import render_markdown
-from harness.triage import Triage, diagnose
-from harness.triage import scan
+from harness.report.diagnosis import render_markdown
+from harness.judge.triage import Triage, diagnose
+from harness.judge.triage import scan
 
 DATA = Path(__file__).parent / "data" / "samples"  # real NVRx launcher output (see its README.md)
 MEGATRON = "/workspace/Megatron-LM"
@@ -952,7 +952,7 @@ def _injected_run(run: Path, fault: str, *, with_signal: bool) -> None:
     the signal the fault kind sends, with that kind's marker."""
     import signal as signals
 
-    from harness.faults import FAULT_KINDS
+    from harness.vocab.faults import FAULT_KINDS
 
     kind = FAULT_KINDS[fault]
     sent = kind.signal
@@ -972,7 +972,7 @@ def _injected_run(run: Path, fault: str, *, with_signal: bool) -> None:
 @pytest.mark.parametrize("with_signal", [True, False], ids=["marker-signal", "vocabulary-signal"])
 # disk-full kills no rank itself (the save's ENOSPC does, on whichever rank wrote; triage names that
 # traceback as the first failure): no rank dies "of the injected fault" here.
-@pytest.mark.parametrize("fault", sorted(k.name for k in __import__("harness.faults", fromlist=["FAULT_KINDS"]).FAULT_KINDS.values()
+@pytest.mark.parametrize("fault", sorted(k.name for k in __import__("harness.vocab.faults", fromlist=["FAULT_KINDS"]).FAULT_KINDS.values()
                                    if not k.planned and not k.gpu_only and not k.fills_filesystem))
 def test_every_fault_kind_of_the_vocabulary_is_recognised_as_the_injected_fault(tmp_path: Path, fault: str,
                                                                                 with_signal: bool) -> None:
@@ -987,7 +987,7 @@ def test_every_fault_kind_of_the_vocabulary_is_recognised_as_the_injected_fault(
 def test_every_marker_the_layout_allows_is_matched(tmp_path: Path) -> None:
     """A plan's markers are numbered up to the layout's last (layout.marker_index): the one that
     claims the failure may be fault_injected.12.json, past the first nine."""
-    from harness.layout import marker_name
+    from harness.vocab.layout import marker_name
 
     _injected_run(tmp_path, "kill", with_signal=True)
     claim = json.loads((tmp_path / "fault_injected.json").read_text())

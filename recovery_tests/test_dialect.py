@@ -1,4 +1,4 @@
-"""The one log grammar (harness/dialect.py): prefixes, stamps, file names, discovery, the UTC
+"""The one log grammar (harness/vocab/dialect.py): prefixes, stamps, file names, discovery, the UTC
 offset; and history and diagnose reading the same lines alike."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import dialect as d
-from harness.history import read_history
+from harness.vocab import dialect as d
+from harness.read.history import read_history
 
 
 def utc(y, mo, day, h, mi, s, frac=0.0) -> float:
@@ -223,7 +223,7 @@ CYCLE_LINES = [
 def test_history_and_diagnose_read_the_same_rank_and_time_from_each_line(tmp_path: Path) -> None:
     """verify (history) and diagnose must order one run alike: the same line is the same
     rank at the same UTC time for both."""
-    from harness.triage import scan
+    from harness.judge.triage import scan
 
     rel = "logs/train_cycle0.log"
     _touch(tmp_path / rel, "\n".join(CYCLE_LINES) + "\n")
@@ -277,8 +277,8 @@ def test_history_and_triage_read_the_launcher_lines_alike(tmp_path: Path, line: 
                                                           triage_reads: tuple) -> None:
     """One definition of the launcher grammar (dialect.PROFILING_RE, RENDEZVOUS_JOINED_RE,
     WORKER_FAILED_RE, RANKMON_RE, WORKLOAD_RE): both readers take the same numbers from a line."""
-    from harness import events as ev
-    from harness.triage import scan
+    from harness.vocab import events as ev
+    from harness.judge.triage import scan
 
     rel = "logs/launcher.log"
     _touch(tmp_path / rel, line + "\n")
@@ -308,13 +308,13 @@ def test_history_and_triage_read_the_launcher_lines_alike(tmp_path: Path, line: 
     assert (kind, x.exitcode if kind == "exit" else x.rank, x.local_rank) == triage_reads
 
 
-@pytest.mark.parametrize("name", sorted(__import__("harness.events", fromlist=["x"]).CYCLE_START_EVENTS))
+@pytest.mark.parametrize("name", sorted(__import__("harness.vocab.events", fromlist=["x"]).CYCLE_START_EVENTS))
 def test_history_and_triage_share_one_cycle_rule(tmp_path: Path, name: str) -> None:
     """Every profiling event that opens a cycle for history (events.CYCLE_START_EVENTS, via
     history.cycle_opened) moves triage's cycle too: a traceback after it belongs to that cycle
     for both readers."""
-    from harness import events as ev
-    from harness.triage import scan
+    from harness.vocab import events as ev
+    from harness.judge.triage import scan
 
     rel = "logs/launcher.log"
     _touch(tmp_path / rel, f"Cycle: 2 Event: {name} Node: vm_1_0 Rank: 0 Time: 2026-11-29 16:00:09.000 UTC\n"
@@ -336,7 +336,7 @@ def test_triage_reads_the_launcher_grammar_only_through_history_rules() -> None:
 
     launcher_grammar = {"PROFILING_RE", "RENDEZVOUS_JOINED_RE", "SECTION_TIMEOUT_RE", "OUT_OF_SECTION_RE",
                         "HEARTBEAT_MISSED_RE", "RANK_TIMEOUT_RES", "WORKER_FAILED_RE", "RANKMON_RE", "WORKLOAD_RE"}
-    triage = Path(__file__).resolve().parent.parent / "harness" / "triage"
+    triage = Path(__file__).resolve().parent.parent / "harness" / "judge" / "triage"
     used = {(f.name, node.id if isinstance(node, ast.Name) else node.attr)
             for f in sorted(triage.glob("*.py")) for node in ast.walk(ast.parse(f.read_text()))
             if isinstance(node, (ast.Name, ast.Attribute)) and (node.id if isinstance(node, ast.Name) else node.attr)
@@ -350,7 +350,7 @@ def test_triage_reads_the_launcher_grammar_only_through_history_rules() -> None:
 
 
 def test_every_number_is_range_checked_where_it_is_parsed():
-    from harness.dialect import BOUNDS, decimal, number, record_number
+    from harness.vocab.dialect import BOUNDS, decimal, number, record_number
 
     assert number("  42 ", "iteration") == 42 and number("-9", "exit_code") == -9
     for text, quantity in (("9" * 5000, "iteration"), ("1" + "0" * 400, "rank"), ("-1", "iteration"),
@@ -371,7 +371,7 @@ def test_discovery_is_bounded_in_depth_and_never_recurses(tmp_path):
     import os
     import sys
 
-    from harness.dialect import MAX_LOG_DEPTH, discover
+    from harness.vocab.dialect import MAX_LOG_DEPTH, discover
 
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "top.log").write_text("x\n")

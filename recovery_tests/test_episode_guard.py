@@ -1,5 +1,5 @@
-"""One recovery episode per injection: outside harness.history (which reads the markers) and
-harness.episodes (the episode type, which decides which injection and which failed cycle an
+"""One recovery episode per injection: outside harness.read.history (which reads the markers) and
+harness.judge.episodes (the episode type, which decides which injection and which failed cycle an
 episode is about), no module indexes "the" injection or "the" failed cycle. Read from the
 sources with `ast` (nothing is imported), like test_import_graph.py.
 
@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "fixtures")
 ALLOWED = {
-    "harness/history.py": "reads the markers (fault_injected.json, fault_injected.<n>.json) into Timeline.injections",
-    "harness/episodes.py": "the episode type: one episode per injection, its failed cycle",
+    "harness/read/history.py": "reads the markers (fault_injected.json, fault_injected.<n>.json) into Timeline.injections",
+    "harness/judge/episodes.py": "the episode type: one episode per injection, its failed cycle",
 }
 NAMES = {"injection", "first_injection", "failed_cycle"}
 LISTS = {"injections", "markers"}
@@ -74,7 +74,7 @@ def scan(root: Path = ROOT) -> list[str]:
 
 
 def test_no_module_outside_history_and_the_episode_type_indexes_the_injection():
-    assert scan() == [], "judge an episode (harness.episodes) instead of 'the' injection or failed cycle"
+    assert scan() == [], "judge an episode (harness.judge.episodes) instead of 'the' injection or failed cycle"
 
 
 def test_the_guard_sees_each_way_of_indexing_the_injection():

@@ -1,4 +1,4 @@
-"""Recovery episodes (harness.episodes): a run with two injections gets two judged episodes
+"""Recovery episodes (harness.judge.episodes): a run with two injections gets two judged episodes
 and one merged verdict; a single-fault run is a run with one episode."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import runner
-from harness.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, PASS, analyze
-from harness.history import read_history
-from harness.verify import verify_run
+from harness.launch import runner
+from harness.judge.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, PASS, analyze
+from harness.read.history import read_history
+from harness.report.verify import verify_run
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 
@@ -91,7 +91,7 @@ def test_a_run_without_a_fault_has_no_episode(tmp_path: Path):
 
 
 def test_the_scenario_deadline_grows_with_the_planned_episodes():
-    from harness.spec import from_sources
+    from harness.plan.spec import from_sources
 
     def spec(**knobs):
         flags = {"workload": "reference", "fault": "kill", "run_id": "d", "work_dir": Path("/"), **knobs}

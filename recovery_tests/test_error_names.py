@@ -16,9 +16,9 @@ from typing import Callable
 
 import pytest
 
-from harness import plan as planmod
-from harness import spec as specmod
-from harness.nvrx import NvrxTarget
+from harness.plan import commands as planmod
+from harness.plan import spec as specmod
+from harness.machine.nvrx import NvrxTarget
 
 
 def _empty(root: Path) -> dict[str, str]:

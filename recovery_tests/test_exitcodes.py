@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from fixtures.processes import run_in_session
-from harness import exitcodes
+from harness.vocab import exitcodes
 from harness.cli import main
-from harness.exitcodes import ExitStatus
+from harness.vocab.exitcodes import ExitStatus
 
 from . import rundirs
 
@@ -34,11 +34,11 @@ def test_a_crash_of_any_command_is_exit_3_with_one_line_and_a_traceback_file(com
     run_dir = rundirs.build(tmp_path / "run", rundirs.Scenario()).run_dir
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     if command == "diagnose":
-        monkeypatch.setattr("harness.triage.diagnose", _boom)
+        monkeypatch.setattr("harness.judge.triage.diagnose", _boom)
     else:
-        monkeypatch.setattr("harness.verify.verify_run", _boom)  # report
-        monkeypatch.setattr("harness.verify.judge_run", _boom)  # verify
-        monkeypatch.setattr("harness.stats.check_run_dir", lambda _p: None)
+        monkeypatch.setattr("harness.report.verify.verify_run", _boom)  # report
+        monkeypatch.setattr("harness.report.verify.judge_run", _boom)  # verify
+        monkeypatch.setattr("harness.report.stats.check_run_dir", lambda _p: None)
         (run_dir / "verdict.json").unlink(missing_ok=True)
     argv = [command, str(run_dir)] + (["--no-write"] if command == "verify" else [])
     assert main(argv) == ExitStatus.INTERNAL_ERROR
@@ -51,7 +51,7 @@ def test_a_crash_of_any_command_is_exit_3_with_one_line_and_a_traceback_file(com
 
 def test_debug_shows_the_traceback_on_stderr(monkeypatch, capsys, tmp_path):
     run_dir = rundirs.build(tmp_path / "run", rundirs.Scenario()).run_dir
-    monkeypatch.setattr("harness.verify.judge_run", _boom)
+    monkeypatch.setattr("harness.report.verify.judge_run", _boom)
     assert main(["--debug", "verify", str(run_dir), "--no-write"]) == 3
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "_boom" in err
@@ -63,7 +63,7 @@ def test_an_environment_error_is_refused_input_not_a_crash(monkeypatch, capsys, 
     def disk_full(*_a, **_k):
         raise OSError(28, "No space left on device", str(run_dir / "verdict.json"))
 
-    monkeypatch.setattr("harness.verify.judge_run", disk_full)
+    monkeypatch.setattr("harness.report.verify.judge_run", disk_full)
     assert main(["verify", str(run_dir)]) == ExitStatus.REFUSED
     err = capsys.readouterr().err
     assert "No space left on device" in err and "verdict.json" in err and "Traceback" not in err
@@ -75,10 +75,10 @@ def test_a_real_process_that_crashes_exits_3_not_1(tmp_path):
     code = textwrap.dedent(f"""
         import sys, tempfile
         tempfile.tempdir = {str(tmp_path)!r}
-        import harness.verify
+        import harness.report.verify
         def boom(*a, **k):
             raise ZeroDivisionError("division by zero in a metric")
-        harness.verify.judge_run = boom
+        harness.report.verify.judge_run = boom
         from harness.cli import main
         sys.exit(main(["verify", {str(run_dir)!r}, "--no-write"]))
     """)

@@ -1,4 +1,4 @@
-"""The fault kinds beyond signals (harness.spec FAULT_KINDS, harness.inject): what each does to
+"""The fault kinds beyond signals (harness.plan.spec FAULT_KINDS, harness.nemesis.inject): what each does to
 the rank, how the criteria judge it, and real launches with their expected verdicts: the kinds a
 job recovers from (exception, segfault, abort, gil) as the episodes of one campaign per workload,
 corrupt and disk-full in launches of their own.
@@ -44,13 +44,16 @@ from pathlib import Path
 import pytest
 
 from fixtures.runs import Scenario, explain, launches, replay_without_monitor_timeouts
-from harness import faults, inject, tmpfs, verify
-from harness import spec as specmod
-from harness.criteria import (CHECK_IDS, DISK_FULL_HANDLED, FAIL, LOOP_STOPPED, LOSS_CONTINUITY, NOT_APPLICABLE,
+from harness.vocab import faults
+from harness.nemesis import inject
+from harness.machine import tmpfs
+from harness.report import verify
+from harness.plan import spec as specmod
+from harness.judge.criteria import (CHECK_IDS, DISK_FULL_HANDLED, FAIL, LOOP_STOPPED, LOSS_CONTINUITY, NOT_APPLICABLE,
                               OPTIMIZER_STATE, PASS)
-from harness.criteria import STATE_EQUIVALENCE, UNDETECTED_HANG
-from harness.layout import MARKER_NAME, TRACKER_NAME, marker_name
-from harness.verify import verify_run
+from harness.judge.criteria import STATE_EQUIVALENCE, UNDETECTED_HANG
+from harness.vocab.layout import MARKER_NAME, TRACKER_NAME, marker_name
+from harness.report.verify import verify_run
 from recovery_tests import rundirs
 from recovery_tests.test_fault_moments import make_save
 from recovery_tests.test_nemesis import await_true, launched, rank_env, write_tracker
@@ -76,7 +79,7 @@ def _python(code: str, **kw) -> subprocess.Popen:
 @pytest.mark.parametrize("kind", CRASH_KINDS)
 def test_each_crash_action_ends_the_process_as_its_row_says(kind: str) -> None:
     """Fired from a side thread, as the nemesis's poller does: the process ends with the row's exit code."""
-    proc = _python("import threading, time\nfrom harness import inject\ntraining_started = threading.Event()\n"
+    proc = _python("import threading, time\nfrom harness.nemesis import inject\ntraining_started = threading.Event()\n"
                    f"threading.Thread(target=lambda: (training_started.wait(), inject.ACTIONS[{kind!r}]()), "
                    "daemon=True).start()\n"
                    "def training():\n    training_started.set()\n    while True:\n        time.sleep(0.01)\n"
@@ -89,12 +92,12 @@ def test_each_crash_action_ends_the_process_as_its_row_says(kind: str) -> None:
     assert (proc.returncode,) == specmod.FAULT_KINDS[kind].exit_codes, err.decode()
     if kind == "exception":  # raised in the training (main) thread, not the one that fired it
         text = err.decode()
-        assert "in training" in text and text.rstrip().endswith("harness.inject.InjectedFault"), text
+        assert "in training" in text and text.rstrip().endswith("harness.nemesis.inject.InjectedFault"), text
 
 
 def test_gil_action_keeps_the_rank_alive_with_every_python_thread_and_handler_stopped(tmp_path: Path) -> None:
     beats = tmp_path / "beats"
-    code = ("import os, signal, sys, threading, time\nfrom harness import inject\npath = sys.argv[1]\n"
+    code = ("import os, signal, sys, threading, time\nfrom harness.nemesis import inject\npath = sys.argv[1]\n"
             "signal.signal(signal.SIGTERM, lambda *a: (open(path + '.term', 'w').close(), sys.exit(0)))\n"
             "def heartbeat():\n    n = 0\n    while True:\n        n += 1\n"
             "        with open(path + '.tmp', 'w') as f:\n            f.write(str(n))\n"
@@ -227,11 +230,11 @@ def test_gpu_hang_is_a_hang_the_monitor_must_detect_and_gpu_error_a_crash(tmp_pa
 
 @pytest.mark.parametrize("kind", GPU_KINDS)
 def test_gpu_actions_exist_and_import_torch_only_when_they_fire(kind: str) -> None:
-    """The nemesis imports harness.inject in every worker, stdlib only: importing it (and the
+    """The nemesis imports harness.nemesis.inject in every worker, stdlib only: importing it (and the
     nemesis) loads no torch; the action itself imports it, and without a CUDA GPU it says the
     fault did not happen (InjectError) instead of crashing the rank (CUDA_VISIBLE_DEVICES is emptied:
     on a GPU node too the action must not fire here)."""
-    code = ("import sys\nfrom harness import inject, nemesis\n"
+    code = ("import sys\nfrom harness.nemesis import inject, injector as nemesis\n"
             f"assert 'torch' not in sys.modules, 'torch imported at import time'\n"
             f"action = nemesis.IN_PROCESS_ACTIONS[{kind!r}]\nassert action is inject.ACTIONS[{kind!r}]\n"
             "try:\n    action()\nexcept inject.InjectError as exc:\n    print('refused:', exc)\n"
@@ -352,7 +355,7 @@ def test_the_watchdog_releases_the_mount_when_the_harness_dies(mounted_checkpoin
     ck = mounted_checkpoints
     make_save(ck, 5, committed=True)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "harness.watchdog", "no-such-launch-tag", "--unmount", str(ck)],
+    proc = subprocess.Popen([sys.executable, "-m", "harness.launch.watchdog", "no-such-launch-tag", "--unmount", str(ck)],
                             stdin=subprocess.PIPE, env=env, start_new_session=True)
     proc.stdin.close()  # EOF without "done": the harness died
     assert proc.wait(timeout=60) == 0
@@ -496,7 +499,7 @@ def test_megatron_cpu_recovers_from_kind(kind, megatron_cpu, scenarios):
         # the rank then prints its traceback but does not exit before its peer's step timeout (15 s),
         # and the launcher records the peer's SIGKILL first: the exit code decides nothing then.
         log = (outcome.run_dir / "logs" / f"train_cycle_cycle{marker['cycle']}.log").read_text(errors="replace")
-        assert f"[rank{marker['rank']}]: harness.inject.InjectedFault" in log
+        assert f"[rank{marker['rank']}]: harness.nemesis.inject.InjectedFault" in log
         launcher = (outcome.run_dir / "logs" / "launcher.log").read_text(errors="replace")
         own_exit = re.search(rf"failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: {marker['pid']}\)", launcher)
         assert (f"as {kind} does" in detail) == (own_exit is not None), (detail, own_exit)
@@ -606,7 +609,7 @@ def test_reference_workload_disk_full_recovers_from_the_previous_checkpoint(newe
 # The stack's two real endings on megatron-cpu (docs/faults.md, disk-full): the launcher restarts
 # the group and the replacement loads K; or (1 run of 3 seen) both ranks raise the ENOSPC in the
 # async save's finalize and then hang alive, disconnected from their rank monitors, and nothing in
-# the stack notices. The watcher's stall rule stops that run (harness.watch.stall_budget, 211 s
+# the stack notices. The watcher's stall rule stops that run (harness.launch.watch.stall_budget, 211 s
 # here) and the verdict names the hang; nothing partial may be committed or loaded either way.
 HUNG_FAILS = {"replacement_cycle", "clean_finish"}
 

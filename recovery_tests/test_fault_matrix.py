@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from fixtures.runs import Scenario, explain, launches
-from harness import verify
-from harness.criteria import CHECK_IDS, FAIL, LAUNCHER_IDENTITY, LOOP_STOPPED, LOSS_CONTINUITY, NOT_APPLICABLE
-from harness.criteria import OPTIMIZER_STATE, PASS, STATE_EQUIVALENCE
+from harness.report import verify
+from harness.judge.criteria import CHECK_IDS, FAIL, LAUNCHER_IDENTITY, LOOP_STOPPED, LOSS_CONTINUITY, NOT_APPLICABLE
+from harness.judge.criteria import OPTIMIZER_STATE, PASS, STATE_EQUIVALENCE
 
 pytestmark = pytest.mark.e2e
 

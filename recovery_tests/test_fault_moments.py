@@ -1,4 +1,4 @@
-"""The fault vocabulary (harness.faults FAULT_KINDS / FAULT_MOMENTS) from the spec to the nemesis:
+"""The fault vocabulary (harness.vocab.faults FAULT_KINDS / FAULT_MOMENTS) from the spec to the nemesis:
 validation before launch, the plan's flags, and each moment fired by a real wrapper around the
 stand-in worker (the same helpers as test_nemesis)."""
 
@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from harness import campaign, faults, tiers, workloads
-from harness import nemesis
-from harness import plan as planmod
-from harness import spec as specmod
-from harness.layout import MARKER_NAME, TRACKER_NAME, marker_index, marker_name
-from harness.nemesis import find_in_flight_save, poison_checkpoint
-from harness.nvrx import NvrxTarget
+from harness.plan import campaign
+from harness.vocab import faults, tiers
+from harness import workloads
+from harness.nemesis import injector as nemesis
+from harness.plan import commands as planmod
+from harness.plan import spec as specmod
+from harness.vocab.layout import MARKER_NAME, TRACKER_NAME, marker_index, marker_name
+from harness.nemesis.injector import find_in_flight_save, poison_checkpoint
+from harness.machine.nvrx import NvrxTarget
 from harness.workloads import reference_args
 from recovery_tests.test_nemesis import launched, rank_env, write_tracker
 
@@ -53,7 +55,7 @@ def test_every_kind_says_how_the_nemesis_injects_it() -> None:
             continue
         if kind.injects == faults.IN_PROCESS:
             assert kind.name in nemesis.IN_PROCESS_ACTIONS, f"{kind.name}: no in-process action in the nemesis"
-        elif kind.injects == faults.FILL:  # the nemesis's own fill (harness.inject.fill_filesystem); no signal
+        elif kind.injects == faults.FILL:  # the nemesis's own fill (harness.nemesis.inject.fill_filesystem); no signal
             assert kind.signal is None and kind.fills_filesystem, kind
         else:
             assert kind.name in nemesis.FAULT_SIGNALS, f"{kind.name}: no signal for the nemesis to send"
@@ -188,7 +190,7 @@ def test_every_moment_reaches_its_checkpoint_in_the_default_plans(tmp_path: Path
 
 
 def test_a_campaigns_sizing_gives_every_fault_its_checkpoint(tmp_path: Path) -> None:
-    """The sizing of harness.campaign (train iterations with slack) never plans a fault that the
+    """The sizing of harness.plan.campaign (train iterations with slack) never plans a fault that the
     schedule's reach says cannot fire: the same rule, for every moment a campaign draws."""
     checked = 0
     for workload in ("reference", "megatron-cpu"):
@@ -353,7 +355,7 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 def test_scenarios_are_grouped_by_kind_and_moment() -> None:
-    from harness.stats import fault_label
+    from harness.report.stats import fault_label
 
     assert fault_label("kill", "after-commit") == "kill" and fault_label("kill", None) == "kill"
     assert fault_label("kill", "in-save") == "kill at in-save"
@@ -363,7 +365,7 @@ def test_scenarios_are_grouped_by_kind_and_moment() -> None:
 def test_triage_of_a_two_fault_run_names_the_second_marker(tmp_path: Path) -> None:
     """in-restore: the second cycle's death is the second planned fault, and the triage says so
     (it is not an unexplained later failure)."""
-    from harness.triage import diagnose
+    from harness.judge.triage import diagnose
     from recovery_tests import rundirs
 
     built = rundirs.build(tmp_path / "run", rundirs.Scenario(second_failure_at=17, second_injection=True,
@@ -390,7 +392,7 @@ def test_a_new_moment_is_one_class_and_its_row(tmp_path: Path, monkeypatch: pyte
     stands in for the signal (a signal would end pytest)."""
     import threading
 
-    from harness.layout import RunLayout
+    from harness.vocab.layout import RunLayout
 
     monkeypatch.setattr(nemesis, "MOMENTS", dict(nemesis.MOMENTS))  # the class below registers itself here
 

@@ -1,5 +1,5 @@
 """Final failures: a criterion marks a failure `final` when no later line of the run can undo
-it, and the watcher stops a live job on exactly those (harness.watch.certain_failure asks the
+it, and the watcher stops a live job on exactly those (harness.launch.watch.certain_failure asks the
 criteria; it restates none of their rules). The timing of the stop, line by line, is
 recovery_tests/test_watch.py's."""
 
@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from harness import criteria, watch
-from harness.criteria import FAIL, analyze, evaluate
-from harness.history import HistoryReader
-from harness.verdict import CriterionResult
+from harness.judge import criteria
+from harness.launch import watch
+from harness.judge.criteria import FAIL, analyze, evaluate
+from harness.read.history import HistoryReader
+from harness.vocab.verdict import CriterionResult
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 

@@ -1,4 +1,4 @@
-"""The known-defect table (harness.findings): a failure that matches a documented defect of the
+"""The known-defect table (harness.judge.findings): a failure that matches a documented defect of the
 version and configuration in use is named, with the configuration that qualifies; anything else
 is left alone."""
 
@@ -8,9 +8,9 @@ import dataclasses
 
 import pytest
 
-from harness import findings
-from harness.events import RunConfig
-from harness.verdict import CriterionResult, Metrics, Status, Verdict
+from harness.judge import findings
+from harness.vocab.events import RunConfig
+from harness.vocab.verdict import CriterionResult, Metrics, Status, Verdict
 
 STEP_FAIL = CriterionResult("optimizer_state", Status.FAIL,
                             "checkpoints/iter_0000008, the first checkpoint committed after the restore of checkpoint "
@@ -121,11 +121,12 @@ def _known_defect_run(tmp_path):
 def test_a_run_failed_by_a_known_defect_says_so_before_its_table(tmp_path, clean_spec_env):
     """`nvrx-qual run`'s result: the first line names the known defect, before the criteria
     table (whose failures are then its evidence); the advice line still follows it."""
-    from harness import plan as planmod
-    from harness import runner, verify
-    from harness.launch import LaunchResult
-    from harness.render import terminal
-    from harness.resolve import resolve_spec
+    from harness.plan import commands as planmod
+    from harness.launch import runner
+    from harness.report import verify
+    from harness.launch.job import LaunchResult
+    from harness.cli import terminal
+    from harness.plan.resolve import resolve_spec
 
     run = _known_defect_run(tmp_path)
     verdict, read = verify.judge_run(run, picture=False)

@@ -290,8 +290,8 @@ def damage(rng: random.Random, run_dir: Path, secret: Path) -> list[str]:
 
 def _read_checkpoint(directory: str) -> str:
     """In the forked worker: the offline reader on one checkpoint; a note or 'ok', never an exception."""
-    from harness.history import dcp_optimizer_keys
-    from harness.optimizer_record import read_optimizer_record
+    from harness.read.history import dcp_optimizer_keys
+    from harness.read.optimizer_record import read_optimizer_record
 
     rec = read_optimizer_record(Path(directory))
     keys = dcp_optimizer_keys(Path(directory))

@@ -1,4 +1,4 @@
-"""Goodput and the badput split (harness.goodput, docs/goodput.md) on built run directories
+"""Goodput and the badput split (harness.judge.goodput, docs/goodput.md) on built run directories
 whose every figure is known by construction: recovery_tests.rundirs writes each line at a
 chosen time (steps of 200 ms, a loop blocked 100 ms in every save) and records the true times,
 and each expected part below is computed from those times by the partition of the wall time
@@ -15,10 +15,10 @@ import pytest
 
 from fixtures.runs import launches
 
-from harness import criteria, goodput
-from harness.history import read_run
-from harness.verdict import GOODPUT_PARTS, Goodput, Verdict
-from harness.verify import verify_run
+from harness.judge import criteria, goodput
+from harness.read.history import read_run
+from harness.vocab.verdict import GOODPUT_PARTS, Goodput, Verdict
+from harness.report.verify import verify_run
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 
@@ -251,8 +251,8 @@ def test_a_marker_stamped_after_the_detection_makes_detection_unknown(tmp_path: 
 
 
 def test_report_picture_and_console_show_every_fault_and_the_split(tmp_path: Path):
-    from harness.render.terminal import goodput_line
-    from harness.report import render_report
+    from harness.cli.terminal import goodput_line
+    from harness.report.outputs import render_report
 
     built = rundirs.build(tmp_path / "run", TWO)
     verdict = verify_run(built.run_dir, picture=True)
@@ -273,7 +273,7 @@ def test_report_picture_and_console_show_every_fault_and_the_split(tmp_path: Pat
     top = max(((p, v) for p, v in g.badput_s if v is not None), key=lambda pv: pv[1])
     assert "\n" not in line and f"{100 * g.ratio:.1f} %" in line and f"{top[0]} {top[1]:.2f} s" in line
     (tmp_path / "out").mkdir()
-    from harness.picture import draw
+    from harness.report.picture import draw
     pytest.importorskip("matplotlib")
     assert draw(verdict.picture, tmp_path / "out" / "timeline.png").stat().st_size > 0
 

@@ -1,5 +1,5 @@
 """fixtures.gpu.discover (what the GPU tier needs, and what to do about what is missing) and
-the read-only probes of harness.discovery, with every probe faked: no GPU needed."""
+the read-only probes of harness.machine.discovery, with every probe faked: no GPU needed."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from fixtures.gpu import GpuEnvironment, discover
-from harness import discovery
-from harness.discovery import Gpu, WorkerImports, parse_nvidia_smi
-from harness.slurm import Allocation
+from harness.machine import discovery
+from harness.machine.discovery import Gpu, WorkerImports, parse_nvidia_smi
+from harness.machine.slurm import Allocation
 
 H100_X8 = "".join(f"{i}, NVIDIA H100 80GB HBM3, 9.0\n" for i in range(8))
 B200_X1 = "0, NVIDIA B200, 10.0\n"

@@ -3,7 +3,7 @@
 The local-checkpoint and in-process-restart cases of the GPU tier
 (test_recovery_gpu.py::test_megatron_single_node_local_tier / _inprocess_restart, run by the
 GPU kit's script) cannot run here: megatron-cpu refuses them with Megatron's and NVRx's own
-errors (harness.tiers.CPU_REFUSALS). What can be checked without a GPU is checked here:
+errors (harness.vocab.tiers.CPU_REFUSALS). What can be checked without a GPU is checked here:
 
 - the harness plans them (no refusal; the fault, its rank and the workload arguments reach the
   launcher command as the GPU test asks);
@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from fixtures.runs import SPEC_ENV_NAMES
-from harness import kit, resolve
-from harness import plan as planmod
-from harness.faults import FAULT_KINDS
+from harness.plan import kit, resolve
+from harness.plan import commands as planmod
+from harness.vocab.faults import FAULT_KINDS
 from recovery_tests.test_recovery_gpu import INPROCESS_ARGS, TIER_ARGS, local_tier_args
 
 ROOT = Path(__file__).resolve().parent.parent

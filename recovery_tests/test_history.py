@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import events as ev
-from harness.history import HistoryReader, LogParser, RunDirError, read_history
+from harness.vocab import events as ev
+from harness.read.history import HistoryReader, LogParser, RunDirError, read_history
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 
@@ -362,7 +362,7 @@ def test_unreadable_run_dirs_say_why(tmp_path, make, why):
 
 
 def test_an_unreadable_log_is_a_note_not_a_crash(tmp_path, monkeypatch):
-    from harness import history
+    from harness.read import history
 
     built = rundirs.build(tmp_path / "run", Scenario(checkpoints=False))
 
@@ -396,7 +396,7 @@ def _dense_log(saves: int, every: int = 5) -> str:
 def test_save_lines_are_kept_bounded_whatever_the_number_of_checkpoints():
     """A checkpoint every 5 iterations: the start keeps the first, the last and an even
     selection of its save lines (not one event per save) and counts them all."""
-    from harness.history import SAVES_HEAD, SAVES_SAMPLE, SAVES_TAIL
+    from harness.read.history import SAVES_HEAD, SAVES_SAMPLE, SAVES_TAIL
 
     ((events, _first, last, _, committed),) = [_feed_whole(_dense_log(2000))]
     saves = [e for e in events if isinstance(e, ev.SaveCommitted)]
@@ -430,7 +430,7 @@ def test_save_lines_kept_in_bulk_are_kept_as_one_by_one():
     keeps() names exactly the entries extend asks for, whatever the chunks' sizes."""
     import random
 
-    from harness.history import _Kept
+    from harness.read.history import _Kept
 
     rng = random.Random(35)
     for trial in range(200):
@@ -458,9 +458,9 @@ def test_the_save_lane_takes_the_lines_the_rule_table_makes_save_events_of():
     whose path holds "checkpoint" stays a save, a phrase its pattern does not match is none, and
     a line that also holds an earlier rule's line (the nemesis's, a second save phrase, one
     hidden in another keyword's hit) is that rule's."""
-    from harness import history
-    from harness.dialect import strip_prefix
-    from harness.history import match_rule
+    from harness.read import history
+    from harness.vocab.dialect import strip_prefix
+    from harness.read.history import match_rule
 
     stamp = "[2026-11-29 17:32:09.410000]"
     tricky = [
@@ -517,7 +517,7 @@ def test_a_run_with_dense_checkpoints_reads_every_save_count_and_the_last(tmp_pa
 
 
 def test_one_read_holds_the_timeline_the_curve_and_the_losses_only_when_asked(tmp_path: Path):
-    from harness.history import read_run
+    from harness.read.history import read_run
 
     run = rundirs.build(tmp_path / "run", Scenario(checkpoints=False)).run_dir
     plain = read_run(run)
@@ -534,7 +534,7 @@ def test_one_read_holds_the_timeline_the_curve_and_the_losses_only_when_asked(tm
 def test_losses_of_a_live_read_equal_those_of_one_read(tmp_path: Path):
     """The watcher's reader, polled while the logs grow, then read once more at the end, keeps
     the same losses as one read of the finished run."""
-    from harness.history import read_run
+    from harness.read.history import read_run
 
     built = rundirs.build(tmp_path / "done", Scenario(checkpoints=False)).run_dir
     live = tmp_path / "live"
@@ -637,7 +637,7 @@ def test_memory_does_not_grow_with_repeated_event_lines(tmp_path: Path):
 
 def test_notes_on_ignored_checkpoint_entries_are_bounded(tmp_path: Path):
     """Each odd entry of the checkpoint dir costs a note up to ten; the rest are counted."""
-    from harness.history import MAX_IGNORED_NOTES
+    from harness.read.history import MAX_IGNORED_NOTES
 
     run = rundirs.build(tmp_path / "run", Scenario()).run_dir
     for zeros in range(7, 22):  # 15 names of iteration 1 that are not Megatron's iter_0000001
@@ -681,7 +681,7 @@ RULE_LINES = [
     ("0: Loading from a non-persistent checkpoint (non-persistent iter 12)", "NonPersistentLoadStarted"),
     ("0: WARNING: non-persistent checkpoints are older than persistent checkpoint", "NonPersistentOlder"),
     ("0: WARNING: could not find the metadata file /ckpt/latest_checkpointed_iteration.txt", "StartedFromRandom"),
-    # local checkpoints: Megatron's own line, then NVRx's LocalCheckpointManager (harness.tiers)
+    # local checkpoints: Megatron's own line, then NVRx's LocalCheckpointManager (harness.vocab.tiers)
     ("0:   [2026-11-29 17:32:10.000000] successfully saved local checkpoint from iteration      11",
      "LocalSaveCommitted"),
     ("1: INFO:root:Successfully saved local checkpoint from iteration 11", "LocalSaveValidated"),
@@ -748,8 +748,8 @@ RULE_LINES = [
 
 def _triage_reads(line: str) -> list[str]:
     """The failure-line events triage's dispatch (history.diagnostic_matches) makes of `line`."""
-    from harness.dialect import strip_prefix
-    from harness.history import diagnostic_matches
+    from harness.vocab.dialect import strip_prefix
+    from harness.read.history import diagnostic_matches
 
     rank, body, _ = strip_prefix(line)
     parser = LogParser("x.log", split_starts=False)
@@ -761,7 +761,7 @@ def _triage_reads(line: str) -> list[str]:
 def test_a_line_rule_makes_its_event_through_the_screen_and_the_dispatch(line: str, kind: str):
     """The reader's screen (keywords derived from the table) lets the line through and the
     dispatch (the same table) makes its event; a per-cycle log's screen too, for application lines."""
-    from harness.history import ALL_KEYWORDS, APP_KEYWORDS
+    from harness.read.history import ALL_KEYWORDS, APP_KEYWORDS
 
     for keywords in (ALL_KEYWORDS, APP_KEYWORDS):
         parser = LogParser("x.log", split_starts=True, keywords=keywords)
@@ -779,8 +779,8 @@ def test_a_line_rule_makes_its_event_through_the_screen_and_the_dispatch(line: s
 
 def test_every_line_rule_has_a_line_the_reader_turns_into_its_event():
     """Adding a kind of log line is one entry of history.RULES and its line in RULE_LINES."""
-    from harness.dialect import strip_prefix
-    from harness.history import RULES, diagnostic_matches, match_rule
+    from harness.vocab.dialect import strip_prefix
+    from harness.read.history import RULES, diagnostic_matches, match_rule
 
     bodies = [strip_prefix(line.splitlines()[0])[1] for line, _ in RULE_LINES]
     taken = {id(match_rule(b)[0]) for b in bodies} | {id(rule) for b in bodies for rule, _m in diagnostic_matches(b)}

@@ -58,8 +58,8 @@ def _listening(port: int) -> bool:
 READ = """
     import gc, sys
     from pathlib import Path
-    from harness.optimizer_record import read_optimizer_record
-    from harness.history import dcp_optimizer_keys
+    from harness.read.optimizer_record import read_optimizer_record
+    from harness.read.history import dcp_optimizer_keys
     d = Path({d!r})
     rec = read_optimizer_record(d)
     keys = dcp_optimizer_keys(d)
@@ -162,8 +162,8 @@ def test_a_metadata_expanding_through_shared_references_is_refused_within_bounde
     d = _checkpoint(tmp_path / "iter_0000008")
     (d / ".metadata").write_bytes(payload)
     growth, out = _rss_growth(
-        ["from pathlib import Path", "from harness.optimizer_record import read_optimizer_record",
-         "from harness.history import dcp_optimizer_keys", "import torch.distributed.checkpoint"],
+        ["from pathlib import Path", "from harness.read.optimizer_record import read_optimizer_record",
+         "from harness.read.history import dcp_optimizer_keys", "import torch.distributed.checkpoint"],
         [f"rec = read_optimizer_record(Path({str(d)!r}))", f"keys = dcp_optimizer_keys(Path({str(d)!r}))",
          "print('NOTE', rec.note)", "print('KEYS', keys[3])"])
     assert "amplification" in out, out[-2000:]
@@ -177,7 +177,7 @@ def test_a_deflated_member_in_the_optimizer_object_is_never_inflated(tmp_path):
     assert len(bomb) < (1 << 20)
     d = _checkpoint(tmp_path / "iter_0000008", {STEP_KEY: bomb})
     growth, out = _rss_growth(
-        ["from pathlib import Path", "from harness.optimizer_record import read_optimizer_record",
+        ["from pathlib import Path", "from harness.read.optimizer_record import read_optimizer_record",
          "import torch.distributed.checkpoint"],
         [f"rec = read_optimizer_record(Path({str(d)!r}))", "print('NOTE', rec.note)"])
     assert "compressed" in out and "NOTE None" not in out, out[-2000:]
@@ -225,8 +225,8 @@ CONFUSIONS = {
 def test_a_wrong_type_inside_metadata_is_a_clean_refusal(tmp_path, confusion):
     """Class 4: a dict where a list belongs, a str where an int does, huge ints, NaN: the record
     is unknown with a sentence, the key listing too; never an exception."""
-    from harness.history import dcp_optimizer_keys
-    from harness.optimizer_record import read_optimizer_record
+    from harness.read.history import dcp_optimizer_keys
+    from harness.read.optimizer_record import read_optimizer_record
 
     d = _confused(_checkpoint(tmp_path / "iter_0000008"), CONFUSIONS[confusion])
     rec = read_optimizer_record(d)

@@ -30,8 +30,10 @@ CLI = "harness.cli"
 # Separate programs: their own process, their own command line and exit status.
 PROGRAMS = {
     "harness.__main__": "`python -m harness`: hands argv to harness.cli.main and exits with its status",
-    "harness.nemesis": "`python -m harness.nemesis`, the fault injector ft_launcher starts around each worker",
-    "harness.watchdog": "`python -m harness.watchdog`, the process that outlives a dead harness to stop its launch",
+    "harness.nemesis.": "`python -m harness.nemesis` (its __main__ and the injector it runs), the fault injector "
+                        "ft_launcher starts around each worker",
+    "harness.launch.watchdog": "`python -m harness.launch.watchdog`, the process that outlives a dead harness to stop "
+                               "its launch",
     "harness.workloads.": "the worker programs ft_launcher starts (reference workload, Megatron entrypoints, the "
                           "CUDA->CPU shim): they print training lines and exit like any training script",
 }
@@ -255,3 +257,47 @@ def test_the_cycle_finder_finds_a_circle_closed_by_an_annotation(tmp_path):
     (pkg / "criteria.py").write_text("from harness.verdict import Status\n")
     assert cycles(graph(tmp_path)) == [["harness.criteria", "harness.picture", "harness.verdict"]]
     assert cycles(graph(tmp_path, type_only=False)) == []
+
+
+# The rooms of harness/, from the ground floor up (docs/architecture.md, "Layout of the
+# repository"): a module imports only from its own room or from the rooms below it. Modules
+# directly in harness/ (its __init__ and __main__) stand outside the floors.
+FLOORS = ("harness.safe", "harness.vocab", "harness.nemesis", "harness.machine", "harness.workloads",
+          "harness.plan", "harness.read", "harness.judge", "harness.report", "harness.launch", "harness.cli")
+
+
+def floor_of(module: str) -> int | None:
+    return next((i for i, room in enumerate(FLOORS) if module == room or module.startswith(room + ".")), None)
+
+
+def upward_imports(root: Path = ROOT) -> list[str]:
+    """Every import of a module on a higher floor than the importer's (annotations included)."""
+    found = []
+    for module, targets in graph(root).items():
+        here = floor_of(module)
+        if here is None:
+            continue
+        found += [f"{module} -> {t}" for t in sorted(targets) if (there := floor_of(t)) is not None and there > here]
+    return found
+
+
+def test_every_module_of_harness_lives_in_a_room():
+    loose = [m for m in modules() if m.startswith("harness.") and floor_of(m) is None
+             and m not in ("harness.__main__",)]
+    assert loose == [], f"modules outside the rooms {FLOORS}: {loose}"
+
+
+def test_imports_only_go_down_the_floors():
+    assert upward_imports() == []
+
+
+def test_the_floor_rule_sees_an_import_that_climbs(tmp_path):
+    pkg = tmp_path / "harness"
+    for room in ("vocab", "judge"):
+        (pkg / room).mkdir(parents=True)
+        (pkg / room / "__init__.py").write_text("")
+    (tmp_path / "fixtures").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "vocab" / "verdict.py").write_text("from harness.judge import criteria\n")
+    (pkg / "judge" / "criteria.py").write_text("X = 1\n")
+    assert upward_imports(tmp_path) == ["harness.vocab.verdict -> harness.judge.criteria"]

@@ -1,4 +1,4 @@
-"""`nvrx-qual kit` / tools/gpu-kit (harness/kit.py): the offline GPU kit.
+"""`nvrx-qual kit` / tools/gpu-kit (harness/plan/kit.py): the offline GPU kit.
 
 Fast tests assemble a kit with pip and git replaced by a recorder, and run the kit's own
 Makefile and script where a CPU can (refusals before anything is installed). The e2e tests
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import kit
-from harness.kit import KitError
+from harness.plan import kit
+from harness.plan.kit import KitError
 
 ROOT = Path(__file__).resolve().parent.parent
 MEGATRON_CPU = ROOT / ".megatron-cpu"

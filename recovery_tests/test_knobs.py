@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import spec as specmod
+from harness.plan import spec as specmod
 
 ROOT = Path(__file__).resolve().parent.parent
 

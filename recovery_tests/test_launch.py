@@ -1,4 +1,4 @@
-"""harness.launch: the console split of NVRx < 0.6 output, and `launch()` on a stand-in
+"""harness.launch.job: the console split of NVRx < 0.6 output, and `launch()` on a stand-in
 launcher (launch_entrypoints/fake_launcher.py) that prints, exits, runs forever, and leaves
 orphans in sessions of their own the way torch elastic's workers do.
 
@@ -23,13 +23,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness import launch
-from harness.launch import ConsoleSplitter, LaunchResult
-from harness.layout import RunLayout
-from harness.nvrx import NvrxTarget
-from harness.plan import Command, Plan
-from harness.spec import RunSpec
-from harness.topology import ConnectionsPolicy
+from harness.launch import job as launch
+from harness.launch.job import ConsoleSplitter, LaunchResult
+from harness.vocab.layout import RunLayout
+from harness.machine.nvrx import NvrxTarget
+from harness.plan.commands import Command, Plan
+from harness.plan.spec import RunSpec
+from harness.vocab.topology import ConnectionsPolicy
 
 FAKE_LAUNCHER = Path(__file__).parent / "launch_entrypoints" / "fake_launcher.py"
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"

@@ -18,11 +18,11 @@ import pytest
 
 from fixtures import budget, launching, pool
 from fixtures.runs import Scenario
-from harness import launch
-from harness.nvrx import NvrxTarget
-from harness.plan import Command, Plan
-from harness.spec import RunSpec
-from harness.topology import ConnectionsPolicy
+from harness.launch import job as launch
+from harness.machine.nvrx import NvrxTarget
+from harness.plan.commands import Command, Plan
+from harness.plan.spec import RunSpec
+from harness.vocab.topology import ConnectionsPolicy
 
 pytest_plugins = ["pytester"]
 
@@ -157,11 +157,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import launch
-from harness.nvrx import NvrxTarget
-from harness.plan import Command, Plan
-from harness.spec import RunSpec
-from harness.topology import ConnectionsPolicy
+from harness.launch import job as launch
+from harness.machine.nvrx import NvrxTarget
+from harness.plan.commands import Command, Plan
+from harness.plan.spec import RunSpec
+from harness.vocab.topology import ConnectionsPolicy
 
 PROGRAM = Path(__file__).parent / "bin" / "ft_launcher"
 
@@ -222,7 +222,7 @@ import time
 import pytest
 
 from fixtures.runs import Scenario, launches
-from harness.nvrx import NvrxTarget, installed_version
+from harness.machine.nvrx import NvrxTarget, installed_version
 
 TARGET = NvrxTarget(installed_version())
 
@@ -257,9 +257,9 @@ import os
 import threading
 import time
 
-from harness import runner
-from harness.launch import LaunchResult
-from harness.verify import verify_run
+from harness.launch import runner
+from harness.launch.job import LaunchResult
+from harness.report.verify import verify_run
 from recovery_tests import rundirs
 
 pytest_plugins = ["fixtures.plugin"]
@@ -456,13 +456,13 @@ import subprocess
 import sys
 import time
 
-from harness import runner
+from harness.launch import runner
 
 pytest_plugins = ["fixtures.plugin"]
 
 
 def execute(plan, **kw):
-    """A launch that never ends by itself: one process tagged as harness.launch tags its own."""
+    """A launch that never ends by itself: one process tagged as harness.launch.job tags its own."""
     env = {**os.environ, "NVRX_QUAL_LAUNCH": f"{plan.spec.run_id}-0123456789ab"}
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=env, start_new_session=True)
     with open(os.environ["NOTES"], "a") as f:
@@ -482,7 +482,7 @@ import os
 import time
 
 from fixtures.runs import Scenario, launches
-from harness.nvrx import NvrxTarget, installed_version
+from harness.machine.nvrx import NvrxTarget, installed_version
 
 LONG = Scenario("kill", NvrxTarget(installed_version()), name="long", knobs=(("baseline", "none"),))
 
@@ -562,7 +562,7 @@ TWO_MODULES = '''
 import pytest
 
 from fixtures.runs import Scenario, launches
-from harness.nvrx import NvrxTarget, installed_version
+from harness.machine.nvrx import NvrxTarget, installed_version
 
 TARGET = NvrxTarget(installed_version())
 

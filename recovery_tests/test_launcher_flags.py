@@ -16,8 +16,8 @@ import pytest
 
 from fixtures.processes import run_in_session
 
-from harness.nvrx import LAUNCHER_MODULE, NvrxTarget
-from harness.plan import Command
+from harness.machine.nvrx import LAUNCHER_MODULE, NvrxTarget
+from harness.plan.commands import Command
 
 GOLDEN = Path(__file__).parent / "golden"
 

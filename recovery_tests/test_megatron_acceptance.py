@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from fixtures.runs import SPEC_ENV_NAMES
-from harness import resolve
-from harness import plan as planmod
+from harness.plan import resolve
+from harness.plan import commands as planmod
 
 ROOT = Path(__file__).resolve().parent.parent
 MEGATRON_DIR = Path(os.environ.get("NVRX_QUAL_MEGATRON_CPU", ROOT / ".megatron-cpu"))

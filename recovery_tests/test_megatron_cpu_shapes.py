@@ -24,8 +24,8 @@ import re
 import pytest
 
 from fixtures.runs import Scenario, explain, launches
-from harness.criteria import CHECK_IDS, FAIL, LOSS_CONTINUITY, OPTIMIZER_STATE, PASS
-from harness.criteria import STATE_EQUIVALENCE
+from harness.judge.criteria import CHECK_IDS, FAIL, LOSS_CONTINUITY, OPTIMIZER_STATE, PASS
+from harness.judge.criteria import STATE_EQUIVALENCE
 from recovery_tests.test_recovery_megatron_cpu import megatron_cpu  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.e2e

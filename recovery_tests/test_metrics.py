@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import events as ev
-from harness import metrics
-from harness.criteria import analyze
-from harness.history import read_history
-from harness.verify import verify_run, verify_timeline
+from harness.vocab import events as ev
+from harness.judge import metrics
+from harness.judge.criteria import analyze
+from harness.read.history import read_history
+from harness.report.verify import verify_run, verify_timeline
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 

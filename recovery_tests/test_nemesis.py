@@ -25,8 +25,8 @@ from typing import Callable, Iterator, TypeVar
 
 import pytest
 
-from harness.layout import MARKER_NAME, TRACKER_NAME
-from harness.nemesis import (
+from harness.vocab.layout import MARKER_NAME, TRACKER_NAME
+from harness.nemesis.injector import (
     DEFAULT_POLL_INTERVAL_S,
     EXIT_FAULT_NEVER_HAPPENED,
     EXIT_USAGE,

@@ -18,13 +18,13 @@ import psutil
 import pytest
 
 from fixtures.processes import run_in_session
-from harness import nemesis
+from harness.nemesis import injector as nemesis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 WORKER = textwrap.dedent("""
     import json, os, subprocess, sys, time
-    from harness import nemesis
+    from harness.nemesis import injector as nemesis
     helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", sys.argv[1]])  # a ckpt worker
     time.sleep(0.3)
     pids = nemesis.node_processes(os.getpid())
@@ -82,8 +82,8 @@ def test_node_fault_marker_says_node(tmp_path):
 # ---------------------------------------------------------------- replacement_cycle names the nodes
 
 from recovery_tests import rundirs  # noqa: E402
-from harness.criteria import FAIL, PASS, UNKNOWN  # noqa: E402
-from harness.verify import verify_run  # noqa: E402
+from harness.judge.criteria import FAIL, PASS, UNKNOWN  # noqa: E402
+from harness.report.verify import verify_run  # noqa: E402
 
 
 def node_loss_run(root, before: str | None, after: str | None, host: str = "n3"):
@@ -139,10 +139,10 @@ def test_srun_status_of_the_lost_nodes_task_is_the_fault_not_a_failed_finish(tmp
 
 # ---------------------------------------------------------------- planning the launchers
 
-from harness.resolve import resolve_spec  # noqa: E402
-from harness import plan as planmod  # noqa: E402
-from harness.launch import _combined  # noqa: E402
-from harness.spec import SpecError  # noqa: E402
+from harness.plan.resolve import resolve_spec  # noqa: E402
+from harness.plan import commands as planmod  # noqa: E402
+from harness.launch.job import _combined  # noqa: E402
+from harness.plan.spec import SpecError  # noqa: E402
 
 LOCAL = ["--workload", "reference", "--nvrx-version", "0.7.0", "--nnodes", "2", "--gpus-per-node", "1",
          "--fault", "node"]

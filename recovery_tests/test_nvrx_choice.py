@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import nvrx
-from harness.resolve import resolve_spec
-from harness.spec import SpecError
+from harness.machine import nvrx
+from harness.plan.resolve import resolve_spec
+from harness.plan.spec import SpecError
 
 
 def fake_install(root: Path, version: str) -> Path:

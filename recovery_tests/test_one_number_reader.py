@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import dialect, history, verdict
+from harness.vocab import dialect, verdict
+from harness.read import history
 
 ROOT = Path(__file__).resolve().parent.parent
 # modules that bound numbers at 2**53 for another reason than reading a record, with the reason
-OTHER_USES = {"harness/picture.py": "what matplotlib can draw of values history already range-checked"}
+OTHER_USES = {"harness/report/picture.py": "what matplotlib can draw of values history already range-checked"}
 
 
 def test_verdict_and_history_read_numbers_through_record_number(monkeypatch) -> None:
@@ -37,7 +38,7 @@ def test_no_module_states_a_json_number_bound_of_its_own() -> None:
         rel = path.relative_to(ROOT).as_posix()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.BinOp) and isinstance(node.right, ast.Constant) and node.right.value == 53 and \
-                    isinstance(node.left, ast.Constant) and node.left.value in (1, 2) and rel != "harness/dialect.py" \
+                    isinstance(node.left, ast.Constant) and node.left.value in (1, 2) and rel != "harness/vocab/dialect.py" \
                     and rel not in OTHER_USES:
                 found.append(f"{rel}:{node.lineno}")
     assert not found, f"a second bound of JSON numbers: {found}"

@@ -1,5 +1,5 @@
 """One reader per format, read from the sources with `ast` (like test_import_graph.py): Megatron's
-tracker file and its `iter_N` directory names are read only by harness/layout.py
+tracker file and its `iter_N` directory names are read only by harness/vocab/layout.py
 (`read_tracker_file`, `parse_tracker`, `parse_iter_name`, `iter_name`). Three tracker readers
 and three `iter_N` parsers with different rules once lived in the nemesis, the spec and
 history, with a literal tracker name beside layout.TRACKER_NAME; this test fails on a new one:
@@ -20,11 +20,11 @@ import ast
 import re
 from pathlib import Path
 
-from harness.layout import ITER_PREFIX, TRACKER_NAME
+from harness.vocab.layout import ITER_PREFIX, TRACKER_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("harness", "fixtures", "tools", "bench")
-OWNER = "harness/layout.py"
+OWNER = "harness/vocab/layout.py"
 # Files that read these formats on purpose by rules of their own, with the reason.
 ALLOWED = {
     "harness/workloads/reference.py": "the reference workload plays Megatron: it writes and reads its tracker and "
@@ -115,7 +115,7 @@ def test_the_tracker_and_iter_names_have_one_reader_in_layout() -> None:
         if rel == OWNER or rel in ALLOWED:
             continue
         found += second_readers(rel, text)
-    assert not found, ("a second tracker reader or iter_N parser; use harness.layout's read_tracker_file, "
+    assert not found, ("a second tracker reader or iter_N parser; use harness.vocab.layout's read_tracker_file, "
                        "parse_tracker, parse_iter_name, is_megatron_iter_name, iter_name:\n" + "\n".join(found))
 
 
@@ -151,7 +151,7 @@ def test_the_allowed_files_exist_and_still_need_their_exception() -> None:
 
 
 def test_iter_names_one_rule(tmp_path: Path) -> None:
-    from harness.layout import is_megatron_iter_name, iter_name, parse_iter_name
+    from harness.vocab.layout import is_megatron_iter_name, iter_name, parse_iter_name
 
     assert [parse_iter_name(n) for n in ("iter_0000005", "iter_5", "iter_12345678", "iter_", "iter_+5", "iter_5x",
                                          "iter_\u0665", "iter_" + "9" * 19, "release", "xiter_0000005",
@@ -165,7 +165,7 @@ def test_iter_names_one_rule(tmp_path: Path) -> None:
 def test_the_tracker_reader_says_what_the_file_is(tmp_path: Path) -> None:
     import os
 
-    from harness import layout
+    from harness.vocab import layout
 
     t = tmp_path / TRACKER_NAME
     assert layout.read_tracker_file(t) == layout.TrackerRead(layout.TRACKER_ABSENT)

@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.distributed.checkpoint as dcp  # noqa: E402
 
-from harness.optimizer_record import _steps, read_optimizer_record  # noqa: E402
+from harness.read.optimizer_record import _steps, read_optimizer_record  # noqa: E402
 
 BUCKET = "optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.bfloat16, torch.float32).bucket_idx_0"
 STEP_KEY = "optimizer.distributed.dp_group_idx_0.optimizer"
@@ -109,7 +109,7 @@ def test_an_offset_beyond_the_file_is_refused(tmp_path):
 
 def test_listing_optimizer_keys_runs_no_code_from_the_metadata_either(tmp_path):
     """history's key listing for optimizer_reload reads .metadata the same guarded way."""
-    from harness.history import dcp_optimizer_keys
+    from harness.read.history import dcp_optimizer_keys
 
     d = write(tmp_path / "iter_0000008")
     assert dcp_optimizer_keys(d)[:2] == (2, 5)
@@ -143,7 +143,7 @@ def test_a_chained_distributed_optimizer_is_read_per_optimizer(tmp_path):
 
 def test_a_tensor_chunk_is_read_through_the_same_reader(tmp_path):
     """The API the end-state comparison uses: every chunk of a tensor, bounded, as a tensor."""
-    from harness.optimizer_record import read_dcp_metadata, read_dcp_object
+    from harness.read.optimizer_record import read_dcp_metadata, read_dcp_object
 
     d = write(tmp_path / "iter_0000008")
     md = read_dcp_metadata(d)

@@ -177,10 +177,11 @@ def test_an_arguments_table_path_no_os_can_take_is_not_read_and_noted(tiered, tm
 def test_the_runner_reads_the_checkpoint_directory_its_own_plan_names(tmp_path, monkeypatch):
     """NVRX_CHECKPOINT_DIR outside the run directory is the user's own choice: the runner's
     verdict reads it there (the plan's own directories are its read_dirs)."""
-    from harness import launch, ports, runner
-    from harness import plan as planmod
-    from harness.nvrx import NvrxTarget, installed_version
-    from harness.spec import RunSpec
+    from harness.launch import job as launch, runner
+    from harness.machine import ports
+    from harness.plan import commands as planmod
+    from harness.machine.nvrx import NvrxTarget, installed_version
+    from harness.plan.spec import RunSpec
 
     built = rundirs.build(tmp_path / "made", Scenario())
     mine = tmp_path / "my-checkpoints"

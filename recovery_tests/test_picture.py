@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import history, picture, verify
+from harness.read import history
+from harness.report import picture, verify
 from harness.cli import main as cli_main
-from harness.events import ProgressPoint
-from harness.history import PROGRESS_SAMPLES, read_run
+from harness.vocab.events import ProgressPoint
+from harness.read.history import PROGRESS_SAMPLES, read_run
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 
@@ -197,11 +198,11 @@ def test_launcher_cycle_marks_show_every_failure_and_restart(tmp_path: Path):
 def test_run_summary_says_when_the_picture_is_missing(tmp_path: Path, monkeypatch, clean_spec_env):
     """`nvrx-qual run` without matplotlib: the run is judged, and its last lines say why
     there is no picture and what to install."""
-    from harness import runner
-    from harness.render import terminal
-    from harness.resolve import resolve_spec
-    from harness import plan as planmod
-    from harness.launch import LaunchResult
+    from harness.launch import runner
+    from harness.cli import terminal
+    from harness.plan.resolve import resolve_spec
+    from harness.plan import commands as planmod
+    from harness.launch.job import LaunchResult
 
     for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
         monkeypatch.setitem(sys.modules, name, None)
@@ -262,7 +263,7 @@ def _campaign_picture(tmp_path: Path, faults: int = 6):
     megatron-cpu campaign in CI, whose picture the legends squeezed to nothing)."""
     import dataclasses
 
-    from harness.picture_data import Curve, Moment
+    from harness.vocab.picture_data import Curve, Moment
 
     run = rundirs.build(tmp_path / "run", Scenario()).run_dir
     p = verify.verify_run(run).picture
@@ -351,7 +352,7 @@ def test_the_whole_run_axis_starts_where_the_console_does(tmp_path: Path):
 def test_values_beyond_a_float_are_left_out_of_the_picture(tmp_path: Path):
     """History bounds what it parses; the picture keeps its own guard: a point whose iteration
     no float holds or whose time is not finite is not drawn (matplotlib would overflow)."""
-    from harness import criteria, metrics
+    from harness.judge import criteria, metrics
 
     read = read_run(rundirs.build(tmp_path / "kill", Scenario()).run_dir)
     tl = read.timeline
@@ -382,7 +383,7 @@ def test_the_picture_says_what_it_shows(name):
     pytest.importorskip("matplotlib", reason="timeline.png needs the plot extra: pip install -e '.[plot]'")
     from matplotlib.colors import to_hex
 
-    from harness import criteria
+    from harness.judge import criteria
     from recovery_tests import recorded
 
     run = recorded.recorded(name)

@@ -1,5 +1,5 @@
 """Ports: free on this host, outside the range the OS hands out by itself, never picked twice
-by two pickers of one host at once (harness/ports.py)."""
+by two pickers of one host at once (harness/machine/ports.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import ports
+from harness.machine import ports
 
 RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 linux = pytest.mark.skipif(not RANGE.exists(), reason="the OS's ephemeral range is Linux's /proc file")

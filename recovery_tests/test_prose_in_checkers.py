@@ -2,7 +2,7 @@
 inline (a node fault's replacement, a recovery stamped before its fault, a marker outside the
 launch, a world change, how a worker ended, why an episode's check is superseded, whether the
 training is deterministic) return facts and render them through
-harness.render.sentences. Read from the source with `ast`: a prose literal (a string or an
+harness.judge.sentences. Read from the source with `ast`: a prose literal (a string or an
 f-string with words) in one of them fails here."""
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ def _prose(node: ast.AST) -> list[str]:
 
 
 def test_the_checkers_helpers_render_their_sentences_from_facts() -> None:
-    tree = ast.parse((ROOT / "harness" / "criteria.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "harness" / "judge" / "criteria.py").read_text(encoding="utf-8"))
     seen, found = set(), []
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in RENDERED:
             seen.add(node.name)
             found += [f"{node.name} {p}" for p in _prose(node)]
     assert seen == RENDERED, f"helpers gone or renamed: {RENDERED - seen}"
-    assert not found, "prose built inline in criteria.py (move it to render/sentences.py): " + "; ".join(found)
+    assert not found, "prose built inline in criteria.py (move it to judge/sentences.py): " + "; ".join(found)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from fixtures.processes import run_in_session
-from harness import launch
+from harness.launch import job as launch
 from harness.cli import main
-from harness.verify import verify_run
+from harness.report.verify import verify_run
 
 from . import rundirs
 from .test_launch import fake_plan, record  # noqa: F401
@@ -79,7 +79,7 @@ def test_an_injection_before_the_launch_fails(good):
 
 def test_a_recovery_stamped_before_its_injection_is_unknown(good):
     later = good.times["first_step_at"] + 5.0  # still inside the launch, but after the whole recovery
-    from harness.events import iso_utc
+    from harness.vocab.events import iso_utc
 
     edit_marker(good.run_dir, injected_at=iso_utc(later))
     verdict = verify_run(good.run_dir)

@@ -2,10 +2,10 @@
 
 The screen is a transcript of one `nvrx-qual run --workload reference --fault kill`, long lines
 cut with `…`. Its lines are compared, by shape (numbers, run IDs, hashes and paths masked), with
-what the code prints for the same kind of run: the announcement (harness.render.terminal), the
-baseline line (harness.runner.obtain_baseline), the watcher's progress lines (real recorded runs,
-recovery_tests/data/runs/, replayed through harness.watch.Watcher), and the result block (criteria table, latency and
-verdict lines of harness.render.terminal.run_outcome over a judged kill with its baseline). A
+what the code prints for the same kind of run: the announcement (harness.cli.terminal), the
+baseline line (harness.launch.runner.obtain_baseline), the watcher's progress lines (real recorded runs,
+recovery_tests/data/runs/, replayed through harness.launch.watch.Watcher), and the result block (criteria table, latency and
+verdict lines of harness.cli.terminal.run_outcome over a judged kill with its baseline). A
 line the code no longer prints, or a criterion the table lacks, fails the test."""
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import baseline as baselinemod
-from harness import runner, workloads
-from harness.render import terminal
-from harness.verify import verify_run
-from harness.watch import Watcher
+from harness.launch import baseline as baselinemod
+from harness.launch import runner
+from harness import workloads
+from harness.cli import terminal
+from harness.report.verify import verify_run
+from harness.launch.watch import Watcher
 from recovery_tests import rundirs
 from recovery_tests import recorded
 
@@ -82,14 +83,14 @@ def printed_lines(tmp_path: Path, monkeypatch) -> dict[str, list[str]]:
     parts["baseline"] = out.getvalue().splitlines()
 
     # the progress lines of real runs (a kill, and a hang for the heartbeat of a training run),
-    # replayed as they were written and polled every tick, as harness.launch polls its watcher
+    # replayed as they were written and polled every tick, as harness.launch.job polls its watcher
     progress = io.StringIO()
     for name in ("reference-kill", "reference-hang"):
         source = recorded.recorded(name)
         clock = recorded.Clock(recorded.started_at(source))
         live = tmp_path / name
         watcher = Watcher(recorded.spec_of(source, tmp_path), live, out=progress, clock=clock)
-        watcher.say("launching ft_launcher: 2 ranks on 1 node(s)")  # what harness.runner says before the launch
+        watcher.say("launching ft_launcher: 2 ranks on 1 node(s)")  # what harness.launch.runner says before the launch
         recorded.replay(source, live, watcher, clock, tick_s=0.5)
         assert watcher.stop_reason is None
     parts["progress"] = progress.getvalue().splitlines()

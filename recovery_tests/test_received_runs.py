@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness import plan as planmod
-from harness import resolve
-from harness.criteria import FAIL, PASS
-from harness.prepare import prepare, release
-from harness.spec import SpecError
-from harness.verify import verify_run
+from harness.plan import commands as planmod
+from harness.plan import resolve
+from harness.judge.criteria import FAIL, PASS
+from harness.launch.prepare import prepare, release
+from harness.plan.spec import SpecError
+from harness.report.verify import verify_run
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 

@@ -3,7 +3,7 @@
 A NUL byte in run.json's spec.work_dir made `verify` exit 3 (Path.resolve raised ValueError)
 and leave a traceback file in the temporary directory. Every string of every record (run.json,
 launch.json, the markers, cycle infos; verdict.json where it is read) is now checked where the
-records are read (harness.safeio.parse_record), and the strings that name paths or names
+records are read (harness.safe.safeio.parse_record), and the strings that name paths or names
 (run.json's work_dir, checkpoint_dir, run_id, the launch's working directory, the directories
 its workload arguments name) also for their length: the run directory is refused (exit 2, one
 sentence naming the file and the field), never an internal error.
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import safeio
+from harness.safe import safeio
 from harness.cli import main
-from harness.verify import verify_run
+from harness.report.verify import verify_run
 from recovery_tests import rundirs
 
 SEED = int(os.environ.get("NVRX_QUAL_FUZZ_SEED", "20261205"))

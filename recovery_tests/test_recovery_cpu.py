@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from fixtures.runs import Scenario, explain, launches
-from harness.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
-from harness.criteria import LOSS_CONTINUITY, STATE_EQUIVALENCE
+from harness.judge.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
+from harness.judge.criteria import LOSS_CONTINUITY, STATE_EQUIVALENCE
 
 pytestmark = pytest.mark.e2e
 

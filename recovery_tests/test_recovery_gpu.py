@@ -20,10 +20,10 @@ import sys
 import pytest
 
 from fixtures.runs import Scenario, explain
-from harness import slurm
-from harness.criteria import CRITERIA_IDS, NOT_APPLICABLE, PASS
-from harness.nvrx import NvrxTarget, installed_version
-from harness.spec import SHARED_FS_TYPES, SystemProbe
+from harness.machine import slurm
+from harness.judge.criteria import CRITERIA_IDS, NOT_APPLICABLE, PASS
+from harness.machine.nvrx import NvrxTarget, installed_version
+from harness.plan.spec import SHARED_FS_TYPES, SystemProbe
 
 # each scenario follows from the GPUs and the Megatron checkout found when the test runs
 pytestmark = [pytest.mark.gpu, pytest.mark.e2e,
@@ -102,7 +102,7 @@ def test_megatron_multinode(allocation_scenario, scenarios, record_property):
     assert not failed, "\n\n".join(explain(outcome, c.id) for c in failed)
 
 
-# Megatron's non-persistent global tier on GPUs (harness.tiers, docs/tiers.md): the fault after
+# Megatron's non-persistent global tier on GPUs (harness.vocab.tiers, docs/tiers.md): the fault after
 # the newest commit of any tier (non-persistent 2 before persistent 5), restored from that tier.
 # In the GPU kit's script beside the single-node cases, with the local tier and the in-process
 # restart below. Those two are refused on megatron-cpu (tiers.CPU_REFUSALS, with Megatron's and
@@ -165,7 +165,7 @@ def test_megatron_single_node_inprocess_restart(check, gpu_env, gpu_options, sce
     assert outcome.verdict.qualified, explain(outcome, check)
 
 
-# The GPU-only fault kinds (harness.inject: torch's own kernels, nothing compiled), refused on the
+# The GPU-only fault kinds (harness.nemesis.inject: torch's own kernels, nothing compiled), refused on the
 # CPU tiers before launch. gpu-hang: a never-ending kernel on the fault rank's GPU; the step's next
 # synchronize blocks with the rank alive, so only a rank monitor's timeout may count as its
 # detection (replacement_cycle fails without the timeout line). gpu-error: an illegal memory

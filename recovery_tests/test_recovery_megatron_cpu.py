@@ -17,9 +17,9 @@ import pytest
 
 from fixtures.launchers import megatron_cpu_target
 from fixtures.runs import Scenario, explain, launches
-from harness.criteria import LOSS_CONTINUITY, STATE_EQUIVALENCE
-from harness.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
-from harness.nvrx import NvrxTarget
+from harness.judge.criteria import LOSS_CONTINUITY, STATE_EQUIVALENCE
+from harness.judge.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
+from harness.machine.nvrx import NvrxTarget
 
 pytestmark = pytest.mark.e2e
 
@@ -98,7 +98,7 @@ def test_step_reset_is_reported_with_the_checkpoint_key_and_values(fault, megatr
                                                     scenario("kill", megatron_cpu, plain=True)])
 def test_step_reset_is_named_as_a_known_megatron_defect_with_the_qualifying_configuration(fault, megatron_cpu,
                                                                                          scenarios):
-    """The failure is a documented defect of megatron-core 0.19.2 (harness.findings): the run says
+    """The failure is a documented defect of megatron-core 0.19.2 (harness.judge.findings): the run says
     so, on the terminal and in report.md, and names the configuration that qualifies."""
     outcome = scenarios.outcome(scenario(fault, megatron_cpu))
     assert [m.defect.id for m in outcome.known] == ["megatron-distopt-adam-step"], outcome.run_dir

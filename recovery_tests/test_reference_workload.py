@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from fixtures.runs import Scenario, ScenarioRunner
-from harness import launch
-from harness.layout import TRACKER_NAME as TRACKER
-from harness.nvrx import NvrxTarget
-from harness.prepare import prepare
+from harness.launch import job as launch
+from harness.vocab.layout import TRACKER_NAME as TRACKER
+from harness.machine.nvrx import NvrxTarget
+from harness.launch.prepare import prepare
 
 TRAIN_ITERS = 20
 SAVE_INTERVAL = 5

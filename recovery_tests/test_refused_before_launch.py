@@ -16,9 +16,9 @@ import pytest
 
 from fixtures.processes import run_in_session
 from fixtures.runs import SPEC_ENV_NAMES
-from harness import discovery
-from harness.resolve import resolve_spec
-from harness.spec import SpecError
+from harness.machine import discovery
+from harness.plan.resolve import resolve_spec
+from harness.plan.spec import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""`nvrx-qual run --repeat N` (harness.repeat): the loop with a fake launch that builds a
+"""`nvrx-qual run --repeat N` (harness.launch.repeat): the loop with a fake launch that builds a
 synthetic run directory (recovery_tests/rundirs.py) and verifies it, the refusals before
 anything is created, and one real end-to-end repeat."""
 
@@ -13,13 +13,15 @@ import pytest
 
 from fixtures.runs import launches
 
-from harness import cli, ports, repeat, runner
+from harness import cli
+from harness.machine import ports
+from harness.launch import repeat, runner
 from harness.cli import repeat as cmd_repeat
 from harness.cli import run as cmd_run
-from harness.criteria import CHECK_IDS, LOSS_CONTINUITY, STATE_EQUIVALENCE
-from harness.launch import LaunchResult
-from harness.spec import SpecError
-from harness.verify import verify_run
+from harness.judge.criteria import CHECK_IDS, LOSS_CONTINUITY, STATE_EQUIVALENCE
+from harness.launch.job import LaunchResult
+from harness.plan.spec import SpecError
+from harness.report.verify import verify_run
 from recovery_tests import rundirs
 
 LABEL = "reference workload, fault kill, NVRx "

@@ -18,9 +18,9 @@ import json
 
 import pytest
 
-from harness import runner
-from harness.launch import LaunchResult
-from harness.verify import verify_run
+from harness.launch import runner
+from harness.launch.job import LaunchResult
+from harness.report.verify import verify_run
 from recovery_tests import rundirs
 
 pytest_plugins = ["fixtures.plugin"]
@@ -46,7 +46,7 @@ TESTS = '''
 import pytest
 
 from fixtures.runs import Scenario
-from harness.nvrx import NvrxTarget, installed_version
+from harness.machine.nvrx import NvrxTarget, installed_version
 
 TARGET = NvrxTarget(installed_version())
 KILL = Scenario("kill", TARGET, baseline=Scenario("none", TARGET))
@@ -159,7 +159,7 @@ def test_repeat_0_is_a_usage_error(inner):
 
 NEGATIVE_TESTS = '''
 from fixtures.runs import Scenario
-from harness.nvrx import NvrxTarget, installed_version
+from harness.machine.nvrx import NvrxTarget, installed_version
 
 TARGET = NvrxTarget(installed_version())
 NEGATIVE = Scenario("kill", TARGET, name="no-load-optim", workload_args=("--no-load-optim",), expect_qualified=False)

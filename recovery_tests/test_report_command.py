@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.criteria import CRITERIA_IDS
+from harness.judge.criteria import CRITERIA_IDS
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 

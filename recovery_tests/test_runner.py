@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import discovery, ports, runner
+from harness.machine import discovery, ports
+from harness.launch import runner
 from harness.cli import run as cmd_run
-from harness import plan as planmod
-from harness.nvrx import NvrxTarget, installed_version
-from harness.spec import RunSpec, SpecError
+from harness.plan import commands as planmod
+from harness.machine.nvrx import NvrxTarget, installed_version
+from harness.plan.spec import RunSpec, SpecError
 
 
 def make_plan(tmp_path: Path, version: str | None = None, **fields) -> planmod.Plan:
@@ -76,7 +77,7 @@ def test_default_deadline_bounds_every_cycle_and_step():
 def test_run_says_launching_before_the_launcher_starts(tmp_path, monkeypatch, capsys):
     """No silence while ft_launcher and the workers start: `nvrx-qual run` has printed what it
     launches, and that the next line waits for the launcher's record, before launching."""
-    from harness import launch
+    from harness.launch import job as launch
 
     seen_before_launch = []
 
@@ -98,7 +99,8 @@ def test_the_verdict_reuses_the_watchers_reader(tmp_path, monkeypatch):
     byte of the run is read once, not once by the watcher and again by verify."""
     import shutil
 
-    from harness import history, launch
+    from harness.read import history
+    from harness.launch import job as launch
     from recovery_tests import rundirs
     from recovery_tests.rundirs import Scenario
 

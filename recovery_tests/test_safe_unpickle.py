@@ -1,4 +1,4 @@
-"""harness.safe_unpickle, the suite's one restricted unpickler, and the plain / chained
+"""harness.safe.safe_unpickle, the suite's one restricted unpickler, and the plain / chained
 optimizer's record it makes readable, on a real megatron-cpu common state.
 
 recovery_tests/data/megatron_cpu/ holds what megatron-core 0.19.2 wrote in a real run
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import safe_unpickle
-from harness.safe_unpickle import COMMON_STATE, UnpickleRefused, admitted, load_pickle, load_torch_save
+from harness.safe import safe_unpickle
+from harness.safe.safe_unpickle import COMMON_STATE, UnpickleRefused, admitted, load_pickle, load_torch_save
 
 from . import hostile
 
@@ -209,7 +209,7 @@ def _real_checkpoint(directory: Path, common: bytes, prefix: str = "") -> Path:
 
 
 def test_the_plain_optimizers_record_on_a_real_megatron_checkpoint(tmp_path):
-    from harness.optimizer_record import read_optimizer_record
+    from harness.read.optimizer_record import read_optimizer_record
 
     rec = read_optimizer_record(_real_checkpoint(tmp_path / "iter_0000008", COMMON))
     assert (rec.key, rec.steps, rec.step_field, rec.moment_slots, rec.missing_count, rec.note) == (
@@ -223,7 +223,7 @@ def test_a_chained_optimizers_record_built_from_the_real_structure(tmp_path):
     fails in Megatron's forward: "Output 0 of _ReduceFromModelParallelRegion is a view and is
     being modified inplace"), so this common state is the real one with its optimizer entry
     replaced by what ChainedOptimizer.sharded_state_dict returns for two: {0: ..., 1: ...}."""
-    from harness.optimizer_record import read_optimizer_record
+    from harness.read.optimizer_record import read_optimizer_record
 
     [real] = load_torch_save(COMMON, "common_state", COMMON_STATE)
     groups = real["optimizer"]["optimizer"]["param_groups"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.processes import run_in_session
-from harness import atomic, safeio
+from harness.safe import atomic, safeio
 from harness.cli import main
 
 from . import rundirs

@@ -112,7 +112,7 @@ def test_the_batch_script_refuses_a_run_dir_holding_any_marker(name, refused, tm
     """Every marker the layout allows (fault 1's and fault_injected.<2..99>.json, layout.marker_index)
     makes the batch script stop before launching: a second fault's marker left by an earlier run would
     keep that fault from being injected. Other names do not."""
-    from harness.layout import marker_index
+    from harness.vocab.layout import marker_index
 
     assert cli.main(sbatch(tmp_path)) == 0
     script = (tmp_path / "work" / "runs" / "r1" / "sbatch.sh").read_text()
@@ -132,8 +132,8 @@ def test_the_batch_script_refuses_a_run_dir_holding_any_marker(name, refused, tm
 def test_the_scripts_marker_patterns_name_the_layouts_markers() -> None:
     from fnmatch import fnmatchcase
 
-    from harness.layout import marker_index, marker_name
-    from harness.sbatch import MARKER_CASES
+    from harness.vocab.layout import marker_index, marker_name
+    from harness.plan.sbatch import MARKER_CASES
 
     names = [marker_name(i) for i in range(1, 100)] + ["fault_injected.0.json", "fault_injected.1.json",
                                                        "fault_injected.100.json", "fault_injected.07.json"]

@@ -1,5 +1,5 @@
 """Deadlines of launched scenarios: the launch's own deadline and the pytest-timeout derived
-from the ft_launcher deadlines (harness.runner), a timed-out scenario reported once and never
+from the ft_launcher deadlines (harness.launch.runner), a timed-out scenario reported once and never
 relaunched (fixtures/runs.py), and the gpu-tier options --deadline-profile / --workload-args
 (fixtures/plugin.py), the latter in inner pytest sessions."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import runner
-from harness.spec import DEADLINE_PROFILES, from_sources
+from harness.launch import runner
+from harness.plan.spec import DEADLINE_PROFILES, from_sources
 
 pytest_plugins = ["pytester"]
 
@@ -50,7 +50,7 @@ def test_scenario_deadline_is_setup_per_cycle_worst_section_restart_and_margin()
 def test_the_check_interval_a_run_leaves_to_nvrx_is_stated_once(monkeypatch):
     """NVRx's default check interval is one fact (nvrx.DEFAULT_CHECK_INTERVAL_S, checked against
     the installed NVRx's own default); the scenario deadline takes it from there, not from a copy."""
-    from harness import nvrx
+    from harness.machine import nvrx
 
     walk = spec("hang")  # the walkthrough leaves the interval to NVRx
     assert walk.workload_check_interval is None
@@ -69,7 +69,7 @@ import signal
 
 import pytest
 
-from harness import runner
+from harness.launch import runner
 
 pytest_plugins = ["fixtures.plugin"]
 
@@ -97,7 +97,7 @@ STUCK = '''
 import pytest
 
 from fixtures.runs import Scenario
-from harness.nvrx import NvrxTarget, installed_version
+from harness.machine.nvrx import NvrxTarget, installed_version
 
 HANG = Scenario("hang", NvrxTarget(installed_version()), name="stuck", knobs=(("baseline", "none"),))
 
@@ -189,8 +189,8 @@ def test_bad_workload_args_are_refused_before_anything_runs(pytester: pytest.Pyt
 
 
 def test_verdict_and_report_name_the_deadline_profile_that_ran(tmp_path):
-    from harness.report import write_outputs
-    from harness.verify import verify_run
+    from harness.report.outputs import write_outputs
+    from harness.report.verify import verify_run
     from recovery_tests import rundirs
 
     built = rundirs.build(tmp_path / "run", rundirs.Scenario(fault="hang"))
@@ -205,7 +205,7 @@ def test_verdict_and_report_name_the_deadline_profile_that_ran(tmp_path):
 
 
 def test_deadlines_from_a_strangers_run_json_are_range_checked(tmp_path):
-    from harness.verify import verify_run
+    from harness.report.verify import verify_run
     from recovery_tests import rundirs
 
     built = rundirs.build(tmp_path / "run", rundirs.Scenario(fault="kill"))
@@ -221,7 +221,7 @@ def test_deadlines_from_a_strangers_run_json_are_range_checked(tmp_path):
 
 
 def test_the_profile_name_follows_the_deadlines_in_force():
-    from harness.spec import DEADLINE_PROFILES, deadline_profile_of
+    from harness.plan.spec import DEADLINE_PROFILES, deadline_profile_of
 
     assert deadline_profile_of({}) == "walkthrough"  # RunSpec's own defaults are the walkthrough's
     for name, deadlines in DEADLINE_PROFILES.items():

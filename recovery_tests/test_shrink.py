@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from harness import cli
-from harness.criteria import FAIL, PASS
-from harness.verify import verify_run
+from harness.judge.criteria import FAIL, PASS
+from harness.report.verify import verify_run
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import launch, safeio
+from harness.launch import job as launch
+from harness.safe import safeio
 
 from .test_launch import _alive, await_record, fake_plan, pids_with_tag, record  # noqa: F401
 
@@ -235,7 +236,7 @@ def _await_mount(root: Path) -> list[str]:
 def no_mount_left(tmp_path):
     """Whatever the test found, no tmpfs of it stays mounted after it (released at teardown)."""
     yield
-    from harness import tmpfs
+    from harness.machine import tmpfs
 
     for point in _mounted_under(tmp_path):
         tmpfs.release(Path(point))
@@ -244,7 +245,7 @@ def no_mount_left(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
 def test_a_disk_full_mount_goes_with_the_harness(tmp_path, record, harness_proc, no_mount_left, sig):
     """SIGTERM: launch()'s own `finally` releases the tmpfs; SIGKILL: the watchdog does."""
-    from harness import tmpfs
+    from harness.machine import tmpfs
 
     if tmpfs.problems():
         pytest.skip(f"needs root and a working tmpfs mount: {tmpfs.problems()[0]}")

@@ -1,4 +1,4 @@
-"""harness.slurm (the allocation, finding and cancelling our named job step), the srun
+"""harness.machine.slurm (the allocation, finding and cancelling our named job step), the srun
 form of multi-node plans, and the step canceller the runner hands to launch().
 
 Stand-ins for Slurm's commands remain only for what the local cluster of test_slurm_cluster.py
@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import plan as planning
-from harness import runner, slurm
-from harness.nvrx import NvrxTarget
-from harness.slurm import Allocation, cancel_step, find_step, list_steps_argv
-from harness.spec import RunSpec
+from harness.plan import commands as planning
+from harness.launch import runner
+from harness.machine import slurm
+from harness.machine.nvrx import NvrxTarget
+from harness.machine.slurm import Allocation, cancel_step, find_step, list_steps_argv
+from harness.plan.spec import RunSpec
 
 
 class FakeRunner:

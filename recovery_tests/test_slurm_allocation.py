@@ -17,8 +17,8 @@ import pytest
 
 from fixtures.runs import Scenario
 from recovery_tests.test_recovery_megatron_cpu import megatron_cpu  # noqa: F401  (the fixture)
-from harness import slurm
-from harness.criteria import FAIL, PASS
+from harness.machine import slurm
+from harness.judge.criteria import FAIL, PASS
 
 # the scenarios' rendezvous ports are asked of the allocation's first host as each test runs
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm(nodes=2),

@@ -27,7 +27,7 @@ import pytest
 
 from fixtures import budget
 from fixtures.processes import run_in_session
-from harness.slurm import expand_hostlist
+from harness.machine.slurm import expand_hostlist
 from recovery_tests.test_recovery_megatron_cpu import megatron_cpu  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.launch, pytest.mark.slurm(nodes=2)]

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, spec as specmod
-from harness.spec import RunSpec, SpecError
+from harness import cli
+from harness.plan import spec as specmod
+from harness.plan.spec import RunSpec, SpecError
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import end_state
-from harness.criteria import FAIL, LOSS_CONTINUITY, NOT_APPLICABLE, PASS, STATE_EQUIVALENCE, UNKNOWN
-from harness.verify import verify_run
+from harness.read import end_state
+from harness.judge.criteria import FAIL, LOSS_CONTINUITY, NOT_APPLICABLE, PASS, STATE_EQUIVALENCE, UNKNOWN
+from harness.report.verify import verify_run
 from recovery_tests.rundirs import Scenario, build
 
 torch = pytest.importorskip("torch")
@@ -225,8 +225,8 @@ def test_a_baseline_of_another_configuration_is_noted(tmp_path):
     assert verdict.baseline is not None and verdict.baseline.matches_run is False
     assert any("was run with another configuration (config hash bbbbbbbbbbbb" in n for n in verdict.notes)
     assert verdict.to_json()["baseline"]["how"] == "given"
-    from harness.report import render_report
-    from harness.verdict import Verdict
+    from harness.report.outputs import render_report
+    from harness.vocab.verdict import Verdict
 
     assert Verdict.from_json(verdict.to_json()).to_json() == verdict.to_json()  # verdict.json round trip
     assert "another configuration than this run" in render_report(verdict)

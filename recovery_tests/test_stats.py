@@ -1,4 +1,4 @@
-"""Statistics over several runs (harness.stats), checked against values computed by hand."""
+"""Statistics over several runs (harness.report.stats), checked against values computed by hand."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from harness import stats
-from harness.render import terminal
+from harness.report import stats
+from harness.cli import terminal
 from harness import __version__
-from harness.criteria import CHECK_IDS, CRITERIA_IDS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN
-from harness.stats import RunRecord
-from harness.verify import verify_run
+from harness.judge.criteria import CHECK_IDS, CRITERIA_IDS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN
+from harness.report.stats import RunRecord
+from harness.report.verify import verify_run
 from recovery_tests import rundirs
 
 ALL_PASS = {cid: PASS for cid in CHECK_IDS}
@@ -106,7 +106,7 @@ def test_unknown_and_unheard_of_statuses_do_not_hold():
                                  record("u2", dict(ALL_PASS, later_checkpoint="exploded"))])
     rate = s.criterion("later_checkpoint")
     assert (rate.unknown, rate.held, rate.rate) == (2, 0, 0.0)
-    # one vocabulary: a status no checker can return is read as unknown (harness.verdict.Status.parse)
+    # one vocabulary: a status no checker can return is read as unknown (harness.vocab.verdict.Status.parse)
     assert [(f.run_id, f.status) for f in s.failures] == [("u1", UNKNOWN), ("u2", UNKNOWN)]
 
 
@@ -131,7 +131,7 @@ def test_markdown_names_the_failing_run_and_criterion():
     assert "| `optimizer_reload` | 1/2 (50 %) | 1 | 0 | 1 | 0 | 0 |" in text
     assert "- `rep-r2`: `optimizer_reload` fail: optimizer_reload was fail in rep-r2 (`/w/runs/rep-r2`)" in text
     assert "| failure → first committed step (s) | 1/2 | 5.00 | 5.00 | 5.00 |" in text
-    lines = terminal.scenario_lines(s)
+    lines = stats.scenario_lines(s)
     assert lines[0].startswith("reference workload, fault kill, NVRx 0.7.0: 1 of 2 runs qualified; "
                                "failure → first step p50 5.00 s, p95 5.00 s, max 5.00 s")
     assert lines[1:] == ["  rep-r2: optimizer_reload fail: optimizer_reload was fail in rep-r2"]
@@ -187,4 +187,4 @@ def test_verdict_cells_say_baseline_and_expected_negative():
     only_caught = stats.summarize("no-load-optim (expected not to qualify)", [caught])
     assert only_caught.qualified_sentence().startswith("as expected: 1 of 1 run caught not qualifying")
     assert only_caught.as_expected and not only_caught.all_qualified
-    assert terminal.scenario_lines(group)[0].startswith("no-load-optim (expected not to qualify): 1 of 2 runs qualified although")
+    assert stats.scenario_lines(group)[0].startswith("no-load-optim (expected not to qualify): 1 of 2 runs qualified although")

@@ -1,4 +1,4 @@
-"""Megatron's checkpoint tiers (harness.tiers, docs/tiers.md) on built run directories: a fault
+"""Megatron's checkpoint tiers (harness.vocab.tiers, docs/tiers.md) on built run directories: a fault
 after a non-persistent global checkpoint newer than the last persistent one, its restore from
 that tier, the reverse order, and a restore that loads an older tier than the newest committed
 (the loader bug class of Megatron-Bridge PR #5090), which must fail naming both checkpoints."""
@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import events as ev
-from harness import nemesis, tiers
-from harness.criteria import CHECK_IDS, FAIL, PASS
-from harness.history import read_history
-from harness.verify import verify_run
+from harness.vocab import events as ev
+from harness.nemesis import injector as nemesis
+from harness.vocab import tiers
+from harness.judge.criteria import CHECK_IDS, FAIL, PASS
+from harness.read.history import read_history
+from harness.report.verify import verify_run
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 

@@ -1,5 +1,5 @@
 """Megatron's local checkpoints (NVRx's LocalCheckpointManager with replication) and NVRx's
-in-process restart, judged on built run directories (harness.tiers, docs/tiers.md). Neither
+in-process restart, judged on built run directories (harness.vocab.tiers, docs/tiers.md). Neither
 runs on megatron-cpu (tiers.CPU_REFUSALS), so the runs are rundirs' built ones with the exact
 lines Megatron 0.19 and NVRx 0.7.0 print for them put in:
 
@@ -19,11 +19,11 @@ import json
 import shutil
 from pathlib import Path
 
-from harness import events as ev
-from harness import tiers
-from harness.criteria import FAIL, PASS
-from harness.history import match_rule, read_history
-from harness.verify import verify_run
+from harness.vocab import events as ev
+from harness.vocab import tiers
+from harness.judge.criteria import FAIL, PASS
+from harness.read.history import match_rule, read_history
+from harness.report.verify import verify_run
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 

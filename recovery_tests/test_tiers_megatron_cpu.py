@@ -1,5 +1,5 @@
 """Megatron's non-persistent global checkpoints on its own loop (megatron-cpu, e2e): the fault
-after a commit of either tier, and the restore Megatron chooses between them (harness.tiers,
+after a commit of either tier, and the restore Megatron chooses between them (harness.vocab.tiers,
 docs/tiers.md). Three launches and one shared uninterrupted twin cover the cases:
 
 - issue 21's command (`-- --non-persistent-ckpt-type global --non-persistent-save-interval 2`,
@@ -32,10 +32,10 @@ from pathlib import Path
 import pytest
 
 from fixtures.runs import Scenario, explain, launches
-from harness import events as ev
-from harness import tiers
-from harness.criteria import CHECK_IDS
-from harness.history import read_history
+from harness.vocab import events as ev
+from harness.vocab import tiers
+from harness.judge.criteria import CHECK_IDS
+from harness.read.history import read_history
 from recovery_tests.test_recovery_megatron_cpu import megatron_cpu  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.e2e

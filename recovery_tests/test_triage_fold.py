@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import dialect as d
-from harness import events as ev
-from harness import history
+from harness.vocab import dialect as d
+from harness.vocab import events as ev
+from harness.read import history
 
 ROOT = Path(__file__).resolve().parent.parent
-TRIAGE = sorted((ROOT / "harness" / "triage").glob("*.py"))
+TRIAGE = sorted((ROOT / "harness" / "judge" / "triage").glob("*.py"))
 # the stamp readers of the log grammar: only dialect.LogClock may call them
 STAMP_READERS = {"line_stamp", "glog_stamp", "megatron_datetime", "STAMP_RE", "GLOG_RE", "DATETIME_RE", "peel",
                  "strip_prefix", "glog_year", "glog_month"}
@@ -49,7 +49,7 @@ def test_triage_reads_no_stamp_itself() -> None:
     for rel, tree in _trees().items():
         for node in ast.walk(tree):
             names = []
-            if isinstance(node, ast.ImportFrom) and node.module == "harness.dialect":
+            if isinstance(node, ast.ImportFrom) and node.module == "harness.vocab.dialect":
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.Attribute):
                 names = [node.attr]
@@ -124,7 +124,7 @@ def _oom_traceback(stamp: str) -> list[str]:
 
 
 def _triage_time(run: Path) -> float | None:
-    from harness.triage import scan
+    from harness.judge.triage import scan
 
     scanner = scan._Scanner(run, scan._Context(0, (2026, 11)))
     scanner.scan([run / "logs" / "train_cycle0.log"])

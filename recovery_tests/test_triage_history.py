@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import safeio, verify
-from harness.history import read_run
-from harness.layout import marker_index
-from harness.triage import diagnose, triage_run
+from harness.safe import safeio
+from harness.report import verify
+from harness.read.history import read_run
+from harness.vocab.layout import marker_index
+from harness.judge.triage import diagnose, triage_run
 from recovery_tests import rundirs
 
 SAMPLES = Path(__file__).parent / "data" / "samples"
@@ -108,7 +109,7 @@ def test_the_runner_triages_with_the_read_its_verdict_came_from(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The runner hands triage the watcher's reader's last read (the verdict's), so triage does
     not read run.json, launch.json and the markers again."""
-    from harness import launch, runner
+    from harness.launch import job as launch, runner
     from recovery_tests.test_runner import make_plan
 
     built = rundirs.build(tmp_path / "made", rundirs.Scenario(restarts_exhausted=True, checkpoints=False))

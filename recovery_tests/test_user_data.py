@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from fixtures.processes import run_in_session
-from harness import cli, resolve
-from harness import plan as planmod
-from harness.prepare import CLAIM_NAME, prepare, release
-from harness.spec import SpecError
+from harness import cli
+from harness.plan import resolve
+from harness.plan import commands as planmod
+from harness.launch.prepare import CLAIM_NAME, prepare, release
+from harness.plan.spec import SpecError
 
 
 def snapshot(root: Path) -> dict[str, bytes | None]:
@@ -75,7 +76,7 @@ def test_nvrx_qual_run_refuses_them_before_anything_starts(tmp_path):
 
 
 def _contender(work: str, dry_run: bool, start, hold, results) -> None:
-    from harness import prepare as prepare_module
+    from harness.launch import prepare as prepare_module
 
     flags = {"workload": "reference", "work_dir": work, "run_id": "same-id", "fault": "none"}
     spec, target, _ = resolve.resolve_spec(flags, (), {})

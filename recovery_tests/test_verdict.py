@@ -1,4 +1,4 @@
-"""harness.verdict: one status vocabulary with Jepsen's merge order, and a Verdict whose
+"""harness.vocab.verdict: one status vocabulary with Jepsen's merge order, and a Verdict whose
 JSON round trip is exact on the verdicts this suite writes (docs/contracts.md)."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import json
 
 import pytest
 
-from harness import criteria, spec
-from harness.verdict import CriterionResult, Fault, Status, Verdict, merge, qualified
-from harness.verify import verify_run
+from harness.judge import criteria
+from harness.plan import spec
+from harness.vocab.verdict import CriterionResult, Fault, Status, Verdict, merge, qualified
+from harness.report.verify import verify_run
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 

@@ -1,6 +1,6 @@
 """A stored verdict is never taken at its word (issue 24, class 2).
 
-`report` (harness.stats.load_run) re-judges each run from its evidence through verify's own
+`report` (harness.report.stats.load_run) re-judges each run from its evidence through verify's own
 judge; a verdict.json of an earlier release (no suite version, no `optimizer_state`), one
 edited in a received directory, or one whose evidence is gone is never counted as qualified
 when `verify` on the same directory says otherwise. A verdict records the suite version, the
@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import __version__, cli, evidence, stats
-from harness.criteria import CHECK_IDS, OPTIMIZER_STATE
-from harness.verify import verify_run
+from harness import __version__, cli
+from harness.read import evidence
+from harness.report import stats
+from harness.judge.criteria import CHECK_IDS, OPTIMIZER_STATE
+from harness.report.verify import verify_run
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 

@@ -24,8 +24,8 @@ FC1 = "decoder.layers.0.mlp.linear_fc1.weight"
 JUDGE = """
 import json, sys
 from pathlib import Path
-from harness import end_state, history
-from harness.optimizer_record import read_optimizer_record
+from harness.read import end_state, history
+from harness.read.optimizer_record import read_optimizer_record
 run, base = Path(sys.argv[1]), Path(sys.argv[2])
 c = end_state.compare_checkpoints(run, base, shown="run", baseline_shown="base", iteration=30)
 record = read_optimizer_record(run)

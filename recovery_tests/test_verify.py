@@ -1,5 +1,5 @@
 """`nvrx-qual verify`: verdict.json and report.md, exit statuses 0 / 1 / 2, --json, --fault,
---no-write, and `python -m harness.verify` as a real process."""
+--no-write, and `python -m harness.report.verify` as a real process."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 
 from fixtures.processes import run_in_session
 
-from harness import verify
+from harness.report import verify
 from harness.cli import verify as cmd_verify
-from harness.criteria import CHECK_IDS, CRITERIA_IDS
-from harness.history import RunDirError
-from harness.report import render_report
+from harness.judge.criteria import CHECK_IDS, CRITERIA_IDS
+from harness.read.history import RunDirError
+from harness.report.outputs import render_report
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 

@@ -1,4 +1,4 @@
-"""harness.watch on run directories that grow while the watcher runs.
+"""harness.launch.watch on run directories that grow while the watcher runs.
 
 A scenario's complete run directory is built by recovery_tests.rundirs into `source/`;
 a background thread then replays it into `live/` write by write, in the order the real run
@@ -27,12 +27,13 @@ from unittest import mock
 
 import pytest
 
-from harness import criteria, watch
-from harness.criteria import analyze
-from harness.events import iso_utc
-from harness.history import HistoryReader
-from harness.spec import RunSpec
-from harness.watch import Watcher, all_evidence_in, certain_failure
+from harness.judge import criteria
+from harness.launch import watch
+from harness.judge.criteria import analyze
+from harness.vocab.events import iso_utc
+from harness.read.history import HistoryReader
+from harness.plan.spec import RunSpec
+from harness.launch.watch import Watcher, all_evidence_in, certain_failure
 from recovery_tests import rundirs
 from recovery_tests.rundirs import Scenario
 
@@ -197,7 +198,7 @@ def watch_lockstep(watcher: Watcher, source: Path, live: Path, writes: list[Writ
 
 
 def new_live(root: Path) -> Path:
-    """The run directory as harness.launch leaves it before the first watcher tick: the
+    """The run directory as harness.launch.job leaves it before the first watcher tick: the
     logs directory with its (still empty) console capture."""
     live = root / "live"
     (live / "logs").mkdir(parents=True)
@@ -678,7 +679,7 @@ def _replay_until_marker(tmp_path: Path, s: Scenario) -> tuple[Path, Path, list[
 
 
 def test_stall_budget_is_the_longest_deadline_a_check_interval_and_a_restart(tmp_path):
-    from harness import nvrx
+    from harness.machine import nvrx
     spec = spec_for(tmp_path, scenario())  # the walkthrough: setup 900 s is the longest, NVRx's own check interval
     budget, how = watch.stall_budget(spec)
     assert budget == 900 + nvrx.DEFAULT_CHECK_INTERVAL_S + nvrx.RESTART_ALLOWANCE_S

@@ -1,4 +1,4 @@
-"""Transformer Engine and apex as the workers' interpreter imports them (harness.discovery),
+"""Transformer Engine and apex as the workers' interpreter imports them (harness.machine.discovery),
 and how the planner uses what it finds (resolve.detected_defaults)."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import discovery, resolve
-from harness.discovery import APEX_MODULES, WorkerImports
-from harness.spec import SpecError
+from harness.machine import discovery
+from harness.plan import resolve
+from harness.machine.discovery import APEX_MODULES, WorkerImports
+from harness.plan.spec import SpecError
 
 
 def fake_site(root: Path, modules: dict[str, str]) -> Path:

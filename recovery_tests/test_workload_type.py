@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import plan as planmod
-from harness import spec as specmod
+from harness.plan import commands as planmod
+from harness.plan import spec as specmod
 from harness import workloads
-from harness.criteria import STATE_EQUIVALENCE
-from harness.faults import AFTER_COMMIT
-from harness.nvrx import NvrxTarget
-from harness.verify import verify_run
+from harness.judge.criteria import STATE_EQUIVALENCE
+from harness.vocab.faults import AFTER_COMMIT
+from harness.machine.nvrx import NvrxTarget
+from harness.report.verify import verify_run
 from harness.workloads import Determinism, Workload
 from recovery_tests import rundirs
 

@@ -44,7 +44,7 @@ SCENARIO_MODULE = '''
 import pytest
 
 from fixtures.runs import Scenario
-from harness.nvrx import NvrxTarget, installed_version
+from harness.machine.nvrx import NvrxTarget, installed_version
 
 KILL = Scenario("kill", NvrxTarget(installed_version()))
 

@@ -7,7 +7,7 @@
 call records its Scenario (a frozen dataclass whose repr evaluates back to it) in
 tools/replay_scenarios.txt, one a line, sorted, without duplicates. `dump` replays the recorded
 samples (recovery_tests/data/samples/*) and builds each recorded Scenario in a temporary
-directory, judges it with harness.verify.verify_run (writing nothing into the run directory)
+directory, judges it with harness.report.verify.verify_run (writing nothing into the run directory)
 and writes the verdict JSON (and, beside it, diagnose's triage JSON as <name>.triage.json) with the fields that vary from one replay to the next (the time
 of the verdict, the temporary path, the evidence digest's sha256, which covers the entries'
 modification times) normalised. Diff two dumps
@@ -80,8 +80,8 @@ def _normalise(doc: dict, run_dir: Path) -> dict:
 
 
 def _judge(run_dir: Path) -> dict:
-    from harness.verdict import verdict_json
-    from harness.verify import verify_run
+    from harness.vocab.verdict import verdict_json
+    from harness.report.verify import verify_run
 
     try:
         verdict = verify_run(run_dir, picture=True)
@@ -92,7 +92,7 @@ def _judge(run_dir: Path) -> dict:
 
 def _triage(run_dir: Path) -> dict:
     """diagnose's reading of the run directory (triage.to_json), whether or not it qualified."""
-    from harness.triage import diagnose
+    from harness.judge.triage import diagnose
 
     try:
         found = diagnose(run_dir)

@@ -5,7 +5,7 @@ of the suite lives in this package (one module per command); the library under h
 returns values and raises, and takes a callback or a TextIO where it reports progress.
 Nothing outside this package imports it.
 
-Exit status (harness.exitcodes.ExitStatus): 0 qualified (or plan written), 1 a criterion
+Exit status (harness.vocab.exitcodes.ExitStatus): 0 qualified (or plan written), 1 a criterion
 failed, 2 input refused or unreadable (the message names the value and the fix), 3 an internal
 error of the suite (one line; the traceback in a log file, or on stderr under --debug), 128+N
 stopped by signal N.
@@ -21,14 +21,14 @@ import textwrap
 from typing import Sequence
 
 from harness import __version__, workloads
-from harness import spec as specmod
+from harness.plan import spec as specmod
 from harness.cli import diagnose as cmd_diagnose
 from harness.cli import kit as cmd_kit
 from harness.cli import report as cmd_report
 from harness.cli import run as cmd_run
 from harness.cli import verify as cmd_verify
 from harness.cli.guard import guarded
-from harness.spec import RunSpec
+from harness.plan.spec import RunSpec
 
 SPEC_USAGE = "nvrx-qual {command} [OPTIONS] [-- WORKLOAD_ARGS...]"
 

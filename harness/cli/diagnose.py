@@ -12,11 +12,11 @@ import os
 import sys
 from pathlib import Path
 
-from harness import triage as triaging
-from harness.dialect import RunDirError, utc_offset_problem
-from harness.exitcodes import ExitStatus
-from harness.render.diagnosis import render_markdown
-from harness.triage import Triage
+from harness.judge import triage as triaging
+from harness.vocab.dialect import RunDirError, utc_offset_problem
+from harness.vocab.exitcodes import ExitStatus
+from harness.report.diagnosis import render_markdown
+from harness.judge.triage import Triage
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

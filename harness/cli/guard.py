@@ -12,7 +12,7 @@ import sys
 import traceback
 from typing import Callable, TextIO
 
-from harness.exitcodes import ExitStatus, signalled, write_traceback
+from harness.vocab.exitcodes import ExitStatus, signalled, write_traceback
 
 
 def refused(exc: Exception, err: TextIO | None = None) -> int:
@@ -43,7 +43,7 @@ def guarded(command: Callable[[], int], prog: str, *, debug: bool, err: TextIO |
     err = err or sys.stderr
     try:
         return int(command())
-    except KeyboardInterrupt as exc:  # Ctrl-C, or harness.launch.Interrupted after SIGTERM / SIGHUP
+    except KeyboardInterrupt as exc:  # Ctrl-C, or harness.launch.job.Interrupted after SIGTERM / SIGHUP
         signum = getattr(exc, "signum", signal.SIGINT)
         result = getattr(exc, "result", None)
         what = f"; launch.json: {result.ended_by}, {result.leftover_processes_killed} leftover processes killed" \

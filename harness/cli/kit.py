@@ -1,4 +1,4 @@
-"""`nvrx-qual kit DIR [--megatron-path PATH]`: assemble the offline GPU kit (harness.kit).
+"""`nvrx-qual kit DIR [--megatron-path PATH]`: assemble the offline GPU kit (harness.plan.kit).
 
 Exit status: 0 the kit was written, 2 refused (the message names the value and the fix).
 """
@@ -10,8 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-from harness.exitcodes import ExitStatus
-from harness.kit import PROJECT, SCRIPT_NAME, KitError, assemble
+from harness.vocab.exitcodes import ExitStatus
+from harness.plan.kit import PROJECT, SCRIPT_NAME, KitError, assemble
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,6 +1,6 @@
 """`nvrx-qual run --repeat N`: the loop over the N runs with its progress lines, the table at
 the end and the exit status. What can be refused is refused before the first launch
-(harness.repeat.prepare); all N runs are launched even when one fails, because the point is a
+(harness.launch.repeat.prepare); all N runs are launched even when one fails, because the point is a
 pass rate."""
 
 from __future__ import annotations
@@ -9,11 +9,13 @@ import signal
 import sys
 from typing import Mapping, TextIO
 
-from harness import nvrx, repeat, stats
+from harness.machine import nvrx
+from harness.launch import repeat
+from harness.report import stats
 from harness.cli.guard import refused
-from harness.exitcodes import ExitStatus, signalled
-from harness.render import terminal
-from harness.spec import SpecError
+from harness.vocab.exitcodes import ExitStatus, signalled
+from harness.cli import terminal
+from harness.plan.spec import SpecError
 
 
 def run_repeats(flags: Mapping[str, object], extra: tuple[str, ...], env: Mapping[str, str], count: int, *,
@@ -41,7 +43,7 @@ def run_repeats(flags: Mapping[str, object], extra: tuple[str, ...], env: Mappin
             print(terminal.run_outcome(outcome), file=out, flush=True)
             records.append(repeat.record_of(outcome))
         except KeyboardInterrupt as exc:  # launch has already stopped and reaped the run's processes
-            signum = getattr(exc, "signum", signal.SIGINT)  # harness.launch.Interrupted: SIGTERM, SIGHUP too
+            signum = getattr(exc, "signum", signal.SIGINT)  # harness.launch.job.Interrupted: SIGTERM, SIGHUP too
             name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
             ended_early, status = f"interrupted ({name}) after {len(records)} of {n} runs", signalled(signum)
             print(f"\nnvrx-qual: {ended_early}", file=err, flush=True)

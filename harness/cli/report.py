@@ -1,5 +1,5 @@
 """`nvrx-qual report RUN_DIR... [--output FILE.md] [--json PATH]`: one Markdown summary over
-several runs (each judged again from its evidence by harness.stats.load_run; a verdict.json is
+several runs (each judged again from its evidence by harness.report.stats.load_run; a verdict.json is
 compared, never trusted).
 
 Exit status: 0 every run qualified, 1 some run did not, 2 a path is not a readable run
@@ -15,12 +15,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from harness import safeio, stats
-from harness.exitcodes import ExitStatus
+from harness.safe import safeio
+from harness.report import stats
+from harness.vocab.exitcodes import ExitStatus
 from harness.cli.verify import read_dirs_problem
-from harness.history import RecordRefused, RunDirError
-from harness.stats import RepeatStats, RunRecord
-from harness.stats import TITLE, group_runs, load_run, refuse_existing, timeline_links
+from harness.read.history import RecordRefused, RunDirError
+from harness.report.stats import RepeatStats, RunRecord
+from harness.report.stats import TITLE, group_runs, load_run, refuse_existing, timeline_links
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = ("One Markdown summary over several run directories: a row per run (verdict, what did not "

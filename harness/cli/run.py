@@ -10,15 +10,18 @@ import os
 import sys
 from typing import Mapping
 
-from harness import atomic, baseline, nvrx, runner, safeio, sbatch as sbatchmod
-from harness import plan as planmod
-from harness import spec as specmod
+from harness.safe import atomic, safeio
+from harness.launch import baseline, runner
+from harness.machine import nvrx
+from harness.plan import sbatch as sbatchmod
+from harness.plan import commands as planmod
+from harness.plan import spec as specmod
 from harness.cli.guard import refused
-from harness.exitcodes import ExitStatus
-from harness.prepare import prepare, release
-from harness.render import terminal
-from harness.resolve import resolve_spec
-from harness.spec import SpecError
+from harness.vocab.exitcodes import ExitStatus
+from harness.launch.prepare import prepare, release
+from harness.cli import terminal
+from harness.plan.resolve import resolve_spec
+from harness.plan.spec import SpecError
 
 
 def spec_flags(args: argparse.Namespace) -> dict:

@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from harness import criteria, verify
-from harness.exitcodes import ExitStatus
-from harness.history import RunDirError
-from harness.render import terminal
-from harness.report import Verdict, verdict_json, write_outputs
+from harness.judge import criteria
+from harness.report import verify
+from harness.vocab.exitcodes import ExitStatus
+from harness.read.history import RunDirError
+from harness.cli import terminal
+from harness.report.outputs import Verdict, verdict_json, write_outputs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,19 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
-from harness.faults import FAULT_MOMENTS
+from harness.vocab.faults import FAULT_MOMENTS
 
 if TYPE_CHECKING:
-    from harness.events import Timeline
-    from harness.layout import RunLayout
-    from harness.nvrx import NvrxTarget
-    from harness.topology import ConnectionsPolicy, Topology
+    from harness.vocab.events import Timeline
+    from harness.vocab.layout import RunLayout
+    from harness.machine.nvrx import NvrxTarget
+    from harness.vocab.topology import ConnectionsPolicy, Topology
 
 GLOO, NCCL = "gloo", "NCCL"
 
 
 class SpecView(Protocol):
-    """What a workload reads of a run's spec (harness.spec.RunSpec is one). The workloads sit
+    """What a workload reads of a run's spec (harness.plan.spec.RunSpec is one). The workloads sit
     below the spec, which asks them; naming the fields here keeps that one way."""
 
     workload: str
@@ -76,7 +76,7 @@ class SpecView(Protocol):
 class Determinism:
     """Whether a run's training is bitwise deterministic, so that loss continuity and the end
     state can be compared exactly with an uninterrupted run's: `reason` is a key of
-    state_equivalence's sentences (harness.render.sentences) with its `facts`; `evidence`, the
+    state_equivalence's sentences (harness.judge.sentences) with its `facts`; `evidence`, the
     lines that show it (a start's arguments table)."""
 
     exact: bool
@@ -97,7 +97,7 @@ class Workload:
     backend: str = GLOO  # what its ranks talk through when the command line does not say
     # RunSpec defaults (a deadline profile by name among them).
     defaults: Mapping[str, Any] = {}
-    # The fault moments it can show (harness.faults.FAULT_MOMENTS names). Every workload of the
+    # The fault moments it can show (harness.vocab.faults.FAULT_MOMENTS names). Every workload of the
     # suite shows every moment: all save asynchronously and load through Python's open(), which is
     # what the nemesis watches (iter_N/ contents; the audit hook of the load); Megatron's
     # persistent checkpoint worker leaves iter_N/ uncommitted until a later iteration finalizes it
@@ -139,7 +139,7 @@ class Workload:
         return values
 
     def connections_policy(self, spec: "SpecView") -> "ConnectionsPolicy":
-        from harness.topology import ConnectionsPolicy
+        from harness.vocab.topology import ConnectionsPolicy
 
         return ConnectionsPolicy(None, f"CPU {self.name} workload: not applicable")
 

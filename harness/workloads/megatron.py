@@ -10,12 +10,12 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import topology
+from harness.vocab import topology
 from harness.workloads.base import NCCL, Workload
 from harness.workloads.common import checkpoint_and_ft_args, model_args
 
 if TYPE_CHECKING:
-    from harness.nvrx import NvrxTarget
+    from harness.machine.nvrx import NvrxTarget
     from harness.workloads.base import SpecView
 
 ENTRYPOINT = "pretrain_gpt.py"
@@ -154,8 +154,8 @@ _VERSION_PART = re.compile(r"^(MAJOR|MINOR|PATCH)\s*=\s*(\d{1,4})\s*$", re.MULTI
 def megatron_version(*roots: Path | None) -> str | None:
     """megatron-core's version (MAJOR.MINOR.PATCH of megatron/core/package_info.py) in the first
     of `roots` that says; None when none does. Recorded in run.json, where the known-defect table
-    (harness.findings) reads it."""
-    from harness import safeio
+    (harness.judge.findings) reads it."""
+    from harness.safe import safeio
 
     for root in roots:
         if root is None:

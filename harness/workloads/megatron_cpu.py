@@ -14,14 +14,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import tiers
-from harness import topology
+from harness import HOME
+from harness.vocab import tiers
+from harness.vocab import topology
 from harness.workloads import cuda_cpu_shim, megatron
 from harness.workloads.base import GLOO, Determinism
 
 if TYPE_CHECKING:
-    from harness.events import Timeline
-    from harness.nvrx import NvrxTarget
+    from harness.vocab.events import Timeline
+    from harness.machine.nvrx import NvrxTarget
     from harness.workloads.base import SpecView
 
 # Where tools/install-megatron-cpu.sh installs by default (relative to the working directory,
@@ -73,7 +74,7 @@ def cpu_args() -> list[str]:
 
 
 def extra_arg_problems(extra: tuple[str, ...]) -> list[str]:
-    out = megatron.extra_arg_problems(extra) + tiers.cpu_problems(extra)  # harness.tiers: what CPU cannot run
+    out = megatron.extra_arg_problems(extra) + tiers.cpu_problems(extra)  # harness.vocab.tiers: what CPU cannot run
     for arg in extra:
         flag = arg.split("=", 1)[0]
         if flag in OWNED_FLAGS and flag not in ("--hidden-dropout", "--attention-dropout", "--async-strategy"):
@@ -94,7 +95,7 @@ def pythonpath(spec: "SpecView") -> tuple[str, ...]:
     """The installed Megatron (with NVRx 0.7.0 and the shim hook) first; the project's own
     pretrain script imports `harness` from wherever this process found it."""
     assert spec.megatron_cpu_dir is not None
-    harness_root = str(Path(__file__).resolve().parents[2])
+    harness_root = str(HOME)
     return (str(spec.megatron_cpu_dir), harness_root)
 
 
@@ -102,7 +103,7 @@ def default_dir(cwd: Path | None = None) -> Path:
     """.megatron-cpu in the working directory if there, else in this checkout's root (where
     CI and the README install it), else the working directory's (validation says it is missing)."""
     here = (cwd or Path.cwd()) / DEFAULT_DIR
-    checkout = Path(__file__).resolve().parents[2] / DEFAULT_DIR
+    checkout = HOME / DEFAULT_DIR
     for candidate in (here, checkout):
         if candidate.is_dir():
             return candidate

@@ -13,7 +13,7 @@ from harness.workloads.base import Determinism, Workload
 from harness.workloads.common import checkpoint_and_ft_args, model_args
 
 if TYPE_CHECKING:
-    from harness.events import Timeline
+    from harness.vocab.events import Timeline
     from harness.workloads.base import SpecView
 
 SCRIPT = Path(__file__).with_name("reference.py")
@@ -28,7 +28,7 @@ OWNED_FLAGS = ("--save", "--load", "--save-interval", "--train-iters", "--num-la
 IN_SAVE_DELAY_MS = 400
 
 
-# Megatron's other checkpoint tiers (harness.tiers): the reference workload writes the persistent
+# Megatron's other checkpoint tiers (harness.vocab.tiers): the reference workload writes the persistent
 # one only, so a fault waiting on another could never fire (and its parser would refuse the flags
 # in every worker, after the launch).
 OTHER_TIER_PREFIX = "--non-persistent-"

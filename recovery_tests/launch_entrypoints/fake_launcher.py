@@ -1,4 +1,4 @@
-"""A stand-in for ft_launcher in harness.launch tests: prints lines, leaves orphans behind
+"""A stand-in for ft_launcher in harness.launch.job tests: prints lines, leaves orphans behind
 the way torch elastic's workers would (own sessions, the launcher's stdout inherited),
 runs "forever" (MAX_LIFE_S) or exits with a chosen status.
 

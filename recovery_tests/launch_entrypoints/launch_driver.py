@@ -13,12 +13,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness import launch
+from harness.launch import job as launch
 from harness.cli.guard import guarded
-from harness.nvrx import NvrxTarget
-from harness.plan import Command, Plan
-from harness.spec import RunSpec
-from harness.topology import ConnectionsPolicy
+from harness.machine.nvrx import NvrxTarget
+from harness.plan.commands import Command, Plan
+from harness.plan.spec import RunSpec
+from harness.vocab.topology import ConnectionsPolicy
 
 FAKE_LAUNCHER = Path(__file__).parent / "fake_launcher.py"
 

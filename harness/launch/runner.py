@@ -1,0 +1,294 @@
+"""`nvrx-qual run` and the pytest fixtures share this: prepare the run directory, launch
+with the watcher, verify with the same code as `nvrx-qual verify`, triage a failure.
+Progress goes to the TextIO given as `out` (None: silent); the command layer prints the rest."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, TextIO
+
+from harness.launch import baseline as baselinemod
+from harness.launch import contract as contractmod
+from harness.machine import discovery, nvrx, ports, slurm, tmpfs
+from harness.read import evidence, history
+from harness.launch import job as launch
+from harness.report import picture as picturemod
+from harness.plan import commands as planmod
+from harness.plan.commands import Plan
+from harness.launch.prepare import prepare, release
+from harness.report.outputs import Verdict, write_outputs
+from harness.vocab.faults import FAULT_KINDS
+from harness.plan.spec import RunSpec, SpecError
+from harness.read.history import HistoryReader
+from harness.judge.triage import Triage
+from harness.judge.findings import KnownMatch
+from harness.report.verify import compare_end_states, known_defects, read_baseline, triage, verify_read
+from harness.launch.watch import Watcher
+
+
+@dataclass(frozen=True)
+class Outcome:
+    plan: Plan
+    launch: launch.LaunchResult
+    verdict: Verdict
+    triage: Triage | None  # only for a run that did not qualify
+    picture_problem: str | None = None  # why timeline.png was not drawn (matplotlib missing)
+    known: tuple[KnownMatch, ...] = ()  # known defects of the software under test its failure matches
+
+    @property
+    def run_dir(self) -> Path:
+        return self.plan.layout.root
+
+
+def default_deadline(spec: RunSpec) -> float:
+    """An upper bound no healthy run reaches: every allowed cycle spends its whole setup,
+    out-of-section and checkpointing deadlines, plus a full step deadline per iteration."""
+    sections = dict(spec.section_timeouts)
+    per_cycle = sections.get("setup", 0) + spec.out_of_section_timeout + sections.get("checkpointing", 0)
+    return (spec.max_restarts + 1) * per_cycle + spec.train_iters * sections.get("step", 0)
+
+
+# What a restart costs on top of the deadlines (stated in harness.machine.nvrx).
+RESTART_ALLOWANCE_S = nvrx.RESTART_ALLOWANCE_S
+# The iterations, saves and the end of the job, which no deadline bounds as a whole.
+TRAINING_MARGIN_S = 300.0
+# verify, report, timeline and the cleanup after the launcher stopped.
+VERIFY_GRACE_S = 120.0
+
+
+def planned_episodes(spec: RunSpec) -> int:
+    """The recovery episodes a qualifying run of `spec` has: one per planned fault (its schedule:
+    in-restore plans two, a campaign --faults), none without a fault."""
+    if spec.fault == "none":
+        return 0
+    return len(spec.schedule) or 1
+
+
+def scenario_deadline(spec: RunSpec) -> float:
+    """An upper bound for a run that can still qualify: its cycles (the first, and one more
+    per planned episode) each spend at most the setup deadline; each episode's fault is
+    detected within the longest section or out-of-section deadline plus one check interval (a
+    stop can land in any of them) and costs one restart; a margin for the training itself. A
+    run that needs longer has failed already (a qualifying run has exactly one failed cycle
+    per episode). The pytest fixtures stop a scenario there; `nvrx-qual run` keeps the looser
+    default_deadline."""
+    sections = dict(spec.section_timeouts)
+    episodes = planned_episodes(spec)
+    total = (1 + episodes) * sections.get("setup", 0.0) + TRAINING_MARGIN_S
+    if episodes:
+        # a stop lands after a committed checkpoint: in a step, a save or between them, never in setup
+        running = [v for name, v in sections.items() if name != "setup"] + [spec.out_of_section_timeout]
+        check = nvrx.check_interval(spec.workload_check_interval)
+        kinds = [FAULT_KINDS.get(f.kind) for f in spec.schedule] or [FAULT_KINDS.get(spec.fault)]
+        detected = sum(1 for k in kinds if k is not None and k.monitor_detects)  # each planned fault by its own kind
+        total += detected * max(running) + episodes * (check + RESTART_ALLOWANCE_S)
+        # a campaign trains longer: its iterations beyond the workload's own default, a step deadline each at worst
+        own = spec.workload_type.defaults.get("train_iters", spec.train_iters)
+        total += max(0, spec.train_iters - own) * sections.get(
+            "step", 0.0) if spec.fault == "campaign" else 0.0
+    return total
+
+
+def pytest_timeout(spec: RunSpec) -> float:
+    """The pytest-timeout of a test that launches `spec`: the launch's own deadline fires
+    first, and verify still has time to write the verdict."""
+    return scenario_deadline(spec) + VERIFY_GRACE_S
+
+
+def preflight(plan: Plan, env: Mapping[str, str]) -> None:
+    """What the machine must offer before anything is launched (SpecError otherwise)."""
+    spec, problems = plan.spec, []
+    installed = nvrx.installed_version(plan.nvrx.path)
+    if installed != plan.nvrx.version:
+        where = f" in {plan.nvrx.path}" if plan.nvrx.path else ""
+        problems.append(f"the plan is for NVRx {plan.nvrx.version} but {installed or 'none'} is installed{where}: "
+                        "--nvrx-version is for dry runs prepared for another machine; drop it, or point "
+                        "--nvrx-path at that version")
+    if spec.nnodes > 1 and not plan.local:
+        if not env.get("SLURM_JOB_ID"):
+            problems.append(f"{spec.say('nnodes')} runs srun inside a Slurm allocation: run inside salloc/sbatch, "
+                            "or render a batch script with nvrx-qual sbatch")
+        if shutil.which("srun") is None:
+            problems.append("srun is not on PATH: run inside the Slurm allocation's environment")
+    elif env.get("SLURM_JOB_ID") and not env.get("SLURM_PROCID") and plan.nvrx.has_no_restart_exit_code:
+        problems.append(f"NVRx {plan.nvrx.version} exits at once when SLURM_JOB_ID is set without SLURM_PROCID: "
+                        "run under srun --ntasks=1, or unset SLURM_JOB_ID for a single-node run")
+    rdzv_port = ports.local_port(spec.rdzv_endpoint) if spec.nnodes == 1 else None
+    taken = ports.in_use(rdzv_port) if rdzv_port else None
+    if taken:
+        problems.append(f"{spec.say('rdzv_endpoint')}: {taken}: the launcher would wait on it for ever; leave "
+                        f"{spec.knob('rdzv_endpoint')} out for a single node (a free port is chosen), or free the port")
+    problems += spec.workload_type.machine_problems(spec, tuple(discovery.nvidia_smi_gpus() or ()))
+    kind = FAULT_KINDS.get(spec.fault)
+    if kind is not None and kind.fills_filesystem:  # disk-full: a tmpfs mounted here, on the run's checkpoints/
+        if spec.nnodes > 1 and not plan.local:
+            problems.append(f"{spec.say('fault')} mounts its tmpfs on this machine only: run it on one node "
+                            f"({spec.say('nnodes', 1)}, or --local-nodes 1)")
+        problems.extend(tmpfs.problems())
+    if problems:
+        raise SpecError(problems)
+
+
+PASSED_OVER_SHOWN = 3  # earlier baselines of the configuration named with why they are not reused
+
+
+@dataclass(frozen=True)
+class BaselineUsed:
+    """The baseline a run is judged against (obtain_baseline). how: `ran` (the twin, run just
+    now), `reused` (found in the work directory by its configuration hash), `given`
+    (--baseline RUN_DIR) or `none` (`why` says why). `problem`: the twin ran and did not
+    qualify, so nothing can be judged against it. `twin`: the twin's Outcome when it ran."""
+
+    path: Path | None
+    how: str
+    config_hash: str
+    why: str | None = None
+    problem: str | None = None
+    twin: "Outcome | None" = None
+    seconds: float | None = None  # how long obtaining it took (the twin's whole run when it ran)
+
+    @property
+    def name(self) -> str | None:
+        """The baseline's run directory name (its run ID), as a Path's name."""
+        return self.path.name if self.path is not None else None
+
+
+def obtain_baseline(plan: Plan, *, deadline_s: float | None = None, out: TextIO | None = None,
+                    base_env: dict[str, str] | None = None) -> BaselineUsed:
+    """The baseline `plan.spec.baseline` asks for (harness.launch.baseline.choose): with auto, the
+    newest qualified uninterrupted run of the same configuration hash in the work directory,
+    else the twin, run now through execute() (its own preflight, launch, verdict). Progress
+    lines go to `out`. SpecError when a given baseline is not an uninterrupted run directory,
+    or when the machine cannot run the twin."""
+    started = time.monotonic()
+    choice = baselinemod.choose(plan.spec)
+    h = baselinemod.short(choice.config_hash)
+
+    def say(text: str) -> None:
+        if out is not None:
+            print(text, file=out, flush=True)
+
+    if choice.mode == baselinemod.NONE:
+        return BaselineUsed(None, "none", choice.config_hash, why=choice.why)
+    if choice.mode == "path":
+        say(f"baseline: {choice.path} (given; this run's config hash {h})")
+        return BaselineUsed(choice.path, "given", choice.config_hash)
+    seen = baselinemod.candidates(plan.spec.work_dir, choice.config_hash, exclude=(plan.spec.run_id,))
+    found = next((c.path for c in seen if c.problem is None), None)
+    for c in seen[:PASSED_OVER_SHOWN]:
+        if c.path == found:
+            break
+        say(f"baseline: passing over {c.path.name} (config hash {h}): {c.problem}")  # the newer ones first
+    if found is not None:
+        say(f"baseline: reusing {found.name} (config hash {h})")
+        return BaselineUsed(found, "reused", choice.config_hash, seconds=time.monotonic() - started)
+    twin = planmod.build(baselinemod.twin_spec(plan.spec), plan.nvrx)
+    say(f"baseline: running the uninterrupted twin {twin.spec.run_id} (config hash {h}): fault none, "
+        f"{twin.spec.train_iters} iterations, before the fault run")
+    outcome = execute(twin, deadline_s=deadline_s, fail_fast=True, out=out, base_env=base_env)
+    seconds = time.monotonic() - started
+    if not outcome.verdict.qualified:
+        failing = ", ".join(f"{c.id} {c.status}" for c in outcome.verdict.criteria if not c.held) or "no criteria"
+        problem = (f"the uninterrupted twin {twin.spec.run_id} did not qualify ({failing}; see "
+                   f"{outcome.run_dir / 'report.md'})")
+        say(f"baseline: {problem}: loss_continuity and state_equivalence cannot be judged")
+        return BaselineUsed(outcome.run_dir, "ran", choice.config_hash, problem=problem, twin=outcome, seconds=seconds)
+    say(f"baseline: {twin.spec.run_id} BASELINE QUALIFIED in {seconds:.0f} s; now the fault run")
+    return BaselineUsed(outcome.run_dir, "ran", choice.config_hash, twin=outcome, seconds=seconds)
+
+
+def execute(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = True,
+            out: TextIO | None = None, base_env: dict[str, str] | None = None,
+            baseline: Path | BaselineUsed | None = None) -> Outcome:
+    """Preflight, prepare, launch, watch, verify (with loss continuity and end-state
+    equivalence against `baseline`, an uninterrupted run, when given). SpecError before
+    anything exists when the machine cannot run the plan. The run directory is kept whatever
+    happens. This launches only `plan`: obtain_baseline runs or finds an automatic baseline."""
+    preflight(plan, os.environ if base_env is None else base_env)
+    return execute_preflighted(plan, deadline_s=deadline_s, fail_fast=fail_fast, out=out, base_env=base_env,
+                               baseline=baseline)
+
+
+def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = True,
+                        out: TextIO | None = None, base_env: dict[str, str] | None = None,
+                        baseline: Path | BaselineUsed | None = None) -> Outcome:
+    """execute() after its preflight passed (the caller announced the run in between)."""
+    used = baseline if isinstance(baseline, BaselineUsed) else None
+    promise = _promise(plan, baseline)
+    if used is not None:
+        baseline = used.path if used.problem is None else None
+    prepare(plan, dry_run=False, baseline_promise=promise)  # claims the run directory: one run ID, one run
+    try:
+        # One reader for the whole run: the watcher polls it while the run is live, then the
+        # verdict takes its last read (only what was appended since, and the checkpoints).
+        # the checkpoint directories the plan itself names are read wherever they are (a received run
+        # directory's records are read only inside it: harness.read.history)
+        reader = HistoryReader(plan.layout.root, inspect_checkpoints=False, losses=baseline is not None,
+                               read_dirs=plan.own_dirs)
+        watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast, reader=reader)
+        spec = plan.spec
+        watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s)")
+        result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
+                               watch=_warming(watcher), base_env=base_env, on_stop=_step_canceller(plan, base_env),
+                               on_signal=watcher.say)  # Ctrl-C is acknowledged at once, as a progress line
+        base = read_baseline(baseline) if baseline is not None else None
+        digest = evidence.digest(plan.layout.root)  # the launch has ended: what the final read sees
+        read = reader.read(final=True, inspect_checkpoints=True)
+        state = compare_end_states(read, base) if base is not None else None
+        how = used.how if used is not None else "given"
+        problem = (str(used.path), used.problem) if used is not None and used.problem is not None else None
+        verdict = verify_read(read, baseline=base, end_state=state, baseline_how=how, baseline_problem=problem,
+                              evidence_digest=digest)
+        found, sections = triage(verdict, read)
+        written = write_outputs(verdict, plan.layout.root, extra_sections=sections)
+    finally:
+        release(plan.layout)
+    return Outcome(plan, result, verdict, found, written.picture_problem, known_defects(verdict, read))
+
+
+def _promise(plan: Plan, baseline: Path | BaselineUsed | None) -> contractmod.BaselinePromise:
+    """The baseline run.json's contract records for this launch: the one it is judged against."""
+    if isinstance(baseline, BaselineUsed):
+        return contractmod.BaselinePromise(baseline.how, baseline.path, baseline.why, baseline.problem)
+    if baseline is not None:
+        return contractmod.BaselinePromise(contractmod.GIVEN, Path(baseline))
+    choice = baselinemod.choose(plan.spec)
+    why = choice.why if choice.mode == baselinemod.NONE else "this launch was given no baseline run"
+    return contractmod.BaselinePromise(contractmod.NONE, why=why)
+
+
+def _warm_up() -> None:
+    history.warm_up()
+    picturemod.warm_up()
+
+
+def _warming(watcher: Watcher):
+    """The watcher, whose first tick (the launcher is running by then) starts importing what the
+    verdict needs after the launch (matplotlib for timeline.png, numpy) in the background: while
+    the job runs the harness mostly waits. Not before the launch: a thread importing while the
+    launcher is forked holds the GIL and delays the job's start (bench/harness_overhead.py)."""
+    started = False
+
+    def tick() -> str | None:
+        nonlocal started
+        if not started:
+            started = True
+            threading.Thread(target=_warm_up, name="nvrx-qual-warm-up", daemon=True).start()
+        return watcher()
+
+    return tick
+
+
+def _step_canceller(plan: Plan, base_env: dict[str, str] | None):
+    """For a multi-node run, cancelling the named srun step stops the remote tasks too."""
+    if plan.srun is None:
+        return None
+    job = (base_env or os.environ).get("SLURM_JOB_ID")
+    if not job:
+        return None
+    return lambda: slurm.cancel_step(job, slurm.step_name(plan.spec.run_id))

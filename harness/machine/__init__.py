@@ -1,0 +1,1 @@
+"""What this machine has and does: free ports, GPUs, installed launchers, Slurm, tmpfs mounts."""

@@ -1,0 +1,1 @@
+"""Flags and environment -> a validated RunSpec -> a Plan: the exact commands, pure."""
