@@ -291,9 +291,11 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 class Interrupted(KeyboardInterrupt):
     """The harness got SIGINT, SIGTERM or SIGHUP during a launch; every process of the launch
-    has been stopped and launch.json written. A KeyboardInterrupt, so pytest ends the session."""
+    has been stopped and launch.json written (`result`: its LaunchResult; None when the signal
+    came while a SignalHold was held and no launch ran). A KeyboardInterrupt, so pytest ends
+    the session."""
 
-    def __init__(self, signum: int, result: "LaunchResult"):
+    def __init__(self, signum: int, result: "LaunchResult | None"):
         super().__init__(f"stopped by {signal.Signals(signum).name}")
         self.signum = signum
         self.result = result
@@ -301,13 +303,20 @@ class Interrupted(KeyboardInterrupt):
 
 class _Signals:
     """SIGINT / SIGTERM / SIGHUP during a launch are recorded, not raised: the launch loop
-    stops the job through the normal path, and a second signal cannot interrupt the sweep."""
+    stops the job through the normal path, and a second signal cannot interrupt the sweep.
+    While a SignalHold holds one, every launch of the process, in whatever thread, shares it
+    instead of making its own: one signal stops them all."""
 
     def __init__(self) -> None:
         self.received: list[int] = []
         self._previous: dict[int, object] = {}
+        self._shared = False
 
     def __enter__(self) -> "_Signals":
+        if _HELD is not None:
+            self._shared = True
+            self.received = _HELD.received  # the same record: a signal to the process is one to every launch
+            return self
         if threading.current_thread() is threading.main_thread():  # handlers can only be set there
             for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._record)
@@ -317,6 +326,8 @@ class _Signals:
         self.received.append(signum)
 
     def __exit__(self, *_exc) -> None:
+        if self._shared:  # the holder restores the handlers
+            return
         if self.received:  # the process is on its way out (Interrupted): more presses change nothing,
             for sig in self._previous:  # not even during interpreter shutdown (which resets Python handlers)
                 signal.signal(sig, signal.SIG_IGN)
@@ -327,6 +338,46 @@ class _Signals:
     @property
     def first(self) -> int | None:
         return self.received[0] if self.received else None
+
+
+_HELD: _Signals | None = None  # the stop signals a SignalHold holds for every launch of the process
+
+
+class SignalHold:
+    """While held (a `with` block, or enter() .. release()), SIGINT / SIGTERM / SIGHUP are
+    recorded once for every launch of the process, whichever thread runs it (a thread other than
+    the main one cannot set a handler of its own): each launch running or started meanwhile
+    stops its job on the first one and raises Interrupted, as a launch alone does. Held from the
+    main thread (elsewhere, or inside another hold, it holds nothing and the launches keep their
+    own). A signal that came while no launch was running to raise it (between two launches, or
+    after the last) raises Interrupted at the release, so it is never lost."""
+
+    def __init__(self) -> None:
+        self._signals: _Signals | None = None
+
+    def enter(self) -> "SignalHold":
+        global _HELD
+        if _HELD is None and threading.current_thread() is threading.main_thread():
+            self._signals = _Signals().__enter__()
+            _HELD = self._signals
+        return self
+
+    def release(self, raising: bool = False) -> None:
+        """Give the handlers back; Interrupted when a signal came and nothing is `raising` already."""
+        global _HELD
+        signals, self._signals = self._signals, None
+        if signals is None:
+            return
+        _HELD = None
+        signals.__exit__(None, None, None)
+        if signals.first is not None and not raising:
+            raise Interrupted(signals.first, None)
+
+    def __enter__(self) -> "SignalHold":
+        return self.enter()
+
+    def __exit__(self, exc_type, _exc, _tb) -> None:
+        self.release(raising=exc_type is not None)
 
 
 def record_launch(plan: Plan) -> None:
@@ -409,7 +460,8 @@ class _Watchdog:
 def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | None] | None = None,
            tick_s: float = 0.5, term_grace_s: float = 10.0, on_line: Callable[[str], None] | None = None,
            base_env: dict[str, str] | None = None, on_stop: Callable[[], object] | None = None,
-           on_signal: Callable[[str], None] | None = None) -> LaunchResult:
+           on_signal: Callable[[str], None] | None = None,
+           cancel: Callable[[], str | None] | None = None) -> LaunchResult:
     """Run the plan's command to its end, the deadline, or the first reason `watch` returns.
 
     `watch` is called about every `tick_s` seconds while the job runs; returning a string
@@ -418,8 +470,11 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     multi-node run cancels its srun step there; the step id it returns is added to the
     reason). SIGINT, SIGTERM and SIGHUP of the harness stop the job the same way and then
     raise Interrupted; `on_signal` is told at once (within a tick), with one sentence saying what
-    is being stopped, since the stop itself can take the whole grace. A watchdog process kills
-    the launch if the harness itself is killed. Writes launch.json on every path.
+    is being stopped, since the stop itself can take the whole grace. `cancel`, called every
+    tick like `watch`, returns why the harness itself no longer wants the job (the run it was
+    launched beside ended by an error): the job is stopped the same way, `ended_by` "cancelled".
+    A watchdog process kills the launch if the harness itself is killed. Writes launch.json on
+    every path.
     """
     layout = plan.layout
     commands = [c for _, c in plan.commands]  # one, or one launcher per node with --local-nodes
@@ -494,6 +549,8 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                 elif deadline_s is not None and time.monotonic() - started_mono > deadline_s:
                     stopped_early, ended_by = f"deadline of {deadline_s:g} s passed before the launcher finished", \
                         "deadline"
+                elif cancel is not None and (why := cancel()):
+                    stopped_early, ended_by = why, "cancelled"
                 elif watch is not None:
                     stopped_early = watch()
                     ended_by = "watch" if stopped_early else ended_by
