@@ -1,6 +1,6 @@
 """--baseline auto | none | RUN_DIR: the configuration hash, finding a reusable baseline, and
-what `nvrx-qual run` does before the fault run (the twin launched through a stand-in execute,
-counted). The real launches are in test_baseline_auto.py."""
+what `nvrx-qual run` says about it. The twin run beside the fault run when none is found:
+test_overlap.py (stand-in launches) and test_baseline_auto.py (real ones)."""
 
 from __future__ import annotations
 
@@ -115,78 +115,51 @@ def test_reuse_trusts_the_evidence_not_the_verdicts_flag(tmp_path):
     assert baseline.reuse_problem(good, digest) is None and baseline.find_reusable(work, digest) == good
 
 
-def test_a_pruned_baseline_is_passed_over_with_a_line_saying_why(tmp_path, monkeypatch):
-    """`--baseline auto` with the newest baseline of the configuration pruned: a new twin runs,
-    and the console says why the old one was passed over."""
-    execute = CountingExecute()
-    monkeypatch.setattr(runner, "execute", execute)
-    monkeypatch.setattr(runner.planmod, "build", lambda spec, _nvrx: SimpleNamespace(spec=spec))
+def test_a_pruned_baseline_is_passed_over_with_a_line_saying_why(tmp_path):
+    """`--baseline auto` with the newest baseline of the configuration pruned: nothing is reused
+    (the twin must run: harness.launch.runner.Twin, test_overlap.py), and the console says
+    why the old one was passed over."""
     plan = SimpleNamespace(spec=spec_of(tmp_path, run_id="kill-2"), nvrx=None)
     old = fake_run(tmp_path / "work", "kill-1-baseline", baseline.config_hash(plan.spec))
     shutil.rmtree(old / "checkpoints" / f"iter_{TRAIN_ITERS:07d}")
     out = io.StringIO()
-    used = runner.obtain_baseline(plan, out=out)
-    assert (used.how, execute.launched) == ("ran", ["kill-2-baseline"])
+    assert runner.find_baseline(plan, out=out) is None
     said = out.getvalue().splitlines()
     assert said[0].startswith(f"baseline: passing over kill-1-baseline (config hash "
                               f"{baseline.short(baseline.config_hash(plan.spec))}): its evidence changed since its "
                               "verdict (the run directory changed since it was judged"), said
-    assert said[1].startswith("baseline: running the uninterrupted twin kill-2-baseline"), said
+    assert len(said) == 1, said
 
 
-class CountingExecute:
-    """Stands in for runner.execute: records each launch and leaves a qualified baseline run."""
-
-    def __init__(self):
-        self.launched: list[str] = []
-
-    def __call__(self, plan, **_kw):
-        self.launched.append(plan.spec.run_id)
-        root = fake_run(plan.spec.work_dir, plan.spec.run_id, baseline.config_hash(plan.spec))
-        verdict = SimpleNamespace(qualified=True, criteria=())
-        return SimpleNamespace(verdict=verdict, run_dir=root)
-
-
-def test_the_second_run_of_a_configuration_reuses_the_twin(tmp_path, monkeypatch):
-    execute = CountingExecute()
-    monkeypatch.setattr(runner, "execute", execute)
-    first, second = io.StringIO(), io.StringIO()
-    plan = SimpleNamespace(spec=spec_of(tmp_path, run_id="kill-1"), nvrx=None)
-    monkeypatch.setattr(runner.planmod, "build", lambda spec, _nvrx: SimpleNamespace(spec=spec))
-    used = runner.obtain_baseline(plan, out=first)
-    assert (used.how, execute.launched) == ("ran", ["kill-1-baseline"])
-    assert "baseline: running the uninterrupted twin kill-1-baseline (config hash" in first.getvalue()
+def test_the_second_run_of_a_configuration_reuses_the_twin(tmp_path):
+    """The first run of a configuration finds nothing (its twin runs); a later one, of another
+    fault, reuses that twin once it qualified, and says so in one line."""
+    first = SimpleNamespace(spec=spec_of(tmp_path, run_id="kill-1"), nvrx=None)
+    out = io.StringIO()
+    assert runner.find_baseline(first, out=out) is None and out.getvalue() == ""
+    fake_run(tmp_path / "work", "kill-1-baseline", baseline.config_hash(first.spec))  # what the twin leaves
     again = SimpleNamespace(spec=spec_of(tmp_path, run_id="kill-2", fault="hang"), nvrx=None)
-    used = runner.obtain_baseline(again, out=second)
-    assert (used.how, used.path.name, execute.launched) == ("reused", "kill-1-baseline", ["kill-1-baseline"])
+    second = io.StringIO()
+    used = runner.find_baseline(again, out=second)
+    assert (used.how, used.path.name) == ("reused", "kill-1-baseline")
     digest = baseline.short(baseline.config_hash(again.spec))
     assert second.getvalue() == f"baseline: reusing kill-1-baseline (config hash {digest})\n"
     assert sorted(p.name for p in (tmp_path / "work" / "runs").iterdir()) == ["kill-1-baseline"]
 
 
-def test_a_twin_that_did_not_qualify_makes_both_checks_unknown(tmp_path, monkeypatch):
-    def failing(plan, **_kw):
-        root = fake_run(plan.spec.work_dir, plan.spec.run_id, "x", qualified=False)
-        bad = SimpleNamespace(id="clean_finish", status="fail", held=False)
-        return SimpleNamespace(verdict=SimpleNamespace(qualified=False, criteria=(bad,)), run_dir=root)
-
-    monkeypatch.setattr(runner, "execute", failing)
-    monkeypatch.setattr(runner.planmod, "build", lambda spec, _nvrx: SimpleNamespace(spec=spec))
-    used = runner.obtain_baseline(SimpleNamespace(spec=spec_of(tmp_path), nvrx=None), out=None)
-    assert used.problem is not None and "did not qualify (clean_finish fail" in used.problem
-
-
 def test_plan_says_what_the_baseline_costs(tmp_path, capsys, clean_spec_env, megatron_checkout):
     work = tmp_path / "work"
     assert cli.main(["plan", "--workload", "reference", "--work-dir", str(work), "--run-id", "p1"]) == 0
-    assert "# baseline: auto: runs the uninterrupted twin first (fault none, 30 iterations" in capsys.readouterr().out
+    assert ("# baseline: auto: runs the uninterrupted twin beside the fault run (fault none, 30 iterations, config "
+            "hash ") in capsys.readouterr().out
     gpu = ["plan", "--workload", "megatron", "--megatron-path", str(megatron_checkout), "--work-dir", str(work),
            "--nvrx-version", "0.7.0", "--transformer-engine", "0", "--apex", "0"]
     assert cli.main([*gpu, "--run-id", "g1"]) == 0
     assert ("# baseline: none: loss_continuity and state_equivalence are not judged; opt in with --baseline auto: "
             "one extra uninterrupted run of 100 iterations") in capsys.readouterr().out
     assert cli.main([*gpu, "--run-id", "g2", "--baseline", "auto"]) == 0
-    assert "# baseline: auto: runs the uninterrupted twin first (fault none, 100 iterations" in capsys.readouterr().out
+    assert ("# baseline: auto: runs the uninterrupted twin before the fault run (fault none, 100 iterations"
+            in capsys.readouterr().out)  # GPU ranks do not share: harness.launch.baseline.twin_beside
     assert cli.main(["plan", "--workload", "reference", "--work-dir", str(work), "--run-id", "p2",
                      "--baseline", str(work / "runs" / "p1")]) == 2  # a dry run's directory: nothing launched
     assert "--baseline" in capsys.readouterr().err

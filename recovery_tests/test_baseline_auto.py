@@ -1,5 +1,5 @@
 """`nvrx-qual run` with the automatic baseline, for real: the first run of a configuration runs
-its uninterrupted twin first and is judged against it, and a restore that drops the data position
+its uninterrupted twin beside the fault run and is judged against it once both have ended, and a restore that drops the data position
 is caught by loss_continuity and state_equivalence, by `run` and, without flags, by `verify` and
 `report` judging against the baseline run.json records. (A later run of a configuration reusing
 the twin, launching nothing more than itself: test_repeat.py's real repeats, which reuse the
@@ -8,6 +8,7 @@ session's uninterrupted run.)"""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +44,8 @@ def test_the_first_run_runs_its_twin_and_a_dropped_data_position_is_caught(tmp_p
     assert "baseline: running the uninterrupted twin baseline-auto-drop-baseline (config hash " in run_.stdout, \
         run_.stdout[-3000:] + run_.stderr[-2000:]
     assert "BASELINE QUALIFIED" in run_.stdout, run_.stdout[-3000:]
-    assert launched(work) == ["baseline-auto-drop", "baseline-auto-drop-baseline"]  # the twin, then the run
+    assert launched(work) == ["baseline-auto-drop", "baseline-auto-drop-baseline"]  # the twin and the run
+    assert "beside the fault run" in run_.stdout and re.search(r"^twin  \[", run_.stdout, re.M), run_.stdout[-3000:]
     assert run_.returncode == 1, run_.stdout[-3000:]
     verdict = json.loads((work / "runs" / "baseline-auto-drop" / "verdict.json").read_text())
     assert verdict["baseline"]["how"] == "ran" and verdict["baseline"]["matches_run"] is True, verdict["baseline"]

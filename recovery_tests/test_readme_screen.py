@@ -3,7 +3,7 @@
 The screen is a transcript of one `nvrx-qual run --workload reference --fault kill`, long lines
 cut with `…`. Its lines are compared, by shape (numbers, run IDs, hashes and paths masked), with
 what the code prints for the same kind of run: the announcement (harness.cli.terminal), the
-baseline line (harness.launch.runner.obtain_baseline), the watcher's progress lines (real recorded runs,
+baseline lines (harness.launch.runner.Twin, find_baseline), the watcher's progress lines (real recorded runs,
 recovery_tests/data/runs/, replayed through harness.launch.watch.Watcher), and the result block (criteria table, latency and
 verdict lines of harness.cli.terminal.run_outcome over a judged kill with its baseline). A
 line the code no longer prints, or a criterion the table lacks, fails the test."""
@@ -27,7 +27,7 @@ from recovery_tests import rundirs
 from recovery_tests import recorded
 
 ROOT = Path(__file__).resolve().parent.parent
-STAMP = re.compile(r"^  \[\s*[\d.]+s\] ")
+STAMP = re.compile(r"^(?:twin|kill)  \[\s*[\d.]+s\] ")  # the lines of the twin and the fault run side by side
 
 
 def screen(text: str) -> list[str]:
@@ -66,34 +66,39 @@ def printed_lines(tmp_path: Path, monkeypatch) -> dict[str, list[str]]:
                                  layout=types.SimpleNamespace(root=Path("runs") / spec.run_id))
     parts = {"announce": terminal.announce(plan).splitlines()}
 
-    # the baseline lines: the twin run first, then reused
+    # the baseline lines: the twin run beside the fault run, then reused
     out = io.StringIO()
     twin_id = spec.run_id + "-baseline"
-    fault_plan = types.SimpleNamespace(spec=types.SimpleNamespace(work_dir=tmp_path, run_id=spec.run_id), nvrx=None)
+    fault_plan = types.SimpleNamespace(spec=types.SimpleNamespace(work_dir=tmp_path, run_id=spec.run_id, fault="kill",
+                                                                  workload_type=spec.workload_type),
+                                       nvrx=None, srun=None)
     monkeypatch.setattr(baselinemod, "choose", lambda _spec: baselinemod.Choice("auto", "7dc07569893a" + "0" * 52))
     monkeypatch.setattr(baselinemod, "twin_spec", lambda _spec: _spec)
-    monkeypatch.setattr(baselinemod, "find_reusable", lambda *_a, **_k: None)
     monkeypatch.setattr(runner.planmod, "build", lambda *_a: types.SimpleNamespace(
-        spec=types.SimpleNamespace(run_id=twin_id, train_iters=30)))
-    monkeypatch.setattr(runner, "execute", lambda *_a, **_k: types.SimpleNamespace(
+        spec=types.SimpleNamespace(run_id=twin_id, train_iters=30), layout=types.SimpleNamespace(root=Path("runs") / twin_id)))
+    monkeypatch.setattr(runner, "preflight", lambda *_a: None)
+    monkeypatch.setattr(runner, "execute_preflighted", lambda *_a, **_k: types.SimpleNamespace(
         verdict=types.SimpleNamespace(qualified=True), run_dir=Path("runs") / twin_id))
-    runner.obtain_baseline(fault_plan, out=out)
-    monkeypatch.setattr(baselinemod, "find_reusable", lambda *_a, **_k: Path("runs") / twin_id)
-    runner.obtain_baseline(fault_plan, out=out)
+    with runner.Twin(fault_plan, deadline_s=None, out=out, base_env=None) as twin:
+        twin.result()
+    monkeypatch.setattr(baselinemod, "candidates", lambda *_a, **_k: [baselinemod.Candidate(Path("runs") / twin_id, None)])
+    assert runner.find_baseline(fault_plan, out=out).how == "reused"
     parts["baseline"] = out.getvalue().splitlines()
 
     # the progress lines of real runs (a kill, and a hang for the heartbeat of a training run),
-    # replayed as they were written and polled every tick, as harness.launch.job polls its watcher
+    # replayed as they were written and polled every tick, as harness.launch.job polls its watcher,
+    # each as the twin's and as the fault run's lines (the twin's are a run without its fault)
     progress = io.StringIO()
     for name in ("reference-kill", "reference-hang"):
-        source = recorded.recorded(name)
-        clock = recorded.Clock(recorded.started_at(source))
-        live = tmp_path / name
-        watcher = Watcher(recorded.spec_of(source, tmp_path), live, out=progress, clock=clock)
-        watcher.say("launching ft_launcher: 2 ranks on 1 node(s)")  # what harness.launch.runner says before the launch
-        recorded.replay(source, live, watcher, clock, tick_s=0.5)
-        assert watcher.stop_reason is None
-    parts["progress"] = progress.getvalue().splitlines()
+        for stream in (progress, twin.twin_out, twin.run_out):
+            source = recorded.recorded(name)
+            clock = recorded.Clock(recorded.started_at(source))
+            live = tmp_path / name / str(id(stream))
+            watcher = Watcher(recorded.spec_of(source, tmp_path), live, out=stream, clock=clock)
+            watcher.say("launching ft_launcher: 2 ranks on 1 node(s)")  # what harness.launch.runner says before the launch
+            recorded.replay(source, live, watcher, clock, tick_s=0.5)
+            assert watcher.stop_reason is None
+    parts["progress"] = progress.getvalue().splitlines() + out.getvalue().splitlines()
 
     # the result block: a kill judged against its uninterrupted twin
     judged = rundirs.build(tmp_path / "judged", rundirs.Scenario()).run_dir  # with real DCP checkpoints

@@ -230,7 +230,7 @@ def test_dry_run_prints_every_plan_and_creates_nothing(tmp_path):
 @pytest.mark.usefixtures("clean_spec_env")
 def test_cli_repeat_goes_through_the_same_launch_as_run(tmp_path, monkeypatch, capsys):
     fake = FakeLaunch(failing=frozenset({1}))
-    monkeypatch.setattr(runner, "execute", fake)
+    monkeypatch.setattr(runner, "execute_with_baseline", fake)  # what `nvrx-qual run` launches through
     status = cli.main(["run", "--workload", "reference", "--work-dir", str(tmp_path), "--run-id", "cli",
                        "--repeat", "2", "--quiet", "--baseline", "none"])
     out = capsys.readouterr().out

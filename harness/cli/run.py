@@ -90,7 +90,7 @@ def dry_run(p: planmod.Plan, restored: int) -> int:
         print(f"# resuming: checkpoint iteration {restored} in {p.layout.checkpoints}; "
               f"the fault waits for a newer one")
     print(p.render(), end="")
-    print(f"# {baseline.cost(p.spec, baseline.choose(p.spec))}")
+    print(f"# {baseline.cost(p, baseline.choose(p.spec))}")
     again = (" (the next dry run of this scenario without --run-id replaces it)"
              if p.spec.run_id.endswith(f"-{DRY_RUN_SUFFIX}") else "")
     print(f"# dry run: nothing launched. run.json: {p.layout.run_json}{again}")
@@ -124,8 +124,7 @@ def one_run(p: planmod.Plan, *, progress: bool = True, deadline_s: float | None 
     runner.preflight(p, os.environ)
     print(terminal.announce(p), flush=True)
     out = sys.stdout if progress else None
-    used = runner.obtain_baseline(p, deadline_s=deadline_s, out=out)
-    outcome = runner.execute_preflighted(p, deadline_s=deadline_s, fail_fast=True, out=out, baseline=used)
+    outcome = runner.execute_with_baseline(p, deadline_s=deadline_s, out=out)
     print(terminal.run_outcome(outcome), flush=True)
     return ExitStatus.of_verdict(outcome.verdict.qualified)
 

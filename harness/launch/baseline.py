@@ -3,7 +3,8 @@
 `loss_continuity` and `state_equivalence` judge a recovered run against an uninterrupted run
 of the same configuration. `--baseline auto` (the default on the CPU tiers, opt-in on GPUs)
 reuses such a run from the work directory when one with the same configuration hash
-qualified there, else runs the twin first (fault none, everything else as planned).
+qualified there, else runs the twin (fault none, everything else as planned): beside the
+fault run where both can share the machine, else first (harness.launch.runner.Twin).
 
 The configuration hash covers exactly what determines the training trajectory and the end
 state the checks compare: the software that trains (workload, entrypoint script and its
@@ -29,6 +30,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import __version__
 from harness.read import evidence
@@ -39,6 +41,9 @@ from harness.vocab.layout import (MARKER_NAME, RUN_ID_PATTERN, TRACKER_NAME, che
                             read_tracker_file)
 from harness.plan.spec import RunSpec, SpecError
 from harness.vocab.verdict import EvidenceDigest
+
+if TYPE_CHECKING:
+    from harness.plan.commands import Plan
 
 AUTO, NONE = "auto", "none"
 HASH_SCHEME = "nvrx-qual trajectory v1"
@@ -266,20 +271,30 @@ def twin_spec(spec: RunSpec) -> RunSpec:
     return twin
 
 
-def cost(spec: RunSpec, choice: Choice) -> str:
+def twin_beside(plan: "Plan") -> bool:
+    """Whether the twin can run beside the fault run of `plan` on this machine: ranks on CPUs (a
+    GPU's memory and compute are not shared) and launchers started here (a launch through srun
+    waits for the allocation's resources). Elsewhere it runs first."""
+    return not plan.spec.workload_type.on_gpu and plan.srun is None
+
+
+def cost(plan: "Plan", choice: Choice) -> str:
     """One line for `plan`: what the baseline choice adds to the run."""
+    spec = plan.spec
     h = short(choice.config_hash)
+    when = "beside the fault run" if twin_beside(plan) else "before the fault run"
     if choice.mode == "path":
         return f"baseline: {choice.path} (config hash of this run {h}); loss_continuity and state_equivalence are judged against it"
     if choice.mode == NONE:
         if choice.why == "--baseline none":
             return (f"baseline: none: loss_continuity and state_equivalence are not judged; opt in with --baseline "
                     f"auto: one extra uninterrupted run of {spec.train_iters} iterations (about this run's length "
-                    "again) before the fault run, reused by later runs of the same configuration")
+                    f"again) {when}, reused by later runs of the same configuration")
         return f"baseline: none ({choice.why})"
     found = find_reusable(spec.work_dir, choice.config_hash)
     if found is not None:
         return f"baseline: auto: reuses {found.name} (config hash {h}): no extra run"
-    return (f"baseline: auto: runs the uninterrupted twin first (fault none, {spec.train_iters} iterations, config "
-            f"hash {h}): one extra run of the job's length before the fault run; later runs of this configuration in "
-            f"{spec.work_dir} reuse it")
+    adds = ("one more launch of the job at the same time, on this machine" if twin_beside(plan)
+            else "one extra run of the job's length before it")
+    return (f"baseline: auto: runs the uninterrupted twin {when} (fault none, {spec.train_iters} iterations, "
+            f"config hash {h}): {adds}; later runs of this configuration in {spec.work_dir} reuse it")

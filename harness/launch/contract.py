@@ -39,12 +39,26 @@ BASELINE_HOWS = (RAN, REUSED, GIVEN, NONE, AUTO)
 @dataclass(frozen=True)
 class BaselinePromise:
     """What the run is judged against (harness.launch.runner.BaselineUsed, in the words of the contract):
-    how it came, its run directory, why none, and why it is unusable already (the twin failed)."""
+    how it came, its run directory, why none, and why it is unusable already (the twin failed).
+    `beside`: the twin runs beside this run (harness.launch.runner.Twin) and has not ended
+    when the contract is written: its run ID and configuration hash (`config_hash`, its plan's)
+    are recorded, its checkpoints' digest cannot be yet, and `problem` says so until
+    settle_baseline records how it ended (harness.launch.prepare)."""
 
     how: str
     path: Path | None = None
     why: str | None = None
     problem: str | None = None
+    config_hash: str | None = None
+    beside: bool = False
+
+
+def beside_problem(run_id: str) -> str:
+    """What a contract says of a twin that has not ended yet; the run.json of a run whose harness
+    stopped before both launches had ended keeps it, and its baseline checks are unknown."""
+    return (f"the uninterrupted twin {run_id} ran beside this run and its end was never recorded here (the harness "
+            "stopped before both launches had ended): judge with verify --baseline RUN_DIR of an uninterrupted run "
+            "of this configuration, or --baseline none")
 
 
 def promise_of_choice(choice: baselinemod.Choice) -> BaselinePromise:
@@ -81,9 +95,12 @@ def baseline(promise: BaselinePromise | None) -> dict | None:
     if promise.path is not None:
         path = Path(promise.path)
         out["run_id"] = path.name
-        out["config_hash"] = baselinemod.recorded_hash(path)[0]
-        found = evidence.digest(path / "checkpoints")
-        out["checkpoints"] = found.to_json() if found is not None else None
+        out["config_hash"] = promise.config_hash or baselinemod.recorded_hash(path)[0]
+        if promise.beside:  # still running: its checkpoints are digested when it has ended
+            out["problem"] = promise.problem or beside_problem(path.name)
+        else:
+            found = evidence.digest(path / "checkpoints")
+            out["checkpoints"] = found.to_json() if found is not None else None
     return out
 
 

@@ -135,6 +135,19 @@ def prepare(plan: Plan, dry_run: bool, baseline_promise: contractmod.BaselinePro
     return layout.run_json
 
 
+def settle_baseline(plan: Plan, promise: contractmod.BaselinePromise) -> None:
+    """Record in run.json's contract how the twin that ran beside the run ended (`promise`: the
+    baseline the run is judged against, its checkpoints digested now), in place of what the
+    contract said while it ran (contract.beside_problem). Only that entry changes, once, after
+    both launches ended and before the verdict, in the run directory this process claimed and
+    wrote; never through a link."""
+    record = safeio.read_json(plan.layout.run_json)  # our own, written by prepare() of this process
+    if not isinstance(record, dict) or not isinstance(record.get("contract"), dict):
+        raise ValueError(f"{plan.layout.run_json} holds no contract to settle")
+    record["contract"]["baseline"] = contractmod.baseline(promise)
+    atomic.write_text(plan.layout.run_json, json.dumps(record, indent=2) + "\n")
+
+
 def _promise_of_plan(plan: Plan, dry_run: bool) -> contractmod.BaselinePromise:
     promise = contractmod.promise_of_choice(baseline.choose(plan.spec))
     if promise.how == contractmod.AUTO and not dry_run:  # a batch script: nothing runs a twin for it

@@ -36,11 +36,10 @@ class Execute(Protocol):
 
 
 def launch_and_verify(plan: planmod.Plan, *, deadline_s: float | None, out: TextIO | None) -> runner.Outcome:
-    """One run exactly as `nvrx-qual run` does it (its baseline: the first repeat runs the twin,
-    the later ones reuse it; preflight, launch with fail-fast, verify)."""
+    """One run exactly as `nvrx-qual run` does it (its baseline: the first repeat runs the twin
+    beside it, the later ones reuse it; preflight, launch with fail-fast, verify)."""
     runner.preflight(plan, os.environ)  # refused before a baseline twin is launched for it
-    used = runner.obtain_baseline(plan, deadline_s=deadline_s, out=out)
-    return runner.execute(plan, deadline_s=deadline_s, fail_fast=True, out=out, baseline=used)
+    return runner.execute_with_baseline(plan, deadline_s=deadline_s, out=out)
 
 
 @dataclass(frozen=True)

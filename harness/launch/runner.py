@@ -4,13 +4,14 @@ Progress goes to the TextIO given as `out` (None: silent); the command layer pri
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, TextIO
+from typing import Callable, Mapping, TextIO
 
 from harness.launch import baseline as baselinemod
 from harness.launch import contract as contractmod
@@ -20,7 +21,7 @@ from harness.launch import job as launch
 from harness.report import picture as picturemod
 from harness.plan import commands as planmod
 from harness.plan.commands import Plan
-from harness.launch.prepare import prepare, release
+from harness.launch.prepare import prepare, release, settle_baseline
 from harness.report.outputs import Verdict, write_outputs
 from harness.vocab.faults import FAULT_KINDS
 from harness.plan.spec import RunSpec, SpecError
@@ -39,6 +40,7 @@ class Outcome:
     triage: Triage | None  # only for a run that did not qualify
     picture_problem: str | None = None  # why timeline.png was not drawn (matplotlib missing)
     known: tuple[KnownMatch, ...] = ()  # known defects of the software under test its failure matches
+    baseline_used: "BaselineUsed | None" = None  # how its baseline came, when it was given one as such
 
     @property
     def run_dir(self) -> Path:
@@ -139,8 +141,8 @@ PASSED_OVER_SHOWN = 3  # earlier baselines of the configuration named with why t
 
 @dataclass(frozen=True)
 class BaselineUsed:
-    """The baseline a run is judged against (obtain_baseline). how: `ran` (the twin, run just
-    now), `reused` (found in the work directory by its configuration hash), `given`
+    """The baseline a run is judged against (find_baseline, Twin.result). how: `ran` (the
+    twin, run just now beside the run), `reused` (found in the work directory by its configuration hash), `given`
     (--baseline RUN_DIR) or `none` (`why` says why). `problem`: the twin ran and did not
     qualify, so nothing can be judged against it. `twin`: the twin's Outcome when it ran."""
 
@@ -158,21 +160,16 @@ class BaselineUsed:
         return self.path.name if self.path is not None else None
 
 
-def obtain_baseline(plan: Plan, *, deadline_s: float | None = None, out: TextIO | None = None,
-                    base_env: dict[str, str] | None = None) -> BaselineUsed:
-    """The baseline `plan.spec.baseline` asks for (harness.launch.baseline.choose): with auto, the
-    newest qualified uninterrupted run of the same configuration hash in the work directory,
-    else the twin, run now through execute() (its own preflight, launch, verdict). Progress
-    lines go to `out`. SpecError when a given baseline is not an uninterrupted run directory,
-    or when the machine cannot run the twin."""
+def find_baseline(plan: Plan, *, out: TextIO | None = None) -> BaselineUsed | None:
+    """The baseline `plan.spec.baseline` asks for (harness.launch.baseline.choose) when nothing
+    has to run for it: none, the one given, or with auto the newest qualified uninterrupted run of
+    the same configuration hash in the work directory (those passed over named with why). None:
+    auto found none, so the twin must run (Twin). Progress lines go to `out`. SpecError
+    when a given baseline is not an uninterrupted run directory."""
     started = time.monotonic()
     choice = baselinemod.choose(plan.spec)
     h = baselinemod.short(choice.config_hash)
-
-    def say(text: str) -> None:
-        if out is not None:
-            print(text, file=out, flush=True)
-
+    say = _sayer(out)
     if choice.mode == baselinemod.NONE:
         return BaselineUsed(None, "none", choice.config_hash, why=choice.why)
     if choice.mode == "path":
@@ -187,19 +184,180 @@ def obtain_baseline(plan: Plan, *, deadline_s: float | None = None, out: TextIO 
     if found is not None:
         say(f"baseline: reusing {found.name} (config hash {h})")
         return BaselineUsed(found, "reused", choice.config_hash, seconds=time.monotonic() - started)
-    twin = planmod.build(baselinemod.twin_spec(plan.spec), plan.nvrx)
-    say(f"baseline: running the uninterrupted twin {twin.spec.run_id} (config hash {h}): fault none, "
-        f"{twin.spec.train_iters} iterations, before the fault run")
-    outcome = execute(twin, deadline_s=deadline_s, fail_fast=True, out=out, base_env=base_env)
-    seconds = time.monotonic() - started
-    if not outcome.verdict.qualified:
+    return None
+
+
+def _sayer(out: TextIO | None):
+    def say(text: str) -> None:
+        if out is not None:
+            out.write(text + "\n")  # one write: a whole line, whichever thread writes beside it
+            out.flush()
+
+    return say
+
+
+def execute_with_baseline(plan: Plan, *, deadline_s: float | None = None, out: TextIO | None = None,
+                          base_env: dict[str, str] | None = None) -> Outcome:
+    """One planned run as `nvrx-qual run` makes it (its preflight passed): the baseline it asks
+    for (find_baseline), and when the twin must run, the twin (Twin): beside the run where the
+    two can share the machine (baseline.twin_beside: both launch at once, since they mostly wait on
+    NVRx's start-up, rendezvous, detection timeouts and restarts, and their progress lines are
+    prefixed with `twin` and the run's fault), else first. Either way the run is judged once
+    both have ended, against the twin when the twin qualified. SpecError when the machine
+    cannot run the twin (before anything is launched)."""
+    used = find_baseline(plan, out=out)
+    if used is not None:
+        return execute_preflighted(plan, deadline_s=deadline_s, fail_fast=True, out=out, base_env=base_env,
+                                   baseline=used)
+    with Twin(plan, deadline_s=deadline_s, out=out, base_env=base_env) as twin:
+        return execute_preflighted(plan, deadline_s=deadline_s, fail_fast=True, out=twin.run_out, base_env=base_env,
+                                   baseline=twin if twin.beside else twin.result())
+
+
+class LabelledLines(io.TextIOBase):
+    """A text stream that writes whole lines to `out`, each after `label`, under a lock that the
+    streams of one screen share: the progress lines of two launches side by side interleave
+    line by line, each saying whose it is. A write holds its text until its line ends."""
+
+    def __init__(self, out: TextIO, label: str, lock: threading.Lock):
+        super().__init__()
+        self._out, self._label, self._lock = out, label, lock
+        self._pending = threading.local()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        held = getattr(self._pending, "text", "") + text
+        *lines, rest = held.split("\n")
+        self._pending.text = rest
+        if lines:
+            with self._lock:
+                self._out.write("".join(f"{self._label}{line}\n" for line in lines))
+                self._out.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        pass  # whole lines are flushed as they are written
+
+
+class Twin:
+    """The uninterrupted twin of `plan` (harness.launch.baseline.twin_spec: fault none, fresh run
+    ID and ports), run through execute_preflighted (its own watcher, fail-fast stop, verdict). A
+    `with` block; on entry it is preflighted (SpecError before anything is launched) and says so.
+
+    `beside` (harness.launch.baseline.twin_beside): it starts in a thread of its own and the run
+    launches beside it; the block takes the process's stop signals for both launches
+    (harness.launch.job.SignalHold: Ctrl-C stops both), and on any exit that is not result()'s a
+    twin still running is cancelled (stopped the normal way, launch.json ended_by `cancelled`)
+    and awaited. `result()`, once the run's own launch ended, awaits it. Progress lines:
+    `twin_out` and `run_out`, prefixed. Otherwise it runs to its end on entry, before the run,
+    its lines and the run's unprefixed.
+
+    `result()`: the BaselineUsed the run is judged against (a twin that did not qualify is a
+    `problem`, as a failed baseline is)."""
+
+    def __init__(self, plan: Plan, *, deadline_s: float | None, out: TextIO | None,
+                 base_env: dict[str, str] | None):
+        self.config_hash = baselinemod.choose(plan.spec).config_hash
+        self.plan = planmod.build(baselinemod.twin_spec(plan.spec), plan.nvrx)
+        self.beside = baselinemod.twin_beside(plan)
+        self._for = plan.spec.run_id
+        self._deadline_s, self._base_env = deadline_s, base_env
+        self.twin_out, self.run_out = out, out
+        lock = threading.Lock()
+        if out is not None and self.beside:
+            labels = ("twin", plan.spec.fault)
+            width = max(map(len, labels))
+            self.twin_out, self.run_out = (LabelledLines(out, label.ljust(width), lock) for label in labels)
+        self._say = _sayer(LabelledLines(out, "", lock) if out is not None else None)
+        self._hold = launch.SignalHold()
+        self._thread = threading.Thread(target=self._run, name="nvrx-qual-twin", daemon=True)
+        self._cancel: str | None = None
+        self._outcome: Outcome | None = None
+        self._error: BaseException | None = None
+        self._started = 0.0
+        self._seconds: float | None = None
+        self._used: BaselineUsed | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.plan.layout.root
+
+    def promise(self) -> contractmod.BaselinePromise:
+        """What the run's contract records before its launch while the twin runs beside it: the
+        twin, by run ID and configuration hash."""
+        return contractmod.BaselinePromise(contractmod.RAN, self.path, config_hash=self.config_hash, beside=True)
+
+    def __enter__(self) -> "Twin":
+        preflight(self.plan, os.environ if self._base_env is None else self._base_env)
+        spec = self.plan.spec
+        where = "beside the fault run" if self.beside else "before the fault run"
+        self._say(f"baseline: running the uninterrupted twin {spec.run_id} (config hash "
+                  f"{baselinemod.short(self.config_hash)}) {where}: fault none, {spec.train_iters} iterations"
+                  + ("; the lines of each begin with its name" if self.beside and self.twin_out is not None else ""))
+        self._started = time.monotonic()
+        if not self.beside:
+            self._run()
+            self._thread = None
+            if self._error is not None:
+                raise self._error
+            return self
+        self._hold.enter()
+        try:
+            self._thread.start()
+        except BaseException:
+            self._hold.release(raising=True)
+            raise
+        return self
+
+    def _run(self) -> None:
+        try:
+            self._outcome = execute_preflighted(self.plan, deadline_s=self._deadline_s, fail_fast=True,
+                                                out=self.twin_out, base_env=self._base_env,
+                                                cancel=lambda: self._cancel)
+        except BaseException as exc:  # noqa: BLE001 - raised in the run's thread by result() (or on entry)
+            self._error = exc
+        finally:
+            self._seconds = time.monotonic() - self._started
+        outcome = self._outcome
+        if outcome is not None and outcome.verdict.qualified:
+            then = ", beside the fault run" if self.beside else "; now the fault run"
+            self._say(f"baseline: {self.plan.spec.run_id} BASELINE QUALIFIED in {self._seconds:.0f} s{then}")
+        elif outcome is not None:
+            self._say(f"baseline: {self._problem(outcome)}: loss_continuity and state_equivalence cannot be judged")
+
+    def _problem(self, outcome: Outcome) -> str:
         failing = ", ".join(f"{c.id} {c.status}" for c in outcome.verdict.criteria if not c.held) or "no criteria"
-        problem = (f"the uninterrupted twin {twin.spec.run_id} did not qualify ({failing}; see "
-                   f"{outcome.run_dir / 'report.md'})")
-        say(f"baseline: {problem}: loss_continuity and state_equivalence cannot be judged")
-        return BaselineUsed(outcome.run_dir, "ran", choice.config_hash, problem=problem, twin=outcome, seconds=seconds)
-    say(f"baseline: {twin.spec.run_id} BASELINE QUALIFIED in {seconds:.0f} s; now the fault run")
-    return BaselineUsed(outcome.run_dir, "ran", choice.config_hash, twin=outcome, seconds=seconds)
+        return (f"the uninterrupted twin {self.plan.spec.run_id} did not qualify ({failing}; see "
+                f"{outcome.run_dir / 'report.md'})")
+
+    def result(self) -> BaselineUsed:
+        """The twin awaited (beside: the stop signals still held for it, then released); what the
+        run is judged against. Raises what the twin's launch raised (Interrupted: a signal
+        stopped both)."""
+        if self._used is not None:
+            return self._used
+        if self._thread is not None:
+            self._thread.join()
+            self._hold.release(raising=self._error is not None)
+        if self._error is not None:
+            raise self._error
+        outcome = self._outcome
+        assert outcome is not None
+        problem = None if outcome.verdict.qualified else self._problem(outcome)
+        self._used = BaselineUsed(outcome.run_dir, "ran", self.config_hash, problem=problem, twin=outcome,
+                                  seconds=self._seconds)
+        return self._used
+
+    def __exit__(self, exc_type, _exc, _tb) -> None:
+        if self._thread is None:
+            return
+        if self._thread.is_alive():
+            self._cancel = (f"cancelled: the fault run {self._for} it was launched beside ended by "
+                            f"{exc_type.__name__ if exc_type is not None else 'its own end'}")
+            self._thread.join()
+        self._hold.release(raising=exc_type is not None)
 
 
 def execute(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = True,
@@ -208,7 +366,8 @@ def execute(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = Tr
     """Preflight, prepare, launch, watch, verify (with loss continuity and end-state
     equivalence against `baseline`, an uninterrupted run, when given). SpecError before
     anything exists when the machine cannot run the plan. The run directory is kept whatever
-    happens. This launches only `plan`: obtain_baseline runs or finds an automatic baseline."""
+    happens. This launches only `plan`: execute_with_baseline finds an automatic baseline or
+    runs the twin beside it."""
     preflight(plan, os.environ if base_env is None else base_env)
     return execute_preflighted(plan, deadline_s=deadline_s, fail_fast=fail_fast, out=out, base_env=base_env,
                                baseline=baseline)
@@ -216,10 +375,16 @@ def execute(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = Tr
 
 def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = True,
                         out: TextIO | None = None, base_env: dict[str, str] | None = None,
-                        baseline: Path | BaselineUsed | None = None) -> Outcome:
-    """execute() after its preflight passed (the caller announced the run in between)."""
+                        baseline: Path | BaselineUsed | Twin | None = None,
+                        cancel: Callable[[], str | None] | None = None) -> Outcome:
+    """execute() after its preflight passed (the caller announced the run in between). With a
+    Twin running beside it for `baseline`, the contract names the twin before the launch, and
+    once the launch ended the twin is awaited, its end recorded in the contract
+    (prepare.settle_baseline), and the run judged against it as against a twin run first.
+    `cancel`: harness.launch.job.launch's."""
+    beside = baseline if isinstance(baseline, Twin) else None
     used = baseline if isinstance(baseline, BaselineUsed) else None
-    promise = _promise(plan, baseline)
+    promise = beside.promise() if beside is not None else _promise(plan, baseline)
     if used is not None:
         baseline = used.path if used.problem is None else None
     prepare(plan, dry_run=False, baseline_promise=promise)  # claims the run directory: one run ID, one run
@@ -229,13 +394,18 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
         # the checkpoint directories the plan itself names are read wherever they are (a received run
         # directory's records are read only inside it: harness.read.history)
         reader = HistoryReader(plan.layout.root, inspect_checkpoints=False, losses=baseline is not None,
-                               read_dirs=plan.own_dirs)
+                               read_dirs=plan.own_dirs)  # a twin beside it: its losses kept, for when it qualifies
         watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast, reader=reader)
         spec = plan.spec
         watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s)")
         result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
                                watch=_warming(watcher), base_env=base_env, on_stop=_step_canceller(plan, base_env),
-                               on_signal=watcher.say)  # Ctrl-C is acknowledged at once, as a progress line
+                               on_signal=watcher.say,  # Ctrl-C is acknowledged at once, as a progress line
+                               cancel=cancel)
+        if beside is not None:  # both launches have ended once this returns
+            used = beside.result()
+            baseline = used.path if used.problem is None else None
+            settle_baseline(plan, contractmod.BaselinePromise(used.how, used.path, problem=used.problem))
         base = read_baseline(baseline) if baseline is not None else None
         digest = evidence.digest(plan.layout.root)  # the launch has ended: what the final read sees
         read = reader.read(final=True, inspect_checkpoints=True)
@@ -248,7 +418,7 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
         written = write_outputs(verdict, plan.layout.root, extra_sections=sections)
     finally:
         release(plan.layout)
-    return Outcome(plan, result, verdict, found, written.picture_problem, known_defects(verdict, read))
+    return Outcome(plan, result, verdict, found, written.picture_problem, known_defects(verdict, read), used)
 
 
 def _promise(plan: Plan, baseline: Path | BaselineUsed | None) -> contractmod.BaselinePromise:

@@ -642,7 +642,8 @@ KNOBS: tuple[Knob, ...] = (
          "1: Megatron's --use-distributed-optimizer (default); 0: its plain optimizer", None, "1 or 0"),
     Knob("baseline", "--baseline", _parse_baseline,
          "what loss_continuity and state_equivalence compare with: auto (reuse an uninterrupted run of the same "
-         "configuration hash from WORK_DIR/runs, else run that twin first: one extra run of TRAIN_ITERS), none, or "
+         "configuration hash from WORK_DIR/runs, else run that twin beside the fault run (first on GPUs or "
+         "through srun): one extra run of TRAIN_ITERS), none, or "
          "the run directory of an uninterrupted run", "NVRX_QUAL_BASELINE", "auto, none or a run directory"),
     Knob("python", "--python", str, "interpreter that runs the launcher on the nodes (default: this one)",
          "NVRX_QUAL_PYTHON"),
