@@ -142,8 +142,8 @@ PASSED_OVER_SHOWN = 3  # earlier baselines of the configuration named with why t
 @dataclass(frozen=True)
 class BaselineUsed:
     """The baseline a run is judged against (find_baseline, Twin.result). how: `ran` (the
-    twin, run just now beside the run), `reused` (found in the work directory by its configuration hash), `given`
-    (--baseline RUN_DIR) or `none` (`why` says why). `problem`: the twin ran and did not
+    twin, run just now: beside the run, or before it), `reused` (found in the work directory by
+    its configuration hash), `given` (--baseline RUN_DIR) or `none` (`why` says why). `problem`: the twin ran and did not
     qualify, so nothing can be judged against it. `twin`: the twin's Outcome when it ran."""
 
     path: Path | None
