@@ -1,33 +1,38 @@
-"""The harness's own cost: `nvrx-qual run` against the bare launcher command `nvrx-qual plan`
-prints for the same run, in pairs, on this machine.
+"""What `nvrx-qual run` costs beside the bare launcher command `nvrx-qual plan` prints for the
+same fault run: the first run of a configuration (its automatic twin included) and a run that
+reuses its baseline, on this machine, back to back.
 
-    python bench/harness_overhead.py [--pairs 4] [--work-dir DIR] [--workload reference] [--fault kill]
+    python bench/harness_overhead.py [--rounds 3] [--workloads reference,megatron-cpu] [--fault kill]
+                                     [--work-dir DIR] [--nvrx-path P] [--baseline auto|none]
 
-Each pair runs, in alternating order so that a drift of the machine's load hits both alike:
-  bare   the exact command `nvrx-qual plan` printed (`cd RUN_DIR && ... ft_launcher ...`), run by
-         bash: the same launcher, workers and nemesis, nothing watched, verified or drawn;
-  run    `python -m harness run` with the same options (its own start-up imports, the watcher,
-         verify, report.md, timeline.png, the final sweep).
-Both are timed from the start of their process to its end: wall time, and the CPU time of the
-whole process tree (user + system of the waited-for children, which includes the launcher's
-workers). Prints every pair, the medians and the difference (the harness's own cost).
-
-Like for like: where the workload's runs are judged against an automatic baseline (`--baseline
-auto`, the CPU tiers' default), the first run of a configuration also runs its uninterrupted
-twin, which the bare command never does. One untimed `nvrx-qual run` therefore comes first,
-so that every timed run reuses that baseline (as every run of a configuration after its first
-does) and still pays for judging against it (loss_continuity, state_equivalence); what the
-twin itself costs is bench/baseline_cost.py's figure. `--baseline none` times runs without one.
+Per workload, each round times three commands, in an order that rotates from round to round
+so that a drift of the machine's load hits each alike:
+  bare    the exact launcher command `nvrx-qual plan` printed (`cd RUN_DIR && ... ft_launcher ...`),
+          run by bash: the same launcher, workers and nemesis, nothing watched, verified or drawn;
+  first   `python -m harness run` in a fresh work directory: where the workload's runs are judged
+          against an automatic baseline (`--baseline auto`, the CPU tiers' default) it runs the
+          uninterrupted twin beside the fault run (harness.launch.runner.execute_with_baseline), as
+          the first run of every configuration does;
+  reused  `python -m harness run` in a work directory that holds that baseline already (the first
+          round's `first` run leaves it; that round runs `first` before `reused`), as every later
+          run of a configuration does: it still pays for judging against it.
+Each is timed from the start of its process to its end: wall time, and the CPU time of the
+whole process tree (user + system of the waited-for children, which includes the launchers'
+workers and the twin's). Prints every round with the load average before each command, the
+medians, `first / bare` (issue 35's target: at most 1.3x) and `reused - bare` (at most 1 s on
+an idle machine).
 
 Asserts nothing; figures move with the machine's load (the load average is printed): run it
-when the machine is quiet. PYTHONDONTWRITEBYTECODE (set on some CI machines) makes every
-Python process of both commands compile what it imports: the bench says whether it is set.
+when the machine is quiet for figures to keep. PYTHONDONTWRITEBYTECODE (set on some CI
+machines) makes every Python process of every command compile what it imports: the bench says
+whether it is set. Needs tools/install-megatron-cpu.sh for megatron-cpu.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import platform
 import resource
 import shlex
 import statistics
@@ -38,6 +43,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+KINDS = ("bare", "first", "reused")
 
 
 def _env() -> dict[str, str]:
@@ -67,60 +73,88 @@ def bare_command(options: list[str], work: Path, run_id: str) -> str:
     return lines[0]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=4)
-    parser.add_argument("--workload", default="reference")
-    parser.add_argument("--fault", default="kill")
-    parser.add_argument("--work-dir", type=Path, default=None, help="default: a new temporary directory, removed")
-    parser.add_argument("--nvrx-path", default=None, help="passed to plan and run (default: their own choice)")
-    parser.add_argument("--baseline", default=None,
-                        help="passed to run (default: the workload's own; with auto one untimed run comes first)")
-    args = parser.parse_args()
-    options = ["--workload", args.workload, "--fault", args.fault]
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def bench_workload(workload: str, args: argparse.Namespace, root: Path) -> dict[str, list[tuple[float, float]]]:
+    """Every round's (wall, CPU) per kind for one workload, printed as it goes."""
+    options = ["--workload", workload, "--fault", args.fault]
     if args.nvrx_path is not None:
         options += ["--nvrx-path", args.nvrx_path]
     run_options = options + (["--baseline", args.baseline] if args.baseline is not None else [])
+    shared = root / f"{workload}-reused"  # the first round's `first` run leaves its baseline here
+    bare_dir = root / f"{workload}-bare"
+    for d in (shared, bare_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    print(f"\n{workload}, fault {args.fault}, {args.rounds} rounds "
+          f"(load average before each command in brackets)")
+    print(f"{'round':>5}  {'bare wall/CPU':>20}  {'first wall/CPU':>20}  {'reused wall/CPU':>20}")
+    got: dict[str, list[tuple[float, float]]] = {k: [] for k in KINDS}
+    for i in range(args.rounds):
+        stamp = time.strftime("%H%M%S")
+        first_dir = shared if i == 0 else root / f"{workload}-first-{i}"
+        first_dir.mkdir(parents=True, exist_ok=True)
+        argv = {
+            "bare": ["bash", "-c", bare_command(options, bare_dir, f"bare-{stamp}-{i}")],
+            "first": [sys.executable, "-m", "harness", "run", *run_options, "--quiet", "--work-dir", str(first_dir),
+                      "--run-id", f"first-{stamp}-{i}"],
+            "reused": [sys.executable, "-m", "harness", "run", *run_options, "--quiet", "--work-dir", str(shared),
+                       "--run-id", f"reused-{stamp}-{i}"],
+        }
+        order = [("first", "bare", "reused"), ("bare", "reused", "first"), ("reused", "first", "bare")][i % 3]
+        row: dict[str, str] = {}
+        for kind in order:
+            load = os.getloadavg()[0]
+            wall, cpu, code = timed(argv[kind], root)
+            got[kind].append((wall, cpu))
+            row[kind] = f"{wall:6.1f}s/{cpu:5.1f}s [{load:4.1f}]"
+            if code != 0:
+                print(f"  {kind} exited {code}: {shlex.join(argv[kind])[:300]}")
+        print(f"{i + 1:>5}  {row['bare']:>20}  {row['first']:>20}  {row['reused']:>20}", flush=True)
+    return got
+
+
+def summary(workload: str, got: dict[str, list[tuple[float, float]]]) -> None:
+    med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in got.items()}
+    (bw, bc), (fw, fc), (rw, rc) = med["bare"], med["first"], med["reused"]
+    print(f"{workload} medians: bare {bw:.2f} s wall / {bc:.2f} s CPU; first run (twin included) {fw:.2f} s wall / "
+          f"{fc:.2f} s CPU; reused baseline {rw:.2f} s wall / {rc:.2f} s CPU")
+    print(f"{workload}: first / bare {fw / bw:.2f}x wall, {fc / bc:.2f}x CPU (target: at most 1.3x); "
+          f"reused - bare {rw - bw:+.2f} s wall, {rc - bc:+.2f} s CPU (target: within 1 s on an idle machine)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workloads", default="reference,megatron-cpu")
+    parser.add_argument("--fault", default="kill")
+    parser.add_argument("--work-dir", type=Path, default=None, help="default: a new temporary directory, removed")
+    parser.add_argument("--nvrx-path", default=None, help="passed to plan and run (default: their own choice)")
+    parser.add_argument("--baseline", default=None, help="passed to run (default: the workload's own)")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="nvrx-qual-overhead-") as tmp:
-        work = args.work_dir or Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
+        root = args.work_dir or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
         # What torch elastic and NVRx leave in a temporary directory (torchelastic_errors_*, sockets)
         # when the bare launcher command runs them goes into the bench's own, removed with it.
         scratch = Path(tmp) / "tmp"
         scratch.mkdir()
         os.environ["TMPDIR"] = str(scratch)
         bytecode = "off (PYTHONDONTWRITEBYTECODE)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "on"
-        print(f"harness overhead: {args.workload}, fault {args.fault}, {args.pairs} pairs, {os.cpu_count()} CPUs, "
-              f"bytecode caching {bytecode}, load average {os.getloadavg()[0]:.1f} at the start")
-        first = [sys.executable, "-m", "harness", "run", *run_options, "--quiet", "--work-dir", str(work),
-                 "--run-id", f"untimed-{time.strftime('%H%M%S')}"]
-        wall, _cpu, code = timed(first, work)
-        print(f"untimed first run (its baseline, when it has one, for the timed runs to reuse): {wall:.1f} s, "
-              f"exit {code}")
-        print(f"{'pair':>4} {'bare wall':>10} {'run wall':>10} {'diff':>7} {'bare CPU':>10} {'run CPU':>10} {'diff':>7}")
-        rows = []
-        for i in range(args.pairs):
-            stamp = time.strftime("%H%M%S")
-            bare_id, run_id = f"bare-{stamp}-{i}", f"run-{stamp}-{i}"
-            bare = ["bash", "-c", bare_command(options, work, bare_id)]
-            run = [sys.executable, "-m", "harness", "run", *run_options, "--quiet", "--work-dir", str(work),
-                   "--run-id", run_id]
-            order = [("bare", bare), ("run", run)] if i % 2 == 0 else [("run", run), ("bare", bare)]
-            got = {}
-            for name, argv in order:
-                got[name] = timed(argv, work)
-                if got[name][2] not in (0,):
-                    print(f"  {name} exited {got[name][2]}: {shlex.join(argv)[:200]}")
-            (bw, bc, _), (rw, rc, _) = got["bare"], got["run"]
-            rows.append((bw, rw, bc, rc))
-            print(f"{i + 1:>4} {bw:>9.2f}s {rw:>9.2f}s {rw - bw:>6.2f}s {bc:>9.2f}s {rc:>9.2f}s {rc - bc:>6.2f}s")
-        med = [statistics.median(col) for col in zip(*rows)]
-        diffs_wall = statistics.median(r[1] - r[0] for r in rows)
-        diffs_cpu = statistics.median(r[3] - r[2] for r in rows)
-        print(f"median: bare {med[0]:.2f} s wall / {med[2]:.2f} s CPU; run {med[1]:.2f} s wall / {med[3]:.2f} s CPU")
-        print(f"harness's own cost (median of the pair differences): {diffs_wall:.2f} s wall, {diffs_cpu:.2f} s CPU; "
-              f"ratio {med[1] / med[0]:.2f}x wall, {med[3] / med[2]:.2f}x CPU")
-        print(f"load average {os.getloadavg()[0]:.1f} at the end")
+        print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, {os.cpu_count()} CPUs "
+              f"({cpu_model()}), bytecode caching {bytecode}, load average {os.getloadavg()[0]:.1f} at the start")
+        results = {w: bench_workload(w, args, root) for w in args.workloads.split(",")}
+        print()
+        for workload, got in results.items():
+            summary(workload, got)
+        print(f"# load average {' / '.join(f'{x:.1f}' for x in os.getloadavg())} (1/5/15 min) at the end")
     return 0
 
 
