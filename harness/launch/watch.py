@@ -15,7 +15,8 @@ from typing import Callable, TextIO
 
 from harness.vocab import events as ev
 from harness.machine import nvrx
-from harness.judge.criteria import UNDETECTED_HANG, Analysis, analyze, evaluate
+from harness.judge.criteria import UNDETECTED_HANG, Analysis, analyze, judge
+from harness.judge.sentences import render
 from harness.judge.episodes import committed_before
 from harness.read.history import HistoryReader, RunDirError
 from harness.vocab.faults import FAULT_KINDS
@@ -28,10 +29,11 @@ EXIT_GRACE_S = 60.0
 
 def certain_failure(tl: ev.Timeline, a: Analysis) -> str | None:
     """Why this run can no longer qualify, or None while it still can: the first failure a
-    criterion marks final (no later line can undo it). The criteria decide; the watcher asks."""
-    for result in evaluate(tl, a):
+    criterion marks final (no later line can undo it). The criteria decide; the watcher asks,
+    and renders the sentence of that one result only."""
+    for result in judge(tl, a).results:
         if result.final:
-            return f"{result.id} cannot pass: {result.detail}"
+            return f"{result.id} cannot pass: {render(result).detail}"
     return None
 
 
