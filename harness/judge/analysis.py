@@ -140,9 +140,16 @@ class Analysis:
         return tuple(e.marker for e in self.episodes)
 
     @property
-    def poisoned(self) -> bool:
-        """The plan poisons its checkpoint: recovery is impossible, the launcher must stop the loop."""
-        kind = FAULT_KINDS.get(self.fault)
+    def subjects(self) -> tuple[Episode | None, ...]:
+        """What the checks are judged for, one by one: the episodes, or for a run without any,
+        None (the run's planned fault stands for the episode that never began)."""
+        return self.episodes or (None,)
+
+    def poisons(self, ep: Episode | None) -> bool:
+        """The episode's own fault poisons its checkpoint (its kind damages the checkpoint every
+        replacement would load): no recovery from it is possible, the launcher must stop the
+        loop. Asked per episode: a campaign's kinds differ from one fault to the next."""
+        kind = self.kind(ep)
         return kind is not None and kind.poisons_checkpoint
 
     @property
@@ -223,14 +230,15 @@ def na_no_fault(cid: str, a: Analysis) -> CriterionResult | None:
     return None
 
 
-def na_poisoned(cid: str, a: Analysis) -> CriterionResult:
-    inj = a.opening.marker if a.opening is not None else None
+def na_poisoned(cid: str, a: Analysis, ep: Episode | None) -> CriterionResult:
+    """Not applicable: the episode's fault poisoned its checkpoint on purpose (loop_stopped judges it)."""
+    inj = ep.marker if ep is not None else None
     what = (Phrase("*", "what_checkpoint", {"iteration": inj.iteration}) if inj is not None and inj.iteration is not None
             else Phrase("*", "what_latest"))
-    kind = FAULT_KINDS.get(a.fault)
+    kind = a.kind(ep)
     corrupted = kind is not None and kind.damage == FLIP_DISTCP  # a fallback to an earlier checkpoint is a recovery too
     return answer(cid, NOT_APPLICABLE, "corrupted" if corrupted else "poisoned",
-                  {"fault": a.fault, "what": what, "damaged": damage_done(kind)}, [inj])
+                  {"fault": a.kind_name(ep), "what": what, "damaged": damage_done(kind)}, [inj])
 
 
 def damage_done(kind: FaultKind | None) -> Phrase:

@@ -42,7 +42,7 @@ from harness.judge.further_checks import (check_disk_full_handled, check_launche
                                           compare_losses, determinism)
 from harness.judge.sentences import render
 from harness.vocab.events import Timeline
-from harness.vocab.faults import FAULT_KINDS, FAULTS
+from harness.vocab.faults import FAULTS
 from harness.vocab.verdict import CriterionResult, Phrase, merge, qualified
 
 __all__ = ["BASELINE_NOTE", "CHECKS", "CHECK_IDS", "CRITERIA_IDS", "DISK_FULL_HANDLED", "FAIL", "FAULTS",
@@ -65,7 +65,12 @@ def _never(_a: Analysis, _ep: Episode) -> Phrase | None:
 @dataclass(frozen=True)
 class Check:
     """One registry entry. `scope`: "episode" (judged once per episode, the results merged into
-    one) or "run". `applies`: whether the run gets this check at all. `superseded`: why an
+    one) or "run". `applies`: whether the check concerns an episode, asked of each (its
+    Judging's `ep`; None for a run without any episode): each episode's own kind decides, so a
+    campaign of several kinds is judged episode by episode. An episode check skips the episodes
+    it does not concern; a run check is judged once, given the first episode it concerns
+    (loop_stopped: the one whose fault poisoned its checkpoint), and the run gets neither when
+    no episode concerns it. `superseded`: why an
     episode does not judge it (a later episode does); its result is shown in the episode's
     section and left out of the merge. `primary`: whose sentence stands for several episodes
     of the same status ("first" or "last"); `all_passed`: the sentence when several passed."""
@@ -106,11 +111,13 @@ def _nothing_new_committed(a: Analysis, ep: Episode) -> Phrase | None:
 
 
 def _poison_loop(j: Judging) -> bool:
-    return j.a.is_fault_run and j.a.poisoned
+    """The episode's fault poisons its checkpoint: a restart loop the launcher must stop."""
+    return j.a.is_fault_run and j.a.poisons(j.ep)
 
 
 def _fills_filesystem(j: Judging) -> bool:
-    kind = FAULT_KINDS.get(j.a.fault)
+    """The episode's fault fills the checkpoint filesystem."""
+    kind = j.a.kind(j.ep)
     return j.a.is_fault_run and kind is not None and kind.fills_filesystem
 
 
@@ -179,8 +186,9 @@ def merge_results(check: Check, j: Judging, judged: Sequence[tuple[Episode, Crit
 def judge(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
           state: ev.StateComparison | None = None, baseline_problem: str | None = None,
           baseline_skipped: str | None = None) -> Judgement:
-    """Every check of the registry that applies, in its order: an episode check once per
-    episode (or once with no episode, for a run without any), merged; a run check once.
+    """Every check of the registry, in its order, for what it concerns (Check.applies, asked
+    of each episode): an episode check once per episode it concerns (or once with no episode,
+    for a run without any), merged; a run check once, given the first episode it concerns.
     `baseline_problem`: the baseline meant for loss_continuity and state_equivalence is unusable
     (both unknown); `baseline_skipped`: they were skipped by request (both not applicable, saying so)."""
     base = Judging(tl, a, None, losses, state, baseline_problem, baseline_skipped)
@@ -188,13 +196,14 @@ def judge(tl: Timeline, a: Analysis, losses: LossComparison | None = None,
     per: dict[int, list[CriterionResult]] = {e.number: [] for e in a.episodes}
     skipped: dict[int, list[str]] = {e.number: [] for e in a.episodes}
     for check in CHECKS:
-        if not check.applies(base):
+        concerned = [ep for ep in a.subjects if check.applies(dataclasses.replace(base, ep=ep))]
+        if not concerned:
             continue
         if check.scope == "run" or not a.episodes:
-            merged.append(check_safe(check.id, check.judge, base))
+            merged.append(check_safe(check.id, check.judge, dataclasses.replace(base, ep=concerned[0])))
             continue
         judged: list[tuple[Episode, CriterionResult]] = []
-        for ep in a.episodes:
+        for ep in concerned:
             why = check.superseded(a, ep)
             if why is not None:
                 per[ep.number].append(answer(check.id, NOT_APPLICABLE, "superseded", {"why": why}))

@@ -503,8 +503,8 @@ def check_optimizer_reload(j: Judging) -> CriterionResult:
         return na
     if ep is None:
         return answer(cid, NOT_APPLICABLE, "no_injection", {})
-    if a.poisoned:
-        return na_poisoned(cid, a)
+    if a.poisons(ep):
+        return na_poisoned(cid, a, ep)
     r = ep.replacement
     if ep.replacement_cycle is None and (ip := tiers.inprocess(ep.fault_start)) is not None \
             and ip.restarted:  # harness.vocab.tiers: NVRx's Wrapper restarted inside the same processes
@@ -676,8 +676,8 @@ def check_later_checkpoint(j: Judging) -> CriterionResult:
     recovering = a.is_fault_run and ep is not None
     if recovering and not ep.restarted:
         return answer(cid, NOT_APPLICABLE, "no_replacement", {})
-    if recovering and a.poisoned:
-        return na_poisoned(cid, a)
+    if recovering and a.poisons(ep):
+        return na_poisoned(cid, a, ep)
     k = (ep.expected_k or 0) if recovering else 0
     t_final = tl.run.train_iters
     if recovering and t_final is not None and k >= t_final:
@@ -796,8 +796,8 @@ def check_clean_finish(j: Judging) -> CriterionResult:
     """The whole run: the launcher succeeded, as many failed cycles as episodes, Megatron done."""
     cid = "clean_finish"
     tl, a, closing = j.tl, j.a, j.a.closing
-    if a.is_fault_run and closing is not None and a.poisoned:
-        return na_poisoned(cid, a)
+    if a.is_fault_run and closing is not None and a.poisons(closing):  # the loop ends the job: loop_stopped's
+        return na_poisoned(cid, a, closing)
     if a.is_fault_run and closing is not None and not closing.restarted:
         gave_up = [e for e in tl.launcher_events() if isinstance(e, (ev.LauncherFailed, ev.RestartsExhausted))]
         launch = tl.launch
@@ -901,12 +901,14 @@ def check_clean_finish(j: Judging) -> CriterionResult:
 def never_fired(a: Analysis) -> list[tuple[int, PlannedFault]]:
     """The planned faults (index, fault) of a run in which some fault fired whose own marker is
     missing: the schedule promised them (run.json's contract), no evidence says they happened.
-    A run in which none fired is pre_fault_checkpoint's (never_injected); a restart-loop plan
-    has one fault."""
-    if not a.is_fault_run or not a.episodes or a.poisoned:
+    A run in which none fired is pre_fault_checkpoint's (never_injected); the faults planned
+    after one that poisoned its checkpoint are not owed (the loop it starts ends the job)."""
+    if not a.is_fault_run or not a.episodes:
         return []
     fired = {e.marker.fault_index for e in a.episodes}
-    return [(i, f) for i, f in enumerate(a.schedule, start=1) if i not in fired]
+    poisoning = [e.marker.fault_index for e in a.episodes if a.poisons(e)]
+    owed = min(poisoning) if poisoning else len(a.schedule)
+    return [(i, f) for i, f in enumerate(a.schedule, start=1) if i not in fired and i <= owed]
 
 
 def _planned_list(faults: Sequence[tuple[int, PlannedFault]]) -> Phrase | Joined:

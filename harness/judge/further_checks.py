@@ -98,12 +98,13 @@ def _slots(n: int) -> Phrase:
 def check_loop_stopped(j: Judging) -> CriterionResult:
     """A fault that returns in every cycle (a poisoned checkpoint) must be stopped by NVRx's
     no-progress rule: exit 93 within --ft-max-no-progress-cycles failed cycles, the cause named.
-    Judges the run: the loop follows the first episode's poisoned checkpoint."""
+    Judges the run as of the episode whose fault poisoned its checkpoint (the registry gives the
+    first such episode: the loop follows it and ends the job)."""
     cid = LOOP_STOPPED
-    tl, a = j.tl, j.a
-    inj = a.opening.marker if a.opening is not None else None
-    if not a.poisoned:
-        return answer(cid, NOT_APPLICABLE, "no_loop_planned", {"fault": a.fault, "fault_at": a.fault_at})
+    tl, a, ep = j.tl, j.a, j.ep
+    inj = ep.marker if ep is not None else None
+    if not a.poisons(ep):
+        return answer(cid, NOT_APPLICABLE, "no_loop_planned", {"fault": a.kind_name(ep), "fault_at": a.fault_at})
     if inj is None:
         return answer(cid, NOT_APPLICABLE, "no_injection", {})
     limit = tl.run.max_no_progress_cycles or NVRX_DEFAULT_MAX_NO_PROGRESS_CYCLES
@@ -119,18 +120,18 @@ def check_loop_stopped(j: Judging) -> CriterionResult:
                                 "limit_how": limit_how, "code": code, "no_restart_code": NO_RESTART_EXIT_CODE}
     evidence: list[object] = [inj, *stops[:1], launch.src if launch is not None else None]
     problems: list[dict[str, object]] = []
-    after_last = a.closing.continuation if a.closing is not None else ()
+    after_last = ep.continuation if ep is not None else ()
     # A fallback: every replacement that loaded anything loaded a checkpoint committed before the damaged one.
     loads = [(s, s.first(ev.CheckpointLoaded)) for s in after_last]
     earlier = [(s, e) for s, e in loads if e is not None and k is not None and e.iteration < k]
     if earlier and all(e is None or (k is not None and e.iteration < k) for _, e in loads):
         s, e = earlier[0]
         return answer(cid, PASS, "fell_back", {**facts, "loaded": e.iteration, "cycle": s.cycle,
-                                               "damaged": damage_done(j.a.kind(None))}, [inj, e])
+                                               "damaged": damage_done(a.kind(ep))}, [inj, e])
     trained = [s for s in after_last if s.first(ev.CheckpointLoaded) is not None or s.first_iteration is not None]
     if trained:
         problems.append({"reason": "went_unnoticed", "cycle": trained[0].cycle, "poisoned_checkpoint": k,
-                         "damaged": damage_done(j.a.kind(None))})
+                         "damaged": damage_done(a.kind(ep))})
         evidence.append((trained[0].first(ev.CheckpointLoaded) or trained[0].first_iteration))
     if trained and not stops and code == 0:
         pass  # no loop to stop: the damaged checkpoint was loaded and training finished (said above)
@@ -157,7 +158,7 @@ def check_loop_stopped(j: Judging) -> CriterionResult:
             shown = str(PurePath(inj.poisoned).relative_to(tl.run_dir))
         except ValueError:
             pass
-        cause.append({"reason": "corrupt_file", "file": shown, "damaged": damage_done(j.a.kind(None))})
+        cause.append({"reason": "corrupt_file", "file": shown, "damaged": damage_done(a.kind(ep))})
     if failing and len(repeated) == len(failing):
         cause.append({"reason": "repeated_load", "failing": len(failing),
                       "loading": repeated[0].first(ev.LoadStarted).iteration})
@@ -178,8 +179,7 @@ def check_disk_full_handled(j: Judging) -> CriterionResult:
     correct ending happened: a replacement resumed from an earlier checkpoint ("recovered"), or
     no replacement loaded anything and the stack stopped naming ENOSPC ("stopped")."""
     cid = DISK_FULL_HANDLED
-    a = j.a
-    ep = a.opening
+    ep = j.ep  # the episode whose fault filled the filesystem (the registry gives the first)
     inj = ep.marker if ep is not None else None
     if ep is None or inj is None or inj.iteration is None:
         return answer(cid, NOT_APPLICABLE, "no_injection", {})
@@ -351,8 +351,9 @@ def check_state_equivalence(j: Judging) -> CriterionResult:
         return answer(cid, NOT_APPLICABLE, "no_fault", {})
     if state is None:
         return answer(cid, NOT_APPLICABLE, "no_baseline", {})
-    if a.poisoned:
-        return answer(cid, NOT_APPLICABLE, "poisoned", {"fault": a.fault})
+    poisoned = [e for e in a.subjects if a.poisons(e)]
+    if poisoned:  # the loop its fault starts ends the job: no recovered end state
+        return answer(cid, NOT_APPLICABLE, "poisoned", {"fault": a.kind_name(poisoned[0])})
     loaded = a.closing.loaded if a.closing is not None else None  # the end state follows the last restore
     if loaded is None:
         return answer(cid, NOT_APPLICABLE, "nothing_restored", {})

@@ -358,7 +358,7 @@ class Watcher:
             # has not trained yet is the setup deadline's to judge, however long the run has been going
             trained = any(s.last_iteration is not None for s in tl.starts)
             if (reason is None and not trained and elapsed > setup + self._spec.out_of_section_timeout
-                    and not a.poisoned):
+                    and not any(a.poisons(e) for e in a.subjects)):
                 reason = f"no training iteration within the setup deadline ({setup:.0f} s + out of section)"
         if reason is None:  # an undetected hang is no verdict's to wait for, fail-fast or not
             reason = self._stalled(tl, a)

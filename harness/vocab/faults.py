@@ -61,7 +61,6 @@ class FaultKind:
     recovery: str = "the launcher restarts the group; the replacement loads the latest committed checkpoint and trains on"
     gpu_only: bool = False
     planned: str | None = None
-    campaign: bool = True  # a campaign may draw it: the job recovers from it and trains on (docs/campaigns.md)
 
     def __post_init__(self) -> None:
         if self.injects not in INJECTIONS:
@@ -144,7 +143,7 @@ FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
     FaultKind("term", "SIGTERM", "SIGTERM the rank's process (a preemption or an operator's kill)"),
     FaultKind("poison", "SIGKILL", "truncate one .distcp of the newest committed checkpoint, then SIGKILL: every "
               "replacement fails its load, a restart loop NVRx's no-progress rule must stop", damage=TRUNCATE_DISTCP,
-              moments=(AFTER_COMMIT,), recovery=_LOOP, campaign=False),
+              moments=(AFTER_COMMIT,), recovery=_LOOP),
     FaultKind("node", "SIGKILL", "SIGKILL of the fault rank's whole node: its launcher and every process under it "
               "(the failure a large job meets most; --hot-spares gives the launcher a standby node)", injects=NODE,
               moments=(AFTER_COMMIT,)),
@@ -161,12 +160,12 @@ FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
               recovery=_MONITOR),
     FaultKind("corrupt", "SIGKILL", "invert 4 KiB in the middle of one .distcp of the newest committed checkpoint "
               "(size unchanged), then SIGKILL: a replacement that loads it loads garbage", damage=FLIP_DISTCP,
-              moments=(AFTER_COMMIT,), recovery=_LOOP, campaign=False),
+              moments=(AFTER_COMMIT,), recovery=_LOOP),
     FaultKind("disk-full", None, "fill the run's checkpoint filesystem (a size-limited tmpfs the harness mounts on "
               "its checkpoints/, as root) while an async save is in flight: the save meets ENOSPC; the fault rank's "
               "next cycle frees the space", injects=FILL, moments=(IN_SAVE,),
               recovery="no partial checkpoint is committed or loaded: the replacement resumes from the previous "
-              "committed checkpoint and trains on, or the job stops with the filesystem's error named", campaign=False),
+              "committed checkpoint and trains on, or the job stops with the filesystem's error named"),
     # The GPU tier only (torch's own kernels, harness.nemesis.inject): refused before launch on the CPU tiers.
     FaultKind("gpu-hang", None, "a never-ending CUDA kernel on the rank's GPU (torch's spin kernel): the step's next "
               "synchronize blocks, the rank stays alive (a hang the rank monitor must detect)", injects=IN_PROCESS,
