@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 from harness.vocab import events as ev
 from harness.judge.episodes import Episode, episodes, launcher_cycles
 from harness.vocab.events import Timeline
-from harness.vocab.faults import (CAMPAIGN, DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, FLIP_DISTCP, IN_PROCESS,
+from harness.vocab.faults import (CAMPAIGN, DEFAULT_FAULT_AT, DEFAULT_KIND, FAULT_KINDS, FAULT_MOMENTS, FAULTS, FLIP_DISTCP, IN_PROCESS,
                                   FaultKind, PlannedFault, single_schedule)
 from harness.vocab.verdict import CriterionResult, Phrase, Status
 
@@ -170,7 +170,7 @@ def resolve_fault(timeline: Timeline, override: str | None) -> tuple[str, str]:
             return inj.fault, "the injection marker (no run.json)"
     for start in timeline.starts:
         for e in start.of(ev.NemesisInjected):
-            named = e.signal if e.signal in FAULT_KINDS else _SIGNAL_KIND.get(e.signal, "kill")
+            named = e.signal if e.signal in FAULT_KINDS else _SIGNAL_KIND.get(e.signal, DEFAULT_KIND)
             return named, "the nemesis's injection line (no run.json, no marker)"
     return "none", "default: no run.json fault and no injection marker"
 

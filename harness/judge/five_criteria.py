@@ -20,7 +20,7 @@ from harness.judge.analysis import (FAIL, NOT_APPLICABLE, PASS, UNKNOWN, Analysi
 from harness.judge.episodes import Episode, committed_before
 from harness.vocab.events import Src, Timeline, iso_utc
 from harness.vocab.layout import MARKER_NAME, TRACKER_NAME, parse_tracker
-from harness.vocab.faults import PlannedFault
+from harness.vocab.faults import PlannedFault, hits_a_save
 from harness.vocab.verdict import CriterionResult, Joined, Phrase, Status
 
 
@@ -54,7 +54,7 @@ def check_pre_fault_checkpoint(j: Judging) -> CriterionResult:
     if outside:
         return found(FAIL, "outside_the_run", [inj, tl.launch.src] if tl.launch is not None else [inj],
                      when=Phrase(cid, *outside))
-    in_save = inj.fault_at == "in-save"
+    in_save = hits_a_save(inj.fault_at)
     k = committed_before(inj)
     if in_save and (k is None or inj.iteration is None):
         return found(FAIL, "in_save_incomplete", [inj])
@@ -248,7 +248,7 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
 
     if not tl.has_role("launcher"):
         later = [ci for ci in tl.cycle_infos if ci.cycle > c]
-        if later and a.kind_name(ep) == "kill":
+        if later and (kind := a.kind(ep)) is not None and kind.dies_at_once:
             return found(PASS, "cycle_records_only", [inj, *[ci for ci in tl.cycle_infos if ci.cycle == c], later[0]],
                          next_cycle=later[0].cycle)
         kind = a.kind(ep)
@@ -348,7 +348,7 @@ def check_replacement_cycle(j: Judging) -> CriterionResult:
                 allowed = Phrase(cid, "allowed_unknown", {})
             problems.append({"reason": "world_changed", "way": "shrank" if change.shrank else "grew",
                              "change": change.phrase(), "allowed": allowed})
-    if a.kind_name(ep) == "node":
+    if (lost := a.kind(ep)) is not None and lost.loses_node:
         r = ep.replacement_cycle if ep.replacement_cycle is not None else ep.replacement.cycle
         status, nodes, infos = _node_replacement(tl, inj, c, r, fails, change)
         evidence.extend(infos)
@@ -549,7 +549,7 @@ def check_optimizer_reload(j: Judging) -> CriterionResult:
     facts["loaded"] = loaded.iteration
     if k is None:
         return found(UNKNOWN, "nothing_to_compare", evidence)
-    partial = next((i for i in a.markers if i.fault_at == "in-save" and i.iteration == loaded.iteration), None)
+    partial = next((i for i in a.markers if hits_a_save(i.fault_at) and i.iteration == loaded.iteration), None)
     if loaded.iteration != k and partial is not None:
         rel = f"iter_{loaded.iteration:07d}"
         d = tl.checkpoints.get(loaded.iteration) if tl.checkpoints is not None else None
@@ -821,7 +821,7 @@ def check_clean_finish(j: Judging) -> CriterionResult:
     success = [e for e in launcher if isinstance(e, ev.LauncherSucceeded) or (isinstance(e, ev.LauncherExit) and e.code == 0)]
     failed = [e for e in launcher if isinstance(e, ev.LauncherFailed) or (isinstance(e, ev.LauncherExit) and e.code != 0)]
     launch = tl.launch
-    lost_node_status = (any(a.kind_name(e) == "node" for e in a.episodes) and closing is not None and launch is not None
+    lost_node_status = (any((k := a.kind(e)) is not None and k.loses_node for e in a.episodes) and closing is not None and launch is not None
                         and launch.exit_code in (128 + 9, -9) and bool(success) and not failed)
     if launch is not None and launch.exit_code not in (None, 0) and not lost_node_status:
         problems.append({"reason": "exit_status", "status": launch.exit_code})

@@ -19,7 +19,7 @@ from harness.judge.criteria import UNDETECTED_HANG, Analysis, analyze, judge
 from harness.judge.sentences import render
 from harness.judge.episodes import committed_before
 from harness.read.history import HistoryReader, RunDirError
-from harness.vocab.faults import FAULT_KINDS
+from harness.vocab.faults import DEFAULT_FAULT_AT, FAULT_KINDS, hits_a_save
 from harness.plan.spec import RunSpec
 
 # After the launcher reported success, how long it may take to exit on its own (NVRx 0.7.0
@@ -156,8 +156,8 @@ def facts(tl: ev.Timeline, a: Analysis, train_iters: int | None = None) -> list[
             k = committed_before(e)
             if k is not None:
                 out.append(committed(e.cycle, k))
-            when = (f"during the save of checkpoint {e.iteration}" if e.fault_at == "in-save"
-                    else f"after checkpoint {e.iteration}" + ("" if e.fault_at == "after-commit" else f" ({e.fault_at})"))
+            when = (f"during the save of checkpoint {e.iteration}" if hits_a_save(e.fault_at)
+                    else f"after checkpoint {e.iteration}" + ("" if e.fault_at == DEFAULT_FAULT_AT else f" ({e.fault_at})"))
             what = e.signal or e.fault
             kind = a.kind_name(ep)
             if a.fault == "campaign" and kind != what:

@@ -107,11 +107,11 @@ def sizing(schedule: Sequence[PlannedFault], save_interval: int) -> Sizing:
     s = max(1, save_interval)
     restored, need = 0, 1
     for f in schedule:
-        trigger = restored + (2 * s if f.moment == "in-save" else s)
+        trigger = restored + (2 * s if FAULT_MOMENTS[f.moment].hits_a_save else s)
         need = max(need, trigger + 1)
         restored += s
     need = max(need, restored + s)
-    in_save = sum(1 for f in schedule if f.moment == "in-save")
+    in_save = sum(1 for f in schedule if FAULT_MOMENTS[f.moment].hits_a_save)
     # An in-save fault whose save finished between two polls of the nemesis fires during the next
     # save instead, and every later fault shifts by one save: one save of slack per in-save fault
     # (seen on megatron-cpu under load: the last fault never happened and the budget ran out).

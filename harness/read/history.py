@@ -46,7 +46,7 @@ from harness.vocab.dialect import classify_logs as _classify_logs
 from harness.vocab.dialect import epoch as _epoch
 from harness.vocab.dialect import strip_prefix as _strip_prefix
 from harness.vocab.events import Src, clip
-from harness.vocab.faults import PlannedFault, schedule_from_json
+from harness.vocab.faults import DEFAULT_FAULT_AT, PlannedFault, schedule_from_json
 from harness.vocab.layout import (LOCAL_SHARD_PATTERN, MARKER_NAME, TRACKER_NAME, is_megatron_iter_name, is_valid_run_id,
                             marker_index, parse_iter_name, read_tracker_file)
 from harness.read.optimizer_record import moment_keys, read_dcp_metadata, read_optimizer_record
@@ -1580,7 +1580,7 @@ class HistoryReader:
                 local_rank=_int(rec.get("local_rank")), cycle=_int(rec.get("cycle")), iteration=_int(rec.get("iteration")),
                 baseline_iteration=_int(rec.get("baseline_iteration")), host=_str(rec.get("host")), pid=_int(rec.get("pid")),
                 launcher_pid=_int(rec.get("launcher_pid")),
-                fault_at=_str(rec.get("fault_at")) or "after-commit", fault_index=marker_index(name) or 1,
+                fault_at=_str(rec.get("fault_at")) or DEFAULT_FAULT_AT, fault_index=marker_index(name) or 1,
                 committed_iteration=_int(rec.get("committed_iteration")), poisoned=_str(rec.get("poisoned")),
             ))
         return out

@@ -24,7 +24,7 @@ from harness.vocab import events as ev_types
 from harness.vocab.dialect import LogClock, LogLine, attempt_of_path, cycle_of_name, maybe_stamped, number, read_line
 from harness.vocab.events import Src
 from harness.read.history import LAUNCHER_KEYWORDS, LogParser, cycle_opened, diagnostic_matches, match_rule
-from harness.judge.triage.model import OomMemory
+from harness.judge.triage.model import HANG, OomMemory
 
 _MAX_LINE = 64 * 1024  # longer lines keep their head; the rest is skipped, never buffered
 _TEXT_CAP = 400  # characters of a log line kept in evidence
@@ -704,7 +704,7 @@ class _Scanner:
                 rank = event.rank if event.rank is not None else line.rank
                 local = event.local_rank if event.local_rank is not None else line.local_rank
                 what = "rank monitor timeout: " + text[at:].strip()
-                self._add_event(_Event("hang", what, line, when, rank, local, line.cycle, file_rank))
+                self._add_event(_Event(HANG, what, line, when, rank, local, line.cycle, file_rank))
             elif isinstance(event, ev_types.WorkerFailed):
                 code = event.exitcode
                 self._add_event(_Event("exit", _exit_what(code), line, when, None, event.local_rank,
