@@ -1,6 +1,6 @@
 """Cross-rank failure triage: which rank failed first, and why.
 
-scan (log lines -> typed records, through harness.vocab.dialect) -> classify (the root cause and
+scan (a fold of history's line stream into typed records: harness.read.history.LineStream) -> classify (the root cause and
 the symptoms) -> advice; the Markdown of a Triage is harness.report.diagnosis.
 
 The Slurm guide's "Diagnostic des défaillances" in code: scan every rank's output, not
