@@ -1,12 +1,15 @@
 """The pytest plugin as an installed package gives it: pyproject's `pytest11` entry point loads
-fixtures/plugin.py in a repository of the user's own, without a conftest.py; and in this
-checkout, whose conftest.py names the same plugin, it is registered once, not twice.
+pytest_nvrx_qual in a repository of the user's own, without a conftest.py; the distribution
+installs no package but `harness` and the plugin (no top-level `fixtures`); and in this
+checkout, whose suite names the same plugin, it is registered once, not twice.
 
 The installation is simulated the way pip leaves it: a dist-info directory with the
-entry_points.txt that pyproject.toml declares, on the path of a fresh pytest process."""
+entry_points.txt that pyproject.toml declares, on the path of a fresh pytest process
+(recovery_tests/test_user_repository.py runs the environment's real installation)."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import subprocess
 import sys
@@ -16,9 +19,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
 def entry_points() -> dict[str, str]:
-    doc = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    return doc["project"]["entry-points"]["pytest11"]
+    return pyproject()["project"]["entry-points"]["pytest11"]
+
+
+def installed_top_level(root: Path = ROOT) -> list[str]:
+    """The top-level packages of this checkout that [tool.setuptools.packages.find]'s include
+    patterns take (setuptools matches them with fnmatch against the dotted names)."""
+    include = pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]
+    return sorted(p.name for p in root.iterdir() if (p / "__init__.py").is_file()
+                  and any(fnmatch.fnmatchcase(p.name, pattern) for pattern in include))
 
 
 def installed(site: Path, points: dict[str, str]) -> dict[str, str]:
@@ -42,20 +56,28 @@ def pytest_in(where: Path, env: dict[str, str], *args: str) -> subprocess.Comple
 
 
 def test_pyproject_registers_the_plugin_under_its_module_name():
-    assert entry_points() == {"fixtures.plugin": "fixtures.plugin"}
+    assert entry_points() == {"pytest_nvrx_qual": "pytest_nvrx_qual"}
+
+
+def test_the_distribution_installs_the_library_and_the_plugin_only():
+    """No top-level `fixtures` (PyPI has an unrelated, widely used one, and a repository has its
+    own), no recovery_tests: the suite's scaffolding stays in the checkout."""
+    assert installed_top_level() == ["harness", "pytest_nvrx_qual"]
 
 
 def test_a_users_repository_gets_the_fixtures_without_a_conftest(tmp_path):
     repo = tmp_path / "user-repo"
     repo.mkdir()
-    (repo / "test_mine.py").write_text("def test_uses_the_plugin(work_dir, run_allocator):\n"
-                                       "    assert work_dir.is_dir()\n")
+    (repo / "test_mine.py").write_text("def test_uses_the_plugin(work_dir, run_allocator, qual_run):\n"
+                                       "    assert work_dir.is_dir() and callable(qual_run)\n")
     env = installed(tmp_path / "site", entry_points())
     proc = pytest_in(repo, env, "-q", "test_mine.py")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "1 passed" in proc.stdout
     helped = pytest_in(repo, env, "--help")
-    assert "--work-dir" in helped.stdout and "--deadline-profile" in helped.stdout
+    assert "--work-dir" in helped.stdout and "--repeat" in helped.stdout
+    # the suite's own options are not the plugin's
+    assert "--deadline-profile" not in helped.stdout and "--launch-slots" not in helped.stdout
     # without entry points, the same repository has no such fixture: the test can fail (autoload
     # off, since where nvrx-qual is really installed, as by tools/bootstrap, its entry point is
     # on the path too)
