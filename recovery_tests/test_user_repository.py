@@ -150,19 +150,22 @@ def test_a_launching_fixture_beside_the_repositorys_own_harness_says_what_stops_
 def test_the_plugins_launchers_are_the_ones_the_command_line_finds(tmp_path, environment):
     """From a repository without .nvrx/ of its own, `nvrx-qual run` takes the newest NVRx this
     machine has (harness.machine.nvrx.newest: pip's, or nvrx-qual's checkout's .nvrx/0.7.0); the
-    plugin's one_launcher and newest_launcher are that one, from the same working directory."""
+    plugin's one_launcher and newest_launcher are that one, from the same working directory. The
+    repository has a `harness` of its own, first on sys.path, which its tests do not import: the
+    fixtures load nvrx-qual's all the same."""
     tests = {"test_launchers.py": """
-        from harness.machine import nvrx
-
-
         def test_one(one_launcher):
+            from harness.machine import nvrx  # nvrx-qual's, which the fixture imported
+
             assert one_launcher == nvrx.newest()
 
 
         def test_newest(newest_launcher):
+            from harness.machine import nvrx
+
             assert newest_launcher == nvrx.newest()
         """}
-    repo = user_repository(tmp_path / "repo", tests, own_packages=False)
+    repo = user_repository(tmp_path / "repo", tests)
     expected = nvrx.newest((repo, HOME))
     assert expected is not None, "no NVRx installed here: pip install nvidia-resiliency-ext"
     proc = pytest_in(repo, environment)
