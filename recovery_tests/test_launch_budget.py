@@ -305,7 +305,6 @@ def _prefetched(pytester, monkeypatch, *args: str, pairs: bool = False):
     pytester.makeini("[pytest]\nnvrx_qual_declared_launches = true\n")
     notes = pytester.path / "notes.jsonl"
     monkeypatch.setenv("NOTES", str(notes))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--work-dir", str(pytester.path / "work"),
                                            *args, timeout=300)
     return result, [json.loads(line) for line in notes.read_text().splitlines()]
@@ -515,7 +514,6 @@ def test_a_session_that_ends_early_stops_its_background_launches(pytester, monke
     pytester.makepyfile(test_ends_early=ENDS_EARLY)
     notes = pytester.path / "notes.jsonl"
     monkeypatch.setenv("NOTES", str(notes))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
     started = time.monotonic()
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-x", "--work-dir", str(pytester.path / "work"),
                                            timeout=300)
@@ -593,7 +591,6 @@ def test_on_two_xdist_workers_the_slots_bound_the_launches_of_both(pytester, mon
     pytester.makepyfile(test_m1="NAME = 'kill-m1'\n" + TWO_MODULES, test_m2="NAME = 'kill-m2'\n" + TWO_MODULES)
     notes = pytester.path / "notes.jsonl"
     monkeypatch.setenv("NOTES", str(notes))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
