@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -55,8 +56,15 @@ def pytest_in(where: Path, env: dict[str, str], *args: str) -> subprocess.Comple
                           capture_output=True, text=True, timeout=300)
 
 
+def plugin_section() -> str:
+    text = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
+    return text.split("## The pytest plugin in your own repository", 1)[1].split("\n## ", 1)[0]
+
+
 def test_pyproject_registers_the_plugin_under_its_module_name():
     assert entry_points() == {"pytest_nvrx_qual": "pytest_nvrx_qual"}
+    # and the docs call it by that name (`-p no:NAME` takes it)
+    assert "registered as the `pytest11` entry point `pytest_nvrx_qual`" in " ".join(plugin_section().split())
 
 
 def test_the_distribution_installs_the_library_and_the_plugin_only():
@@ -84,6 +92,29 @@ def test_a_users_repository_gets_the_fixtures_without_a_conftest(tmp_path):
     bare_env = {**installed(tmp_path / "bare", {}), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     bare = pytest_in(repo, bare_env, "-q", "test_mine.py")
     assert bare.returncode != 0 and "fixture 'work_dir' not found" in bare.stdout
+
+
+def documented_fixtures() -> set[str]:
+    """The names in the first column of the fixture table of docs/testing.md's plugin section."""
+    rows = [line.split("|")[1] for line in plugin_section().splitlines() if line.startswith("| `")]
+    return {name for cell in rows for name in re.findall(r"`([a-z_]+)`", cell)}
+
+
+def plugin_fixtures(listing: str) -> set[str]:
+    """The fixtures `pytest --fixtures` lists as the plugin's."""
+    section = listing.split("fixtures defined from pytest_nvrx_qual", 1)[1].split("\n---", 1)[0]
+    return set(re.findall(r"^([a-z][a-z_]*)\b.* -- ", section, flags=re.M))
+
+
+def test_the_documented_fixtures_are_the_plugins(tmp_path):
+    """docs/testing.md names every fixture the plugin gives a user's repository and no other
+    (`nvrx_target` is a parameter the plugin gives, not a fixture function)."""
+    repo = tmp_path / "user-repo"
+    repo.mkdir()
+    (repo / "pytest.ini").write_text("[pytest]\n")
+    listing = pytest_in(repo, installed(tmp_path / "site", entry_points()), "--fixtures")
+    assert listing.returncode == 0, listing.stdout[-3000:] + listing.stderr[-2000:]
+    assert plugin_fixtures(listing.stdout) | {"nvrx_target"} == documented_fixtures(), listing.stdout[-4000:]
 
 
 def test_this_checkouts_conftest_and_the_entry_point_register_it_once(tmp_path):
