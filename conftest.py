@@ -1,4 +1,6 @@
-"""Thin root conftest: the suite's options, markers and fixtures live in the fixtures/ plugin."""
+"""Thin root conftest: the suite's options, markers and fixtures live in the fixtures/ plugin, which is
+built on nvrx-qual's installable pytest plugin, pytest_nvrx_qual (it names it in its own
+pytest_plugins, under the entry point's name: registered once where nvrx-qual is installed)."""
 
 import os
 

@@ -1,11 +1,16 @@
-"""Fixtures of the suite's own tests (the suite's plugin for users is fixtures/plugin.py)."""
+"""Fixtures of the suite's own tests (the suite's plugin is fixtures/plugin.py, built on the
+installable plugin pytest_nvrx_qual)."""
 
 from __future__ import annotations
 
 import importlib
+import os
 import warnings
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # Modules that an in-process pytest session (pytester.runpytest_inprocess) of the plugin imports
 # and that cannot be imported a second time in one process. Pytester restores sys.modules after
@@ -33,6 +38,10 @@ def not_reimportable_modules() -> tuple[str, ...]:
 
 
 @pytest.fixture
-def pytester(not_reimportable_modules: tuple[str, ...], pytester: pytest.Pytester) -> pytest.Pytester:
-    """pytest's pytester, taking its sys.modules snapshot only after NOT_REIMPORTABLE are loaded."""
+def pytester(not_reimportable_modules: tuple[str, ...], pytester: pytest.Pytester,
+             monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytest's pytester, taking its sys.modules snapshot only after NOT_REIMPORTABLE are loaded.
+    Its sessions in a process of their own (runpytest_subprocess) find this checkout's fixtures/
+    and recovery_tests/, which are not installed, on PYTHONPATH."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
     return pytester

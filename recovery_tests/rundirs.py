@@ -803,4 +803,21 @@ def expected_metrics(built: Built) -> dict[str, float | int | None]:
     }
 
 
-__all__ = ["Built", "Scenario", "build", "expected_metrics", "replan"]
+__all__ = ["Built", "Scenario", "build", "expected_metrics", "replan", "replay_without_monitor_timeouts"]
+
+
+# ---------------------------------------------------------------- a real run directory, replayed
+
+
+def replay_without_monitor_timeouts(run_dir: Path, into: Path) -> int:
+    """A copy of a real run directory at `into` with every rank-monitor timeout line (section and
+    out-of-section) removed from its logs, for a test that a detection the criteria demand is not
+    inferred from what is left; the number of lines removed."""
+    shutil.copytree(run_dir, into, symlinks=True)
+    cut = 0
+    for log in (into / "logs").glob("*.log"):
+        lines = log.read_text(errors="replace").splitlines(keepends=True)
+        kept = [line for line in lines if "has been open for" not in line and "out-of-section" not in line.lower()]
+        cut += len(lines) - len(kept)
+        log.write_text("".join(kept))
+    return cut

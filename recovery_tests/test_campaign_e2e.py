@@ -17,7 +17,9 @@ import json
 
 import pytest
 
-from fixtures.runs import Scenario, explain, launches, replay_without_monitor_timeouts
+from pytest_nvrx_qual.runs import Scenario, explain
+from fixtures.launching import launches
+from recovery_tests.rundirs import replay_without_monitor_timeouts
 from harness.report import verify
 from harness.judge.criteria import FAIL, NOT_APPLICABLE, PASS
 from harness.vocab.layout import marker_name

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from fixtures.runs import SPEC_ENV_NAMES
+from pytest_nvrx_qual.runs import SPEC_ENV_NAMES
 from harness.plan import commands as planmod
 from harness.plan import resolve
 from harness.launch import runner

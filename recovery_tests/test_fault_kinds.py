@@ -43,7 +43,9 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.runs import Scenario, explain, launches, replay_without_monitor_timeouts
+from pytest_nvrx_qual.runs import Scenario, explain
+from fixtures.launching import launches
+from recovery_tests.rundirs import replay_without_monitor_timeouts
 from harness.vocab import faults
 from harness.nemesis import inject
 from harness.machine import tmpfs

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from fixtures.runs import Scenario, explain, launches
+from pytest_nvrx_qual.runs import Scenario, explain
+from fixtures.launching import launches
 from harness.report import verify
 from harness.judge.criteria import CHECK_IDS, FAIL, LAUNCHER_IDENTITY, LOOP_STOPPED, LOSS_CONTINUITY, NOT_APPLICABLE
 from harness.judge.criteria import OPTIMIZER_STATE, PASS, STATE_EQUIVALENCE

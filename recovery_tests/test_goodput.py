@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.runs import launches
+from fixtures.launching import launches
 
 from harness.judge import criteria, goodput
 from harness.read.history import read_run
@@ -289,7 +289,7 @@ def test_a_crash_in_the_pricing_is_no_verdict(tmp_path: Path, monkeypatch):
 
 
 def _real_kill(nvrx_target):
-    from fixtures.runs import Scenario as Launched
+    from pytest_nvrx_qual.runs import Scenario as Launched
 
     return Launched("kill", nvrx_target, baseline=Launched("none", nvrx_target))
 

@@ -2,7 +2,9 @@
 
 - the command layer `harness.cli` is imported by nobody outside it (no library -> CLI and
   no fixtures -> CLI arrow);
-- the module import graph of harness/ and fixtures/ has no cycle (every import counts, also
+- the installed packages (harness/, the pytest plugin pytest_nvrx_qual/) import nothing of the
+  checkout's fixtures/, which is not installed;
+- the module import graph of harness/, pytest_nvrx_qual/ and fixtures/ has no cycle (every import counts, also
   one inside a function: a lazy import hides a circle, it does not remove it; and one under
   `if TYPE_CHECKING:`: it never runs, but a type named in a lower module's annotations ties
   that module to the higher one all the same — verdict's `picture: TimelinePicture` once
@@ -24,7 +26,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("harness", "fixtures")
+PACKAGES = ("harness", "pytest_nvrx_qual", "fixtures")
+# What pyproject.toml installs; fixtures/ (the suite's scaffolding) stays in the checkout.
+DISTRIBUTED = ("harness", "pytest_nvrx_qual")
 CLI = "harness.cli"
 
 # Separate programs: their own process, their own command line and exit status.
@@ -200,6 +204,24 @@ def cli_importers(root: Path = ROOT) -> list[str]:
 
 def test_nothing_outside_the_command_layer_imports_it():
     assert cli_importers() == []
+
+
+def suite_importers(root: Path = ROOT) -> list[str]:
+    """Every import of a module of fixtures/ by a module that pyproject.toml installs."""
+    return sorted(f"{m} -> {t}" for m, targets in graph(root).items() if m.split(".")[0] in DISTRIBUTED
+                  for t in targets if t.split(".")[0] not in DISTRIBUTED)
+
+
+def test_the_installed_packages_import_nothing_of_the_checkouts_fixtures():
+    assert suite_importers() == []
+
+
+def test_the_suite_import_finder_sees_the_plugin_importing_fixtures(tmp_path):
+    (tmp_path / "pytest_nvrx_qual").mkdir()
+    (tmp_path / "fixtures").mkdir()
+    (tmp_path / "pytest_nvrx_qual" / "__init__.py").write_text("def f():\n    from fixtures import budget\n")
+    (tmp_path / "fixtures" / "budget.py").write_text("X = 1\n")
+    assert suite_importers(tmp_path) == ["pytest_nvrx_qual -> fixtures.budget"]
 
 
 def test_the_import_graph_has_no_cycle():

@@ -425,7 +425,7 @@ GPU_TIER_MODULES = (
     "nvidia_resiliency_ext.fault_tolerance.launcher", "nvidia_resiliency_ext.checkpointing.async_ckpt.core",
     "megatron.training", "megatron.training.training", "megatron.training.ft_integration",
     "megatron.core.models.gpt", "megatron.core.datasets.gpt_dataset", "harness.cli", "harness.nemesis",
-    "fixtures.plugin",
+    "pytest_nvrx_qual.runs", "fixtures.plugin",
 )
 
 

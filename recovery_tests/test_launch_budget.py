@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from fixtures import budget, launching, pool
-from fixtures.runs import Scenario
+from pytest_nvrx_qual import runs
+from pytest_nvrx_qual.runs import Scenario
 from harness.launch import job as launch
 from harness.machine.nvrx import NvrxTarget
 from harness.plan.commands import Command, Plan
@@ -221,7 +222,9 @@ import time
 
 import pytest
 
-from fixtures.runs import Scenario, launches
+from pytest_nvrx_qual import runs
+from pytest_nvrx_qual.runs import Scenario
+from fixtures.launching import launches
 from harness.machine.nvrx import NvrxTarget, installed_version
 
 TARGET = NvrxTarget(installed_version())
@@ -302,7 +305,6 @@ def _prefetched(pytester, monkeypatch, *args: str, pairs: bool = False):
     pytester.makeini("[pytest]\nnvrx_qual_declared_launches = true\n")
     notes = pytester.path / "notes.jsonl"
     monkeypatch.setenv("NOTES", str(notes))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--work-dir", str(pytester.path / "work"),
                                            *args, timeout=300)
     return result, [json.loads(line) for line in notes.read_text().splitlines()]
@@ -398,9 +400,9 @@ def test_the_prefetcher_starts_a_baseline_first_and_never_twice(tmp_path):
 
 
 def test_the_load_factor_scales_with_the_load_per_core_only_above_one():
-    assert pool.load_factor(cpus=2, load=1.0) == 1.0
-    assert pool.load_factor(cpus=2, load=5.0) == 2.5
-    assert pool.load_factor(cpus=2, load=40.0) == pool.MAX_LOAD_FACTOR
+    assert runs.load_factor(cpus=2, load=1.0) == 1.0
+    assert runs.load_factor(cpus=2, load=5.0) == 2.5
+    assert runs.load_factor(cpus=2, load=40.0) == runs.MAX_LOAD_FACTOR
 
 
 def test_the_fuzz_sample_is_the_same_everywhere_and_about_one_in_four():
@@ -429,7 +431,7 @@ def test_quick():
 def test_a_declared_builder_naming_an_unknown_fixture_is_a_usage_error(pytester):
     pytester.makeconftest('pytest_plugins = ["fixtures.plugin"]\n')
     pytester.makepyfile(test_bad='''
-from fixtures.runs import launches
+from fixtures.launching import launches
 
 
 @launches(lambda no_such_fixture: None)
@@ -481,7 +483,9 @@ import json
 import os
 import time
 
-from fixtures.runs import Scenario, launches
+from pytest_nvrx_qual import runs
+from pytest_nvrx_qual.runs import Scenario
+from fixtures.launching import launches
 from harness.machine.nvrx import NvrxTarget, installed_version
 
 LONG = Scenario("kill", NvrxTarget(installed_version()), name="long", knobs=(("baseline", "none"),))
@@ -510,7 +514,6 @@ def test_a_session_that_ends_early_stops_its_background_launches(pytester, monke
     pytester.makepyfile(test_ends_early=ENDS_EARLY)
     notes = pytester.path / "notes.jsonl"
     monkeypatch.setenv("NOTES", str(notes))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
     started = time.monotonic()
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-x", "--work-dir", str(pytester.path / "work"),
                                            timeout=300)
@@ -561,7 +564,9 @@ def test_the_running_test_gets_the_next_slot_before_a_background_launch(tmp_path
 TWO_MODULES = '''
 import pytest
 
-from fixtures.runs import Scenario, launches
+from pytest_nvrx_qual import runs
+from pytest_nvrx_qual.runs import Scenario
+from fixtures.launching import launches
 from harness.machine.nvrx import NvrxTarget, installed_version
 
 TARGET = NvrxTarget(installed_version())
@@ -586,7 +591,6 @@ def test_on_two_xdist_workers_the_slots_bound_the_launches_of_both(pytester, mon
     pytester.makepyfile(test_m1="NAME = 'kill-m1'\n" + TWO_MODULES, test_m2="NAME = 'kill-m2'\n" + TWO_MODULES)
     notes = pytester.path / "notes.jsonl"
     monkeypatch.setenv("NOTES", str(notes))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",

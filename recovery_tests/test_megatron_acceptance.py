@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.runs import SPEC_ENV_NAMES
+from pytest_nvrx_qual.runs import SPEC_ENV_NAMES
 from harness.plan import resolve
 from harness.plan import commands as planmod
 

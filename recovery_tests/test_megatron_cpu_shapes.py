@@ -12,7 +12,7 @@ launch budget); here they are planned away (--baseline none).
   load line, yet Adam's step counter is reset (docs/megatron-cpu.md, "What it found"): the
   suite must catch it (NOT QUALIFIED: optimizer_state, read from the checkpoints, fails).
 
-Each scenario launches once per session (fixtures/runs.py) and every criterion is its own test
+Each scenario launches once per session (pytest_nvrx_qual/runs.py) and every criterion is its own test
 id. The workload's 12 iterations, a checkpoint every 4 (the fewest Megatron's learning-rate
 schedule allows: TRAIN_ITERS must exceed the warmup of 10): the fault after checkpoint 4, the
 replacement loads it and commits checkpoints 8 and 12."""
@@ -23,7 +23,8 @@ import re
 
 import pytest
 
-from fixtures.runs import Scenario, explain, launches
+from pytest_nvrx_qual.runs import Scenario, explain
+from fixtures.launching import launches
 from harness.judge.criteria import CHECK_IDS, FAIL, LOSS_CONTINUITY, OPTIMIZER_STATE, PASS
 from harness.judge.criteria import STATE_EQUIVALENCE
 from recovery_tests.test_recovery_megatron_cpu import megatron_cpu  # noqa: F401  (the fixture)

@@ -195,7 +195,8 @@ def test_several_launchers_report_the_worst_status_a_signal_as_srun_does():
 
 # ---------------------------------------------------------------- for real: N+1 launchers on this machine
 
-from fixtures.runs import Scenario, launches  # noqa: E402
+from pytest_nvrx_qual.runs import Scenario  # noqa: E402
+from fixtures.launching import launches  # noqa: E402
 
 
 def local_node_loss(target, **knobs) -> Scenario:

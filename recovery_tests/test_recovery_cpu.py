@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.runs import Scenario, explain, launches
+from pytest_nvrx_qual.runs import Scenario, explain
+from fixtures.launching import launches
 from harness.judge.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
 from harness.judge.criteria import LAUNCHER_IDENTITY, LOSS_CONTINUITY, STATE_EQUIVALENCE
 

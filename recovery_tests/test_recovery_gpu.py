@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from fixtures.runs import Scenario, explain
+from pytest_nvrx_qual.runs import Scenario, explain
 from harness.machine import slurm
 from harness.judge.criteria import CRITERIA_IDS, NOT_APPLICABLE, PASS
 from harness.machine.nvrx import NvrxTarget, installed_version

@@ -16,7 +16,8 @@ from __future__ import annotations
 import pytest
 
 from fixtures.launchers import megatron_cpu_target
-from fixtures.runs import Scenario, explain, launches
+from pytest_nvrx_qual.runs import Scenario, explain
+from fixtures.launching import launches
 from harness.judge.criteria import LOSS_CONTINUITY, STATE_EQUIVALENCE
 from harness.judge.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
 from harness.machine.nvrx import NvrxTarget

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.runs import Scenario, ScenarioRunner
+from pytest_nvrx_qual.runs import Scenario, ScenarioRunner
 from harness.launch import job as launch
 from harness.vocab.layout import TRACKER_NAME as TRACKER
 from harness.machine.nvrx import NvrxTarget

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.processes import run_in_session
-from fixtures.runs import SPEC_ENV_NAMES
+from pytest_nvrx_qual.runs import SPEC_ENV_NAMES
 from harness.machine import discovery
 from harness.plan.resolve import resolve_spec
 from harness.plan.spec import SpecError

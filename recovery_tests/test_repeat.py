@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.runs import launches
+from fixtures.launching import launches
 
 from harness import cli
 from harness.machine import ports
@@ -249,7 +249,7 @@ def test_cli_repeat_1_is_a_plain_run(tmp_path, monkeypatch):
 
 
 def _default_baseline(one_launcher):
-    from fixtures.runs import Scenario
+    from pytest_nvrx_qual.runs import Scenario
 
     return Scenario("none", one_launcher)  # the reference workload's defaults, as `nvrx-qual run` plans them
 

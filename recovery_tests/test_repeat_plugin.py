@@ -28,7 +28,7 @@ pytest_plugins = ["fixtures.plugin"]
 
 @pytest.fixture(autouse=True)
 def synthetic_launch(monkeypatch, work_dir):
-    """What fixtures/runs.py calls to launch: builds the run directory instead, and notes
+    """What pytest_nvrx_qual/runs.py calls to launch: builds the run directory instead, and notes
     which baseline each run was compared with."""
     def execute(plan, *, deadline_s=None, fail_fast=True, out=None, base_env=None, baseline=None):
         root = plan.layout.root
@@ -45,7 +45,7 @@ def synthetic_launch(monkeypatch, work_dir):
 TESTS = '''
 import pytest
 
-from fixtures.runs import Scenario
+from pytest_nvrx_qual.runs import Scenario
 from harness.machine.nvrx import NvrxTarget, installed_version
 
 TARGET = NvrxTarget(installed_version())
@@ -158,7 +158,7 @@ def test_repeat_0_is_a_usage_error(inner):
 
 
 NEGATIVE_TESTS = '''
-from fixtures.runs import Scenario
+from pytest_nvrx_qual.runs import Scenario
 from harness.machine.nvrx import NvrxTarget, installed_version
 
 TARGET = NvrxTarget(installed_version())

@@ -1,6 +1,6 @@
 """Deadlines of launched scenarios: the launch's own deadline and the pytest-timeout derived
 from the ft_launcher deadlines (harness.launch.runner), a timed-out scenario reported once and never
-relaunched (fixtures/runs.py), and the gpu-tier options --deadline-profile / --workload-args
+relaunched (pytest_nvrx_qual/runs.py), and the gpu-tier options --deadline-profile / --workload-args
 (fixtures/plugin.py), the latter in inner pytest sessions."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def pytest_collection_finish(session):
 STUCK = '''
 import pytest
 
-from fixtures.runs import Scenario
+from pytest_nvrx_qual.runs import Scenario
 from harness.machine.nvrx import NvrxTarget, installed_version
 
 HANG = Scenario("hang", NvrxTarget(installed_version()), name="stuck", knobs=(("baseline", "none"),))

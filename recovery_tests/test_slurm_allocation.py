@@ -15,7 +15,7 @@ import sys
 import psutil
 import pytest
 
-from fixtures.runs import Scenario
+from pytest_nvrx_qual.runs import Scenario
 from recovery_tests.test_recovery_megatron_cpu import megatron_cpu  # noqa: F401  (the fixture)
 from harness.machine import slurm
 from harness.judge.criteria import FAIL, PASS

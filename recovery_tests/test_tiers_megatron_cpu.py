@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.runs import Scenario, explain, launches
+from pytest_nvrx_qual.runs import Scenario, explain
+from fixtures.launching import launches
 from harness.vocab import events as ev
 from harness.vocab import tiers
 from harness.judge.criteria import CHECK_IDS

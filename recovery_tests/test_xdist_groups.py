@@ -43,7 +43,7 @@ def test_unit(i):
 SCENARIO_MODULE = '''
 import pytest
 
-from fixtures.runs import Scenario
+from pytest_nvrx_qual.runs import Scenario
 from harness.machine.nvrx import NvrxTarget, installed_version
 
 KILL = Scenario("kill", NvrxTarget(installed_version()))

@@ -158,18 +158,34 @@ def side_by_side(roots: tuple[Path, ...] | None = None) -> list[tuple[str, Path]
     return [(version, directory) for directory, version in found.items()]
 
 
+def installed(roots: tuple[Path, ...] | None = None, extra: tuple[Path, ...] = ()) -> list[NvrxTarget]:
+    """Every NVRx launcher this machine has, one per version, oldest first: the one pip installed,
+    the side-by-side installs of side_by_side(roots) (the working directory's and this checkout's
+    `.nvrx/*`), then the NVRx installs in `extra` (directories the caller names; one that holds
+    none is passed over). A version found twice is the first found: pip's wins a tie. The last
+    is what `newest` picks, so the pytest plugin's launchers are the command line's."""
+    found: list[NvrxTarget] = []
+    pip = installed_version(None)
+    if pip is not None:
+        found.append(NvrxTarget(pip, None))
+    found += [NvrxTarget(v, p) for v, p in side_by_side(roots)]
+    for directory in extra:
+        version = version_in(directory)
+        if version is not None:
+            found.append(NvrxTarget(version, directory.resolve()))
+    one: dict[str, tuple[int, NvrxTarget]] = {}
+    for order, target in enumerate(found):
+        one.setdefault(target.version, (order, target))
+    # newest first among equals: max() below takes the first of the highest version, pip's first
+    ranked = sorted(one.values(), key=lambda o: (_sortable(o[1].version), -o[0]))
+    return [target for _order, target in ranked]
+
+
 def newest(roots: tuple[Path, ...] | None = None) -> NvrxTarget | None:
     """The newest NVRx this machine has: the one pip installed, or a side-by-side install
     (`.nvrx/VERSION`); pip's wins a tie. None when there is none."""
-    candidates: list[tuple[tuple[int, int, int], int, str, Path | None]] = []
-    pip = installed_version(None)
-    if pip is not None:
-        candidates.append((_sortable(pip), 1, pip, None))
-    candidates += [(_sortable(v), 0, v, p) for v, p in side_by_side(roots)]
-    if not candidates:
-        return None
-    _, _, version, path = max(candidates, key=lambda c: (c[0], c[1]))
-    return NvrxTarget(version=version, path=path)
+    found = installed(roots)
+    return found[-1] if found else None
 
 
 def _sortable(version: str) -> tuple[int, int, int]:
