@@ -220,6 +220,11 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def flags() -> frozenset[str]:
+    """Every flag the entrypoint reads (the workload refuses others before launch)."""
+    return frozenset(o for action in parser()._actions for o in action.option_strings if o.startswith("--"))
+
+
 def parse(argv: Sequence[str]) -> tuple[TinyGpt, list[str]]:
     """The run's settings and a note per accepted flag that Bridge has no setting for.
     An unknown flag is an argparse error (exit 2): a flag silently dropped would be a lie."""
