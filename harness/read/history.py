@@ -467,8 +467,8 @@ RULES: tuple[LineRule, ...] = (
     # a traceback that starts its line, torch elastic's summary field, or one a WARNING/ERROR record quotes; not one
     # an INFO/DEBUG message quotes (Megatron-Bridge's safe_import_from logs the handled ImportError of an optional
     # import so at every start: "Import of X from Y failed with: Traceback ...")
-    _rule("Traceback (most recent call last):", r"^(?:\s*(?:traceback\s*:\s*)?|.*\b(?:WARNING|ERROR|CRITICAL|FATAL)\b.*)"
-          r"Traceback \(most recent call last\):\s*$", ev.TracebackStarted),
+    _rule("Traceback (most recent call last):", r"^(?:\s*(?:traceback\s*:\s*)?|.*\b(?:WARNING|ERROR|CRITICAL|FATAL)\b"
+          r".*)Traceback \(most recent call last\):\s*$", ev.TracebackStarted),
     _rule("NCCL", r"Watchdog caught|watchdog thread terminated|communicator was aborted|nccl\w+Error|NCCL error|"
           r"DistBackendError|Some NCCL operations|NCCL WARN", ev.CollectiveFailed, _collective,
           alternatives=("nccl", "DistBackendError")),

@@ -117,7 +117,8 @@ class MegatronBridge(megatron_cpu.MegatronCpu):
         return extra_arg_problems(extra)
 
     def problems(self, spec: "SpecView") -> list[str]:
-        problems = megatron.shape_problems(spec) + megatron_cpu.install_problems(spec, checkout=False) + install_problems(spec)
+        problems = (megatron.shape_problems(spec) + megatron_cpu.install_problems(spec, checkout=False)
+                    + install_problems(spec))
         if spec.megatron_path is not None:
             problems.append(f"{spec.say('megatron_path')}: the megatron-bridge workload runs Megatron-Bridge's own "
                             "pretrain (harness/workloads/entrypoints/pretrain_bridge_cpu.py), not a checkout's "
@@ -141,9 +142,9 @@ class MegatronBridge(megatron_cpu.MegatronCpu):
     def notes(self, spec: "SpecView") -> list[str]:
         version = bridge_version(spec)
         core = megatron.megatron_version(spec.megatron_cpu_dir)
-        return [f"{NAME}: Megatron-Bridge {version or '(version unknown)'}'s own pretrain and GPT step on megatron-core "
-                f"{core or '(version unknown)'}, on CPU (gloo) with the CUDA->CPU shim in the workers only; the recipe "
-                "is a tiny GPT written from the command line below (harness/workloads/bridge_pretrain.py)",
+        return [f"{NAME}: Megatron-Bridge {version or '(version unknown)'}'s own pretrain and GPT step on "
+                f"megatron-core {core or '(version unknown)'}, on CPU (gloo) with the CUDA->CPU shim in the workers "
+                "only; the recipe is a tiny GPT written from the command line below (harness/workloads/bridge_pretrain.py)",
                 *megatron.fallback_notes(spec)]
 
     def software_version(self, spec: "SpecView") -> str | None:
