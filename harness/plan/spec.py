@@ -685,8 +685,8 @@ def shown_value(value: object) -> str:
 # each (a knob can also name its group itself: Knob.group). The command layer adds its own
 # options to these groups by title (run's --repeat and --deadline, sbatch's Slurm options).
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
-    "what to run": ("workload", "megatron_path", "megatron_cpu_dir", "megatron_bridge_dir", "nvrx_path", "nvrx_version", "python", "uv",
-                    "train_iters", "save_interval", "num_layers", "hidden_size", "num_attention_heads",
+    "what to run": ("workload", "megatron_path", "megatron_cpu_dir", "megatron_bridge_dir", "nvrx_path", "nvrx_version",
+                    "python", "uv", "train_iters", "save_interval", "num_layers", "hidden_size", "num_attention_heads",
                     "seq_length", "vocab_size", "micro_batch_size", "global_batch_size", "distributed_optimizer",
                     "transformer_engine", "apex", "step_time_ms", "save_delay_ms", "checkpoint_dir", "dry_run"),
     "faults": ("fault", "fault_at", "fault_after", "fault_rank", "faults", "seed", "fault_kinds", "max_restarts", "max_no_progress_cycles", "poll_interval",
