@@ -316,8 +316,12 @@ def test_a_stop_signal_reaches_the_job_and_its_status_is_bootstraps(tmp_path, ho
     import signal
     import subprocess
 
+    # as a terminal starts it: SIGINT at its default. A test run whose own SIGINT is ignored (started
+    # as a background job of a script, as `cmd &` does) would hand bootstrap an ignored SIGINT,
+    # which bash can then neither trap nor reset for its job: Ctrl-C could not be tested at all.
     proc = subprocess.Popen([str(BOOTSTRAP)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env={**os.environ, **_job_stand_in(tmp_path)})
+                            start_new_session=True, env={**os.environ, **_job_stand_in(tmp_path)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         lines = _until_started(proc)
         if how == "TERM to bootstrap alone":
