@@ -287,3 +287,51 @@ def test_the_campaign_fails_when_an_earlier_fault_fails_though_the_last_recovere
     assert [e.status for e in v.episodes] == ["fail", "pass"]
     assert not v.qualified and v.criterion("pre_fault_checkpoint").status == "fail"
     assert "fault_injected.json" in " ".join(v.criterion("pre_fault_checkpoint").evidence)
+
+
+# ---------------------------------------------------------------- a campaign of several kinds, judged episode by episode
+
+
+def _relabel_marker(run_dir: Path, index: int, **fields: object) -> None:
+    """Marker `index` rewritten as another fault's (its kind, its moment, what it damaged)."""
+    from harness.vocab.layout import marker_name
+
+    path = run_dir / marker_name(index)
+    record = json.loads(path.read_text())
+    record.update(fields)
+    path.write_text(json.dumps(record))
+
+
+def test_each_episode_kind_decides_which_checks_concern_it(tmp_path: Path) -> None:
+    """kill, then disk-full while the save of 20 was in flight: disk_full_handled is judged, for
+    fault 2 alone (its marker is the evidence), and passes (the replacement resumed from 15); the
+    kill's episode is judged as a kill. A run-level kind ('campaign') once left it out."""
+    run_dir = rundirs.build(tmp_path / "run", TWO).run_dir
+    _as_campaign(run_dir, "kill@1:after-commit,disk-full@1:in-save")
+    _relabel_marker(run_dir, 2, fault="disk-full", signal=None, fault_at="in-save", iteration=20, committed_iteration=15)
+    v = verify.verify_run(run_dir, picture=False)
+    assert [(e.number, e.fault, e.fault_at) for e in v.episodes] == [(1, "kill", "after-commit"), (2, "disk-full", "in-save")]
+    full = v.criterion("disk_full_handled")
+    assert full.status == "pass" and "the save of iteration 20 met the full filesystem" in full.detail, full.detail
+    assert "replacement cycle 2 loaded checkpoint 15" in full.detail and "fault_injected.2.json" in full.evidence[0]
+    assert v.qualified, [(c.id, c.status, c.detail) for c in v.criteria]
+
+
+def test_a_poisoning_episode_is_judged_as_a_restart_loop_and_the_others_as_recoveries(tmp_path: Path) -> None:
+    """kill, then poison (checkpoint 15 truncated): fault 1's reload is judged and passes, fault 2's
+    is not applicable (its checkpoint was damaged on purpose), and loop_stopped judges fault 2's
+    checkpoint: the replacement loaded it and trained on, so the damage went unnoticed and the
+    campaign is NOT QUALIFIED. With the kinds held at run level it qualified."""
+    run_dir = rundirs.build(tmp_path / "run", TWO).run_dir
+    _as_campaign(run_dir, "kill@1:after-commit,poison@1:after-commit")
+    _relabel_marker(run_dir, 2, fault="poison", poisoned=str(run_dir / "checkpoints" / "iter_0000015" / "__1_0.distcp"))
+    v = verify.verify_run(run_dir, picture=False)
+    first, second = ({c.id: c for c in e.criteria} for e in v.episodes)
+    assert first["optimizer_reload"].status == "pass", first["optimizer_reload"].detail
+    assert second["optimizer_reload"].status == "not_applicable"
+    assert second["optimizer_reload"].detail.startswith("The poison fault truncated a file of checkpoint 15 on purpose")
+    loop = v.criterion("loop_stopped")
+    assert loop.status == "fail" and "the damaged checkpoint 15: the truncated file went unnoticed" in loop.detail, loop.detail
+    assert "fault_injected.2.json" in loop.evidence[0]
+    assert v.criterion("clean_finish").status == "not_applicable"  # the loop ends the job: loop_stopped's to judge
+    assert not v.qualified

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.judge.criteria import FAIL, LOSS_CONTINUITY as CRITERION_ID, NOT_APPLICABLE, PASS, LossComparison, compare_losses
+from harness.judge.sentences import render
 from harness.read.history import read_run
 
 
@@ -17,13 +18,13 @@ def iteration_losses(run: Path):
 
 
 def check_loss_continuity(run: Path, baseline: Path | None, fault: str, restored: int | None, train_iters: int | None):
-    """The pure checker on the losses of the two reads."""
+    """The pure checker on the losses of the two reads, its sentence rendered."""
     losses = None
     if baseline is not None:
         read = restored is not None and fault != "none"  # else the checker needs no loss at all
         losses = LossComparison(iteration_losses(run) if read else {}, iteration_losses(baseline) if read else {},
                                 str(baseline))
-    return compare_losses(losses, fault, restored, train_iters)
+    return render(compare_losses(losses, fault, restored, train_iters))
 
 ITER = (" [2026-11-29 18:45:14.453065] iteration {it:8d}/{total:8d} | consumed samples: {cs:12d} | "
         "elapsed time per iteration (ms): 101.0 | learning rate: 1.000000E-03 | global batch size:     2 | "

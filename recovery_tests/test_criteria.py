@@ -9,9 +9,10 @@ import re
 
 import pytest
 
-from harness.judge import criteria
+from harness.judge import criteria, five_criteria
 from harness.vocab import events as ev
 from harness.judge.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, PASS, UNKNOWN, analyze, evaluate
+from harness.judge.sentences import render
 from harness.read.history import read_history
 from harness.report.verify import verify_run, verify_timeline
 from recovery_tests import rundirs
@@ -203,7 +204,7 @@ def test_a_crashing_checker_is_unknown_and_disqualifies(tmp_path):
     def boom(_j):
         raise KeyError("iteration")
 
-    result = criteria.check_safe("later_checkpoint", boom, criteria.Judging(tl, a, a.closing))
+    result = render(criteria.check_safe("later_checkpoint", boom, criteria.Judging(tl, a, a.closing)))
     assert (result.status, result.detail) == (UNKNOWN, "The checker failed: KeyError: 'iteration'")
     results = (*evaluate(tl, a)[:3], result, *evaluate(tl, a)[4:])
     assert not criteria.qualified(results)
@@ -257,7 +258,7 @@ def test_which_timeout_names_the_injected_rank(timeout, injected, names):
     t = ev.RankTimeout(src=src, kind="section", section="step", elapsed=14.0, timeout=10.0, **timeout)
     inj = ev.Injection(src=src, fault="hang", signal="SIGSTOP", cycle=0, iteration=10, baseline_iteration=0, pid=1,
                        **injected)
-    assert criteria._names_injected_rank(t, inj) is names
+    assert five_criteria._names_injected_rank(t, inj) is names
 
 
 def test_plain_optimizer_reload_is_evidenced_by_its_scheduler_lines(tmp_path):

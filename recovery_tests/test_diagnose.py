@@ -26,6 +26,7 @@ from harness.cli import diagnose as cmd_diagnose
 from harness.report.diagnosis import render_markdown
 from harness.judge.triage import Triage, diagnose
 from harness.judge.triage import scan
+from harness.read import history
 
 DATA = Path(__file__).parent / "data" / "samples"  # real NVRx launcher output (see its README.md)
 MEGATRON = "/workspace/Megatron-LM"
@@ -901,12 +902,13 @@ def test_logs_are_read_in_chunks_not_a_system_call_per_byte(tmp_path: Path) -> N
 
 
 def test_a_log_that_grows_while_read_is_read_up_to_its_size_at_opening(tmp_path: Path, monkeypatch) -> None:
-    """A writer that appends a line for each line read cannot keep the scan reading (issue 24, 3c)."""
+    """A writer that appends a line for each line read cannot keep the scan reading (issue 24, 3c):
+    history's line stream, which triage folds over, reads up to the size at opening."""
     lines = [f"[rank0]: step {i}" for i in range(200)]
     path = write(tmp_path, "logs/job.err", lines + prefixed("[rank1]: ", tb_lines(OOM_BACKWARD_FRAMES, oom_message(1))))
     total = len(path.read_text().splitlines())
     seen = 0
-    real = scan._clean
+    real = history._clean
 
     def clean_and_grow(chunk: bytes) -> str:
         nonlocal seen
@@ -917,7 +919,7 @@ def test_a_log_that_grows_while_read_is_read_up_to_its_size_at_opening(tmp_path:
             fh.write(b"[rank0]: appended while the scan reads\n")
         return real(chunk)
 
-    monkeypatch.setattr(scan, "_clean", clean_and_grow)
+    monkeypatch.setattr(history, "_clean", clean_and_grow)
     t = diagnose(tmp_path)
     assert seen == total
     assert (t.category, t.rank) == ("oom", 1)

@@ -223,7 +223,7 @@ CYCLE_LINES = [
 def test_history_and_diagnose_read_the_same_rank_and_time_from_each_line(tmp_path: Path) -> None:
     """verify (history) and diagnose must order one run alike: the same line is the same
     rank at the same UTC time for both."""
-    from harness.judge.triage import scan
+    from harness.read.history import LineStream  # the lines triage folds over
 
     rel = "logs/train_cycle0.log"
     _touch(tmp_path / rel, "\n".join(CYCLE_LINES) + "\n")
@@ -234,14 +234,12 @@ def test_history_and_diagnose_read_the_same_rank_and_time_from_each_line(tmp_pat
             for e in timeline.events if e.src.path == rel}
     assert sorted(seen) == [1, 2, 3, 4, 5]
 
-    scanner = scan._Scanner(tmp_path, scan._Context(3600))
-    scanner._clock = d.LogClock()
-    for lineno, raw in enumerate(CYCLE_LINES, start=1):
-        line = d.read_line(rel, lineno, raw, labels_are_ranks=True)
-        scanner._date(line)
-        when = line.time
-        got = (line.rank, when)
-        want = seen[lineno]
+    read = list(LineStream(tmp_path / rel, rel, utc_offset_s=3600))
+    assert [r.line.lineno for r in read] == [1, 2, 3, 4, 5]
+    for r in read:
+        line = r.line
+        got = (line.rank, line.time)
+        want = seen[line.lineno]
         assert got[0] == want[0], (raw, got, want)
         assert (got[1] is None) == (want[1] is None) and (got[1] is None or got[1] == pytest.approx(want[1])), (raw, got, want)
     assert seen[3] == (3, pytest.approx(utc(2026, 11, 29, 16, 0, 3)))

@@ -66,7 +66,7 @@ def test_an_unfinished_run_fails_clean_finish_but_not_finally(tmp_path):
 def test_the_watcher_stops_on_what_the_criteria_mark_final_and_nothing_else(tmp_path, monkeypatch):
     tl, a, _ = _results(tmp_path, Scenario(**BASE))
     fake = [CriterionResult("later_checkpoint", FAIL, "not final"), CriterionResult("x", FAIL, "it is over", final=True)]
-    monkeypatch.setattr(watch, "evaluate", lambda _tl, _a: tuple(fake))
+    monkeypatch.setattr(watch, "judge", lambda _tl, _a: criteria.Judgement(tuple(fake)))
     assert watch.certain_failure(tl, a) == "x cannot pass: it is over"
     fake.pop()
     assert watch.certain_failure(tl, a) is None

@@ -9,7 +9,7 @@ import pytest
 
 from fixtures.runs import Scenario, explain, launches
 from harness.judge.criteria import CHECK_IDS, FAIL, NOT_APPLICABLE, OPTIMIZER_STATE, PASS
-from harness.judge.criteria import LOSS_CONTINUITY, STATE_EQUIVALENCE
+from harness.judge.criteria import LAUNCHER_IDENTITY, LOSS_CONTINUITY, STATE_EQUIVALENCE
 
 pytestmark = pytest.mark.e2e
 
@@ -88,7 +88,7 @@ def test_no_load_optim_is_caught(one_launcher, scenarios):
     statuses = {c.id: c.status for c in outcome.verdict.criteria}
     assert statuses == {"pre_fault_checkpoint": PASS, "replacement_cycle": PASS, "optimizer_reload": FAIL,
                         "later_checkpoint": PASS, "clean_finish": PASS, OPTIMIZER_STATE: FAIL,
-                        LOSS_CONTINUITY: FAIL, STATE_EQUIVALENCE: FAIL}, outcome.run_dir
+                        LOSS_CONTINUITY: FAIL, STATE_EQUIVALENCE: FAIL, LAUNCHER_IDENTITY: PASS}, outcome.run_dir
     assert "--no-load-optim" in outcome.verdict.criterion("optimizer_reload").detail
     assert not outcome.verdict.qualified
 

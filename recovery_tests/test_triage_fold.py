@@ -1,8 +1,9 @@
-"""Triage is a fold over history's event stream (issue 26): one line model (dialect.LogLine),
-one time model (dialect.LogClock), one cycle rule (history.cycle_opened) and one rule table
-(history.RULES) for every one-line kind it reads. Read from the sources with `ast` (like
-test_one_reader.py), these tests fail when triage grows a line record, a stamp reader or a
-one-line pattern of its own again; the behaviour tests pin the time model both readers share.
+"""Triage is a fold over history's event stream (issues 26 and 33): one line model
+(dialect.LogLine), one time model (dialect.LogClock), one cycle rule (history.cycle_opened), one
+rule table (history.RULES) and one line loop (history.LineStream, history.read_error_file) for
+every line it reads. Read from the sources with `ast` (like test_one_reader.py), these tests fail
+when triage grows a line record, a stamp reader, a one-line pattern, a loop over a file's lines
+or a cycle rule of its own again; the behaviour tests pin the time model both readers share.
 """
 
 from __future__ import annotations
@@ -60,6 +61,64 @@ def test_triage_reads_no_stamp_itself() -> None:
                 found.append(f"{rel}:{node.lineno}: def {node.name}")
     assert not found, f"triage reads stamps itself: {found}"
     assert not hasattr(d, "glog_year"), "a second year rule for glog stamps beside LogClock"
+
+
+# What reads a file's lines, dates them, numbers their cycles or matches them against the rule
+# table: history's alone (harness.read.history.LineStream and read_error_file); triage folds over
+# what they yield and reassembles only the multi-line blocks (tracebacks, torch elastic's summary).
+LINE_READERS = {
+    "open": "opens a file", "open_log": "opens a log", "readline": "reads lines", "readlines": "reads lines",
+    "splitlines": "splits text into lines", "read_text": "reads a file", "read_bytes": "reads a file",
+    "read_line": "builds a LogLine of its own", "LogLine": "builds a LogLine of its own",
+    "cycle_opened": "numbers cycles itself", "cycle_of_name": "numbers cycles itself",
+    "attempt_of_path": "numbers cycles itself", "file_identity": "numbers cycles itself",
+    "LogParser": "drives history's parser itself", "match_rule": "matches the rule table itself",
+    "diagnostic_matches": "matches the rule table itself", "events_of": "makes events itself",
+    "LAUNCHER_KEYWORDS": "screens lines itself", "LogClock": "dates lines itself", "maybe_stamped": "dates lines itself",
+}
+
+
+def line_loops(rel: str, tree: ast.AST) -> list[str]:
+    """Where a module reads, numbers or matches lines itself: a call, or a name it imports or
+    uses, of LINE_READERS (LogLine as a type annotation is the line model, and allowed)."""
+    found = []
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in LINE_READERS:
+                found.append(f"{rel}:{node.lineno}: {name}(...) {LINE_READERS[name]}")
+        elif isinstance(node, ast.ImportFrom):
+            found += [f"{rel}:{node.lineno}: imports {a.name}: {LINE_READERS[a.name]}" for a in node.names
+                      if a.name in LINE_READERS and a.name != "LogLine"]
+        elif isinstance(node, ast.Attribute) and node.attr in LINE_READERS and node.attr != "LogLine" \
+                and id(node) not in called:
+            found.append(f"{rel}:{node.lineno}: .{node.attr} {LINE_READERS[node.attr]}")
+    return sorted(set(found))
+
+
+def test_triage_keeps_no_line_loop_or_cycle_rule_of_its_own() -> None:
+    """The lines triage folds are history's: read, capped, cleaned, dated, given their cycle and
+    their events by history.LineStream (error.json's by history.read_error_file)."""
+    found = [f for rel, tree in _trees().items() for f in line_loops(rel, tree)]
+    assert not found, f"triage reads or numbers lines itself (fold over history.LineStream): {found}"
+    imported = {a.name for tree in _trees().values() for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.module == "harness.read.history" for a in node.names}
+    assert {"LineStream", "read_error_file"} <= imported, imported
+
+
+def test_the_rule_sees_a_second_line_loop() -> None:
+    tree = ast.parse("from harness.read.history import cycle_opened\n"
+                     "def scan(path):\n"
+                     "    cycle = None\n"
+                     "    for lineno, raw in enumerate(path.read_text().splitlines(), 1):\n"
+                     "        for e in parser.events_of(rule, m, raw, src, None):\n"
+                     "            cycle = cycle_opened(e) or cycle\n")
+    assert {f.split(": ", 1)[1] for f in line_loops("x.py", tree)} == {
+        "cycle_opened(...) numbers cycles itself", "events_of(...) makes events itself",
+        "imports cycle_opened: numbers cycles itself", "read_text(...) reads a file",
+        "splitlines(...) splits text into lines"}
 
 
 def _triage_patterns() -> list[tuple[str, str]]:

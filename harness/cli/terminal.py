@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from harness.report import stats
 from harness.judge.criteria import headline
+from harness.vocab.faults import DEFAULT_FAULT_AT
 
 if TYPE_CHECKING:
     from harness.judge.findings import KnownMatch
@@ -21,7 +22,7 @@ def announce(plan: "Plan", which: str = "") -> str:
     """The line `nvrx-qual run` prints before launching; `which` e.g. "2 of 5" for a repeat."""
     spec = plan.spec
     fault = "no fault" if spec.fault == "none" else f"{spec.fault} on rank {spec.fault_rank}" + (
-        "" if spec.fault_at == "after-commit" else f" at {spec.fault_at}")
+        "" if spec.fault_at == DEFAULT_FAULT_AT else f" at {spec.fault_at}")
     if spec.fault == "campaign":
         fault = f"campaign of {spec.faults} faults, seed {spec.seed} ({', '.join(f.text() for f in spec.schedule)})"
     return (f"nvrx-qual: run {spec.run_id}{f' ({which})' if which else ''}: {spec.workload} workload, {fault}, "

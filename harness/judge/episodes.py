@@ -22,6 +22,7 @@ from typing import Mapping
 from harness.vocab import events as ev
 from harness.vocab import tiers
 from harness.vocab.events import AppStart, Timeline, iso_utc
+from harness.vocab.faults import hits_a_save
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def episodes(timeline: Timeline, cycles: LauncherCycles | None = None) -> tuple[
 def committed_before(marker: ev.Injection) -> int | None:
     """The checkpoint the marker says was committed when the fault hit: in-save, `iteration`
     was in flight and `committed_iteration` is the committed one."""
-    return marker.committed_iteration if marker.fault_at == "in-save" else marker.iteration
+    return marker.committed_iteration if hits_a_save(marker.fault_at) else marker.iteration
 
 
 def _expected_k(timeline: Timeline, marker: ev.Injection, cycle: int, restarted_at: ev.Event | None,

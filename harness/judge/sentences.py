@@ -1,14 +1,20 @@
 """The sentences of the checks, rendered from their facts in one place.
 
-A checker (harness.judge.criteria) decides a status and returns the facts it compared — a reason
-key and named values — and this table turns them into the one sentence a person can act on.
-Keyed by (check id, reason); `{name}` fields are the checker's values. A leaf module: it
-imports nothing of the harness, so any layer may render a result.
+A checker (harness.judge.criteria and its rooms) decides a status and returns the facts it
+compared: a reason key and named values, among them phrases not rendered yet
+(harness.vocab.verdict.Phrase, Joined). This table turns them into the one sentence a person can
+act on, and `render` is the one function that does it, where a result is shown: the verdict
+(harness.report.verify.verify_read), the watcher's stop reason, a test or a tool that reads a
+sentence. Keyed by (check id, reason); `{name}` fields are the checker's values. It imports only
+the vocabulary, so any floor above may render a result.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
+
+from harness.vocab.verdict import CriterionResult, Joined, Phrase
 
 SENTENCES: dict[tuple[str, str], str] = {
     # any check
@@ -18,6 +24,10 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("*", "corrupted"): ("The {fault} fault {damaged} a file of {what} on purpose, so no replacement may load it; "
                          "loop_stopped judges whether the launcher stopped the restart loop (or the stack fell back to "
                          "an earlier checkpoint)."),
+    ("*", "what_checkpoint"): "checkpoint {iteration}",
+    ("*", "what_latest"): "the latest checkpoint",
+    ("*", "damaged_truncate"): "truncated",
+    ("*", "damaged_flip"): "corrupted (4 KiB inverted, size unchanged)",
     ("*", "superseded"): "Superseded: {why}.",
     # a run of several faults: the sentence of one fault's check, led by the fault it is about
     ("*", "of_episode"): "[fault {number} of {of}: {kind} on rank {rank}, {fault_at}] ",
@@ -161,6 +171,8 @@ SENTENCES: dict[tuple[str, str], str] = {
                                              "flight when the fault hit (never committed: no metadata.json, tracker at "
                                              "{expected}), instead of checkpoint {expected}, the latest committed: the "
                                              "loader counted an unpublished iter_* directory as a checkpoint."),
+    ("optimizer_reload", "older"): "an older",
+    ("optimizer_reload", "newer"): "a newer",
     ("optimizer_reload", "hint_ckpt_step"): " --ckpt-step {step} pins the load",
     ("optimizer_reload", "hint_tracker"): " the tracker was stale or pointed elsewhere",
     ("optimizer_reload", "other_checkpoint"): ("{who} loaded checkpoint {loaded}, {which} one than {expected}, the "
@@ -198,6 +210,7 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("optimizer_reload", "local_unvalidated"): ("{who} loaded local checkpoint {loaded}, whose save NVRx never "
                                                 "validated: {why}{held}; a replica or shard of an unfinished save may "
                                                 "be incomplete or inconsistent across ranks (Megatron-LM #5281)."),
+    ("optimizer_reload", "local_held"): " (copies written: {held})",
     ("optimizer_reload", "local_failed"): ("its finalize said 'Failure during saving local checkpoint from iteration "
                                            "{loaded} (last valid iteration is {last_valid})'"),
     ("optimizer_reload", "local_never_validated"): ("no 'Successfully saved local checkpoint from iteration {loaded}' "
@@ -324,6 +337,7 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("launcher_identity", "caveat_version_only"): ("{n} by version only (the digest of the files is unknown on one "
                                                    "side)"),
     ("launcher_identity", "caveat_elsewhere"): "{n} with the same files at another path ({path})",
+    ("launcher_identity", "caveats"): "; {caveats}",
     ("launcher_identity", "same"): ("Every worker statement names the planned NVRx {planned}{where}{sha} ({count} "
                                     "statement(s): ranks {ranks}; cycles {cycles}){caveats}."),
     # disk_full_handled
@@ -348,6 +362,8 @@ SENTENCES: dict[tuple[str, str], str] = {
                                          "met the full filesystem ({error}) and was never committed or loaded; "
                                          "replacement cycle {cycle} loaded checkpoint {loaded} (committed: "
                                          "{committed})."),
+    ("disk_full_handled", "enospc_logged"): "ENOSPC was logged",
+    ("disk_full_handled", "enospc_unlogged"): "no ENOSPC line was logged",
     ("disk_full_handled", "stopped"): ("Stopped with a clear error: the save of iteration {in_flight} met the full "
                                        "filesystem ({line}), nothing was committed or loaded from it, and no "
                                        "replacement loaded a checkpoint."),
@@ -627,3 +643,32 @@ def sentence(cid: str, reason: str, values: Mapping[str, Any]) -> str:
     if isinstance(filled.get("restored"), int):
         filled["restored_next"] = filled["restored"] + 1
     return template.format_map(filled)
+
+
+def said(value: Any) -> Any:
+    """A value of a checker's facts in words: a Phrase rendered from the table, Joined parts
+    rendered and joined, the lists, tuples and dicts holding them rendered inside; anything
+    else (a number, a string, an evidence line) as it is."""
+    if isinstance(value, Phrase):
+        return sentence(value.cid, value.reason, {k: said(v) for k, v in value.values.items()})
+    if isinstance(value, Joined):
+        return value.sep.join(str(said(p)) for p in value.parts)
+    if type(value) is dict:
+        return {k: said(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(said(v) for v in value)
+    return value
+
+
+def render(result: CriterionResult) -> CriterionResult:
+    """A checker's result as it is shown: its sentence (`detail`) rendered from its reason and
+    facts, led by its lead phrase, and its facts' phrases in words (verdict.json's per-episode
+    values). A result without a reason (read back from verdict.json, or made whole by hand)
+    is returned as it is."""
+    if not result.reason:
+        return result
+    values = said(dict(result.values))
+    detail = sentence(result.id, result.reason, values)
+    if result.lead is not None:
+        detail = said(result.lead) + detail
+    return dataclasses.replace(result, detail=detail, values=values)

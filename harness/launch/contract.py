@@ -29,6 +29,7 @@ from harness.read import evidence
 from harness.nemesis import identity as nvrx_identity
 from harness.vocab import tiers
 from harness.plan.commands import Plan
+from harness.vocab.faults import FAULT_MOMENTS
 
 VERSION = 1
 # How a baseline came (run.json contract.baseline.how; verdict.json's baseline.how).
@@ -90,7 +91,7 @@ def baseline(promise: BaselinePromise | None) -> dict | None:
 def build(plan: Plan, promise: BaselinePromise | None) -> dict:
     """run.json's `contract` for this plan and its baseline."""
     spec = plan.spec
-    faults = [{**f.to_json(i), "fault_after": spec.fault_after if f.moment == "after-commit" else None}
+    faults = [{**f.to_json(i), "fault_after": spec.fault_after if FAULT_MOMENTS[f.moment].watches_commits else None}
               for i, f in enumerate(spec.schedule, start=1)] if spec.fault != "none" else []
     return {
         "version": VERSION,

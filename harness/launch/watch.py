@@ -15,10 +15,11 @@ from typing import Callable, TextIO
 
 from harness.vocab import events as ev
 from harness.machine import nvrx
-from harness.judge.criteria import UNDETECTED_HANG, Analysis, analyze, evaluate
+from harness.judge.criteria import UNDETECTED_HANG, Analysis, analyze, judge
+from harness.judge.sentences import render
 from harness.judge.episodes import committed_before
 from harness.read.history import HistoryReader, RunDirError
-from harness.vocab.faults import FAULT_KINDS
+from harness.vocab.faults import DEFAULT_FAULT_AT, FAULT_KINDS, hits_a_save
 from harness.plan.spec import RunSpec
 
 # After the launcher reported success, how long it may take to exit on its own (NVRx 0.7.0
@@ -28,10 +29,11 @@ EXIT_GRACE_S = 60.0
 
 def certain_failure(tl: ev.Timeline, a: Analysis) -> str | None:
     """Why this run can no longer qualify, or None while it still can: the first failure a
-    criterion marks final (no later line can undo it). The criteria decide; the watcher asks."""
-    for result in evaluate(tl, a):
+    criterion marks final (no later line can undo it). The criteria decide; the watcher asks,
+    and renders the sentence of that one result only."""
+    for result in judge(tl, a).results:
         if result.final:
-            return f"{result.id} cannot pass: {result.detail}"
+            return f"{result.id} cannot pass: {render(result).detail}"
     return None
 
 
@@ -157,8 +159,8 @@ def facts(tl: ev.Timeline, a: Analysis, train_iters: int | None = None) -> list[
             k = committed_before(e)
             if k is not None:
                 out.append(committed(e.cycle, k))
-            when = (f"during the save of checkpoint {e.iteration}" if e.fault_at == "in-save"
-                    else f"after checkpoint {e.iteration}" + ("" if e.fault_at == "after-commit" else f" ({e.fault_at})"))
+            when = (f"during the save of checkpoint {e.iteration}" if hits_a_save(e.fault_at)
+                    else f"after checkpoint {e.iteration}" + ("" if e.fault_at == DEFAULT_FAULT_AT else f" ({e.fault_at})"))
             what = e.signal or e.fault
             kind = a.kind_name(ep)
             if a.fault == "campaign" and kind != what:
@@ -359,7 +361,7 @@ class Watcher:
             # has not trained yet is the setup deadline's to judge, however long the run has been going
             trained = any(s.last_iteration is not None for s in tl.starts)
             if (reason is None and not trained and elapsed > setup + self._spec.out_of_section_timeout
-                    and not a.poisoned):
+                    and not any(a.poisons(e) for e in a.subjects)):
                 reason = f"no training iteration within the setup deadline ({setup:.0f} s + out of section)"
         if reason is None:  # an undetected hang is no verdict's to wait for, fail-fast or not
             reason = self._stalled(tl, a)

@@ -40,6 +40,8 @@ import os
 import threading
 from pathlib import Path
 
+from harness.vocab.faults import ABORT, EXCEPTION, GIL, GPU_ERROR, GPU_HANG, SEGFAULT
+
 DATA_SUFFIX = ".distcp"
 FLIP_BYTES = 4096  # how many bytes `corrupt` inverts, from the middle of the file
 SEGFAULT_ADDRESS = 8  # never mapped: the first page of the address space is reserved
@@ -154,14 +156,15 @@ def gpu_error() -> None:
                       "reported as an illegal memory access")
 
 
-# The in-process actions, by FaultKind.action ("signal" and "node" are the nemesis's own).
+# The in-process actions, by the kind's name (the kinds that inject IN_PROCESS; a signal and a lost node are
+# the nemesis's own).
 ACTIONS = {
-    "exception": raise_in_main_thread,
-    "segfault": segfault,
-    "abort": abort,
-    "gil": hold_gil_forever,
-    "gpu-hang": gpu_hang,
-    "gpu-error": gpu_error,
+    EXCEPTION: raise_in_main_thread,
+    SEGFAULT: segfault,
+    ABORT: abort,
+    GIL: hold_gil_forever,
+    GPU_HANG: gpu_hang,
+    GPU_ERROR: gpu_error,
 }
 
 

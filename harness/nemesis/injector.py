@@ -65,8 +65,9 @@ from typing import Callable, ClassVar, Mapping, Sequence
 
 from harness.nemesis import inject, identity as nvrx_identity
 from harness.vocab import tiers
-from harness.vocab.faults import (CAMPAIGN, DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, FAULTS, FILL, FLIP_DISTCP,
-                            IN_PROCESS, NODE, SIGNAL, TRUNCATE_DISTCP, PlannedFault, parse_schedule, single_schedule)
+from harness.vocab.faults import (AFTER_COMMIT, CAMPAIGN, DEFAULT_FAULT_AT, DEFAULT_KIND, FAULT_KINDS, FAULT_MOMENTS,
+                                  FAULTS, FILL, FLIP_DISTCP, IN_PROCESS, IN_RESTORE, IN_SAVE, LAST_ITERATION, NODE,
+                                  SIGNAL, TRUNCATE_DISTCP, PlannedFault, parse_schedule, single_schedule)
 from harness.vocab.layout import (TRACKER_ABSENT, TRACKER_EMPTY, TRACKER_NAME, TRACKER_UNREADABLE, RunLayout,
                             checkpoint_iter_dir, is_megatron_iter_name, is_valid_run_id, parse_iter_name,
                             parse_tracker, read_tracker_file)
@@ -74,7 +75,7 @@ from harness.vocab.layout import (TRACKER_ABSENT, TRACKER_EMPTY, TRACKER_NAME, T
 FAULT_SIGNALS = {k.name: getattr(signal, k.signal) for k in FAULT_KINDS.values() if k.signal is not None}
 COMMIT_MARKER_NAME = "metadata.json"  # dist-checkpointing's commit marker inside iter_N/
 DATA_SUFFIX = ".distcp"
-DEFAULT_FAULT = "kill"
+DEFAULT_FAULT = DEFAULT_KIND
 DEFAULT_FAULT_RANK = 1
 # bench/nemesis_latency.py on a 2-core VM: tracker write -> SIGKILL median 33 ms, p95 65 ms;
 # the poller costs ~0.3 % of one core (~0.2 ms CPU per poll, wakeup included).
@@ -505,7 +506,7 @@ def parse_command_line(argv: Sequence[str], env: Mapping[str, str]) -> tuple[Nem
         raise NemesisError(f"fault {missing[0]} is an in-process kind this nemesis has no action for: update nvrx-qual")
     if FAULT_KINDS.get(fault) is not None and not FAULT_KINDS[fault].allows(fault_at):
         raise NemesisError(f"fault {fault} fires only at {', '.join(FAULT_KINDS[fault].moments or ())}: "
-                           f"use --fault-at {(FAULT_KINDS[fault].moments or ('after-commit',))[0]}")
+                           f"use --fault-at {(FAULT_KINDS[fault].moments or (DEFAULT_FAULT_AT,))[0]}")
     if fault in FAULT_KINDS and FAULT_KINDS[fault].injects == IN_PROCESS and fault not in IN_PROCESS_ACTIONS:
         raise NemesisError(f"fault {fault} is an in-process kind this nemesis has no action for: update nvrx-qual")
     fault_rank = options.fault_rank
@@ -655,7 +656,7 @@ class Moment:
 class AfterCommit(Moment):
     """The first tracker value above the startup baseline (unless it is the final one)."""
 
-    name = "after-commit"
+    name = AFTER_COMMIT
 
     def waits_for(self) -> str:
         return f"once {' or '.join(map(str, self.injector.trackers()))} passes iteration {self.injector.baseline}"
@@ -676,7 +677,7 @@ class AfterCommit(Moment):
 class InSave(Moment):
     """A save in flight above a checkpoint this run committed (find_in_flight_save)."""
 
-    name = "in-save"
+    name = IN_SAVE
 
     def waits_for(self) -> str:
         inj = self.injector
@@ -695,7 +696,7 @@ class InSave(Moment):
 class InRestore(Moment):
     """The replacement's first read of a file under iter_*/: its load started, no step yet."""
 
-    name = "in-restore"
+    name = IN_RESTORE
 
     def __init__(self, injector: Injector) -> None:
         super().__init__(injector)
@@ -733,7 +734,7 @@ class InRestore(Moment):
 class LastIteration(Moment):
     """The entrypoint returned normally with the final checkpoint committed."""
 
-    name = "last-iteration"
+    name = LAST_ITERATION
     fires_after_disarm = True
 
     def waits_for(self) -> str:
@@ -1044,7 +1045,7 @@ def arm(config: NemesisConfig) -> Injector | None:
     watch = plan[index - 1].name
     # after-commit watches the trackers of the tiers --fault-after names (harness.vocab.tiers); the
     # baseline is the newest of them, so a restarted cycle waits for a commit newer than every tier's
-    trackers = [d / TRACKER_NAME for _tier, d in config.watch_dirs] if watch == "after-commit" else []
+    trackers = [d / TRACKER_NAME for _tier, d in config.watch_dirs] if FAULT_MOMENTS[watch].watches_commits else []
     baseline = max([read_baseline(layout.tracker), *(read_baseline(t) for t in trackers)])
     injector = Injector(config, layout, baseline, watch=watch, fault_index=index, kind=fault.kind)
     log(f"rank {config.rank} armed: {fault.kind} (fault {index} of {planned}, {watch}) {injector.moment.waits_for()} "

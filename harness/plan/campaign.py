@@ -38,8 +38,11 @@ def kind_problem(kind: str, workload: str, *, nnodes: int = 1, nnodes_name: str 
     k = FAULT_KINDS.get(kind)
     if k is None:
         return f"{kind!r} is no fault kind (one of {', '.join(FAULT_KINDS)})"
-    if not k.campaign or k.damage is not None:
+    if k.poisons_checkpoint:  # the loop it starts ends the job: the later faults would never fire
         return f"{kind} ends the job instead of being recovered from ({k.recovery})"
+    if k.fills_filesystem:  # the launch mounts that filesystem for a run of this one fault only
+        return (f"{kind} needs the run's checkpoints on a filesystem of its own, which only a run of this one "
+                f"fault mounts (--fault {kind})")
     if k.planned is not None:
         return f"{kind} is planned, not runnable: {k.planned}"
     if k.gpu_only and not getattr(workloads.find(workload), "on_gpu", False):
@@ -104,11 +107,11 @@ def sizing(schedule: Sequence[PlannedFault], save_interval: int) -> Sizing:
     s = max(1, save_interval)
     restored, need = 0, 1
     for f in schedule:
-        trigger = restored + (2 * s if f.moment == "in-save" else s)
+        trigger = restored + (2 * s if FAULT_MOMENTS[f.moment].hits_a_save else s)
         need = max(need, trigger + 1)
         restored += s
     need = max(need, restored + s)
-    in_save = sum(1 for f in schedule if f.moment == "in-save")
+    in_save = sum(1 for f in schedule if FAULT_MOMENTS[f.moment].hits_a_save)
     # An in-save fault whose save finished between two polls of the nemesis fires during the next
     # save instead, and every later fault shifts by one save: one save of slack per in-save fault
     # (seen on megatron-cpu under load: the last fault never happened and the budget ran out).

@@ -29,7 +29,7 @@ from harness.plan import campaign
 from harness.vocab import tiers, topology
 from harness import workloads
 from harness.workloads import megatron_bridge, megatron_cpu
-from harness.vocab.faults import (AFTER_COMMIT, CAMPAIGN, CAMPAIGN_MOMENTS, DEFAULT_FAULT_AT, FAULT_KINDS,  # noqa: F401
+from harness.vocab.faults import (AFTER_COMMIT, CAMPAIGN, CAMPAIGN_MOMENTS, DEFAULT_FAULT_AT, DEFAULT_KIND, FAULT_KINDS,  # noqa: F401
                             FAULT_MOMENTS, FAULTS, FIRST_COMMIT, IN_SAVE, MAX_PLANNED_FAULTS, PlannedFault,
                             single_schedule)
 from harness.vocab.layout import (FT_STATE_NAME, MARKER_NAME, RUN_ID_PATTERN, TRACKER_ABSENT, TRACKER_EMPTY, TRACKER_NAME,
@@ -97,7 +97,7 @@ class RunSpec:
     global_batch_size: int | None = None  # None: the active GPU count
     train_iters: int = 100
     save_interval: int = 5
-    fault: str = "kill"
+    fault: str = DEFAULT_KIND
     fault_rank: int = 1
     hot_spares: int = 0  # launchers beyond NNODES that join as standby (--nnodes N:N+H)
     # elastic: after losing nodes the launcher may go on with as few as MIN_NNODES (--nnodes MIN:MAX,
@@ -374,7 +374,7 @@ def _check_workload(spec: RunSpec) -> list[str]:
 
 def _check_fault(spec: RunSpec) -> list[str]:
     problems = []
-    if spec.fault == "node":
+    if (kind := FAULT_KINDS.get(spec.fault)) is not None and kind.loses_node:
         if spec.nnodes < 2:
             problems.append(f"{spec.say('fault')} with {spec.say('nnodes')}: losing the only node ends the job; "
                             f"use {spec.say('nnodes', 2)} or more")
@@ -770,7 +770,7 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
     if values.get("fault") == CAMPAIGN and values.get("seed") is None:
         values["seed"] = secrets.randbelow(2 ** 31)  # printed and recorded: the campaign replays from it
     if not values.get("run_id"):
-        fault = values.get("fault", "kill")
+        fault = values.get("fault", DEFAULT_KIND)
         moment = values.get("fault_at", DEFAULT_FAULT_AT)
         values["run_id"] = generated_run_id(workload, fault if moment == DEFAULT_FAULT_AT else f"{fault}-{moment}")
     if values.get("fault_at") == IN_SAVE and values.get("save_delay_ms") is None:

@@ -26,11 +26,12 @@ import re
 import stat
 import time
 from collections import deque
+from datetime import datetime, timezone
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import eq, gt, itemgetter, lt
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from ahocorasick_rs import BytesAhoCorasick, Implementation, MatchKind
 
@@ -41,12 +42,13 @@ from harness.vocab.dialect import CYCLE_INFO_RE as _CYCLE_INFO_RE
 from harness.vocab.dialect import MAX_UTC_OFFSET_S, RunDirError, check_readable_dir, parse_iso_utc, utc_offset_problem
 from harness.vocab.dialect import HEARTBEAT_MISSED_RE, OUT_OF_SECTION_RE, SECTION_TIMEOUT_RE
 from harness.vocab.dialect import PROFILING_RE, RANKMON_RE, RENDEZVOUS_JOINED_RE, WORKER_FAILED_RE, WORKLOAD_RE
-from harness.vocab.dialect import LogClock, decimal, megatron_datetime, number, read_line, record_number
+from harness.vocab.dialect import LogClock, LogLine, decimal, megatron_datetime, number, read_line, record_number
+from harness.vocab.dialect import attempt_of_path, cycle_of_name, maybe_stamped
 from harness.vocab.dialect import classify_logs as _classify_logs
 from harness.vocab.dialect import epoch as _epoch
 from harness.vocab.dialect import strip_prefix as _strip_prefix
 from harness.vocab.events import Src, clip
-from harness.vocab.faults import PlannedFault, schedule_from_json
+from harness.vocab.faults import DEFAULT_FAULT_AT, PlannedFault, schedule_from_json
 from harness.vocab.layout import (LOCAL_SHARD_PATTERN, MARKER_NAME, TRACKER_NAME, is_megatron_iter_name, is_valid_run_id,
                             marker_index, parse_iter_name, read_tracker_file)
 from harness.read.optimizer_record import moment_keys, read_dcp_metadata, read_optimizer_record
@@ -1340,6 +1342,197 @@ def _float_of(m: re.Match | None) -> float | None:
     return decimal(m.group(1), "loss") if m else None
 
 
+# ---------------------------------------------------------------- every line, for a reader that folds them all
+
+# triage (harness.judge.triage) reads every line of every log, not only the lines a rule's keyword
+# screens in: a Python traceback's frames and torch elastic's ChildFailedError summary span lines
+# no rule names. It folds over this stream; the lines, their times, their cycles and the events of
+# the rule table are history's, made here as the reader above makes them.
+
+LINE_CAP = 64 * 1024  # a longer line keeps its head; the rest is skipped, never buffered
+TEXT_LOG_SUFFIXES = (".log", ".err", ".out", ".txt")  # read as text even when they hold junk
+ERROR_FILE_LIMIT = 16 * 1024 * 1024  # torch elastic's error.json: a traceback, far smaller
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_LAUNCHER_SCREEN = re.compile("|".join(re.escape(k.decode()) for k in LAUNCHER_KEYWORDS))
+
+
+@dataclass(frozen=True)
+class ReadLine:
+    """One line as history reads it: the line itself (dialect.LogLine, its UTC time and its
+    cycle set), whether it carries a stamp of its own (a stamp with an impossible date dates
+    nothing and still says so), and the events history's rule table makes of it: a launcher
+    log's launcher events (RULES; `launcher_at`: where the rule matched) and the failure-line
+    events (DIAGNOSTIC_RULES, events.DiagnosticEvent)."""
+
+    line: LogLine
+    stamped: bool = False
+    launcher: tuple[ev.LauncherEvent, ...] = ()
+    launcher_at: int = 0
+    diagnostic: tuple[ev.Event, ...] = ()
+
+    @property
+    def opens_traceback(self) -> bool:
+        return any(isinstance(e, ev.TracebackStarted) for e in self.diagnostic)
+
+
+def _clean(chunk: bytes) -> str:
+    text = chunk.decode("utf-8", errors="replace").rstrip("\r\n")
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    if "\r" in text:  # progress bars: what the terminal finally showed
+        pieces = [p for p in text.split("\r") if p.strip()]
+        text = pieces[-1] if pieces else ""
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    return text
+
+
+def _capped_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) without ever holding more than one capped line in memory; read in
+    buffered chunks up to the file's size at opening (safeio.open_log: never a link, FIFO or device)."""
+    with safeio.open_log(path) as fh:
+        lineno = 0
+        while True:
+            chunk = fh.readline(LINE_CAP)
+            if not chunk:
+                return
+            lineno += 1
+            if len(chunk) == LINE_CAP and not chunk.endswith(b"\n"):
+                while True:  # skip the rest of an over-long line
+                    more = fh.readline(LINE_CAP)
+                    if not more or more.endswith(b"\n"):
+                        break
+            yield lineno, _clean(chunk)
+
+
+def file_identity(rel: str) -> tuple[int | None, int | None, bool]:
+    """(cycle, local rank, a per-cycle application log) that a log's path says: a per-cycle
+    application log's name (its cycle), torch elastic's attempt directory (its restart and
+    local rank), else nothing (its lines take the cycle of the launcher lines before them)."""
+    cycle = cycle_of_name(rel.rsplit("/", 1)[-1])
+    if cycle is not None:
+        return cycle, None, True
+    attempt = attempt_of_path(rel)
+    if attempt is not None:
+        return attempt[0], attempt[1], False
+    return None, None, False
+
+
+class LineStream:
+    """Every line of one log file, in order, as history reads it (iterate it once): each line
+    peeled (dialect.read_line; a `<N>: ` label is a rank in a per-cycle application log, a node
+    elsewhere), dated by the file's clock (dialect.LogClock: the harness's console stamp first,
+    else the writer's own stamp, shifted by the run's UTC offset), given its cycle (the file's
+    own, or the cycle the launcher lines before it opened: cycle_opened), and with the events the
+    rule table makes of it. `binary`: a file of another suffix whose head is mostly control bytes
+    (tensorboard events and the like), not worth reading."""
+
+    def __init__(self, path: Path, rel: str, *, utc_offset_s: float = 0, anchor: tuple[int, int] | None = None) -> None:
+        self.path, self.rel, self.utc_offset_s = path, rel, utc_offset_s
+        self.file_cycle, self.file_local, self.per_cycle = file_identity(rel)
+        self.parser = LogParser(rel, split_starts=False)  # this file's state: its clock, its year
+        self.parser.clock.anchor = anchor
+
+    @property
+    def numbered_by_launcher(self) -> bool:
+        """The lines take their cycle from the launcher lines before them (the file names none)."""
+        return self.file_cycle is None
+
+    @property
+    def binary(self) -> bool:
+        if self.path.name.endswith(TEXT_LOG_SUFFIXES):
+            return False
+        with safeio.open_log(self.path, 4096) as fh:
+            head = fh.read(4096)
+        if not head:
+            return False
+        control = sum(1 for b in head if b < 9 or 13 < b < 32 and b != 27)
+        return control / len(head) > 0.3
+
+    def utc(self, text: str) -> float | None:
+        """A stamp written in this file (a field of a multi-line block), in UTC, by the file's clock."""
+        local = self.parser.clock.read(text)
+        return None if local is None else local - self.utc_offset_s
+
+    def __iter__(self) -> Iterator[ReadLine]:
+        cycle = self.file_cycle
+        for lineno, raw in _capped_lines(self.path):
+            line = read_line(self.rel, lineno, raw, labels_are_ranks=self.per_cycle, file_local=self.file_local)
+            stamped = self._date(line)
+            # a per-cycle application log holds worker output, no launcher line
+            launcher, at = self._launcher_events(line) if not self.per_cycle else ((), 0)
+            if self.file_cycle is None:  # launcher lines move the cycle of everything after them
+                for event in launcher:
+                    if (opened := cycle_opened(event)) is not None:
+                        cycle = opened
+            line.cycle = cycle
+            yield ReadLine(line, stamped, launcher, at, self._diagnostic(line))
+
+    def _date(self, line: LogLine) -> bool:
+        own = maybe_stamped(line.body)
+        local = self.parser.clock.read(line.body) if own else None  # a full date moves the log's year
+        if line.console is not None:
+            line.time = line.console
+            return True
+        line.time = None if local is None else local - self.utc_offset_s
+        return own
+
+    def _launcher_events(self, line: LogLine) -> tuple[tuple[ev.LauncherEvent, ...], int]:
+        text = line.body
+        if not _LAUNCHER_SCREEN.search(text):
+            return (), 0
+        rule, m = match_rule(text)
+        if rule is None or rule.app:
+            return (), 0
+        return self.parser.events_of(rule, m, text, Src(line.file, line.lineno, ""), line.rank), m.start()  # type: ignore[return-value]
+
+    def _diagnostic(self, line: LogLine) -> tuple[ev.Event, ...]:
+        text = line.body
+        matches = diagnostic_matches(text)
+        return tuple(event for rule, m in matches
+                     for event in self.parser.events_of(rule, m, text, Src(line.file, line.lineno, ""), line.rank))
+
+
+@dataclass(frozen=True)
+class ErrorFile:
+    """torch elastic's per-worker error.json (written by @record): the worker's traceback as
+    lines (its `py_callstack`, each a ReadLine of the local rank and cycle its path names, dated
+    `when`), and the time it records (UTC)."""
+
+    when: float | None
+    local_rank: int | None
+    lines: tuple[ReadLine, ...]
+
+
+def read_error_file(path: Path, rel: str) -> ErrorFile | None:
+    """The error.json at `path`, or None when it holds no traceback (or is no JSON record)."""
+    try:
+        data = safeio.read_json(path, limit=ERROR_FILE_LIMIT)
+    except (OSError, ValueError, RecursionError):
+        return None
+    message = data.get("message") if isinstance(data, dict) else None
+    if not isinstance(message, dict):
+        return None
+    extra = message.get("extraInfo") or {}
+    callstack = extra.get("py_callstack") if isinstance(extra, dict) else None
+    if not isinstance(callstack, str):
+        return None
+    when = None
+    try:  # a time datetime can hold, or none
+        when = datetime.fromtimestamp(int(extra.get("timestamp")), timezone.utc).timestamp()
+    except (TypeError, ValueError, OverflowError, OSError):
+        pass
+    cycle, local, _ = file_identity(rel)
+    parser = LogParser(rel, split_starts=False)
+    lines = []
+    for lineno, text in enumerate(callstack.splitlines(), start=1):
+        line = LogLine(rel, lineno, text, text, None, local, (), None, cycle=cycle)
+        matches = diagnostic_matches(text)
+        lines.append(ReadLine(line, diagnostic=tuple(
+            e for rule, m in matches for e in parser.events_of(rule, m, text, Src(rel, lineno, ""), None))))
+    return ErrorFile(when, local, tuple(lines))
+
+
 # ---------------------------------------------------------------- files, incrementally
 
 
@@ -1652,7 +1845,7 @@ class HistoryReader:
                 local_rank=_int(rec.get("local_rank")), cycle=_int(rec.get("cycle")), iteration=_int(rec.get("iteration")),
                 baseline_iteration=_int(rec.get("baseline_iteration")), host=_str(rec.get("host")), pid=_int(rec.get("pid")),
                 launcher_pid=_int(rec.get("launcher_pid")),
-                fault_at=_str(rec.get("fault_at")) or "after-commit", fault_index=marker_index(name) or 1,
+                fault_at=_str(rec.get("fault_at")) or DEFAULT_FAULT_AT, fault_index=marker_index(name) or 1,
                 committed_iteration=_int(rec.get("committed_iteration")), poisoned=_str(rec.get("poisoned")),
             ))
         return out

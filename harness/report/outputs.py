@@ -18,6 +18,7 @@ from harness.report import picture as picturemod
 from harness.judge.criteria import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, headline
 from harness.vocab.events import iso_utc
 from harness.vocab.verdict import EPISODE_GOODPUT_PARTS, GOODPUT_PARTS, SCHEMA, Deadlines, Goodput, Verdict, verdict_json
+from harness.vocab.faults import DEFAULT_FAULT_AT
 
 __all__ = ["SCHEMA", "Verdict", "render_report", "verdict_json", "write_outputs"]
 
@@ -102,7 +103,7 @@ def render_report(verdict: Verdict, extra_sections: Sequence[str] = (), picture:
     )
     for name, value, start, end in rows:
         out.append(f"| {name} | {_seconds(value)} | {start} | {end} |")
-    if len(m.recoveries) > 1 or any(r.fault_at != "after-commit" for r in m.recoveries):
+    if len(m.recoveries) > 1 or any(r.fault_at != DEFAULT_FAULT_AT for r in m.recoveries):
         out += ["", "## Every fault and its recovery", "",
                 "| fault | moment | failed cycle | injected (UTC) | detection | restart | restore | first step |",
                 "|---|---|---|---|---|---|---|---|"]

@@ -28,6 +28,7 @@ from harness.judge.metrics import Metrics
 from harness.vocab.verdict import Goodput
 from harness.vocab.picture_data import CheckpointMark, Curve, CycleMark, GoodputBand, Moment, Segment, TimelinePicture
 from harness.vocab.layout import TIMELINE_NAME
+from harness.vocab.faults import DEFAULT_FAULT_AT
 
 __all__ = ["CheckpointMark", "Curve", "CycleMark", "Moment", "Segment", "TimelinePicture", "PictureUnavailable",
            "build", "draw", "render", "FILE_NAME"]
@@ -126,7 +127,7 @@ def build(timeline: Timeline, analysis: Analysis, metrics: Metrics, criteria: Se
                 f"after checkpoint {inj.iteration if inj.iteration is not None else '?'}"
         if analysis.fault == "campaign":  # every fault's kind is on its own mark
             fault = f"campaign of {total} faults ({', '.join(i.fault for i in analysis.markers)})"
-        elif analysis.fault_at != "after-commit":
+        elif analysis.fault_at != DEFAULT_FAULT_AT:
             fault += f", {analysis.fault_at}" + (f" ({total} faults)" if total > 1 else "")
     elif analysis.is_fault_run:
         fault = f"{analysis.fault} requested, never injected"

@@ -31,6 +31,7 @@ from harness.report.picture import FILE_NAME as TIMELINE
 from harness import __version__
 from harness.judge.criteria import CHECK_IDS, CRITERIA_IDS, FAIL, LOSS_CONTINUITY, NOT_APPLICABLE, PASS, UNKNOWN
 from harness.vocab.verdict import CriterionResult, Verdict, qualified
+from harness.vocab.faults import DEFAULT_FAULT_AT
 
 # Where a record's verdict came from (RunRecord.source; summary.json's `verdict_source`).
 JUDGED = "judged"  # judged now from the run's evidence (no verdict.json, or a fresh verdict)
@@ -696,7 +697,7 @@ def _with_stored_baseline(stored: Verdict, now: Verdict) -> Verdict:
 
 def fault_label(fault: str, fault_at: str | None) -> str:
     """The fault as scenarios are grouped: its kind, and its moment when not the default one."""
-    return fault if fault == "none" or fault_at in (None, "after-commit") else f"{fault} at {fault_at}"
+    return fault if fault == "none" or fault_at in (None, DEFAULT_FAULT_AT) else f"{fault} at {fault_at}"
 
 
 def _stopped(launch_json: dict | None) -> str | None:

@@ -29,7 +29,7 @@ from harness.vocab import events as ev
 from harness.vocab.events import Timeline
 from harness.safe import safeio
 from harness.read.history import HistoryReader, RunDirError, RunRead, check_run_dir, read_run, run_config
-from harness.judge.sentences import sentence
+from harness.judge.sentences import render, sentence
 from harness.vocab.faults import CAMPAIGN
 from harness.vocab.layout import MARKER_NAME
 from harness.report.diagnosis import render_markdown
@@ -79,7 +79,7 @@ def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | Non
     judgement = criteria.judge(timeline, analysis, losses, end_state,
                                baseline_problem[1] if baseline_problem is not None else None,
                                baseline_skipped[1] if baseline_skipped is not None else None)
-    results = judgement.results
+    results = tuple(render(r) for r in judgement.results)  # the sentences, rendered here from the checkers' facts
     ref = None
     if baseline is not None:
         theirs, ours = baseline.timeline.run.config_hash, timeline.run.config_hash
@@ -129,7 +129,8 @@ def verify_read(read: RunRead, fault: str | None = None, baseline: RunRead | Non
 def _episode_verdict(timeline: Timeline, analysis: criteria.Analysis, judged: criteria.EpisodeJudgement) -> EpisodeVerdict:
     ep = judged.episode
     return EpisodeVerdict(ep.number, ep.marker.fault_at, ep.cycle, str(ep.marker.src), ev.iso_utc(timeline.utc(ep.marker)),
-                          judged.results, judged.superseded, analysis.kind_name(ep), ep.marker.rank)
+                          tuple(render(r) for r in judged.results), judged.superseded, analysis.kind_name(ep),
+                          ep.marker.rank)
 
 
 def _campaign(run: ev.RunConfig, analysis: criteria.Analysis) -> dict | None:

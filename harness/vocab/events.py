@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, TypeVar
 
-from harness.vocab.faults import PlannedFault
+from harness.vocab.faults import DEFAULT_FAULT_AT, PlannedFault
 from harness.vocab.layout import TRACKER_NAME
 
 EVIDENCE_TEXT_MAX = 240
@@ -593,7 +593,7 @@ class Injection(Event):
     host: str | None
     pid: int | None
     launcher_pid: int | None = None  # node fault: the lost node's launcher
-    fault_at: str = "after-commit"  # the moment (harness.plan.spec.FAULT_MOMENTS); absent in a marker: after-commit
+    fault_at: str = DEFAULT_FAULT_AT  # the moment (harness.plan.spec.FAULT_MOMENTS); absent in a marker: after-commit
     fault_index: int = 1  # which planned fault (fault_injected.json: 1, fault_injected.<n>.json: n)
     committed_iteration: int | None = None  # in-save: the committed checkpoint; `iteration` was in flight
     poisoned: str | None = None  # poison: the file the nemesis truncated

@@ -61,7 +61,6 @@ class FaultKind:
     recovery: str = "the launcher restarts the group; the replacement loads the latest committed checkpoint and trains on"
     gpu_only: bool = False
     planned: str | None = None
-    campaign: bool = True  # a campaign may draw it: the job recovers from it and trains on (docs/campaigns.md)
 
     def __post_init__(self) -> None:
         if self.injects not in INJECTIONS:
@@ -86,6 +85,13 @@ class FaultKind:
     @property
     def loses_node(self) -> bool:
         return self.injects == NODE
+
+    @property
+    def dies_at_once(self) -> bool:
+        """The rank's process is SIGKILLed and nothing else happens: no handler runs, no
+        checkpoint is damaged, no node is lost, so the cycle records alone (a cycle ended, the
+        next began) show the whole failure and restart."""
+        return self.injects == SIGNAL and self.signal == "SIGKILL" and self.damage is None
 
     def allows(self, moment: str) -> bool:
         return self.moments is None or moment in self.moments
@@ -128,50 +134,77 @@ class FaultMoment:
         """How many faults the plan holds (each claims its own marker)."""
         return len(self.moments)
 
+    @property
+    def hits_a_save(self) -> bool:
+        """It fires while a save is in flight: the marker's `iteration` is that save's, its
+        `committed_iteration` the checkpoint committed before it."""
+        return self.fires == SAVE_IN_FLIGHT
+
+    @property
+    def watches_commits(self) -> bool:
+        """It fires at the first commit of a tier --fault-after watches (the plan's fault_after applies)."""
+        return self.fires == FIRST_COMMIT
+
 
 AFTER_COMMIT = "after-commit"
 IN_SAVE = "in-save"
 IN_RESTORE = "in-restore"
 LAST_ITERATION = "last-iteration"
+# The names of the kinds, for the few tables that are keyed by kind (the nemesis's in-process
+# actions) and the default a plan or a reader falls back to; everything else asks a kind's row.
+KILL = "kill"
+HANG = "hang"
+TERM = "term"
+POISON = "poison"
+LOST_NODE = "node"
+EXCEPTION = "exception"
+SEGFAULT = "segfault"
+ABORT = "abort"
+GIL = "gil"
+CORRUPT = "corrupt"
+DISK_FULL = "disk-full"
+GPU_HANG = "gpu-hang"
+GPU_ERROR = "gpu-error"
+DEFAULT_KIND = KILL  # --fault's default, and the kind a nemesis line names by SIGKILL alone
 _LOOP = ("no replacement loads the damaged checkpoint: each fails its load loudly and NVRx's no-progress rule "
          "stops the loop (exit 93), or the stack falls back to an earlier checkpoint")
 _MONITOR = "a rank monitor's section or out-of-section timeout detects it, SIGKILLs the rank, the group restarts"
 
 FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
-    FaultKind("kill", "SIGKILL", "SIGKILL the rank's process (a crash)"),
-    FaultKind("hang", "SIGSTOP", "SIGSTOP the rank's process (a hang the rank monitor must detect)",
+    FaultKind(KILL, "SIGKILL", "SIGKILL the rank's process (a crash)"),
+    FaultKind(HANG, "SIGSTOP", "SIGSTOP the rank's process (a hang the rank monitor must detect)",
               monitor_detects=True, recovery=_MONITOR),
-    FaultKind("term", "SIGTERM", "SIGTERM the rank's process (a preemption or an operator's kill)"),
-    FaultKind("poison", "SIGKILL", "truncate one .distcp of the newest committed checkpoint, then SIGKILL: every "
+    FaultKind(TERM, "SIGTERM", "SIGTERM the rank's process (a preemption or an operator's kill)"),
+    FaultKind(POISON, "SIGKILL", "truncate one .distcp of the newest committed checkpoint, then SIGKILL: every "
               "replacement fails its load, a restart loop NVRx's no-progress rule must stop", damage=TRUNCATE_DISTCP,
-              moments=(AFTER_COMMIT,), recovery=_LOOP, campaign=False),
-    FaultKind("node", "SIGKILL", "SIGKILL of the fault rank's whole node: its launcher and every process under it "
+              moments=(AFTER_COMMIT,), recovery=_LOOP),
+    FaultKind(LOST_NODE, "SIGKILL", "SIGKILL of the fault rank's whole node: its launcher and every process under it "
               "(the failure a large job meets most; --hot-spares gives the launcher a standby node)", injects=NODE,
               moments=(AFTER_COMMIT,)),
-    FaultKind("exception", None, "raise a Python exception (harness.nemesis.inject.InjectedFault) in the rank's training "
+    FaultKind(EXCEPTION, None, "raise a Python exception (harness.nemesis.inject.InjectedFault) in the rank's training "
               "thread: the worker exits 1 with its traceback", injects=IN_PROCESS, exit_codes=(1,)),
-    FaultKind("segfault", "SIGSEGV", "a native crash: dereference an unmapped pointer through ctypes (SIGSEGV)",
+    FaultKind(SEGFAULT, "SIGSEGV", "a native crash: dereference an unmapped pointer through ctypes (SIGSEGV)",
               injects=IN_PROCESS, exit_codes=(-11,)),
-    FaultKind("abort", "SIGABRT", "a native crash: libc abort() (SIGABRT)", injects=IN_PROCESS, exit_codes=(-6,)),
+    FaultKind(ABORT, "SIGABRT", "a native crash: libc abort() (SIGABRT)", injects=IN_PROCESS, exit_codes=(-6,)),
     # NVRx's rank monitor ends a detected rank with SIGCONT, then rank_termination_signal (SIGKILL
     # in 0.4.1 and 0.7.0); a rank holding the GIL never runs a Python SIGTERM handler.
-    FaultKind("gil", None, "block in a native call with the GIL held: the rank stays alive, its Python threads, "
+    FaultKind(GIL, None, "block in a native call with the GIL held: the rank stays alive, its Python threads, "
               "heartbeats and signal handlers stop (a hang the rank monitor must detect; not a SIGSTOP)",
               injects=IN_PROCESS, moments=(AFTER_COMMIT, IN_SAVE), monitor_detects=True, exit_codes=(-9,),
               recovery=_MONITOR),
-    FaultKind("corrupt", "SIGKILL", "invert 4 KiB in the middle of one .distcp of the newest committed checkpoint "
+    FaultKind(CORRUPT, "SIGKILL", "invert 4 KiB in the middle of one .distcp of the newest committed checkpoint "
               "(size unchanged), then SIGKILL: a replacement that loads it loads garbage", damage=FLIP_DISTCP,
-              moments=(AFTER_COMMIT,), recovery=_LOOP, campaign=False),
-    FaultKind("disk-full", None, "fill the run's checkpoint filesystem (a size-limited tmpfs the harness mounts on "
+              moments=(AFTER_COMMIT,), recovery=_LOOP),
+    FaultKind(DISK_FULL, None, "fill the run's checkpoint filesystem (a size-limited tmpfs the harness mounts on "
               "its checkpoints/, as root) while an async save is in flight: the save meets ENOSPC; the fault rank's "
               "next cycle frees the space", injects=FILL, moments=(IN_SAVE,),
               recovery="no partial checkpoint is committed or loaded: the replacement resumes from the previous "
-              "committed checkpoint and trains on, or the job stops with the filesystem's error named", campaign=False),
+              "committed checkpoint and trains on, or the job stops with the filesystem's error named"),
     # The GPU tier only (torch's own kernels, harness.nemesis.inject): refused before launch on the CPU tiers.
-    FaultKind("gpu-hang", None, "a never-ending CUDA kernel on the rank's GPU (torch's spin kernel): the step's next "
+    FaultKind(GPU_HANG, None, "a never-ending CUDA kernel on the rank's GPU (torch's spin kernel): the step's next "
               "synchronize blocks, the rank stays alive (a hang the rank monitor must detect)", injects=IN_PROCESS,
               gpu_only=True, monitor_detects=True, recovery=_MONITOR),
-    FaultKind("gpu-error", None, "an illegal memory access in a CUDA kernel (a write far past an allocation): a "
+    FaultKind(GPU_ERROR, None, "an illegal memory access in a CUDA kernel (a write far past an allocation): a "
               "sticky CUDA error, the rank's next CUDA call fails", injects=IN_PROCESS, gpu_only=True),
 )}
 FAULT_MOMENTS: dict[str, FaultMoment] = {m.name: m for m in (
@@ -184,6 +217,15 @@ FAULT_MOMENTS: dict[str, FaultMoment] = {m.name: m for m in (
     FaultMoment(LAST_ITERATION, "after the final checkpoint is committed, before the clean exit", fires=FINAL),
 )}
 DEFAULT_FAULT_AT = AFTER_COMMIT
+
+
+def hits_a_save(moment: str | None) -> bool:
+    """The moment (as a marker or a plan names it, maybe no moment at all) fires while a save
+    is in flight (FaultMoment.hits_a_save)."""
+    m = FAULT_MOMENTS.get(moment) if moment is not None else None
+    return m is not None and m.hits_a_save
+
+
 NO_FAULT = "none"
 # A run of several faults (--faults N): its kinds, ranks and moments come from a seeded schedule
 # (harness.plan.campaign, docs/campaigns.md), not from --fault / --fault-rank / --fault-at.

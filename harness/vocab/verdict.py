@@ -77,19 +77,53 @@ Fault.__format__ = str.__format__  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True)
+class Phrase:
+    """A sentence or a fragment of one, not rendered yet: the check it belongs to ("*": any), its
+    reason key in harness.judge.sentences' table and the facts it names, which may hold phrases
+    themselves. A checker returns its facts with phrases in them; the one renderer
+    (harness.judge.sentences.render) turns them into words where a result is shown. The facts
+    are copied when the phrase is made: a checker that goes on filling its own facts does not
+    change what an earlier phrase says."""
+
+    cid: str
+    reason: str
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", dict(self.values))
+
+
+@dataclass(frozen=True)
+class Joined:
+    """Phrases (or plain values) said one after the other, `sep` between them."""
+
+    parts: tuple[Any, ...]
+    sep: str = ""
+
+
+@dataclass(frozen=True)
 class CriterionResult:
     """One criterion's answer: its status, one sentence a person can act on, the evidence lines
     (`file:line: text`). `final`: a failure no later line of the run can undo (the watcher
-    stops the job on it); not part of verdict.json."""
+    stops the job on it); not part of verdict.json.
+
+    A checker returns its `reason` (the key of its sentence in harness.judge.sentences) and its
+    `values` (the facts it compared, phrases among them) with `detail` empty; `lead` is a phrase
+    said before the sentence (the fault a merged result of several episodes is about).
+    harness.judge.sentences.render fills `detail` and turns the phrases of `values` into words,
+    where the result is shown (the verdict, the watcher's stop reason). A result read back from
+    verdict.json has its detail and no reason."""
 
     id: str
     status: Status
-    detail: str
+    detail: str = ""
     evidence: tuple[str, ...] = ()
     final: bool = False
-    # the facts the checker compared (JSON values), from which its sentence was made: shown in
-    # verdict.json's per-episode section, not in `criteria`
+    # the facts the checker compared (JSON values once rendered), from which its sentence is made:
+    # shown in verdict.json's per-episode section, not in `criteria`
     values: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    reason: str = field(default="", compare=False)
+    lead: Phrase | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, Status):

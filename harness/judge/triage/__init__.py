@@ -1,7 +1,8 @@
 """Cross-rank failure triage: which rank failed first, and why.
 
-scan (log lines -> typed records, through harness.vocab.dialect) -> classify (the root cause and
-the symptoms) -> advice; the Markdown of a Triage is harness.report.diagnosis.
+scan (a fold of history's line stream, harness.read.history.LineStream, into typed records) ->
+classify (the root cause and the symptoms) -> advice; the Markdown of a Triage is
+harness.report.diagnosis.
 
 The Slurm guide's "Diagnostic des défaillances" in code: scan every rank's output, not
 only rank 0's; the first non-NCCL Python traceback is the root cause and the NCCL

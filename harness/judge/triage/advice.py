@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 
 from harness.vocab.layout import MARKER_NAME
-from harness.judge.triage.model import ParallelConfig
+from harness.judge.triage.model import HANG, ParallelConfig
 from harness.judge.triage.scan import _Event, _Traceback
 
 
@@ -62,7 +62,7 @@ def _advice(category: str, rank: int | None, config: ParallelConfig, item: objec
                 "`nvrx-qual verify` decides: see its criteria, not this rank's death."
             )
         return base
-    if category == "hang":
+    if category == HANG:
         base = (
             "A rank stopped making progress and no rank crashed: find the stuck rank (py-spy dump --pid on "
             "each rank, the last log line of each rank, NCCL's flight recorder) before raising the section "

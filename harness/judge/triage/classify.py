@@ -18,7 +18,7 @@ from harness.read.history import read_injections, refused_record, unusable_path
 from harness.vocab.layout import MARKER_NAME, RunLayout, marker_name
 from harness.vocab.faults import FAULT_KINDS
 from harness.judge.triage.advice import _advice
-from harness.judge.triage.model import ROOT_TRACEBACK_KINDS, ParallelConfig, Symptom, Triage, _rank_ranges, _short
+from harness.judge.triage.model import HANG, ROOT_TRACEBACK_KINDS, ParallelConfig, Symptom, Triage, _rank_ranges, _short
 from harness.judge.triage.scan import (_TB_START, _TEARDOWN_SIGNALS, _Context, _Event, _Frame, _Scanner, _Traceback,
                                  _headline_exception, _oom_memory, _phase, _signal_name)
 
@@ -64,7 +64,7 @@ def _tb_candidate(tb: _Traceback) -> _Candidate:
 
 
 def _event_candidate(ev: _Event, priority: int) -> _Candidate:
-    kind = "hang" if ev.kind == "hang" else "collective" if ev.kind.startswith("collective") else "exit"
+    kind = HANG if ev.kind == HANG else "collective" if ev.kind.startswith("collective") else "exit"
     return _Candidate(kind, ev.time, ev.cycle, ev.line.file, ev.file_rank, ev.line.lineno, priority, ev)
 
 
@@ -303,7 +303,7 @@ def _unexplained_exit(ev: _Event, found: _Findings) -> bool:
     if rank is not None:
         own = [found.global_rank(tb.rank, tb.local_rank) for tb in found.tracebacks]
         own += [found.global_rank(e.rank, e.local_rank) for e in found.events
-                if e.kind in ("collective", "collective-weak", "hang")]  # fmt: skip
+                if e.kind in ("collective", "collective-weak", HANG)]  # fmt: skip
         return rank not in own
     return not found.tracebacks and (code > 0 or not comm_seen)
 
@@ -313,7 +313,7 @@ def _choose_root(found: _Findings) -> tuple[object, str] | None:
     or rank monitor timeout; else NCCL; else whatever exit or teardown is left."""
     candidates = [_tb_candidate(tb) for tb in found.tracebacks if tb.kind in ROOT_TRACEBACK_KINDS]
     candidates += [_event_candidate(ev, 1) for ev in found.of("exit") if _unexplained_exit(ev, found)]
-    candidates += [_event_candidate(ev, 2) for ev in found.of("hang")]
+    candidates += [_event_candidate(ev, 2) for ev in found.of(HANG)]
     if candidates:
         chosen = min(candidates, key=_earliest_key)
         return chosen.item, chosen.kind
@@ -352,7 +352,7 @@ def _injected_rank(category: str, ev: _Event, rank: int | None, marker: dict) ->
         return False, rank
     sent = _injected_signal(marker)
     kind = FAULT_KINDS.get(marker.get("fault"))  # type: ignore[arg-type]
-    if category == "hang" and (sent == "SIGSTOP" or (kind is not None and kind.monitor_detects)):
+    if category == HANG and (sent == "SIGSTOP" or (kind is not None and kind.monitor_detects)):
         return True, marker_rank  # a rank kept alive (stopped, or frozen with the GIL held): the monitor's timeout
     died_of_it = (sent not in (None, "SIGSTOP") and _signal_name(ev.exitcode) == sent) or \
         (kind is not None and ev.exitcode in kind.exit_codes)  # e.g. exception's exit status 1
@@ -414,9 +414,9 @@ def _event_triage(
 ) -> Triage:  # fmt: skip
     rank = found.global_rank(ev.rank, ev.local_rank)
     injected = False
-    if category in ("exit", "hang") and marker:
+    if category in ("exit", HANG) and marker:
         injected, rank = _injected_rank(category, ev, rank, marker)
-    if category == "hang" and not injected:
+    if category == HANG and not injected:
         rank = None  # every rank blocked with the stuck one times out: the monitor cannot say which
     family = ("collective", "collective-weak") if ev.kind.startswith("collective") else (ev.kind,)
     evidence = [ev.line.evidence()]
@@ -430,9 +430,9 @@ def _event_triage(
         summary = f"{ev.what[0].upper()}{ev.what[1:]}, and no rank left a Python traceback"
     elif category == "exit":
         summary = f"{who[0].upper()}{who[1:]} {ev.what}, without a Python traceback"
-    elif category == "hang":
+    elif category == HANG:
         summary = f"No rank crashed: the NVRx rank monitor timed out ({ev.what.split(': ', 1)[-1]})"
-        timed_out = {found.global_rank(e.rank, e.local_rank) for e in found.of("hang") if e.cycle == ev.cycle}
+        timed_out = {found.global_rank(e.rank, e.local_rank) for e in found.of(HANG) if e.cycle == ev.cycle}
         if None not in timed_out:
             summary += f"; monitors of rank(s) {_rank_ranges(sorted(timed_out))} timed out"  # type: ignore[arg-type]
         if rank is not None:

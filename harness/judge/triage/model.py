@@ -7,7 +7,10 @@ from typing import Sequence
 
 
 
-CATEGORIES = ("oom", "shape", "import", "collective", "traceback", "exit", "hang", "none")
+# A rank monitor's timeout fired and no rank crashed: triage's own category, not the fault kind of
+# the same name (harness.vocab.faults), which a triage reads from the marker's row instead.
+HANG = "hang"
+CATEGORIES = ("oom", "shape", "import", "collective", "traceback", "exit", HANG, "none")
 ROOT_TRACEBACK_KINDS = ("oom", "shape", "import", "traceback")
 
 

@@ -1,13 +1,13 @@
 """Scan: log lines -> typed records (tracebacks, failure events, configuration values).
 
-A fold over history's event stream. Each line is a dialect.LogLine (the one line model),
-dated by a dialect.LogClock (the one time model: a glog stamp takes the year of the log's
-last full date); every one-line kind (the launcher's rank monitor timeouts and worker exits,
-the cycle each line belongs to, NCCL errors, srun exits, Slurm's OOM kills and
-cancellations, Megatron's memory reports and shape values, failure signs) is an entry of
-history's rule table (history.RULES, history.cycle_opened), and triage folds the typed
-events those rules make into its records. Only what spans lines is read here: Python
-tracebacks (chained ones too) and torch elastic's ChildFailedError summary block.
+A fold over history's line stream (harness.read.history.LineStream): history reads every line
+of a log (the one line model, dialect.LogLine; the one time model, the file's dialect.LogClock;
+the one cycle rule, history.cycle_opened) and makes its events by the one rule table
+(history.RULES: the launcher's rank monitor timeouts and worker exits, NCCL errors, srun exits,
+Slurm's OOM kills and cancellations, Megatron's memory reports and shape values, failure signs).
+Triage folds the typed events into its records and reassembles only what spans lines, which no
+rule can read: Python tracebacks (chained ones too) and torch elastic's ChildFailedError summary
+block. torch elastic's error.json comes the same way (history.read_error_file).
 """
 
 from __future__ import annotations
@@ -15,69 +15,18 @@ from __future__ import annotations
 import re
 import signal
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
-from harness.safe import safeio
 from harness.vocab import events as ev_types
-from harness.vocab.dialect import LogClock, LogLine, attempt_of_path, cycle_of_name, maybe_stamped, number, read_line
-from harness.vocab.events import Src
-from harness.read.history import LAUNCHER_KEYWORDS, LogParser, cycle_opened, diagnostic_matches, match_rule
-from harness.judge.triage.model import OomMemory
+from harness.vocab.dialect import LogLine, number
+from harness.read.history import LineStream, ReadLine, read_error_file
+from harness.judge.triage.model import HANG, OomMemory
 
-_MAX_LINE = 64 * 1024  # longer lines keep their head; the rest is skipped, never buffered
-_TEXT_CAP = 400  # characters of a log line kept in evidence
 _MAX_FRAMES = 256  # a runaway recursion keeps its outermost frames and its innermost ones
 _MAX_CHAIN = 16
 _MAX_KEPT = 20_000  # tracebacks / failure lines kept after per-file de-duplication
 _MAX_RANKS = 1 << 16  # ranks whose memory report is kept
-_SCAN_EXTENSIONS = (".log", ".err", ".out")
-
-
-# ============================================================================ lines
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def _clean(chunk: bytes) -> str:
-    text = chunk.decode("utf-8", errors="replace").rstrip("\r\n")
-    if "\x00" in text:
-        text = text.replace("\x00", "")
-    if "\r" in text:  # progress bars: what the terminal finally showed
-        pieces = [p for p in text.split("\r") if p.strip()]
-        text = pieces[-1] if pieces else ""
-    if "\x1b" in text:
-        text = _ANSI.sub("", text)
-    return text
-
-
-def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) without ever holding more than one capped line in memory; read
-    in buffered chunks up to the file's size at opening (safeio.open_log)."""
-    with safeio.open_log(path) as fh:  # never a link, FIFO or device
-        lineno = 0
-        while True:
-            chunk = fh.readline(_MAX_LINE)
-            if not chunk:
-                return
-            lineno += 1
-            if len(chunk) == _MAX_LINE and not chunk.endswith(b"\n"):
-                while True:  # skip the rest of an over-long line
-                    more = fh.readline(_MAX_LINE)
-                    if not more or more.endswith(b"\n"):
-                        break
-            yield lineno, _clean(chunk)
-
-
-def _looks_binary(path: Path) -> bool:
-    with safeio.open_log(path, 4096) as fh:
-        head = fh.read(4096)
-    if not head:
-        return False
-    control = sum(1 for b in head if b < 9 or 13 < b < 32 and b != 27)
-    return control / len(head) > 0.3
 
 
 # ============================================================================ tracebacks
@@ -471,7 +420,6 @@ class _Scanner:
     def __init__(self, root: Path, ctx: _Context) -> None:
         self.root = root
         self.ctx = ctx
-        self._clock = LogClock(ctx.anchor)  # the clock of the file being read (its LogParser's)
         self.tracebacks: list[_Traceback] = []
         self.events: list[_Event] = []
         self.failure_signs: list[LogLine] = []
@@ -490,88 +438,52 @@ class _Scanner:
             rel = path.relative_to(self.root).as_posix()
             try:
                 if path.name == "error.json":
-                    self._scan_error_file(path, rel, file_rank)
-                elif not path.name.endswith(_SCAN_EXTENSIONS + (".txt",)) and _looks_binary(path):
-                    continue  # tensorboard events and the like; a text log with junk is still read
+                    self._fold_error_file(path, rel, file_rank)
                 else:
-                    self._scan_file(path, rel, file_rank)
+                    lines = LineStream(path, rel, utc_offset_s=self.ctx.utc_offset_s, anchor=self.ctx.anchor)
+                    if lines.binary:
+                        continue  # tensorboard events and the like; a text log with junk is still read
+                    self._fold(lines, file_rank)
                 self.scanned.append(rel)
             except OSError as err:
                 self.unreadable.append(f"{rel}: {err.strerror or err}")
 
-    def _file_identity(self, rel: str) -> tuple[int | None, int | None, bool]:
-        """(cycle, local rank, per-cycle app log) that the file's path says."""
-        cycle = cycle_of_name(rel.rsplit("/", 1)[-1])
-        if cycle is not None:
-            return cycle, None, True
-        attempt = attempt_of_path(rel)
-        if attempt is not None:
-            return attempt[0], attempt[1], False
-        return None, None, False
-
-    def _scan_file(self, path: Path, rel: str, file_rank: int) -> None:
-        file_cycle, file_local, per_cycle = self._file_identity(rel)
+    def _fold(self, lines: LineStream, file_rank: int) -> None:
+        """History's lines of one file into triage's records: each writing process's lines
+        reassembled into its tracebacks, torch elastic's summary block read whole, every other
+        line's events folded (_line_events)."""
         streams: dict[tuple, _Stream] = {}
-        cycle_state = file_cycle
-        summary = _SummaryParser(lambda entry: self._finish_summary(entry, file_rank))
-        history = LogParser(rel, split_starts=False)  # history's reading of this file's lines, its clock too
-        history.clock.anchor = self.ctx.anchor
-        self._clock = history.clock
-        for lineno, raw in _iter_lines(path):
-            # a `<N>: ` label is a rank in a per-cycle application log, a node elsewhere
-            line = read_line(rel, lineno, raw, labels_are_ranks=per_cycle, file_local=file_local)
-            stamped = self._date(line)
-            # as history reads them: a per-cycle application log holds worker output, no launcher line
-            launcher, at = self._launcher_events(history, line) if not per_cycle else ((), 0)
-            if file_cycle is None:  # launcher lines move the cycle of everything after them (history's rule)
-                for event in launcher:
-                    if (opened := cycle_opened(event)) is not None:
-                        cycle_state = opened
+        summary = _SummaryParser(lambda entry: self._finish_summary(entry, lines, file_rank))
+        for read in lines:
+            line = read.line
+            if lines.numbered_by_launcher:
+                for event in read.launcher:
                     if isinstance(event, ev_types.RendezvousJoined) and event.world is not None:
                         self.world_of_nodes = event.world
-            line.cycle = cycle_state
             stream = streams.get(line.key)
             if stream is None:  # one per writing process; a log naming more shares the last one
                 stream = streams[line.key if len(streams) < _MAX_RANKS else ("more processes",)] = (
                     streams.get(("more processes",)) or _Stream())
-            if stamped:
-                stream.last_stamped = line
+            if read.stamped:  # (a stamp with an impossible date dates nothing and still ends the time a traceback
+                stream.last_stamped = line  # before it could take)
                 if stream.waiting and line.time is not None:
                     for tb in stream.waiting:  # an upper bound beats no time at all
                         tb.time = line.time
                     stream.waiting.clear()
-
-            failures = self._failure_events(history, line)
-            opens = bool(failures) and any(isinstance(e, ev_types.TracebackStarted) for e in failures)
+            opens = read.opens_traceback
             if summary.feed(line, opens):
                 continue
             for tb in stream.builder.feed(line, opens):
                 self._keep_traceback(tb, stream, file_rank)
             if stream.builder.current is not None and stream.builder.current.start is line:
                 stream.builder.current.time = self._stream_time(stream)
-            self._line_events(line, stream, file_rank, failures, launcher, at)
+            self._line_events(read, stream, file_rank)
         for stream in streams.values():
             for tb in stream.builder.close():
                 self._keep_traceback(tb, stream, file_rank)
         summary.close()
 
     # --------------------------------------------------------------- time
-    def _date(self, line: LogLine) -> bool:
-        """Sets the line's UTC time: the harness's console stamp, else the writer's own stamp
-        read by the file's clock (dialect.LogClock, history's) and shifted by the run's UTC
-        offset. True when the line looks stamped (a stamp with an impossible date dates nothing
-        and still ends the time a traceback before it could take)."""
-        own = maybe_stamped(line.body)
-        local = self._clock.read(line.body) if own else None  # a full date moves the log's year
-        if line.console is not None:
-            line.time = line.console
-            return True
-        line.time = self._utc(local)
-        return own
-
-    def _utc(self, local: float | None) -> float | None:
-        return None if local is None else local - self.ctx.utc_offset_s
-
     def _stream_time(self, stream: _Stream) -> float | None:
         return stream.last_stamped.time if stream.last_stamped is not None else None
 
@@ -593,14 +505,14 @@ class _Scanner:
                 stream.waiting.append(tb)
         self.tracebacks.append(tb)
 
-    def _finish_summary(self, entry: _SummaryEntry, file_rank: int) -> None:
+    def _finish_summary(self, entry: _SummaryEntry, lines: LineStream, file_rank: int) -> None:
         fields = entry.fields
         rank_match = _SUMMARY_RANK.match(fields.get("rank", ""))
         rank = number(rank_match.group(1), "rank") if rank_match else None
         local = number(rank_match.group(2), "rank") if rank_match else None
         exit_match = _SUMMARY_EXIT.match(fields.get("exitcode", ""))
         exitcode = number(exit_match.group(1), "exit_code") if exit_match else None
-        when = self._utc(self._clock.read(fields["time"])) if fields.get("time") else None
+        when = lines.utc(fields["time"]) if fields.get("time") else None
         line = entry.first
         for tb in entry.tracebacks:
             tb.rank, tb.local_rank, tb.time, tb.source = rank, local, when, "elastic-summary"
@@ -616,35 +528,18 @@ class _Scanner:
             )
             self._failure_sign(line)
 
-    def _scan_error_file(self, path: Path, rel: str, file_rank: int) -> None:
-        """torch elastic's per-worker error.json (written by @record): the worker's traceback."""
-        try:
-            data = safeio.read_json(path, limit=16 * 1024 * 1024)
-        except (OSError, ValueError, RecursionError):
+    def _fold_error_file(self, path: Path, rel: str, file_rank: int) -> None:
+        """torch elastic's per-worker error.json, as history reads it: the worker's traceback."""
+        found_file = read_error_file(path, rel)
+        if found_file is None:
             return
-        message = data.get("message") if isinstance(data, dict) else None
-        if not isinstance(message, dict):
-            return
-        extra = message.get("extraInfo") or {}
-        callstack = extra.get("py_callstack")
-        if not isinstance(callstack, str):
-            return
-        when = None
-        try:  # a time datetime can hold, or none
-            when = datetime.fromtimestamp(int(extra.get("timestamp")), timezone.utc).timestamp()
-        except (TypeError, ValueError, OverflowError, OSError):
-            pass
-        cycle, local, _ = self._file_identity(rel)
         builder = _TracebackBuilder()
         found: list[_Traceback] = []
-        history = LogParser(rel, split_starts=False)
-        for lineno, text in enumerate(callstack.splitlines(), start=1):
-            line = LogLine(rel, lineno, text, text, None, local, (), None, cycle=cycle)
-            opens = any(isinstance(e, ev_types.TracebackStarted) for e in self._failure_events(history, line))
-            found.extend(builder.feed(line, opens))
+        for read in found_file.lines:
+            found.extend(builder.feed(read.line, read.opens_traceback))
         found.extend(builder.close())
         for tb in found:
-            tb.time, tb.source, tb.local_rank = when, "error-file", local
+            tb.time, tb.source, tb.local_rank = found_file.when, "error-file", found_file.local_rank
             self._keep_traceback(tb, None, file_rank)
 
     def _first(self, key: tuple) -> bool:
@@ -667,31 +562,10 @@ class _Scanner:
             self.failure_signs.append(line)
 
     # --------------------------------------------------------------- one-line kinds: history's events
-    @staticmethod
-    def _launcher_events(history: LogParser, line: LogLine) -> tuple[tuple[ev_types.LauncherEvent, ...], int]:
-        """The launcher events history's rule table makes of this line (none for other lines),
-        and where the rule's pattern matched."""
-        text = line.body
-        if not _LAUNCHER_SCREEN.search(text):
-            return (), 0
-        rule, m = match_rule(text)
-        if rule is None or rule.app:
-            return (), 0
-        src = Src(line.file, line.lineno, "")
-        return history.events_of(rule, m, text, src, line.rank), m.start()  # type: ignore[return-value]
-
-    @staticmethod
-    def _failure_events(history: LogParser, line: LogLine) -> list[ev_types.Event]:
-        """The events history's failure-line rules (events.DiagnosticEvent) make of this line."""
-        text = line.body
-        matches = diagnostic_matches(text)
-        return [event for rule, m in matches
-                for event in history.events_of(rule, m, text, Src(line.file, line.lineno, ""), line.rank)] if matches else []
-
-    def _line_events(self, line: LogLine, stream: _Stream, file_rank: int, diagnostic: list[ev_types.Event],
-                     launcher: tuple[ev_types.LauncherEvent, ...] = (), at: int = 0) -> None:
+    def _line_events(self, read: ReadLine, stream: _Stream, file_rank: int) -> None:
         """The fold: the line's events (history's launcher rules, then its failure-line rules,
         events.DiagnosticEvent) into triage's records."""
+        line, diagnostic, launcher, at = read.line, read.diagnostic, read.launcher, read.launcher_at
         text = line.body
         when = self._stream_time(stream)
         for event in diagnostic:  # a collective's error first (as the line is read: before its launcher's word)
@@ -704,7 +578,7 @@ class _Scanner:
                 rank = event.rank if event.rank is not None else line.rank
                 local = event.local_rank if event.local_rank is not None else line.local_rank
                 what = "rank monitor timeout: " + text[at:].strip()
-                self._add_event(_Event("hang", what, line, when, rank, local, line.cycle, file_rank))
+                self._add_event(_Event(HANG, what, line, when, rank, local, line.cycle, file_rank))
             elif isinstance(event, ev_types.WorkerFailed):
                 code = event.exitcode
                 self._add_event(_Event("exit", _exit_what(code), line, when, None, event.local_rank,
@@ -746,7 +620,6 @@ class _Scanner:
         per_file.setdefault(key, (value, line.lineno))
 
 
-_LAUNCHER_SCREEN = re.compile("|".join(re.escape(k.decode()) for k in LAUNCHER_KEYWORDS))  # history's screen
 def _clip_number(digits: str) -> str:
     return digits if len(digits) <= 24 else digits[:12] + "..."
 
