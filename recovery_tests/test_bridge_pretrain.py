@@ -1,4 +1,4 @@
-"""The Megatron-Bridge study's worker side (harness/workloads/bridge_pretrain.py,
+"""The megatron-bridge workload's worker side (harness/workloads/bridge_pretrain.py,
 docs/megatron-bridge.md): the command line it reads is the megatron-cpu plan's, every flag of
 it understood or refused; the Transformer Engine stand-in reaches only Bridge's one unguarded
 importer and never sys.modules; Bridge's install comes first, its libraries after

@@ -47,9 +47,9 @@ def test_run_help_names_the_workload_defaults(capsys):
         cli.main(["run", "--help-all"])
     assert exit_.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    for shown in ("(default: kill)", "(default: megatron)", "(default: megatron 100, megatron-cpu 12, reference 30)",
+    for shown in ("(default: kill)", "(default: megatron)", "(default: megatron 100, megatron-cpu 12, megatron-bridge 12, reference 30)",
                   "(default: megatron setup:900,step:120,checkpointing:600, megatron-cpu setup:90,step:15,checkpointing:15, "
-                  "reference setup:60,step:10,checkpointing:10)",
+                  "megatron-bridge setup:90,step:15,checkpointing:15, reference setup:60,step:10,checkpointing:10)",
                   "(default: 1)", "(default 1: one plain run)"):
         assert shown in out, shown
 

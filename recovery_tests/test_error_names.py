@@ -76,6 +76,8 @@ CASES = (
     Case("workload", {"tp": "3"}, named="tp"),
     Case("megatron_path", {"workload": "megatron", "megatron_path": "{root}/no-megatron"}),
     Case("megatron_cpu_dir", {"workload": "megatron-cpu", "megatron_cpu_dir": "{root}/no-install"}),
+    Case("megatron_bridge_dir", {"workload": "reference", "megatron_bridge_dir": "{root}/bridge"}),  # another's knob
+    Case("megatron_bridge_dir", {"workload": "megatron-bridge", "megatron_bridge_dir": "{root}/no-install"}),
     Case("nnodes", {"nnodes": "3:2"}),
     Case("train_iters", {"train_iters": "-5"}),
     Case("save_interval", {"save_interval": "0"}),

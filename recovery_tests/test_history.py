@@ -702,7 +702,13 @@ RULE_LINES = [
     ("0: [rank0]: OSError: [Errno 28] No space left on device", "NoSpaceLeft"),
     ("0: INFO:megatron.core.optimizer.distrib_optimizer:Loading distributed optimizer sharded state of type "
      "fully_sharded_model_space", "OptimizerLoaded"),
+    ("0: INFO:megatron.core.optimizer:Setting up optimizer with config OptimizerConfig(lr=0.0001, min_lr=1e-05, "
+     "bf16=True, use_distributed_optimizer=False, overlap_cpu_optimizer_d2h_h2d=False)", "SettingShown"),
+    # Megatron-Bridge's configuration summary (docs/megatron-bridge.md)
+    ("0:   hidden_dropout: 0.0  (Mcore default: 0.1)", "SettingShown"),
     ("0: [after model, optimizer, and learning rate scheduler are built] datetime: 2026-11-29 17:32:08 ", "ModelBuilt"),
+    ("0: [after dataloaders are built] datetime: 2026-12-05 07:13:27 ", "DataloadersBuilt"),
+    ("1:     save-checkpoint ................................: (1158.78, 1162.81)", "SaveTimed"),
     ("0: ------------------------ arguments ------------------------\n"
      "0: -------------------- end of arguments ---------------------", "ArgumentsPrinted"),
     ("0: FT: initialized. Timeouts=RankMonitorConfig(...)", "WorkersInitialized"),
@@ -739,6 +745,8 @@ RULE_LINES = [
      "StepCancelled"),
     ("[Rank 5] (after 10 iterations) memory (MB) | allocated: 1024.0 | max allocated: 2048.0 | reserved: 3072.0 | "
      "max reserved: 3072.0", "MemoryReport"),
+    ("[Rank 0] (after 5 iterations) memory (GB) | mem-allocated-gigabytes: 1.2 | mem-max-allocated-gigabytes: 2.5 | "
+     "mem-max-reserved-gigabytes: 3.0 | mem-alloc-retires: 0", "MemoryReport"),
     ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "FailureSign"),
     ("  seq_length ...................................... 4096", "ConfigValue"),
     ("using world size: 8, data-parallel size: 2, context-parallel size: 1, tensor-model-parallel size: 2",

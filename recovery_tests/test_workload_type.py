@@ -64,8 +64,8 @@ def _spec(tmp_path: Path, **flags) -> specmod.RunSpec:
 
 
 def test_an_unregistered_workload_is_refused_by_name(tmp_path: Path) -> None:
-    with pytest.raises(specmod.SpecError, match="--workload='toy-cpu' is not valid: use megatron, megatron-cpu or "
-                                                 "reference"):
+    with pytest.raises(specmod.SpecError, match="--workload='toy-cpu' is not valid: use megatron, megatron-cpu, "
+                                                 "megatron-bridge or reference"):
         specmod.from_sources({"workload": "toy-cpu"}, {})
 
 

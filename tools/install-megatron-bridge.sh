@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Install Megatron-Bridge's training code for the Bridge study (docs/megatron-bridge.md), from
-# PyPI only, into one directory that the Bridge entrypoint
+# Install Megatron-Bridge's training code for `--workload megatron-bridge` (docs/megatron-bridge.md),
+# from PyPI only, into one directory that the Bridge entrypoint
 # (harness/workloads/entrypoints/pretrain_bridge_cpu.py) puts on sys.path. Idempotent: a second
 # call with everything in place does nothing. Nothing goes into the current environment.
+# .ci/run calls it only under NVRX_QUAL_CI_BRIDGE=1 (docs/testing.md, "The Megatron-Bridge tier").
 #
 #   tools/install-megatron-bridge.sh [DIR]        (default: .megatron-bridge)
 #

@@ -572,16 +572,20 @@ def check_optimizer_reload(j: Judging) -> CriterionResult:
                      which=Phrase(cid, "older" if loaded.iteration < k else "newer"), hint=hint)
     if loaded.iteration <= 0:
         return found(FAIL, "fresh_start", evidence)
-    args = r.arguments
     block = r.load_block()
     opt = [e for e in block if isinstance(e, ev.OptimizerLoaded)]
     sched = [e for e in block if isinstance(e, ev.SchedulerValueLoaded)]
-    plain = args is not None and args.flag("use_distributed_optimizer") is False
+    # whether the optimizer is the distributed one: Megatron's arguments table, else megatron-core's
+    # own optimizer configuration line (Megatron-Bridge prints no arguments table)
+    distributed = r.flag("use_distributed_optimizer")
+    plain = distributed is not None and distributed[0] is False
+    if not opt and sched and distributed is None:  # the plain optimizer's evidence is missing, not contrary
+        return found(UNKNOWN, "optimizer_setting_unseen", [*evidence, sched[0]])
     if not opt and not (plain and sched):
         return found(FAIL, "without_optimizer", evidence)
     # Megatron loads the scheduler under the same condition as the optimizer; without the
     # distributed optimizer its scheduler lines are the log's evidence of that load.
-    evidence[1:1] = [*opt[:1], *sched[:1], *([args.src_of("use_distributed_optimizer")] if not opt and args else [])]
+    evidence[1:1] = [*opt[:1], *sched[:1], *([distributed[1]] if not opt and distributed is not None else [])]
     ck = tl.checkpoints.get(k) if tl.checkpoints is not None else None
     if ck is not None:
         facts["rel"] = ck.rel

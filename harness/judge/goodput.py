@@ -13,12 +13,15 @@ here reads files). The formula, each term's evidence and what it cannot see: doc
     startup     launch started → the first training start's first iteration line − step
     detection   injected (marker) → the launcher's first record of the failed cycle's failure
     restart     failure detected → the launcher's record of the replacement workers' start
-    restore     workers started → the replacement's model-built stamp after its load (or the
-                next fault's injection, when that fault cut the load)
+    restore     workers started → the replacement's first stamped line after its load (the
+                model-built line of Megatron-LM, the dataloaders-built line of Megatron-Bridge;
+                or the next fault's injection, when that fault cut the load)
     redone      (the last iteration the failed cycle logged − the iteration the next training
                 start resumed at) × step
     save_stall  Σ over the save lines of every start: `saving checkpoint` → `scheduled an async
-                checkpoint save` (async) or → `successfully saved` (synchronous)
+                checkpoint save` (async) or → `successfully saved` (synchronous); where the save
+                lines carry no stamp (Megatron-Bridge), megatron-core's `save-checkpoint` timer
+                printed after the save (the slowest rank's blocking time)
     rest        wall − productive − every known part above (an unknown part's time is in it)
 
 A measured step time is the time between the first and the last iteration line of a start,
@@ -68,9 +71,24 @@ def _training_starts(tl: Timeline) -> list[ev.AppStart]:
     return sorted(starts, key=lambda s: (s.cycle if s.cycle is not None else -1, s.index))
 
 
-def _stalls(tl: Timeline, start: ev.AppStart) -> tuple[list[tuple[float, float]], str | None]:
-    """(began, seconds) of each save the training loop of `start` was blocked in, or why they
-    cannot all be told (save lines not all kept, a stall that cannot be true)."""
+@dataclass(frozen=True)
+class _Stall:
+    """One save the training loop was blocked in: from `at` (UTC; None for a save whose lines
+    carry no stamp, timed by megatron-core's `save-checkpoint` timer: Megatron-Bridge) for
+    `seconds`, after the iteration line of `iteration`."""
+
+    at: float | None
+    iteration: int
+    seconds: float
+
+    def between(self, a: float, b: float, first: int, last: int) -> bool:
+        """Whether it lies between two iteration lines (stamped a and b, iterations first and last)."""
+        return a <= self.at < b if self.at is not None else first <= self.iteration < last
+
+
+def _stalls(tl: Timeline, start: ev.AppStart) -> tuple[list[_Stall], str | None]:
+    """Each save the training loop of `start` was blocked in, or why they cannot all be told
+    (save lines not all kept, a stall that cannot be true)."""
     kept = start.of(ev.SaveCommitted)
     if start.saves_committed > len(kept):
         return [], (f"{start.source}: {start.saves_committed} saves, of which the history kept the lines of "
@@ -79,11 +97,25 @@ def _stalls(tl: Timeline, start: ev.AppStart) -> tuple[list[tuple[float, float]]
     for e in start.events:
         if isinstance(e, (ev.SaveScheduled, ev.SaveCommitted)):
             ends.setdefault(e.iteration, []).append(e)
-    out = []
-    for began in start.of(ev.SaveStarted):
+    started = start.of(ev.SaveStarted)
+    timers = start.of(ev.SaveTimed)
+    out: list[_Stall] = []
+    for i, began in enumerate(started):
         t0 = tl.utc(began)
         if t0 is None:
-            return [], f"{began.src}: a save line without a time stamp"
+            # the timer line between this save line and the next save's (or the start's end)
+            until = started[i + 1].src.line if i + 1 < len(started) else None
+            timer = next((x for x in timers if x.src.line > began.src.line and (until is None or x.src.line < until)),
+                         None)
+            if timer is None:
+                if not any(e.src.line > began.src.line for e in ends.get(began.iteration, ())):
+                    continue  # a save the fault cut: its time is in the episode's parts or the rest
+                return [], (f"{began.src}: a save line without a time stamp, and no save-checkpoint timer after it "
+                            "(megatron-core prints one per save)")
+            if not 0.0 <= timer.seconds <= MAX_STALL_S:
+                return [], f"{timer.src}: the save's stall would be {timer.seconds:.3f} s, which no save takes"
+            out.append(_Stall(None, began.iteration, timer.seconds))
+            continue
         after = [e for e in ends.get(began.iteration, ()) if e.src.line > began.src.line]
         scheduled = [e for e in after if isinstance(e, ev.SaveScheduled)]
         end = scheduled[0] if scheduled else (after[0] if after else None)
@@ -94,7 +126,7 @@ def _stalls(tl: Timeline, start: ev.AppStart) -> tuple[list[tuple[float, float]]
             return [], f"{end.src}: a save line without a time stamp"
         if not 0.0 <= t1 - t0 <= MAX_STALL_S:
             return [], f"{end.src}: the save's stall would be {t1 - t0:.3f} s, which no save takes"
-        out.append((t0, t1 - t0))
+        out.append(_Stall(t0, began.iteration, t1 - t0))
     return out, None
 
 
@@ -114,7 +146,7 @@ def step_time(tl: Timeline) -> StepTime:
         if problem is not None:
             why.append(problem)
             continue
-        blocked = sum(s for t, s in stalls if a <= t < b)
+        blocked = sum(s.seconds for s in stalls if s.between(a, b, first.iteration, last.iteration))
         if b - a - blocked < 0:
             why.append(f"{start.source}: its iteration lines are stamped out of order")
             continue
@@ -169,8 +201,7 @@ def _moments(tl: Timeline, ep: Episode, nxt: Episode | None) -> tuple[float | No
     """(injected, failure detected, workers started, checkpoint loaded) of an episode; a load
     the next fault cut ends at that fault's injection."""
     r = ep.replacement
-    built = r.first(ev.ModelBuilt) if r is not None else None
-    loaded = tl.utc(built) if r is not None and r.first(ev.CheckpointLoaded) is not None else None
+    loaded = tl.utc(r.restored) if r is not None else None
     if loaded is None and nxt is not None and ep.cut_before_load:
         loaded = tl.utc(nxt.marker)  # the next fault cut the load: the restore lasted until it
     return tl.utc(ep.marker), tl.utc(detection_event(tl, ep.cycle)), tl.utc(ep.restart), loaded
@@ -281,7 +312,7 @@ def compute(tl: Timeline, episodes: Sequence[Episode], baseline: Timeline | None
             reasons["save_stall"] = problem
             stall_total = None
             break
-        stall_total += sum(s for _, s in stalls)
+        stall_total += sum(s.seconds for s in stalls)
     parts["save_stall"] = _r(stall_total) if stall_total is not None else None
     spans: list[tuple[str, float, float]] = []
     if parts["startup"] is not None and first_line is not None:
@@ -289,7 +320,9 @@ def compute(tl: Timeline, episodes: Sequence[Episode], baseline: Timeline | None
     for i, ep in enumerate(episodes):
         spans.extend(_episode_spans(tl, ep, episodes[i + 1] if i + 1 < len(episodes) else None))
     if parts["save_stall"] is not None:
-        spans.extend(("save_stall", t, t + s) for start in tl.starts for t, s in _stalls(tl, start)[0])
+        # a stall timed by megatron-core's timer alone has a length but no place on the clock: not drawn
+        spans.extend(("save_stall", s.at, s.at + s.seconds) for start in tl.starts for s in _stalls(tl, start)[0]
+                     if s.at is not None)
     known = sum(v for v in parts.values() if v is not None)
     parts["rest"] = _r(wall - productive - known)
     if parts["rest"] < -0.5:

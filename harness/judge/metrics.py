@@ -35,9 +35,10 @@ from harness.vocab.verdict import Metrics, Recovery
 
 __all__ = ["Metrics", "Recovery", "compute"]
 
-SECOND_RESOLUTION_NOTE = ("restore_s and first_step_s rest on Megatron's "
-                          "'[after model, optimizer, and learning rate scheduler are built] datetime:' line, "
-                          "printed in whole seconds by this Megatron (0.19 prints microseconds): they are exact to ±1 s")
+SECOND_RESOLUTION_NOTE = ("restore_s and first_step_s rest on the first '] datetime:' line after the load "
+                          "(Megatron-LM's '[after model, optimizer, and learning rate scheduler are built]', "
+                          "Megatron-Bridge's '[after dataloaders are built]'), printed in whole seconds by this "
+                          "software (Megatron-LM 0.19 prints microseconds): they are exact to ±1 s")
 _FRACTIONAL_DATETIME = re.compile(r"datetime: \S+ \d\d:\d\d:\d\d\.\d")
 
 
@@ -86,7 +87,7 @@ def recoveries(tl: Timeline, a: Analysis) -> tuple[Recovery, ...]:
         starts = sorted((s for s in tl.starts if s.cycle is not None and c is not None and s.cycle > c),
                         key=lambda s: (s.cycle, s.index))
         r = starts[0] if starts else None
-        loaded = tl.utc(r.first(ev.ModelBuilt)) if r is not None and r.first(ev.CheckpointLoaded) is not None else None
+        loaded = tl.utc(r.restored) if r is not None else None
         first = tl.utc(r.first_iteration) if r is not None else None
         if episode.replacement_cycle is None and (ip := tiers.inprocess_milestones(episode.fault_start)) is not None:
             detected, started, loaded, first = tl.utc(ip.caught), tl.utc(ip.restarted), tl.utc(ip.built), None
@@ -114,7 +115,7 @@ def compute(tl: Timeline, a: Analysis) -> Metrics:
     started = tl.utc(started_ev)
 
     r = ep.replacement
-    built_ev = r.first(ev.ModelBuilt) if r is not None else None
+    built_ev = r.restored if r is not None else None  # the first stamped line after the load
     inproc = tiers.inprocess_milestones(ep.fault_start) if ep.replacement_cycle is None else None
     if inproc is not None:  # an in-process restart: the Wrapper's own stamps (harness.vocab.tiers)
         detected_ev, started_ev, built_ev = inproc.caught, inproc.restarted, inproc.built
@@ -128,7 +129,7 @@ def compute(tl: Timeline, a: Analysis) -> Metrics:
     first = tl.utc(first_ev)
     if loaded is not None or first is not None:
         if loaded is None:
-            notes.append("no model-built stamp after the load: restore_s unknown")
+            notes.append("no stamped line (model-built or dataloaders-built) after the load: restore_s unknown")
         elif built_ev is not None and not _FRACTIONAL_DATETIME.search(built_ev.src.text):
             notes.append(SECOND_RESOLUTION_NOTE)
 

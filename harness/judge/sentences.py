@@ -182,6 +182,11 @@ SENTENCES: dict[tuple[str, str], str] = {
         "{who} loaded checkpoint {expected} without its optimizer state: the load block has no 'Loading distributed "
         "optimizer sharded state' line (--no-load-optim, --finetune, a release checkpoint or no_save_optim in the saved "
         "arguments)."),
+    ("optimizer_reload", "optimizer_setting_unseen"): (
+        "{who} loaded checkpoint {expected} and its scheduler state, but printed no 'Loading distributed optimizer "
+        "sharded state' line, and whether its optimizer is the distributed one is not shown (no arguments table, no "
+        "megatron-core 'Setting up optimizer with config' line): the plain optimizer loads silently, so the "
+        "optimizer's reload cannot be told from the log."),
     ("optimizer_reload", "no_dcp_metadata"): ("{who} loaded checkpoint {expected}, but {rel} has no DCP .metadata: the "
                                               "checkpoint on disk is not the one loaded, or it was damaged afterwards."),
     ("optimizer_reload", "no_optimizer_tensors"): ("{who} printed an optimizer load, but {rel} holds no optimizer "
@@ -615,7 +620,9 @@ SENTENCES: dict[tuple[str, str], str] = {
     ("state_equivalence", "deterministic_cpu"): ("Megatron on CPU with hidden_dropout and attention_dropout 0 is "
                                                  "bitwise deterministic"),
     ("state_equivalence", "dropout_is"): "{name} is {value}",
-    ("state_equivalence", "dropout_unseen"): "its arguments tables do not show the dropout",
+    ("state_equivalence", "dropout_unseen"): ("its log does not show the dropout as 0 (Megatron's arguments tables; "
+                                              "Megatron-Bridge's configuration summary, which names a dropout only "
+                                              "where it differs from megatron-core's 0.1)"),
     ("state_equivalence", "not_deterministic_cpu"): "Megatron on CPU with dropout is not bitwise deterministic ({why})",
     ("state_equivalence", "workload_unrecorded"): "unrecorded (no run.json)",
     ("state_equivalence", "not_deterministic"): ("the {workload} workload is not bitwise deterministic (GPU reductions, "

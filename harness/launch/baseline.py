@@ -48,10 +48,12 @@ if TYPE_CHECKING:
 AUTO, NONE = "auto", "none"
 HASH_SCHEME = "nvrx-qual trajectory v1"
 # RunSpec fields that shape the training trajectory (see the module's docstring).
-TRAJECTORY_FIELDS = ("workload", "megatron_path", "megatron_cpu_dir", "python", "uv", "nnodes", "gpus_per_node", "tp",
-                     "pp", "cp", "num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size",
-                     "micro_batch_size", "train_iters", "save_interval", "transformer_engine", "apex",
+TRAJECTORY_FIELDS = ("workload", "megatron_path", "megatron_cpu_dir", "megatron_bridge_dir", "python", "uv", "nnodes",
+                     "gpus_per_node", "tp", "pp", "cp", "num_layers", "hidden_size", "num_attention_heads", "seq_length",
+                     "vocab_size", "micro_batch_size", "train_iters", "save_interval", "transformer_engine", "apex",
                      "distributed_optimizer", "gpu_arch")
+# Fields only one workload sets (None for every other): hashed only when set.
+ONE_WORKLOAD_FIELDS = frozenset({"megatron_bridge_dir"})
 # Workload arguments that act only when a checkpoint is loaded (flag -> how many values follow
 # it): the uninterrupted twin never loads, so they leave its trajectory as it is.
 RESTORE_ONLY_ARGS = {"--no-load-optim": 0, "--no-load-rng": 0, "--finetune": 0, "--drop-on-restore": 1}
@@ -89,6 +91,8 @@ def trajectory(spec: RunSpec) -> dict:
     values: dict[str, object] = {"scheme": HASH_SCHEME, "harness_version": __version__}
     for name in TRAJECTORY_FIELDS:
         value = getattr(spec, name)
+        if value is None and name in ONE_WORKLOAD_FIELDS:
+            continue  # the other workloads' hashes stay what they were before the field
         values[name] = str(value) if isinstance(value, Path) else value
     values["global_batch_size"] = spec.topology.effective_global_batch
     values["workload_args"] = list(trajectory_args(spec.extra_args))

@@ -112,9 +112,12 @@ def _restored(start: ev.AppStart) -> str | None:
     if loaded is None:
         return None
     # Megatron's plain optimizer prints no optimizer line; its scheduler lines are the evidence
-    args = start.arguments
-    plain = args is not None and args.flag("use_distributed_optimizer") is False
-    reloaded = start.first(ev.OptimizerLoaded) is not None or (plain and start.first(ev.SchedulerValueLoaded) is not None)
+    distributed = start.flag("use_distributed_optimizer")
+    scheduler = start.first(ev.SchedulerValueLoaded) is not None
+    if start.first(ev.OptimizerLoaded) is None and scheduler and distributed is None:
+        return f"loaded checkpoint {loaded.iteration}, its optimizer state not shown"
+    reloaded = start.first(ev.OptimizerLoaded) is not None or (
+        distributed is not None and distributed[0] is False and scheduler)
     return f"loaded checkpoint {loaded.iteration} {'with' if reloaded else 'without'} optimizer state"
 
 

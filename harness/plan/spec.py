@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 from harness.plan import campaign
 from harness.vocab import tiers, topology
 from harness import workloads
-from harness.workloads import megatron_cpu
+from harness.workloads import megatron_bridge, megatron_cpu
 from harness.vocab.faults import (AFTER_COMMIT, CAMPAIGN, CAMPAIGN_MOMENTS, DEFAULT_FAULT_AT, DEFAULT_KIND, FAULT_KINDS,  # noqa: F401
                             FAULT_MOMENTS, FAULTS, FIRST_COMMIT, IN_SAVE, MAX_PLANNED_FAULTS, PlannedFault,
                             single_schedule)
@@ -54,7 +54,7 @@ class SpecError(ValueError):
 #   section it lands in (setup stays long: Megatron's start on a cold node can take minutes);
 # - reference: the CPU reference workload's (hang detection = 10 s + one check interval);
 # - megatron-cpu: Megatron's own loop on CPU; setup covers Megatron's init and, on a restart,
-#   the load (about 12 s on an idle 2-core machine).
+#   the load (about 12 s on an idle 2-core machine; Megatron-Bridge's about 20 s).
 # Step, checkpointing and out-of-section deadlines are equal in short and reference, so the
 # stopped rank's own monitor fires about when its blocked peers' do; replacement_cycle does
 # not depend on that (a peer's timeout counts when the marker proves which rank was stopped).
@@ -82,6 +82,7 @@ class RunSpec:
     run_id: str
     megatron_path: Path | None = None
     megatron_cpu_dir: Path | None = None  # megatron-cpu: tools/install-megatron-cpu.sh's directory
+    megatron_bridge_dir: Path | None = None  # megatron-bridge: tools/install-megatron-bridge.sh's directory
     nnodes: int = 1
     gpus_per_node: int = 2
     tp: int = 1
@@ -217,7 +218,7 @@ DEADLINE_PROFILE_USE = {
     "walkthrough": "the NVRx walkthrough's, Megatron's default",
     "short": "a GPU qualification inside minutes",
     "reference": "the CPU reference workload's default",
-    "megatron-cpu": "Megatron's own loop on CPU, its default",
+    "megatron-cpu": "Megatron's own loop on CPU, its default (and megatron-bridge's)",
 }
 
 
@@ -532,6 +533,10 @@ KNOBS: tuple[Knob, ...] = (
     Knob("megatron_cpu_dir", "--megatron-cpu-dir", Path,
          f"megatron-cpu: the directory {megatron_cpu.INSTALL} installed (default: {megatron_cpu.DEFAULT_DIR})",
          "NVRX_QUAL_MEGATRON_CPU_DIR"),
+    Knob("megatron_bridge_dir", "--megatron-bridge-dir", Path,
+         f"megatron-bridge: the directory {megatron_bridge.INSTALL} installed (default: {megatron_bridge.DEFAULT_DIR})",
+         megatron_bridge.DIR_ENV,
+         check=lambda spec: _own_knob_problems(spec, "megatron_bridge_dir", spec.megatron_bridge_dir is not None)),
     Knob("work_dir", "--work-dir", Path, "runs go to WORK_DIR/runs/RUN_ID (default: current directory)",
          "NVRX_WORK_DIR"),
     Knob("run_id", "--run-id", str, "fresh ID for every test (default: generated)", "NVRX_RUN_ID"),
@@ -681,8 +686,8 @@ def shown_value(value: object) -> str:
 # each (a knob can also name its group itself: Knob.group). The command layer adds its own
 # options to these groups by title (run's --repeat and --deadline, sbatch's Slurm options).
 HELP_GROUPS: dict[str, tuple[str, ...]] = {
-    "what to run": ("workload", "megatron_path", "megatron_cpu_dir", "nvrx_path", "nvrx_version", "python", "uv",
-                    "train_iters", "save_interval", "num_layers", "hidden_size", "num_attention_heads",
+    "what to run": ("workload", "megatron_path", "megatron_cpu_dir", "megatron_bridge_dir", "nvrx_path", "nvrx_version",
+                    "python", "uv", "train_iters", "save_interval", "num_layers", "hidden_size", "num_attention_heads",
                     "seq_length", "vocab_size", "micro_batch_size", "global_batch_size", "distributed_optimizer",
                     "transformer_engine", "apex", "step_time_ms", "save_delay_ms", "checkpoint_dir", "dry_run"),
     "faults": ("fault", "fault_at", "fault_after", "fault_rank", "faults", "seed", "fault_kinds", "max_restarts", "max_no_progress_cycles", "poll_interval",
@@ -757,7 +762,7 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
     values["workload"] = workload
     values.setdefault("work_dir", Path.cwd())
     values["work_dir"] = Path(values["work_dir"]).expanduser().absolute()
-    for key in ("megatron_path", "checkpoint_dir", "nvrx_path", "megatron_cpu_dir"):
+    for key in ("megatron_path", "checkpoint_dir", "nvrx_path", "megatron_cpu_dir", "megatron_bridge_dir"):
         if values.get(key) is not None:
             values[key] = Path(values[key]).expanduser().absolute()
     values = kind.resolve(values)

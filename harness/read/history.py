@@ -80,8 +80,14 @@ _ARG_LINE_RE = re.compile(r"\s*([A-Za-z_]\w*) \.* ?(?: (.*))?$")
 _CYCLE_TAG_RE = re.compile(r"\[Cycle (\d+)\]")
 
 # Phases of one application start, in the order Megatron prints them. A line that opens a
-# phase the current start has already reached begins the next start (single logs only).
+# phase the current start has already reached, or passed, begins the next start (single logs
+# only). The load and the model-built line are not ordered: Megatron-LM loads before it prints
+# the model-built line, Megatron-Bridge after; neither passes the other (_REOPENED_BY).
 PH_NONE, PH_ARGS, PH_FT, PH_LOAD, PH_BUILT, PH_ITER, PH_DONE = -1, 0, 1, 2, 3, 4, 5
+_PHASES = (PH_ARGS, PH_FT, PH_LOAD, PH_BUILT, PH_ITER, PH_DONE)
+_UNORDERED = {(PH_LOAD, PH_BUILT), (PH_BUILT, PH_LOAD)}
+# per opening phase: the phases (a bit each) whose presence in the current start means it has been reached or passed
+_REOPENED_BY = {p: sum(1 << q for q in _PHASES if q >= p and (p, q) not in _UNORDERED) for p in _PHASES}
 
 
 # ---------------------------------------------------------------- the line rules
@@ -333,6 +339,45 @@ def _world_sizes(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None
                  for name, text in _WORLD_LINE_RE.findall(b) if (value := number(text, "count")) is not None)
 
 
+# Settings read outside Megatron's arguments table (events.SettingShown), by name: the plain
+# optimizer's evidence (optimizer_reload) and the dropout (a workload's determinism). Only
+# these: Megatron-Bridge's configuration summary has dozens of lines, and the reader keeps a
+# bounded number of events of a kind.
+SHOWN_SETTINGS = ("use_distributed_optimizer", "hidden_dropout", "attention_dropout")
+_SETTING_VALUE_RE = re.compile(r"[\w.+-]{1,64}")
+
+
+def _setting(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.SettingShown | None:
+    """A SHOWN_SETTINGS value printed outside the arguments table; a value that is no single word is none."""
+    value = m.group("value")
+    if not _SETTING_VALUE_RE.fullmatch(value):
+        return None
+    return ev.SettingShown(src=src, rank=rank, name=m.group("name"), value=value)
+
+
+def _save_timed(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.SaveTimed | None:
+    """megatron-core's `save-checkpoint` timer: the slowest rank's milliseconds (the max of
+    `(min, max)`, or the one value of --timing-log-option max), as seconds; a value no save takes is none."""
+    ms = decimal(m.group("max") or m.group("only"), "seconds")
+    low = decimal(m.group("min"), "seconds") if m.group("min") is not None else None
+    if ms is None or (m.group("min") is not None and (low is None or low > ms)):
+        return None
+    return ev.SaveTimed(src=src, rank=rank, seconds=ms / 1000.0)
+
+
+def _memory(p: "LogParser", m: re.Match, b: str, src: Src, rank: int | None) -> ev.MemoryReport | None:
+    """Megatron's memory report in MB, Megatron-Bridge's in GB (whose values a CPU run never
+    has: torch.cuda.memory_stats() is empty there, so the line ends after its unit)."""
+    named = p._num(m.group("rank"), "rank", src)
+    peak = m.group("max_allocated")
+    if named is None or peak is None or decimal(peak, "megabytes") is None:
+        return None
+    reserved = m.group("max_reserved")
+    return ev.MemoryReport(src=src, rank=named, iterations=m.group("iterations"), max_allocated=peak,
+                           max_reserved=reserved if reserved is not None and decimal(reserved, "megabytes") is not None
+                           else None, unit=m.group("unit"))
+
+
 CONFIG_KEYS = (
     "micro_batch_size", "global_batch_size", "seq_length", "tensor_model_parallel_size",
     "pipeline_model_parallel_size", "context_parallel_size", "data_parallel_size", "world_size",
@@ -386,8 +431,21 @@ RULES: tuple[LineRule, ...] = (
     _rule("No space left", r"No space left on device", ev.NoSpaceLeft),
     _rule("ptimizer", r"Loading distributed optimizer sharded state of type (?P<kind>\S+)", ev.OptimizerLoaded,
           phase=PH_LOAD),
+    # megatron-core's own record of the optimizer it builds (Megatron-LM and Megatron-Bridge): the plain
+    # optimizer's evidence where no arguments table is printed (Megatron-Bridge)
+    _rule("Setting up optimizer", r"Setting up optimizer with config \w*OptimizerConfig\(.*?\b(?P<name>"
+          r"use_distributed_optimizer)=(?P<value>\w+)", ev.SettingShown, _setting),
+    # Megatron-Bridge's configuration summary: a setting where it differs from megatron-core's default
+    _rule("(Mcore default: ", r"^\s*(?P<name>" + "|".join(SHOWN_SETTINGS) + r"): (?P<value>\S+)\s+\(Mcore default: ",
+          ev.SettingShown, _setting),
     _rule("ptimizer", r"\[after model, optimizer, and learning rate scheduler are built\]", ev.ModelBuilt,
           phase=PH_BUILT, opens=True, stamp="datetime"),
+    _rule("dataloaders are built", r"\[after dataloaders are built\]", ev.DataloadersBuilt, phase=PH_BUILT,
+          stamp="datetime"),
+    # megatron-core's timer of a blocking save (printed by the last rank after it): the time of a save whose
+    # lines carry no stamp (Megatron-Bridge's); not the non-persistent tier's `save-checkpoint-non-persistent`
+    _rule("save-checkpoint ", r"^\s*save-checkpoint \.*: (?:\((?P<min>[\d.]+), (?P<max>[\d.]+)\)|(?P<only>[\d.]+))\s*$",
+          ev.SaveTimed, _save_timed, phase=PH_ITER),
     _rule("arguments ---", r"-{3,} arguments -{3,}", ev.ArgumentsPrinted, _arguments, phase=PH_ARGS, opens=True),
     _rule("FT: initialized", r"FT: initialized", ev.WorkersInitialized, phase=PH_FT, opens=True, stamp="line"),
     _rule("training is done", r"\[after training is done\]", ev.TrainingDone, phase=PH_DONE, stamp="datetime"),
@@ -408,7 +466,11 @@ RULES: tuple[LineRule, ...] = (
     _rule("Agent", r"Agent", ev.LauncherEvent, _agent),
     _rule("progress", r"detected no progress across restarts|EARLY TERMINATION", ev.NoProgressStop, _no_progress),
     # failure lines, read for triage only (events.DiagnosticEvent): each is tried on every line it reads
-    _rule("Traceback (most recent call last):", r"Traceback \(most recent call last\):\s*$", ev.TracebackStarted),
+    # a traceback that starts its line, torch elastic's summary field, or one a WARNING/ERROR record quotes; not one
+    # an INFO/DEBUG message quotes (Megatron-Bridge's safe_import_from logs the handled ImportError of an optional
+    # import so at every start: "Import of X from Y failed with: Traceback ...")
+    _rule("Traceback (most recent call last):", r"^(?:\s*(?:traceback\s*:\s*)?|.*\b(?:WARNING|ERROR|CRITICAL|FATAL)\b"
+          r".*)Traceback \(most recent call last\):\s*$", ev.TracebackStarted),
     _rule("NCCL", r"Watchdog caught|watchdog thread terminated|communicator was aborted|nccl\w+Error|NCCL error|"
           r"DistBackendError|Some NCCL operations|NCCL WARN", ev.CollectiveFailed, _collective,
           alternatives=("nccl", "DistBackendError")),
@@ -417,9 +479,13 @@ RULES: tuple[LineRule, ...] = (
     _rule("slurmstepd:", r"slurmstepd: error: Detected \d+ oom[-_]kill event", ev.HostOomKilled),
     _rule("slurmstepd:", r"slurmstepd: error: \*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO "
           r"(?P<reason>[A-Z ]+))?", ev.StepCancelled),
-    _rule("memory (MB)", r"\[Rank (?P<rank>\d+)\] \(after (?P<iterations>\d+) iterations\) memory \(MB\) \| "
+    _rule("memory (MB)", r"\[Rank (?P<rank>\d+)\] \(after (?P<iterations>\d+) iterations\) memory \((?P<unit>MB)\) \| "
           r"allocated: [\d.]+ \| max allocated: (?P<max_allocated>[\d.]+)(?: \| reserved: [\d.]+ \| max reserved: "
-          r"(?P<max_reserved>[\d.]+))?", ev.MemoryReport),
+          r"(?P<max_reserved>[\d.]+))?", ev.MemoryReport, _memory),
+    # Megatron-Bridge's: `memory (GB)` and its `| mem-<name>-gigabytes: V` fields (none on CPU: no event)
+    _rule("memory (GB)", r"\[Rank (?P<rank>\d+)\] \(after (?P<iterations>\d+) iterations\) memory \((?P<unit>GB)\)"
+          r"(?:.*?\| mem-max-allocated-gigabytes: (?P<max_allocated>[\d.eE+-]+))?"
+          r"(?:.*?\| mem-max-reserved-gigabytes: (?P<max_reserved>[\d.eE+-]+))?", ev.MemoryReport, _memory),
     _rule("FAILED", r"Worker group (?:FAILED|UNHEALTHY)|Some rank\(s\) exited with non-zero|ChildFailedError|"
           r"Agent's exit code = [1-9]|exits with exit code = [1-9]", ev.FailureSign,
           alternatives=("UNHEALTHY", "non-zero", "ChildFailedError", "exit code =")),
@@ -745,10 +811,12 @@ def _app_record(kind: type) -> _Kept:
 
 
 class _StartBuilder:
-    __slots__ = ("phase", "events", "first", "_last", "_last_raw", "bad", "saves", "points", "next_at", "stride")
+    __slots__ = ("phase", "seen", "events", "first", "_last", "_last_raw", "bad", "saves", "points", "next_at",
+                 "stride")
 
     def __init__(self) -> None:
-        self.phase = PH_NONE
+        self.phase = PH_NONE  # the latest phase reached
+        self.seen = 0  # a bit per phase reached (_REOPENED_BY)
         # per kind: (sequence number, AppEvent, or an _ArgsBuilder while its table is open)
         self.events: dict[type, _Kept] = {}
         self.first: ev.Iteration | None = None
@@ -961,13 +1029,16 @@ class LogParser:
 
     def _start(self, opener: int | None = None, phase: int = PH_NONE) -> _StartBuilder:
         cur = self.starts[-1] if self.starts else None
-        if cur is None or (opener is not None and self.split_starts and cur.phase >= opener):
+        if cur is None or (opener is not None and self.split_starts and cur.seen & _REOPENED_BY[opener]):
             if len(self.starts) < MAX_STARTS:
                 cur = _StartBuilder()
                 self.starts.append(cur)
             else:
                 self.starts_merged += 1
-        cur.phase = max(cur.phase, opener if opener is not None else phase)
+        reached = opener if opener is not None else phase
+        cur.phase = max(cur.phase, reached)
+        if reached != PH_NONE:
+            cur.seen |= 1 << reached
         return cur
 
     def _app(self, event: ev.AppEvent, opener: int | None = None, phase: int = PH_NONE) -> None:
@@ -1039,6 +1110,7 @@ class LogParser:
                 return  # " iteration " only in other lines: no start is implied
         assert start is not None
         start.phase = max(start.phase, PH_ITER)
+        start.seen |= 1 << PH_ITER
         if start.next_at - self.fed < b:
             self._sample(start, data, a, b)
         # The region's last iteration line is kept raw and parsed only when asked for: a region

@@ -154,9 +154,10 @@ GOODPUT_WORDS = {
     "startup": ("start-up", "launch started (launch.json)", "the first iteration line, less one step"),
     "detection": ("detection", "injected (marker)", "the launcher's first record of the failure"),
     "restart": ("restart", "failure detected", "replacement workers started (launcher record)"),
-    "restore": ("restore", "workers started", "the model-built stamp after the load"),
+    "restore": ("restore", "workers started", "the first stamped line after the load"),
     "redone": ("re-done iterations", "iterations trained again after the restore", "× the step price"),
-    "save_stall": ("checkpoint save stalls", "`saving checkpoint`", "`scheduled an async …` / `successfully saved`"),
+    "save_stall": ("checkpoint save stalls", "`saving checkpoint`",
+                   "`scheduled an async …` / `successfully saved` (unstamped: the `save-checkpoint` timer)"),
     "rest": ("rest (unattributed)", "wall − productive − the parts above", "warm-up, lost partial steps, shutdown"),
 }
 

@@ -136,6 +136,19 @@ class ArgumentsPrinted(AppEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SettingShown(AppEvent):
+    """A training setting the application printed outside Megatron's arguments table:
+    megatron-core's own `Setting up optimizer with config OptimizerConfig(...
+    use_distributed_optimizer=X ...)` (Megatron-LM and Megatron-Bridge alike), and the lines of
+    Megatron-Bridge's `Configuration Summary (Non-Default Values vs Megatron Core)`, which names
+    a setting only where it differs from megatron-core's default (`  hidden_dropout: 0.0  (Mcore
+    default: 0.1)`). `AppStart.setting` asks the arguments table first, then these."""
+
+    name: str
+    value: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class WorkersInitialized(AppEvent):
     """`FT: initialized. Timeouts=...`: once per worker-group (re)start, rank 0."""
 
@@ -158,6 +171,18 @@ class SaveCommitted(AppEvent):
 
     iteration: int
     path: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaveTimed(AppEvent):
+    """megatron-core's timer report of one blocking save, printed by the last rank after it
+    (`    save-checkpoint ....: (min, max)` in milliseconds across ranks, under `(min, max) time
+    across ranks (ms):`; `save-checkpoint ....: max` with --timing-log-option max): `seconds`
+    is the slowest rank's, the time every rank's training loop was held (the timer starts and
+    stops at a barrier). Megatron-LM and Megatron-Bridge both print it; it times the saves of
+    a dialect whose save lines carry no stamp (Megatron-Bridge's)."""
+
+    seconds: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -293,6 +318,13 @@ class StartedFromRandom(AppEvent):
 class ModelBuilt(AppEvent):
     """`[after model, optimizer, and learning rate scheduler are built] datetime: ...`:
     the first stamped line after a load (microseconds since Megatron 0.19, whole seconds before)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataloadersBuilt(AppEvent):
+    """`[after dataloaders are built] datetime: ...`: printed after the model-built line by
+    Megatron-LM and Megatron-Bridge alike; Megatron-Bridge's first stamped line after its
+    checkpoint load, which it does after the model-built line (AppStart.restored)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -509,12 +541,14 @@ class StepCancelled(DiagnosticEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryReport(DiagnosticEvent):
-    """Megatron's `[Rank N] (after K iterations) memory (MB) | allocated: ... | max allocated: ...`."""
+    """Megatron's `[Rank N] (after K iterations) memory (MB) | allocated: ... | max allocated: ...`,
+    or Megatron-Bridge's `memory (GB) | ... | mem-max-allocated-gigabytes: ...` (`unit`)."""
 
     rank: int
     iterations: str
     max_allocated: str
     max_reserved: str | None
+    unit: str = "MB"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -854,6 +888,37 @@ class AppStart:
     @property
     def arguments(self) -> ArgumentsPrinted | None:
         return self.first(ArgumentsPrinted)
+
+    def setting(self, name: str) -> tuple[str, Src] | None:
+        """A training setting this start printed, as printed, and where: Megatron's arguments
+        table, else the first other line that names it (SettingShown: megatron-core's optimizer
+        configuration, Megatron-Bridge's configuration summary); None: not shown."""
+        args = self.arguments
+        value = args.get(name) if args is not None else None
+        if args is not None and value is not None:
+            src = args.src_of(name)
+            return value, src if src is not None else args.src
+        shown = next((e for e in self.events if isinstance(e, SettingShown) and e.name == name), None)
+        return (shown.value, shown.src) if shown is not None else None
+
+    def flag(self, name: str) -> tuple[bool, Src] | None:
+        """A True/False setting (`setting`), or None when not shown or not a boolean."""
+        found = self.setting(name)
+        if found is None or found[0].strip() not in ("True", "False"):
+            return None
+        return found[0].strip() == "True", found[1]
+
+    @property
+    def restored(self) -> AppEvent | None:
+        """The stamp that times this start's checkpoint load: the first model-built or
+        dataloaders-built line after `successfully loaded checkpoint` (Megatron-LM prints the
+        model-built line after its load, Megatron-Bridge before it, then its dataloaders-built
+        line); None without a finished load or a stamped line after it."""
+        loaded = self.first(CheckpointLoaded)
+        if loaded is None:
+            return None
+        return next((e for e in self.events if isinstance(e, (ModelBuilt, DataloadersBuilt))
+                     and e.src.line > loaded.src.line), None)
 
     def load_block(self) -> list[AppEvent]:
         """The events of this start's checkpoint load: from `loading distributed checkpoint`

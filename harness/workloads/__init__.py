@@ -1,5 +1,5 @@
 """The workloads the suite qualifies, each one `Workload` (harness.workloads.base) asked by
-name: `get(name)`, `names()`. The built-in ones (reference, megatron, megatron-cpu) are loaded on
+name: `get(name)`, `names()`. The built-in ones (megatron, megatron-cpu, megatron-bridge, reference) are loaded on
 first use, so a training worker that imports a module of this package pays for none of them;
 `register` adds one defined elsewhere (recovery_tests/test_workload_type.py defines one in a
 single file)."""
@@ -12,7 +12,7 @@ __all__ = ["Determinism", "Workload", "find", "get", "names", "register", "unreg
 
 # The built-in workloads, in the order --help lists them: module and class.
 BUILTIN = (("harness.workloads.megatron", "Megatron"), ("harness.workloads.megatron_cpu", "MegatronCpu"),
-           ("harness.workloads.reference_args", "Reference"))
+           ("harness.workloads.megatron_bridge", "MegatronBridge"), ("harness.workloads.reference_args", "Reference"))
 _loaded = False
 DEFAULT = "megatron"  # the workload of a run that names none (the seed's GPU run)
 

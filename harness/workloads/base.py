@@ -36,6 +36,7 @@ class SpecView(Protocol):
     workload: str
     megatron_path: Path | None
     megatron_cpu_dir: Path | None
+    megatron_bridge_dir: Path | None
     nnodes: int
     gpus_per_node: int
     tp: int

@@ -1,5 +1,5 @@
-"""Megatron-Bridge's own pretraining loop for a tiny GPT, in the workers (a study: issue 33
-item 4, docs/megatron-bridge.md; not a workload of the plan yet).
+"""Megatron-Bridge's own pretraining loop for a tiny GPT, in the workers: the worker side of
+`--workload megatron-bridge` (harness/workloads/megatron_bridge.py, docs/megatron-bridge.md).
 
 Run by harness/workloads/entrypoints/pretrain_bridge_cpu.py, which ft_launcher (or the
 nemesis) starts like any training script. It reads the command line the megatron workloads
@@ -12,7 +12,8 @@ Bridge's: its training loop, its iteration lines, its checkpoint save and load
 and checkpointing sections).
 
 Where Bridge comes from: the directory tools/install-megatron-bridge.sh filled
-(NVRX_QUAL_MEGATRON_BRIDGE_DIR, default `.megatron-bridge` in this checkout): Bridge's code
+(NVRX_QUAL_MEGATRON_BRIDGE_DIR, which the workload's plan sets from --megatron-bridge-dir;
+default `.megatron-bridge` in this checkout): Bridge's code
 (`megatron/bridge`, first on sys.path) and the libraries its import of the training path needs
 that this environment lacks (`site/`, appended after the environment's own site-packages, so
 the environment's versions win). Megatron-core, NVRx 0.7.0, the triton stub and the CUDA->CPU
@@ -218,6 +219,11 @@ def parser() -> argparse.ArgumentParser:
     for flag in NOT_BRIDGE_SETTINGS:
         a(flag, nargs="?", const=True, dest="ignored_" + flag.lstrip("-").replace("-", "_"))
     return p
+
+
+def flags() -> frozenset[str]:
+    """Every flag the entrypoint reads (the workload refuses others before launch)."""
+    return frozenset(o for action in parser()._actions for o in action.option_strings if o.startswith("--"))
 
 
 def parse(argv: Sequence[str]) -> tuple[TinyGpt, list[str]]:

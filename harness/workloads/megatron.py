@@ -151,17 +151,18 @@ def fallback_notes(spec: "SpecView") -> list[str]:
 _VERSION_PART = re.compile(r"^(MAJOR|MINOR|PATCH)\s*=\s*(\d{1,4})\s*$", re.MULTILINE)
 
 
-def megatron_version(*roots: Path | None) -> str | None:
+def megatron_version(*roots: Path | None, package: str = "core") -> str | None:
     """megatron-core's version (MAJOR.MINOR.PATCH of megatron/core/package_info.py) in the first
     of `roots` that says; None when none does. Recorded in run.json, where the known-defect table
-    (harness.judge.findings) reads it."""
+    (harness.judge.findings) reads it. `package="bridge"`: Megatron-Bridge's, from
+    megatron/bridge/package_info.py (the same layout)."""
     from harness.safe import safeio
 
     for root in roots:
         if root is None:
             continue
         try:
-            text = safeio.read_text(Path(root) / "megatron" / "core" / "package_info.py", limit=64 << 10)
+            text = safeio.read_text(Path(root) / "megatron" / package / "package_info.py", limit=64 << 10)
         except (OSError, ValueError):
             continue
         parts = dict(_VERSION_PART.findall(text))

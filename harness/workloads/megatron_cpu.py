@@ -21,7 +21,7 @@ from harness.workloads import cuda_cpu_shim, megatron
 from harness.workloads.base import GLOO, Determinism
 
 if TYPE_CHECKING:
-    from harness.vocab.events import Timeline
+    from harness.vocab.events import AppStart, Timeline
     from harness.machine.nvrx import NvrxTarget
     from harness.workloads.base import SpecView
 
@@ -82,10 +82,10 @@ def extra_arg_problems(extra: tuple[str, ...]) -> list[str]:
     return out
 
 
-def argv(spec: "SpecView") -> list[str]:
-    """The megatron workload's arguments with this entrypoint, the CPU additions before the
-    user's own arguments (after `--`), which come last and so win where argparse allows."""
-    args = megatron.argv(spec, entrypoint(spec))
+def argv(spec: "SpecView", script: str | None = None) -> list[str]:
+    """The megatron workload's arguments with this entrypoint (or `script`), the CPU additions
+    before the user's own arguments (after `--`), which come last and so win where argparse allows."""
+    args = megatron.argv(spec, script or entrypoint(spec))
     user = list(spec.extra_args)
     base = args[: len(args) - len(user)] if user else args
     return base + cpu_args() + user
@@ -110,9 +110,9 @@ def default_dir(cwd: Path | None = None) -> Path:
     return here
 
 
-def install_problems(spec: "SpecView") -> list[str]:
-    """What the megatron-cpu workload needs before launch: the installed Megatron, and a
-    layout the project's own pretrain script runs (a checkout's pretrain_gpt.py runs any)."""
+def install_problems(spec: "SpecView", checkout: bool = True) -> list[str]:
+    """What the megatron-cpu workload needs before launch: the installed Megatron, and (with
+    `checkout`) a MEGATRON_PATH that holds pretrain_gpt.py when one is given."""
     problems = []
     where = spec.megatron_cpu_dir
     knob = spec.knob("megatron_cpu_dir")
@@ -125,7 +125,7 @@ def install_problems(spec: "SpecView") -> list[str]:
     elif not (where / "sitecustomize.py").is_file() or not (where / "nvidia_resiliency_ext").is_dir():
         problems.append(f"{spec.say('megatron_cpu_dir')} is an incomplete install (no sitecustomize.py or NVRx): "
                         f"run {install} again")
-    if spec.megatron_path is not None:
+    if checkout and spec.megatron_path is not None:
         if not (spec.megatron_path / megatron.ENTRYPOINT).is_file():
             problems.append(f"{spec.say('megatron_path')} has no {megatron.ENTRYPOINT}: point it at the root "
                             f"of a Megatron-LM checkout, or leave {spec.knob('megatron_path')} out to run nvrx-qual's "
@@ -206,12 +206,17 @@ class MegatronCpu(megatron.Megatron):
     def determinism(self, timeline: "Timeline") -> Determinism:
         """Deterministic when every start's arguments table has hidden_dropout and attention_dropout
         0 (the plan's default, which arguments after -- may change)."""
-        tables = [s.arguments for s in timeline.starts if s.arguments is not None]
-        seen = [(name, t.get(name), t.src_of(name)) for t in tables for name in DROPOUT_ARGS]
-        srcs = tuple(src for _, _, src in seen if src is not None)[:2]
-        if tables and all(_is_zero(value) for _, value, _ in seen):
-            return Determinism(True, "deterministic_cpu", evidence=srcs)
-        nonzero = next(((n, v) for n, v, _ in seen if not _is_zero(v)), None)
-        why = (("dropout_is", {"name": nonzero[0], "value": nonzero[1]})
-               if nonzero is not None and nonzero[1] is not None else ("dropout_unseen", {}))
-        return Determinism(False, "not_deterministic_cpu", {"why": why}, srcs)
+        return dropout_determinism([s for s in timeline.starts if s.arguments is not None])
+
+
+def dropout_determinism(starts: "list[AppStart]") -> Determinism:
+    """Megatron on CPU is bitwise deterministic when each of `starts` shows hidden_dropout and
+    attention_dropout 0 (AppStart.setting: its arguments table, else the lines that name them)."""
+    seen = [(name, *(s.setting(name) or (None, None))) for s in starts for name in DROPOUT_ARGS]
+    srcs = tuple(src for _, _, src in seen if src is not None)[:2]
+    if starts and all(_is_zero(value) for _, value, _ in seen):
+        return Determinism(True, "deterministic_cpu", evidence=srcs)
+    nonzero = next(((n, v) for n, v, _ in seen if not _is_zero(v)), None)
+    why = (("dropout_is", {"name": nonzero[0], "value": nonzero[1]})
+           if nonzero is not None and nonzero[1] is not None else ("dropout_unseen", {}))
+    return Determinism(False, "not_deterministic_cpu", {"why": why}, srcs)

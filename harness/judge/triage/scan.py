@@ -600,9 +600,9 @@ class _Scanner:
             elif isinstance(event, ev_types.ConfigValue):
                 self._config_value(line, event.name, event.value)
             elif isinstance(event, ev_types.MemoryReport) and len(self.memory) < _MAX_RANKS:
-                peak = f"max allocated {event.max_allocated} MB"
+                peak = f"max allocated {event.max_allocated} {event.unit}"
                 if event.max_reserved:
-                    peak += f", max reserved {event.max_reserved} MB"
+                    peak += f", max reserved {event.max_reserved} {event.unit}"
                 where = f"{line.file}:{line.lineno}"
                 self.memory[event.rank] = (f"{peak} (Megatron's report after {_clip_number(event.iterations)} "
                                            f"iterations, {where})")

@@ -1,4 +1,4 @@
-"""Entrypoint of Megatron-Bridge's pretraining of a tiny GPT (a study, docs/megatron-bridge.md):
+"""Entrypoint of Megatron-Bridge's pretraining of a tiny GPT (`--workload megatron-bridge`, docs/megatron-bridge.md):
 Bridge's own `pretrain` and GPT step through harness.workloads.bridge_pretrain, from
 Megatron-LM's flag names. It lives beside pretrain_gpt_cpu.py for the same reason: a script's
 directory goes first on sys.path, and harness/workloads/ has a `megatron.py` that would shadow
