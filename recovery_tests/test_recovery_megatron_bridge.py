@@ -23,7 +23,8 @@ import os
 import pytest
 
 from fixtures.launchers import megatron_cpu_target
-from fixtures.runs import Scenario, explain, launches
+from fixtures.launching import launches
+from pytest_nvrx_qual.runs import Scenario, explain
 from harness.judge.criteria import CHECK_IDS, LOSS_CONTINUITY, OPTIMIZER_STATE, PASS, STATE_EQUIVALENCE
 from harness.machine.nvrx import NvrxTarget
 from harness.workloads import megatron_bridge
