@@ -91,6 +91,30 @@ def test_the_budget_check_names_a_launch_without_a_row_and_a_class_over_its_row(
     assert classed == []
 
 
+def test_a_test_name_longer_than_a_run_id_label_finds_its_row():
+    """fresh_run labels a run with its test's name cut to LABEL_MAX characters; the row carries
+    the whole name (the CI run of 2026-12-05 failed on `test_min_max_nodes_on_nvrx_070_...`)."""
+    from pytest_nvrx_qual.runs import LABEL_MAX, RunAllocator
+    name = "test_min_max_nodes_on_nvrx_070_is_active_plus_standby_not_a_job_that_shrinks"
+    run_id = RunAllocator(Path("/nonexistent")).new_run_id(name)
+    cls = budget.class_of_run_id(run_id)
+    assert len(cls) == LABEL_MAX and name.startswith(cls)
+    rows = budget.parse_table(f"""{budget.BUDGET_MARKER}
+| scenario | where | what only it proves | launches | cost |
+|---|---|---|---|---|
+| `{name}` | a.py | standby | 1 | M |
+""")
+    assert budget.problems([_launch(run_id)], rows, {}, launchers=1, repeats=1) == []
+    # a cut name that two rows begin with is no row of either: the row must be told apart
+    rows2 = budget.parse_table(f"""{budget.BUDGET_MARKER}
+| scenario | where | what only it proves | launches | cost |
+|---|---|---|---|---|
+| `{name}` | a.py | standby | 1 | M |
+| `{name}_too` | a.py | other | 1 | M |
+""")
+    assert "has no row" in budget.problems([_launch(run_id)], rows2, {}, launchers=1, repeats=1)[0]
+
+
 @pytest.mark.parametrize("text", ["no marker here", f"{budget.BUDGET_MARKER}\n| a | b |\n|---|---|\n| x | y |\n",
                                   f"{budget.BUDGET_MARKER}\n| s | w | p | l | c |\n|---|---|---|---|---|\n"
                                   "| `a` | w | p | many | c |\n"])

@@ -141,20 +141,23 @@ def crashed_copy(src: Path, dst: Path) -> Path:
 # each one is made to count: one uninterrupted run (oldest launcher) is the reference; the
 # resume, the path a restart takes, runs under every installed launcher, through the seed's
 # NVRX_CHECKPOINT_DIR flow; --no-load-optim, a workload-side switch no launcher touches, under one.
+# Session-scoped: pytest orders a session's tests by the session-scoped launcher parameter, so
+# this module's tests of one launcher run apart from those of the other, and a module-scoped
+# run was torn down in between and launched again (3 launches of reference-full in CI).
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def full_run(scenarios: ScenarioRunner, installed_launchers: list) -> WorkloadRun:
     return run_workload(scenarios, installed_launchers[0], "reference-full")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def resumed_run(scenarios: ScenarioRunner, nvrx_target: NvrxTarget, full_run: WorkloadRun,
                 tmp_path_factory: pytest.TempPathFactory) -> WorkloadRun:
     return _resume(scenarios, nvrx_target, full_run, tmp_path_factory, "reference-resumed")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def no_load_optim_run(scenarios: ScenarioRunner, installed_launchers: list, full_run: WorkloadRun,
                       tmp_path_factory: pytest.TempPathFactory) -> WorkloadRun:
     return _resume(scenarios, installed_launchers[0], full_run, tmp_path_factory, "reference-no-load-optim",
