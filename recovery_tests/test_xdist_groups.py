@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import plugin
+from fixtures import budget, plugin
 from recovery_tests.test_repeat_plugin import CONFTEST
 
 pytest_plugins = ["pytester"]
@@ -131,3 +131,18 @@ def test_a_slurm_test_outside_the_slurm_modules_is_refused(pytester, monkeypatch
 ])
 def test_the_group_of_a_test_id(nodeid, group):
     assert plugin.xdist_group_of(nodeid) == group
+
+
+def test_launches_together_puts_every_launching_module_in_one_group_beside_the_slurm_group():
+    """.ci/run's launch tier (`--launches-together`): the modules the launch budget names share
+    one worker's session (its launches and baselines), the Slurm group runs on the other."""
+    modules = plugin.launching_modules(budget.read_table())
+    assert {"test_recovery_cpu.py", "test_fault_matrix.py", "test_goodput.py", "test_slurm_allocation.py"} <= modules
+    assert not any(" " in m or "(" in m for m in modules), modules
+    group = lambda nodeid: plugin.xdist_group_of(nodeid, modules)  # noqa: E731
+    assert group("recovery_tests/test_recovery_cpu.py::test_k[kill]") == plugin.LAUNCH_GROUP
+    assert group("recovery_tests/test_goodput.py::test_g") == plugin.LAUNCH_GROUP
+    assert group("recovery_tests/test_slurm_allocation.py::test_s") == plugin.SLURM_GROUP  # Slurm first
+    assert group("recovery_tests/test_kit.py::test_k") == "recovery_tests/test_kit.py"
+    # without the option every module is its own group
+    assert plugin.xdist_group_of("recovery_tests/test_goodput.py::test_g") == "recovery_tests/test_goodput.py"
