@@ -143,6 +143,9 @@ class Replayer(threading.Thread):
         self.polled = threading.Semaphore(0)
         self.stop = threading.Event()
         self.done = 0  # writes on disk
+        # writes begun: counted before the bytes land, so that a count read after a poll is never
+        # lower than the writes that poll could have seen (`done` lags its write by a thread switch)
+        self.begun = 0
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -150,6 +153,7 @@ class Replayer(threading.Thread):
             for write in self.writes:
                 if self.stop.is_set():
                     return
+                self.begun += 1
                 apply(write, self.source, self.live)
                 self.done += 1
                 if self.lockstep:
@@ -456,7 +460,9 @@ def test_no_iteration_within_the_setup_deadline_stops_the_job(tmp_path):
 
 def watch_free_running(watcher: Watcher, source: Path, live: Path, writes: list[Write],
                        pace_s: float) -> list[tuple[str, int]]:
-    """Poll while the replay writes on its own; (reason, writes on disk after that poll)."""
+    """Poll while the replay writes on its own; (reason, writes begun by the end of that poll:
+    never fewer than the writes the poll could read, so `> index of the deciding write` holds
+    whenever the watcher stopped on a line it really read)."""
     replayer = Replayer(source, live, writes, lockstep=False, pace_s=pace_s)
     reasons = []
     replayer.start()
@@ -466,12 +472,12 @@ def watch_free_running(watcher: Watcher, source: Path, live: Path, writes: list[
             assert time.monotonic() < deadline, "the free-running replay did not finish"
             reason = watcher()
             if reason is not None:
-                reasons.append((reason, replayer.done))
+                reasons.append((reason, replayer.begun))
         if replayer.error is not None:
             raise replayer.error
         reason = watcher()  # everything is on disk now
         if reason is not None:
-            reasons.append((reason, replayer.done))
+            reasons.append((reason, replayer.begun))
     finally:
         replayer.halt()
     return reasons
