@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -481,3 +482,35 @@ def test_clock_watch_records_a_step_of_the_wall_clock_not_a_slew():
     clocks.wall_offset -= 3.0  # and back
     watch.stamp()
     assert [j["jump_s"] for j in watch.jumps] == [pytest.approx(54.0, abs=0.01), pytest.approx(-3.0, abs=0.01)]
+
+
+def _tagged_child(tag: str, code: str) -> subprocess.Popen:
+    env = {**os.environ, launch.TAG: tag}
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
+    deadline = time.monotonic() + WAIT_S
+    while not launch.tagged_processes(tag):  # its environment is readable once it runs
+        assert time.monotonic() < deadline, "the tagged child never showed up"
+        time.sleep(0.01)
+    return child
+
+
+def test_the_sweep_of_a_cancelled_slurm_step_lets_its_processes_end_before_killing_them():
+    """A step the harness cancelled with scancel is stopped by slurmstepd after srun returned:
+    the sweep gives its processes settle_s to end on their own and counts none it did not kill
+    (CI, 2026-12-05: one process of a cancelled step was still ending when the sweep came)."""
+    ending = "import time; time.sleep(0.4)"  # a process on its way out, as slurmstepd stops it
+    tag = f"settle-{os.getpid()}-{time.monotonic_ns()}"
+    child = _tagged_child(tag, ending)
+    assert launch.kill_tagged(tag, settle_s=WAIT_S) == 0
+    assert child.wait(WAIT_S) == 0  # it ended on its own
+    # without settle_s the same process is killed and counted: the harness's own launches
+    tag2 = tag + "-now"
+    child = _tagged_child(tag2, ending)
+    assert launch.kill_tagged(tag2) == 1
+    assert child.wait(WAIT_S) == -signal.SIGKILL
+    # settle_s is a bound, not a promise: one that does not end is killed when it runs out
+    tag3 = tag + "-stuck"
+    child = _tagged_child(tag3, "import time; time.sleep(60)")
+    started = time.monotonic()
+    assert launch.kill_tagged(tag3, settle_s=0.3) == 1
+    assert child.wait(WAIT_S) == -signal.SIGKILL and time.monotonic() - started < 5

@@ -249,10 +249,16 @@ def tagged_processes(tag_value: str) -> list[psutil.Process]:
     return found
 
 
-def kill_tagged(tag_value: str, timeout_s: float = 10.0) -> int:
+def kill_tagged(tag_value: str, timeout_s: float = 10.0, settle_s: float = 0.0) -> int:
     """SIGKILL every tagged process (stopped ones included: SIGKILL needs no SIGCONT) and
     wait until each is gone or a zombie (dead; only its reaping parent is left to act).
-    Returns how many were killed."""
+    `settle_s`: first give them up to that long to end on their own (the processes of a Slurm
+    step the harness cancelled, which slurmstepd is stopping after srun returned). Returns how
+    many were killed."""
+    settle_until = time.monotonic() + settle_s
+    while time.monotonic() < settle_until and any(p.pid != os.getpid() and _alive(p)
+                                                  for p in tagged_processes(tag_value)):
+        time.sleep(0.05)
     killed = 0
     deadline = time.monotonic() + timeout_s
     while True:
@@ -503,6 +509,7 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     started = clock.stamp()
     started_mono = time.monotonic()  # the deadline is kept by the monotonic clock, whatever the wall clock does
     stopped_early: str | None = None
+    step_cancelled = False  # the harness asked Slurm to cancel the job step (on_stop)
     stopped_at: str | None = None
     ended_by = "exit"
     exit_code: int | None = None
@@ -562,6 +569,7 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                             cancelled = on_stop()
                             if isinstance(cancelled, str) and cancelled:  # the job step Slurm was asked to cancel
                                 stopped_early += f" (scancel {cancelled})"
+                                step_cancelled = True
                         except (OSError, subprocess.SubprocessError, RuntimeError) as exc:  # said in the reason;
                             # the group signals below still stop the local side
                             stopped_early += f" (cancelling the job step failed: {exc})"
@@ -582,7 +590,8 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                 for p in procs:
                     if p.poll() is None:
                         p.wait()
-                leftovers = kill_tagged(tag_value)
+                # a cancelled step's processes are Slurm's to stop: the sweep waits for that first
+                leftovers = kill_tagged(tag_value, settle_s=term_grace_s if step_cancelled else 0.0)
             except RuntimeError as exc:  # survivors of SIGKILL: said in launch.json, then raised
                 sweep_error = str(exc)
                 raise
