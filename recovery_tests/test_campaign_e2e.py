@@ -25,6 +25,8 @@ from harness.judge.criteria import FAIL, NOT_APPLICABLE, PASS
 from harness.vocab.layout import marker_name
 from recovery_tests.test_recovery_megatron_cpu import megatron_cpu  # noqa: F401 (the fixture)
 
+TRACKER_WRITTEN_IN_PLACE = "megatron-tracker-written-in-place"  # harness.judge.findings
+
 pytestmark = pytest.mark.e2e
 
 REFERENCE_SEED = 7  # term@0:in-save, hang@0:after-commit, exception@1:after-commit, kill@0:in-save
@@ -101,5 +103,15 @@ def test_a_campaign_is_judged_per_fault_not_by_its_last(newest_launcher, scenari
 @launches(lambda megatron_cpu: megatron_cpu_campaign(megatron_cpu))
 def test_megatron_cpu_campaign_of_six_faults_of_four_kinds_qualifies_per_fault(megatron_cpu, scenarios):  # noqa: F811
     outcome = scenarios.outcome(megatron_cpu_campaign(megatron_cpu))
+    if not outcome.verdict.qualified and [m.defect.id for m in outcome.known] == [TRACKER_WRITTEN_IN_PLACE]:
+        # Megatron's own defect, met when the in-save kill of rank 0 lands on its in-place tracker
+        # write (docs/megatron-cpu.md#what-it-found; CI, 2026-12-05, under load): the run is
+        # rightly not qualified, and the suite must have named it from the run's own files
+        tracker = outcome.run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
+        assert tracker.read_text().strip() == "", explain(outcome)
+        last = max(outcome.run_dir.glob("logs/train_cycle_cycle*.log"), key=lambda p: int(p.stem.rsplit("cycle", 1)[1]))
+        assert "ERROR: Invalid metadata file" in last.read_text(errors="replace"), last
+        assert outcome.launch.launcher_exit_code == 0  # the launcher took Megatron's exit 0 for success
+        return
     assert_judged_per_fault(outcome, 6)
     assert len({e.fault for e in outcome.verdict.episodes}) >= 4

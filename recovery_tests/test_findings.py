@@ -149,3 +149,25 @@ def test_verify_names_the_known_defect_first_too(tmp_path, capsys):
     assert cli.main(["verify", str(run), "--no-write"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].startswith("  NOT QUALIFIED because of a known defect in Megatron 0.19.2"), lines[:3]
+
+
+EMPTY_TRACKER = CriterionResult("pre_fault_checkpoint", Status.FAIL,
+                                "[fault 1 of 6: exception on rank 1, after-commit] "
+                                "checkpoints/latest_checkpointed_iteration.txt holds '', not an iteration number, "
+                                "although the fault fired on its value 2: the tracker was damaged or written by "
+                                "something else after the run.")
+PLAIN = dataclasses.replace(DISTOPT, distributed_optimizer=False)
+
+
+def test_an_empty_tracker_left_by_megatron_is_named_as_its_in_place_write():
+    """CI's megatron-cpu campaign, 2026-12-05: a kill of rank 0 in-save landed on Megatron's
+    in-place tracker write; the replacement read '' and exited 0 ('Invalid metadata file')."""
+    matches = findings.known_defects(verdict(EMPTY_TRACKER), PLAIN)
+    assert ids(matches) == ["megatron-tracker-written-in-place"]
+    assert "ends with exit status 0 on a tracker it cannot read" in matches[0].sentence
+    # a tracker damaged otherwise (a number of another run), or a run of no Megatron, is not this
+    other = dataclasses.replace(EMPTY_TRACKER, detail="checkpoints/latest_checkpointed_iteration.txt holds 12, "
+                                                      "newer than the 8 the fault fired on")
+    assert findings.known_defects(verdict(other), PLAIN) == ()
+    reference = RunConfig(workload="reference", nvrx_version="0.7.0")
+    assert findings.known_defects(verdict(EMPTY_TRACKER), reference) == ()

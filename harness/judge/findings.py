@@ -112,6 +112,23 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         shows=lambda v: any(c.id in ("optimizer_reload", "later_checkpoint", "replacement_cycle", "clean_finish")
                             and c.status == Status.FAIL for c in v.criteria),
     ),
+    KnownDefect(
+        id="megatron-tracker-written-in-place",
+        component="Megatron",
+        versions=("0.19.",),
+        configuration="a stop of rank 0 while its save finishes (an in-save fault on the rank that writes "
+                      "latest_checkpointed_iteration.txt, the moment it writes it)",
+        defect="Megatron writes latest_checkpointed_iteration.txt in place (opened for writing, then written) and "
+               "ends with exit status 0 on a tracker it cannot read ('ERROR: Invalid metadata file ... Exiting'): a "
+               "stop between the two leaves the tracker empty, and the replacement workers end at once while the "
+               "launcher reports success, without training",
+        qualifying="none with this Megatron (a tracker written to a temporary file and renamed could not be left "
+                   "empty); a fault that misses the tracker's write, after-commit or on a rank other than 0, recovers",
+        doc="docs/megatron-cpu.md#what-it-found",
+        applies=lambda run: run.megatron_version is not None,  # Megatron's own checkpointing wrote the tracker
+        shows=lambda v: _failed(v, "pre_fault_checkpoint", "latest_checkpointed_iteration.txt holds ''",
+                                "not an iteration number"),
+    ),
 )
 
 
