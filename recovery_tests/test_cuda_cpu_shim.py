@@ -78,6 +78,20 @@ def test_only_the_workloads_workers_want_the_shim(env, wanted):
         assert megatron_cpu_worker.install_for_worker(env) == []
 
 
+@pytest.mark.parametrize(("argv", "wanted"), [
+    (["python", "-u", "-m", "harness.nemesis", "--fault", "kill"], True),  # a worker
+    (["python", "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=8, pipe_handle=14)",
+      "--multiprocessing-fork"], True),  # the checkpoint worker a worker spawns
+    (["python", "-B", "-c", "from multiprocessing.resource_tracker import main;main(7)"], False),
+    (["python", "-c"], True),  # no code after -c: not the tracker
+])
+def test_the_resource_tracker_of_a_worker_does_not_load_the_shim(argv, wanted):
+    """multiprocessing's resource tracker inherits the worker's environment but never touches
+    torch: loading the shim there (torch's import) cost 1.4 s of CPU per tracker, two per cycle."""
+    env = {cuda_cpu_shim.ENV_FLAG: "1", "LOCAL_RANK": "0"}
+    assert cuda_cpu_shim.wanted(env, argv) is wanted
+
+
 def _installed_megatron_cpu() -> Path:
     where = default_megatron_cpu_dir(ROOT)
     if not (where / "sitecustomize.py").is_file() or not (where / "megatron").is_dir():

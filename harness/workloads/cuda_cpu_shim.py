@@ -321,9 +321,22 @@ def install() -> list[str]:
     return list(_installed)
 
 
-def wanted(env: dict[str, str] | os._Environ = os.environ) -> bool:
-    """This process is a worker (or a child of one) of the megatron-cpu workload."""
-    return env.get(ENV_FLAG) == "1" and "LOCAL_RANK" in env
+# The command line multiprocessing starts its resource tracker with (`python [flags] -c "from
+# multiprocessing.resource_tracker import main;main(FD)"`): a worker's child that only unlinks
+# shared memory and semaphores, never touches torch.
+_RESOURCE_TRACKER = "from multiprocessing.resource_tracker import"
+
+
+def wanted(env: dict[str, str] | os._Environ = os.environ, argv: list[str] | None = None) -> bool:
+    """This process is a worker (or a child of one) of the megatron-cpu workload, other than
+    multiprocessing's resource tracker: every worker and the checkpoint worker it spawns start
+    one, and the shim (torch's import, 1.4 s of CPU) would be its whole cost. `argv`: the
+    process's command line as the interpreter got it (sys.orig_argv)."""
+    if env.get(ENV_FLAG) != "1" or "LOCAL_RANK" not in env:
+        return False
+    argv = list(getattr(sys, "orig_argv", ())) if argv is None else argv
+    code = argv[argv.index("-c") + 1] if "-c" in argv[:-1] else ""
+    return not code.startswith(_RESOURCE_TRACKER)
 
 
 def install_for_worker() -> list[str]:
