@@ -61,7 +61,10 @@ class StandInLaunches:
     """Stands in for harness.launch.job.launch. Each launch records the contract's baseline as
     its run.json holds it when the launch starts, waits (`together`) until the other launch has
     started too, then leaves the built run of its kind (`sources`: fault -> built run directory)
-    in its run directory. `then_raise`: the fault run's launch raises it after that."""
+    in its run directory. `then_raise`: the fault run's launch raises it after that. A fault run
+    whose twin launches once its workers have started (baseline.twin_start) leaves its run and
+    ticks its watcher first, then waits for the twin. `events`: "launched RUN_ID" and "left
+    RUN_ID" (its run directory written), in order."""
 
     def __init__(self, sources: dict[str, Path], *, together: bool = True, then_raise: BaseException | None = None):
         self.sources = sources
@@ -70,6 +73,7 @@ class StandInLaunches:
         self.contract_at_launch: dict[str, dict] = {}
         self.cancels: dict[str, object] = {}
         self.stop_reasons: dict[str, str | None] = {}
+        self.events: list[str] = []
         self.lock = threading.Lock()
 
     def __call__(self, plan, *, watch=None, cancel=None, **_kw) -> launch.LaunchResult:
@@ -77,7 +81,9 @@ class StandInLaunches:
         with self.lock:
             self.contract_at_launch[plan.spec.run_id] = contract_baseline(root)
             self.cancels[plan.spec.run_id] = cancel
-        if self.barrier is not None:
+            self.events.append(f"launched {plan.spec.run_id}")
+        twin_waits = plan.spec.fault != "none" and baselinemod.twin_start(plan) == baselinemod.AFTER_START
+        if self.barrier is not None and not twin_waits:
             self.barrier.wait()  # BrokenBarrierError: the other launch did not start meanwhile
         source = self.sources[plan.spec.fault]
         for name in COPIED:
@@ -86,8 +92,12 @@ class StandInLaunches:
             elif (source / name).exists():
                 shutil.copy(source / name, root / name)
         _imported_as_planned(root)
+        with self.lock:
+            self.events.append(f"left {plan.spec.run_id}")
         if watch is not None:
             self.stop_reasons[plan.spec.run_id] = watch()  # what job.launch would stop the job for
+        if self.barrier is not None and twin_waits:
+            self.barrier.wait()  # the tick above told the twin the workers started: both in flight now
         if self.then_raise is not None and plan.spec.fault != "none":
             raise self.then_raise
         return launch.LaunchResult(0, "2026-11-29T16:31:59.900Z", "2026-11-29T16:32:30.000Z", None, "0.7.0", 0)
@@ -278,6 +288,48 @@ def test_the_twin_runs_beside_only_where_it_can_share_the_machine():
     assert baselinemod.twin_beside(plan("reference")) and baselinemod.twin_beside(plan("megatron-cpu"))
     assert not baselinemod.twin_beside(plan("megatron"))
     assert not baselinemod.twin_beside(plan("reference", srun=("srun",)))
+
+
+def test_the_twin_starts_with_the_fault_run_or_once_its_workers_have_started_by_the_workloads_row():
+    """Workload.steps_wait: the reference's steps are paced (its ranks mostly wait once started),
+    Megatron's on CPU compute through the run."""
+    def plan(workload: str):
+        return SimpleNamespace(spec=SimpleNamespace(workload_type=workloads.get(workload)), srun=None)
+
+    assert baselinemod.twin_start(plan("reference")) == baselinemod.AFTER_START
+    assert baselinemod.twin_start(plan("megatron-cpu")) == baselinemod.AT_ONCE
+    assert baselinemod.twin_start(plan("megatron-bridge")) == baselinemod.AT_ONCE
+
+
+def test_a_twin_whose_ranks_wait_launches_once_the_fault_runs_workers_have_started(tmp_path, monkeypatch, built):
+    """The reference's twin launches on the fault run's first tick that finds the launcher's
+    record of its workers' start, not before: the two start-ups do not compete for the CPUs.
+    Its progress lines count from the fault run's start, so the columns agree."""
+    stand_in = StandInLaunches({"kill": built["kill"], "none": built["none"]})
+    monkeypatch.setattr(launch, "launch", stand_in)
+    out = io.StringIO()
+    outcome = runner.execute_with_baseline(make_plan(tmp_path / "work"), out=out)
+    assert stand_in.events[:3] == ["launched first-1", "left first-1", "launched first-1-baseline"], stand_in.events
+    assert outcome.baseline_used.problem is None and outcome.verdict.qualified
+    lines = out.getvalue().splitlines()
+    assert "beside the fault run, once the fault run's workers have started: fault none" in lines[0], lines[0]
+    started = next(i for i, line in enumerate(lines) if re.match(r"kill  \[.*\] cycle 0: workers started", line))
+    launched = next(i for i, line in enumerate(lines) if re.match(r"twin  \[.*\] launching ft_launcher", line))
+    assert started < launched, lines
+
+
+def test_a_twin_whose_ranks_compute_launches_with_the_fault_run(tmp_path, monkeypatch, built):
+    """A workload whose ranks compute through the run (steps_wait False): the twin launches at
+    once, before the fault run has written anything (the stand-in's fault run waits for it first:
+    a twin that waited for the fault run's workers would break the barrier)."""
+    monkeypatch.setattr(workloads.get("reference"), "steps_wait", False)
+    stand_in = StandInLaunches({"kill": built["kill"], "none": built["none"]})
+    monkeypatch.setattr(launch, "launch", stand_in)
+    out = io.StringIO()
+    outcome = runner.execute_with_baseline(make_plan(tmp_path / "work"), out=out)
+    assert stand_in.events.index("launched first-1-baseline") < stand_in.events.index("left first-1"), stand_in.events
+    assert outcome.verdict.qualified
+    assert "beside the fault run: fault none" in out.getvalue().splitlines()[0]
 
 
 def test_where_it_cannot_the_twin_runs_first_and_the_contract_records_it_before_the_launch(

@@ -93,6 +93,22 @@ def test_a_stop_signal_stops_both_launches(driver, sig):
         assert re.search(rf"^{label}  \[\s*[\d.]+s\] {sig.name} received: stopping run {run_id}: ", out, re.M), out
 
 
+def test_a_stop_signal_before_the_twin_launched_stops_the_fault_run_and_launches_nothing_more(driver):
+    """The reference's twin waits for the fault run's workers to start (the fake launcher never
+    records it): SIGINT stops the fault run alone, and the twin is never launched."""
+    start, work = driver
+    proc = start("--twin-waits", "--orphans", "--forever")
+    doc = await_record(work / f"{RUNS[0]}.record.json")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGINT, out[-2000:] + err[-2000:]
+    assert "stopped by SIGINT" in err and "Traceback" not in err, err
+    assert pids_with_tag(doc["tag"]) == [] and not any(_alive(p) for p in [doc["pid"], *doc["orphans"]])
+    assert json.loads((work / "runs" / RUNS[0] / "launch.json").read_text())["ended_by"] == "signal SIGINT"
+    assert not (work / f"{RUNS[1]}.record.json").exists() and not (work / "runs" / RUNS[1]).exists()
+    assert not re.search(r"^twin  \[", out, re.M), out
+
+
 def test_sigkill_of_the_harness_takes_both_launches_with_it(driver):
     start, work = driver
     proc = start("--orphans", "--forever")

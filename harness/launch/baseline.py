@@ -282,6 +282,19 @@ def twin_beside(plan: "Plan") -> bool:
     return not plan.spec.workload_type.on_gpu and plan.srun is None
 
 
+# When the twin beside the fault run launches (twin_start).
+AT_ONCE = "with the fault run"
+AFTER_START = "once the fault run's workers have started"
+
+
+def twin_start(plan: "Plan") -> str:
+    """When the twin beside the fault run of `plan` launches: AFTER_START for a workload whose
+    ranks mostly wait once started (Workload.steps_wait: the two start-ups would compete for the
+    CPUs, and the twin still ends first), else AT_ONCE. The fault run's launch ending first
+    launches it too."""
+    return AFTER_START if plan.spec.workload_type.steps_wait else AT_ONCE
+
+
 def cost(plan: "Plan", choice: Choice) -> str:
     """One line for `plan`: what the baseline choice adds to the run."""
     spec = plan.spec
@@ -298,7 +311,7 @@ def cost(plan: "Plan", choice: Choice) -> str:
     found = find_reusable(spec.work_dir, choice.config_hash)
     if found is not None:
         return f"baseline: auto: reuses {found.name} (config hash {h}): no extra run"
-    adds = ("one more launch of the job at the same time, on this machine" if twin_beside(plan)
+    adds = (f"one more launch of the job on this machine, {twin_start(plan)}" if twin_beside(plan)
             else "one extra run of the job's length before it")
     return (f"baseline: auto: runs the uninterrupted twin {when} (fault none, {spec.train_iters} iterations, "
             f"config hash {h}): {adds}; later runs of this configuration in {spec.work_dir} reuse it")

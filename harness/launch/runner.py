@@ -200,8 +200,9 @@ def execute_with_baseline(plan: Plan, *, deadline_s: float | None = None, out: T
                           base_env: dict[str, str] | None = None) -> Outcome:
     """One planned run as `nvrx-qual run` makes it (its preflight passed): the baseline it asks
     for (find_baseline), and when the twin must run, the twin (Twin): beside the run where the
-    two can share the machine (baseline.twin_beside: both launch at once, since they mostly wait on
-    NVRx's start-up, rendezvous, detection timeouts and restarts, and their progress lines are
+    two can share the machine (baseline.twin_beside: both in flight at once, since they mostly wait
+    on NVRx's start-up, rendezvous, detection timeouts and restarts; the twin launching with the
+    fault run or once its workers have started, baseline.twin_start; their progress lines are
     prefixed with `twin` and the run's fault), else first. Either way the run is judged once
     both have ended, against the twin when the twin qualified. SpecError when the machine
     cannot run the twin (before anything is launched)."""
@@ -247,7 +248,8 @@ class Twin:
     `with` block; on entry it is preflighted (SpecError before anything is launched) and says so.
 
     `beside` (harness.launch.baseline.twin_beside): it starts in a thread of its own and the run
-    launches beside it; the block takes the process's stop signals for both launches
+    launches beside it, the twin at once or once the fault run's workers have started
+    (`start`, harness.launch.baseline.twin_start: the fault run's ticks tell it, fault_run_moved); the block takes the process's stop signals for both launches
     (harness.launch.job.SignalHold: Ctrl-C stops both), and on any exit that is not result()'s a
     twin still running is cancelled (stopped the normal way, launch.json ended_by `cancelled`)
     and awaited. `result()`, once the run's own launch ended, awaits it. Progress lines:
@@ -273,6 +275,10 @@ class Twin:
         self._say = _sayer(LabelledLines(out, "", lock) if out is not None else None)
         self._hold = launch.SignalHold()
         self._thread = threading.Thread(target=self._run, name="nvrx-qual-twin", daemon=True)
+        self.start = baselinemod.twin_start(plan) if self.beside else baselinemod.AT_ONCE
+        self._go = threading.Event()  # set: the twin may launch (twin_start)
+        if self.start == baselinemod.AT_ONCE:
+            self._go.set()
         self._cancel: str | None = None
         self._outcome: Outcome | None = None
         self._error: BaseException | None = None
@@ -292,7 +298,8 @@ class Twin:
     def __enter__(self) -> "Twin":
         preflight(self.plan, os.environ if self._base_env is None else self._base_env)
         spec = self.plan.spec
-        where = "beside the fault run" if self.beside else "before the fault run"
+        where = (("beside the fault run" + ("" if self.start == baselinemod.AT_ONCE else f", {self.start}"))
+                 if self.beside else "before the fault run")
         self._say(f"baseline: running the uninterrupted twin {spec.run_id} (config hash "
                   f"{baselinemod.short(self.config_hash)}) {where}: fault none, {spec.train_iters} iterations"
                   + ("; the lines of each begin with its name" if self.beside and self.twin_out is not None else ""))
@@ -311,11 +318,21 @@ class Twin:
             raise
         return self
 
+    def fault_run_moved(self, workers_started: bool) -> None:
+        """Told by the fault run's launch every tick: the twin launches when its start
+        (baseline.twin_start) has come, or when result() is called (the run's launch ended)."""
+        if workers_started:
+            self._go.set()
+
     def _run(self) -> None:
+        while not self._go.wait(0.1):  # AFTER_START: the fault run's tick sets it
+            if self._cancel is not None:  # the fault run ended by an error before: nothing launched
+                self._seconds = time.monotonic() - self._started
+                return
         try:
             self._outcome = execute_preflighted(self.plan, deadline_s=self._deadline_s, fail_fast=True,
                                                 out=self.twin_out, base_env=self._base_env,
-                                                cancel=lambda: self._cancel)
+                                                cancel=lambda: self._cancel, shown_from=self._started)
         except BaseException as exc:  # noqa: BLE001 - raised in the run's thread by result() (or on entry)
             self._error = exc
         finally:
@@ -338,6 +355,7 @@ class Twin:
         stopped both)."""
         if self._used is not None:
             return self._used
+        self._go.set()  # the run's launch has ended: a twin still waiting for its workers launches now
         if self._thread is not None:
             self._thread.join()
             self._hold.release(raising=self._error is not None)
@@ -376,12 +394,14 @@ def execute(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = Tr
 def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fast: bool = True,
                         out: TextIO | None = None, base_env: dict[str, str] | None = None,
                         baseline: Path | BaselineUsed | Twin | None = None,
-                        cancel: Callable[[], str | None] | None = None) -> Outcome:
+                        cancel: Callable[[], str | None] | None = None,
+                        shown_from: float | None = None) -> Outcome:
     """execute() after its preflight passed (the caller announced the run in between). With a
     Twin running beside it for `baseline`, the contract names the twin before the launch, and
     once the launch ended the twin is awaited, its end recorded in the contract
     (prepare.settle_baseline), and the run judged against it as against a twin run first.
-    `cancel`: harness.launch.job.launch's."""
+    `cancel`: harness.launch.job.launch's. `shown_from`: the time.monotonic() its progress lines
+    count their seconds from (a twin's: the fault run's start, so that the two columns agree)."""
     beside = baseline if isinstance(baseline, Twin) else None
     used = baseline if isinstance(baseline, BaselineUsed) else None
     promise = beside.promise() if beside is not None else _promise(plan, baseline)
@@ -395,11 +415,12 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
         # directory's records are read only inside it: harness.read.history)
         reader = HistoryReader(plan.layout.root, inspect_checkpoints=False, losses=baseline is not None,
                                read_dirs=plan.own_dirs)  # a twin beside it: its losses kept, for when it qualifies
-        watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast, reader=reader)
+        watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast, reader=reader,
+                          shown_from=shown_from)
         spec = plan.spec
         watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s)")
         result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
-                               watch=_warming(watcher), base_env=base_env, on_stop=_step_canceller(plan, base_env),
+                               watch=_warming(watcher, beside), base_env=base_env, on_stop=_step_canceller(plan, base_env),
                                on_signal=watcher.say,  # Ctrl-C is acknowledged at once, as a progress line
                                cancel=cancel)
         if beside is not None:  # both launches have ended once this returns
@@ -437,10 +458,11 @@ def _warm_up() -> None:
     picturemod.warm_up()
 
 
-def _warming(watcher: Watcher):
+def _warming(watcher: Watcher, beside: Twin | None = None):
     """The watcher, whose first tick (the launcher is running by then) starts importing what the
     verdict needs after the launch (matplotlib for timeline.png, numpy) in the background: while
-    the job runs the harness mostly waits. Not before the launch: a thread importing while the
+    the job runs the harness mostly waits. With a twin `beside`, every tick tells it whether the
+    fault run's workers have started (Twin.fault_run_moved). Not before the launch: a thread importing while the
     launcher is forked holds the GIL and delays the job's start (bench/harness_overhead.py)."""
     started = False
 
@@ -449,7 +471,10 @@ def _warming(watcher: Watcher):
         if not started:
             started = True
             threading.Thread(target=_warm_up, name="nvrx-qual-warm-up", daemon=True).start()
-        return watcher()
+        reason = watcher()
+        if beside is not None:
+            beside.fault_run_moved(watcher.workers_started)
+        return reason
 
     return tick
 

@@ -282,7 +282,7 @@ class Watcher:
 
     def __init__(self, spec: RunSpec, run_dir: Path, *, out: TextIO | None = None,
                  fail_fast: bool = True, clock: Callable[[], float] = time.monotonic,
-                 reader: HistoryReader | None = None):
+                 reader: HistoryReader | None = None, shown_from: float | None = None):
         self._spec = spec
         # no torch import in the watcher; the runner passes its reader to read the run once
         self.reader = reader if reader is not None else HistoryReader(run_dir, inspect_checkpoints=False)
@@ -290,6 +290,7 @@ class Watcher:
         self._fail_fast = fail_fast
         self._clock = clock
         self._start = clock()
+        self._shown_from = self._start if shown_from is None else shown_from  # the stamps' zero (say)
         self._said_at = self._start  # the last line said (the heartbeat counts from it)
         self._told: set[tuple[object, ...]] = set()  # the keys of the facts told
         self._wait: tuple[object, ...] = START.key  # the wait in progress, and since when: the launch's
@@ -303,7 +304,13 @@ class Watcher:
         """One progress line, stamped with the seconds since the watcher was made."""
         self._said_at = self._clock()
         if self._out is not None:
-            print(f"  [{self._said_at - self._start:7.1f}s] {text}", file=self._out, flush=True)
+            print(f"  [{self._said_at - self._shown_from:7.1f}s] {text}", file=self._out, flush=True)
+
+    @property
+    def workers_started(self) -> bool:
+        """A fact told: the launcher recorded the start of the run's workers (harness.launch.runner
+        launches a twin then, harness.launch.baseline.twin_start)."""
+        return any(key[0] == "started" for key in self._told)
 
     def hang_wait(self) -> str:
         return hang_wait(self._spec)

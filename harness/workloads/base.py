@@ -111,6 +111,12 @@ class Workload:
     in_save_delay_ms: int | None = None
     # What a qualified run of it proves, printed under the verdict.
     scope_note: str = ""
+    # Its ranks mostly wait between steps (a paced step time) once they have started, so the
+    # automatic twin beside its fault run starts when the fault run's workers have started: the
+    # two start-ups (imports, process groups), the CPU-heavy part of a launch, do not compete.
+    # False (ranks that compute through the whole run): both launch at once, which is sooner.
+    # harness.launch.baseline.twin_start; figures in docs/figures.md (bench/harness_overhead.py).
+    steps_wait: bool = False
 
     # ---- planning
 

@@ -70,6 +70,7 @@ class Reference(Workload):
     own_knobs = frozenset({"step_time_ms", "save_delay_ms"})
     in_save_delay_ms = IN_SAVE_DELAY_MS
     scope_note = "the CPU reference run qualifies this harness and launcher, not GPU training recovery."
+    steps_wait = True  # --step-time-ms paces each step; the model's own compute is a few ms
 
     def argv(self, spec: "SpecView") -> list[str]:
         return argv(spec)

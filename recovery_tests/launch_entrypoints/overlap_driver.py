@@ -3,7 +3,11 @@
 are the fake launcher instead of ft_launcher, driven as the command is (harness.cli.guard.guarded,
 progress lines on stdout).
 
-    overlap_driver.py WORK_DIR [FAKE_LAUNCHER_ARGS...]
+    overlap_driver.py WORK_DIR [--twin-waits] [FAKE_LAUNCHER_ARGS...]
+
+The fake launcher records no start of workers, so the twin launches at once (the reference's
+row says it waits for the fault run's workers: harness.launch.baseline.twin_start), unless
+--twin-waits: then it waits for a start that never comes.
 
 Each launch runs `fake_launcher.py FAKE_LAUNCHER_ARGS... --record WORK_DIR/<run id>.record.json`
 (its pid, tag and orphans), so the test knows both launches' processes. The test signals or
@@ -16,6 +20,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from harness import workloads
 from harness.cli.guard import guarded
 from harness.launch import runner
 from harness.machine import ports
@@ -29,6 +34,10 @@ FAKE_LAUNCHER = Path(__file__).parent / "fake_launcher.py"
 
 def main(argv: list[str]) -> int:
     work, fake_args = Path(argv[0]), argv[1:]
+    if fake_args[:1] == ["--twin-waits"]:
+        fake_args = fake_args[1:]
+    else:
+        workloads.get("reference").steps_wait = False
     real_build = planmod.build
 
     def build(spec, target, **kw):  # the plan as planned, its launcher command the fake one
