@@ -248,9 +248,10 @@ class Twin:
     `with` block; on entry it is preflighted (SpecError before anything is launched) and says so.
 
     `beside` (harness.launch.baseline.twin_beside): it starts in a thread of its own and the run
-    launches beside it, the twin at once or once the fault run's workers have started
-    (`start`, harness.launch.baseline.twin_start: the fault run's ticks tell it, fault_run_moved); the block takes the process's stop signals for both launches
-    (harness.launch.job.SignalHold: Ctrl-C stops both), and on any exit that is not result()'s a
+    launches beside it, the twin at once or once the fault run's workers have started (`start`,
+    harness.launch.baseline.twin_start: the fault run's ticks call workers_started()); the block
+    takes the process's stop signals for both launches (harness.launch.job.SignalHold: Ctrl-C
+    stops both), and on any exit that is not result()'s a
     twin still running is cancelled (stopped the normal way, launch.json ended_by `cancelled`)
     and awaited. `result()`, once the run's own launch ended, awaits it. Progress lines:
     `twin_out` and `run_out`, prefixed. Otherwise it runs to its end on entry, before the run,
@@ -318,17 +319,16 @@ class Twin:
             raise
         return self
 
-    def fault_run_moved(self, workers_started: bool) -> None:
-        """Told by the fault run's launch every tick: the twin launches when its start
-        (baseline.twin_start) has come, or when result() is called (the run's launch ended)."""
-        if workers_started:
-            self._go.set()
+    def workers_started(self) -> None:
+        """The fault run's workers have started (its watcher said so): a twin waiting for that
+        (AFTER_START) launches now. result() and a cancelling exit release it too."""
+        self._go.set()
 
     def _run(self) -> None:
-        while not self._go.wait(0.1):  # AFTER_START: the fault run's tick sets it
-            if self._cancel is not None:  # the fault run ended by an error before: nothing launched
-                self._seconds = time.monotonic() - self._started
-                return
+        self._go.wait()
+        if self._cancel is not None:  # the fault run ended by an error before it launched: nothing to stop
+            self._seconds = time.monotonic() - self._started
+            return
         try:
             self._outcome = execute_preflighted(self.plan, deadline_s=self._deadline_s, fail_fast=True,
                                                 out=self.twin_out, base_env=self._base_env,
@@ -374,6 +374,7 @@ class Twin:
         if self._thread.is_alive():
             self._cancel = (f"cancelled: the fault run {self._for} it was launched beside ended by "
                             f"{exc_type.__name__ if exc_type is not None else 'its own end'}")
+            self._go.set()  # a twin still waiting to launch reads the cancel and launches nothing
             self._thread.join()
         self._hold.release(raising=exc_type is not None)
 
@@ -461,9 +462,10 @@ def _warm_up() -> None:
 def _warming(watcher: Watcher, beside: Twin | None = None):
     """The watcher, whose first tick (the launcher is running by then) starts importing what the
     verdict needs after the launch (matplotlib for timeline.png, numpy) in the background: while
-    the job runs the harness mostly waits. With a twin `beside`, every tick tells it whether the
-    fault run's workers have started (Twin.fault_run_moved). Not before the launch: a thread importing while the
-    launcher is forked holds the GIL and delays the job's start (bench/harness_overhead.py)."""
+    the job runs the harness mostly waits. With a twin `beside`, a tick that finds the fault run's
+    workers started tells it (Twin.workers_started). Not before the launch: a thread importing
+    while the launcher is forked holds the GIL and delays the job's start
+    (bench/harness_overhead.py)."""
     started = False
 
     def tick() -> str | None:
@@ -472,8 +474,8 @@ def _warming(watcher: Watcher, beside: Twin | None = None):
             started = True
             threading.Thread(target=_warm_up, name="nvrx-qual-warm-up", daemon=True).start()
         reason = watcher()
-        if beside is not None:
-            beside.fault_run_moved(watcher.workers_started)
+        if beside is not None and watcher.workers_started:
+            beside.workers_started()
         return reason
 
     return tick
