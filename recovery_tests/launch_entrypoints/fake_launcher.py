@@ -28,16 +28,24 @@ TAG = "NVRX_QUAL_LAUNCH"
 # A harness bug must fail a test, not hang it or leak processes for long: every process here
 # ends on its own after this many seconds (far beyond any test's need).
 MAX_LIFE_S = 30
-SLEEPER = f"import time\nprint('orphan sleeping', flush=True)\ntime.sleep({MAX_LIFE_S})\n"
+# The sleeper says it has printed on a pipe of its own (argv[1]) once its line is in the inherited
+# stdout: the launcher exits only after that, so the line is in the harness's pipe by then.
+SLEEPER = ("import os, sys, time\nprint('orphan sleeping', flush=True)\nos.write(int(sys.argv[1]), b'1')\n"
+           f"time.sleep({MAX_LIFE_S})\n")
 STOPPER = f"import os, signal, time\nos.kill(os.getpid(), signal.SIGSTOP)\ntime.sleep({MAX_LIFE_S})\n"
 
 
 def start_orphans() -> list[int]:
     """Two grandchildren of the harness in sessions of their own, one of them stopped:
     a group kill of the launcher's session reaches neither."""
-    sleeper = subprocess.Popen([sys.executable, "-c", SLEEPER], start_new_session=True)
+    printed, told = os.pipe()
+    sleeper = subprocess.Popen([sys.executable, "-c", SLEEPER, str(told)], start_new_session=True,
+                               pass_fds=(told,))
+    os.close(told)
     stopper = subprocess.Popen([sys.executable, "-c", STOPPER], start_new_session=True)
     os.waitpid(stopper.pid, os.WUNTRACED)  # returns once it is stopped
+    os.read(printed, 1)  # returns once the sleeper's line is in stdout (or it died: EOF)
+    os.close(printed)
     return [sleeper.pid, stopper.pid]
 
 
