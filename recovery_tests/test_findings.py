@@ -171,3 +171,39 @@ def test_an_empty_tracker_left_by_megatron_is_named_as_its_in_place_write():
     assert findings.known_defects(verdict(other), PLAIN) == ()
     reference = RunConfig(workload="reference", nvrx_version="0.7.0")
     assert findings.known_defects(verdict(EMPTY_TRACKER), reference) == ()
+
+
+def test_a_replacement_that_could_not_listen_on_its_master_port_is_named_as_the_race(tmp_path):
+    """CI, 2026-12-05: the first replacement of a megatron-cpu kill run failed on rank 0 with
+    torch's DistNetworkError EADDRINUSE, and NVRx restarted once more. The verdict (clean_finish:
+    two failed cycles) cannot tell that from a broken recovery; the triage's root cause can."""
+    from harness.report import verify
+    from recovery_tests import rundirs
+
+    run = rundirs.build(tmp_path / "run", rundirs.Scenario(master_port_taken=True)).run_dir
+    verdict, read = verify.judge_run(run, picture=False)
+    assert not verdict.qualified and verdict.criterion("clean_finish").status == Status.FAIL
+    found, sections = verify.triage(verdict, read)
+    assert found is not None and found.cycle == 1 and found.rank == 0 and not found.injected
+    matches = verify.known_defects(verdict, read, found)
+    assert ids(matches) == [findings.MASTER_PORT_RACE]
+    assert matches[0].sentence.startswith("known defect in NVRx 0.7.0: rank 0's worker could not listen on the master "
+                                          "port"), matches[0].sentence
+    assert sections[0].startswith("## Known defect") and "still not qualified" in sections[0]
+    # told by the root cause only: without the triage, or with another root cause, no match
+    assert verify.known_defects(verdict, read) == ()
+    other = dataclasses.replace(found, exception="RuntimeError: Connection reset by peer")
+    assert findings.known_defects(verdict, read.timeline.run, triage=other) == ()
+    injected = dataclasses.replace(found, injected=True)
+    assert findings.known_defects(verdict, read.timeline.run, triage=injected) == ()
+
+
+def test_verify_names_the_master_port_race_first(tmp_path, capsys):
+    from harness import cli
+    from recovery_tests import rundirs
+
+    run = rundirs.build(tmp_path / "run", rundirs.Scenario(master_port_taken=True)).run_dir
+    assert cli.main(["verify", str(run), "--no-write"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("  NOT QUALIFIED because of a known defect in NVRx 0.7.0"), lines[:3]
+

@@ -116,8 +116,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"nvrx-qual verify: error: {conflict}", file=sys.stderr)
             return ExitStatus.REFUSED
     written_note = None
+    found = None
     try:
-        _found, sections = verify.triage(verdict, read)
+        found, sections = verify.triage(verdict, read)
         written = write_outputs(verdict, None if args.no_write else run_dir, None if to_stdout else args.json_path,
                                 sections)
         if to_stdout:
@@ -135,5 +136,5 @@ def run(args: argparse.Namespace) -> int:
             said = _baseline_line(verdict)
             if said:
                 print(said)
-            print(terminal.verification(verdict, verify.known_defects(verdict, read)))
+            print(terminal.verification(verdict, verify.known_defects(verdict, read, found)))
     return ExitStatus.of_verdict(verdict.qualified)

@@ -5,19 +5,25 @@ docs/) should say so, and say which configuration qualifies, instead of leaving 
 rediscover it. Each row of KNOWN_DEFECTS names the component and the versions it was seen in,
 the configuration it needs, and the failure it produces (a criterion's status and words); a
 verdict that shows that failure in that configuration gets the row as a KnownMatch:
-"known defect in Megatron 0.19.2: ...; qualifying configuration: ...".
+"known defect in Megatron 0.19.2: ...; qualifying configuration: ...". A row whose failure the
+criteria alone cannot tell apart (a worker that could not listen on its port fails the same
+criteria as any extra failed cycle) also names the root cause the cross-rank triage must have
+found (`root`); without a triage such a row never matches.
 
 A match is advice, never a verdict: the criteria still fail, the run is still NOT QUALIFIED.
-Pure: a Verdict and the run's RunConfig in, matches out.
+Pure: a Verdict, the run's RunConfig and its Triage in, matches out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from harness.vocab.events import RunConfig
 from harness.vocab.verdict import Status, Verdict
+
+if TYPE_CHECKING:
+    from harness.judge.triage.model import Triage
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,8 @@ class KnownDefect:
     doc: str  # where it is written up, with the evidence
     applies: Callable[[RunConfig], bool]  # the run's configuration is the defect's
     shows: Callable[[Verdict], bool]  # the verdict shows the defect's failure
+    # the triage's root cause is the defect's (None: the verdict alone tells; else no triage, no match)
+    root: "Callable[[Triage], bool] | None" = None
 
     def version_of(self, run: RunConfig) -> str | None:
         return run.megatron_version if self.component == "Megatron" else run.nvrx_version
@@ -79,6 +87,20 @@ def _torch_adam(run: RunConfig) -> bool:
 def _has_arg(run: RunConfig, flag: str) -> bool:
     return flag in run.extra_args or flag in run.argv
 
+
+def _any_failed(verdict: Verdict) -> bool:
+    return any(c.status == Status.FAIL for c in verdict.criteria)
+
+
+def _master_port_taken(found: "Triage") -> bool:
+    """The root cause is a worker's TCPStore that could not listen (torch's DistNetworkError,
+    `name: EADDRINUSE`), not the fault the harness injected."""
+    text = found.exception or ""
+    return not found.injected and "EADDRINUSE" in text and "DistNetworkError" in text
+
+
+# The row a test-suite launch spoiled by chance is relaunched for (pytest_nvrx_qual.runs).
+MASTER_PORT_RACE = "torch-master-port-taken"
 
 KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
     KnownDefect(
@@ -129,18 +151,38 @@ KNOWN_DEFECTS: tuple[KnownDefect, ...] = (
         shows=lambda v: _failed(v, "pre_fault_checkpoint", "latest_checkpointed_iteration.txt holds ''",
                                 "not an iteration number"),
     ),
+    KnownDefect(
+        id=MASTER_PORT_RACE,
+        component="NVRx",
+        versions=("0.4.", "0.7."),
+        configuration="NVRx's c10d rendezvous, whose rank-0 agent picks the workers' master port each round "
+                      "with torch's get_free_port (a bind to port 0, released at once) instead of sharing its own "
+                      "store",
+        defect="rank 0's worker could not listen on the master port torch elastic picked for it (DistNetworkError, "
+               "EADDRINUSE): another process took the port between the agent's pick and the worker's bind, so a "
+               "cycle failed that no fault caused and the launcher restarted once more",
+        qualifying="the same one, run again (the race is chance, likelier with many jobs or gloo process groups "
+                   "binding ports on one host)",
+        doc="docs/nvrx.md#the-master-port-race",
+        applies=lambda run: True,
+        shows=_any_failed,
+        root=_master_port_taken,
+    ),
 )
 
 
-def known_defects(verdict: Verdict, run: RunConfig, table: tuple[KnownDefect, ...] = KNOWN_DEFECTS
-                  ) -> tuple[KnownMatch, ...]:
+def known_defects(verdict: Verdict, run: RunConfig, table: tuple[KnownDefect, ...] = KNOWN_DEFECTS, *,
+                  triage: "Triage | None" = None) -> tuple[KnownMatch, ...]:
     """The rows of the table whose configuration and version this run has and whose failure
-    its verdict shows; nothing for a qualified run."""
+    its verdict shows (and, for a row with a `root`, whose root cause its triage found);
+    nothing for a qualified run."""
     if verdict.qualified:
         return ()
     out = []
     for defect in table:
         version = defect.version_of(run)
+        if defect.root is not None and (triage is None or not defect.root(triage)):
+            continue
         if defect.version_matches(version) and defect.applies(run) and defect.shows(verdict):
             out.append(KnownMatch(defect, version))
     return tuple(out)

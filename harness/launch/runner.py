@@ -440,7 +440,7 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
         written = write_outputs(verdict, plan.layout.root, extra_sections=sections)
     finally:
         release(plan.layout)
-    return Outcome(plan, result, verdict, found, written.picture_problem, known_defects(verdict, read), used)
+    return Outcome(plan, result, verdict, found, written.picture_problem, known_defects(verdict, read, found), used)
 
 
 def _promise(plan: Plan, baseline: Path | BaselineUsed | None) -> contractmod.BaselinePromise:

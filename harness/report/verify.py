@@ -183,9 +183,11 @@ def read_baseline(baseline: str | os.PathLike, read_dirs: Sequence[str | os.Path
     return read_run(baseline, inspect_checkpoints=False, losses=True, progress=False, read_dirs=read_dirs)
 
 
-def known_defects(verdict: Verdict, read: RunRead | None) -> tuple[findings.KnownMatch, ...]:
-    """The known defects of the software under test (harness.judge.findings) this run's failure matches."""
-    return findings.known_defects(verdict, read.timeline.run) if read is not None else ()
+def known_defects(verdict: Verdict, read: RunRead | None, found: Triage | None = None
+                  ) -> tuple[findings.KnownMatch, ...]:
+    """The known defects of the software under test (harness.judge.findings) this run's failure
+    matches; `found`, the run's triage (triage below), for the rows told by their root cause."""
+    return findings.known_defects(verdict, read.timeline.run, triage=found) if read is not None else ()
 
 
 def triage(verdict: Verdict, read: RunRead | None = None) -> tuple[Triage | None, tuple[str, ...]]:
@@ -196,7 +198,7 @@ def triage(verdict: Verdict, read: RunRead | None = None) -> tuple[Triage | None
     if verdict.qualified and not any(c.id == criteria.LOOP_STOPPED for c in verdict.criteria):
         return None, ()  # a stopped restart loop qualifies and still gets its triage: the repeating error
     found = diagnose(Path(verdict.run_dir), history=read)
-    known = findings.markdown(known_defects(verdict, read))
+    known = findings.markdown(known_defects(verdict, read, found))
     return found, ((known,) if known else ()) + (render_markdown(found),)
 
 
