@@ -267,6 +267,38 @@ def test_an_in_flight_save_is_one_above_a_committed_checkpoint_with_data_and_no_
     assert find_in_flight_save(ck, 0) is None  # a directory without data yet is not a save being written
 
 
+def test_an_in_save_fault_whose_save_committed_meanwhile_waits_for_the_next_save(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI, 2026-12-05: a megatron-cpu disk-full in-save poller found the save of 8 in flight but,
+    on a loaded machine, landed 200 ms after Megatron committed it. The moment is checked again
+    after the fill, before the marker: a save committed meanwhile takes the fill back and the
+    fault lands in the next save."""
+    config, _ = nemesis.parse_command_line(["--fault", "disk-full", "--run-dir", str(tmp_path), "--", "x.py"],
+                                           {"RANK": "1", "WORLD_SIZE": "2", "NVRX_FAULT_AT": "in-save",
+                                            "NVRX_POLL_INTERVAL": "0.01"})
+    injector = nemesis.Injector(config, config.layout, 0, watch="in-save")
+    ck = config.layout.checkpoints
+    make_save(ck, 4, committed=True)
+    write_tracker(ck / TRACKER_NAME, "4")
+    make_save(ck, 8)
+    fills, freed = [], []
+
+    def fill(directory: Path):
+        fills.append(directory)
+        if len(fills) == 1:  # Megatron finalizes the save of 8 while the poller fills, and starts 12
+            (ck / "iter_0000008" / "metadata.json").write_text("{}")
+            write_tracker(ck / TRACKER_NAME, "8")
+            make_save(ck, 12)
+        return directory / "filler", 10, 100
+
+    monkeypatch.setattr(nemesis.inject, "fill_filesystem", fill)
+    monkeypatch.setattr(nemesis.inject, "free_filesystem", lambda directory: freed.append(directory))
+    injector.moment._poll()  # returns once the fault landed
+    assert injector.failure is None and len(fills) == 2 and freed == [ck]
+    marker = json.loads((tmp_path / MARKER_NAME).read_text())
+    assert (marker["fault_at"], marker["iteration"], marker["committed_iteration"]) == ("in-save", 12, 8)
+
+
 def test_poison_truncates_the_largest_shard_to_half(tmp_path: Path) -> None:
     d = make_save(tmp_path, 5, committed=True)
     assert poison_checkpoint(d) == d / "__0_0.distcp"

@@ -16,7 +16,9 @@ stopped, then SIGKILLed together, this process last:
   value read at startup fires (`poison` first truncates one `.distcp` of that checkpoint);
 - in-save: the poller watches the checkpoint directory: once a checkpoint is committed, the
   first `iter_N/` above it that holds `.distcp` data but no `metadata.json`, with the tracker
-  still below N, fires while that async save is in flight (the marker's `iteration` is N);
+  still below N, fires while that async save is in flight (the marker's `iteration` is N); a save
+  committed between the poller's look and the injection (checked after a fill, before the
+  marker: Moment.holds) is let go, and the next save is waited for;
 - in-restore: fault 1 as after-commit; in the replacement cycle an audit hook fires fault 2
   at the first read of a file under `iter_*/` (the load started, no step yet);
 - last-iteration: when the entrypoint returns normally with the tracker at --train-iters.
@@ -642,12 +644,19 @@ class Moment:
         """What the injection line adds after 'after checkpoint iteration K (baseline B)'."""
         return ""
 
+    def holds(self, trigger: Trigger) -> bool:
+        """Whether the moment `wait` found is still there as the fault lands (checked after a fill,
+        just before the marker is claimed); False: it passed meanwhile, and the poller waits for
+        the next one."""
+        return True
+
     def _poll(self) -> None:
         inj = self.injector
         try:
-            trigger = self.wait(inj._stop)
-            if trigger is not None:
-                inj.fire(trigger)
+            while True:
+                trigger = self.wait(inj._stop)
+                if trigger is None or inj.fire(trigger):
+                    break
         except BaseException as exc:  # a dead poller must be reported at exit, not lost
             inj.failure = f"the poller thread failed: {exc!r}"
             log(f"rank {inj.rank}: {inj.failure}")
@@ -691,6 +700,14 @@ class InSave(Moment):
 
     def during(self, trigger: Trigger) -> str:
         return f", during the async save of iteration {trigger.iteration}"
+
+    def holds(self, trigger: Trigger) -> bool:
+        """The save is still uncommitted (no commit marker, the tracker where it was): a poller
+        slowed by a loaded machine, or a fill, must not land after the commit it aimed before."""
+        checkpoints = self.injector.layout.checkpoints
+        save = checkpoint_iter_dir(checkpoints, trigger.iteration)
+        return (read_tracker(checkpoints / TRACKER_NAME) == trigger.committed
+                and not os.path.lexists(save / COMMIT_MARKER_NAME))
 
 
 class InRestore(Moment):
@@ -839,13 +856,16 @@ class Injector:
             filesystem_bytes=filled[2] if filled else None,
         )
 
-    def fire(self, trigger: Trigger) -> None:
+    def fire(self, trigger: Trigger) -> bool:
+        """Inject at `trigger`; False when its moment passed before the fault could land (nothing
+        was claimed or left behind: the caller waits for the next one), else True (injected, or
+        not for a reason in `failure`)."""
         with self._lock:
             if self.disarmed and not self.moment.fires_after_disarm:
-                return
-            self._inject(trigger)
+                return True
+            return self._inject(trigger)
 
-    def _inject(self, trigger: Trigger) -> None:
+    def _inject(self, trigger: Trigger) -> bool:
         iteration, committed = trigger.iteration, trigger.committed
         rank, marker = self.rank, self.marker
         kind = FAULT_KINDS[self.kind]
@@ -857,14 +877,14 @@ class Injector:
             except NodeError as exc:
                 self.failure = f"cannot lose this node: {exc}"
                 log(f"rank {rank}: not injecting: {self.failure}")
-                return
+                return True
         if kind.damage is not None:
             try:
                 poisoned = str(CHECKPOINT_DAMAGE[kind.damage](checkpoint_iter_dir(self.tracker.parent, iteration)))
             except OSError as exc:
                 self.failure = f"poisoning checkpoint {iteration} failed: {exc}"
                 log(f"rank {rank}: not injecting: {self.failure}")
-                return
+                return True
         filled = None
         if kind.injects == FILL:  # the marker lives in the run directory, on the disk: it is claimed after the fill
             try:
@@ -872,7 +892,13 @@ class Injector:
             except OSError as exc:
                 self.failure = f"filling the checkpoint filesystem failed: {exc}"
                 log(f"rank {rank}: not injecting: {self.failure}")
-                return
+                return True
+        if not self.moment.holds(trigger):  # it passed while this poller waited or filled: take it all back
+            if filled is not None:
+                inject.free_filesystem(self.layout.checkpoints)
+            log(f"rank {rank}: the {self.moment.name} moment of iteration {iteration} passed before the fault could "
+                "land (committed meanwhile); waiting for the next one")
+            return False
         try:
             claimed = claim_marker(marker, self._record(iteration, committed, poisoned,
                                                         node_pids[0] if node_pids else None, filled))
@@ -881,18 +907,18 @@ class Injector:
             log(f"rank {rank}: not injecting: {exc}")
             if filled is not None:  # no marker names the filler: take it back now
                 inject.free_filesystem(self.layout.checkpoints)
-            return
+            return True
         if not claimed:
             log(f"rank {rank}: marker {marker} already claimed by another worker; not injecting")
             if filled is not None:
                 inject.free_filesystem(self.layout.checkpoints)
-            return
+            return True
         if kind.injects == NODE:
             log(f"rank {rank} losing its node {socket.gethostname()} after checkpoint iteration {iteration} "
                 f"(baseline {self.baseline}): {kind.signal} of launcher {node_pids[0]} and its "
                 f"{len(node_pids) - 1} descendant(s)")
             kill_node(node_pids)
-            return
+            return True
         # One prefix for every moment (history reads it): the committed checkpoint the fault came after.
         after = committed if committed is not None else iteration
         what = self.moment.during(trigger)
@@ -905,15 +931,16 @@ class Injector:
         # In-process kinds: the line comes first, a native crash or a held GIL leaves no chance afterwards.
         log(f"rank {rank} injecting {how} after checkpoint iteration {after} (baseline {self.baseline}){what}{extra}")
         if kind.injects == FILL:
-            return
+            return True
         if kind.injects == IN_PROCESS:
             try:
                 IN_PROCESS_ACTIONS[kind.name]()
             except inject.InjectError as exc:
                 self.failure = f"the {kind.name} action failed: {exc}"
                 log(f"rank {rank}: {self.failure}")
-            return
+            return True
         os.kill(os.getpid(), FAULT_SIGNALS[kind.name])
+        return True
 
 
 # ---------------------------------------------------------------- losing a whole node
