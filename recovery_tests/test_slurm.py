@@ -132,8 +132,8 @@ def test_two_node_megatron_plan_runs_the_launcher_under_a_named_srun_step(tmp_pa
     p = planning.build(spec(tmp_path, workload="megatron", megatron_path=megatron_checkout), NvrxTarget("0.7.0"))
     assert p.srun is not None and p.command is p.srun
     n = len(p.launcher.argv)
-    assert list(p.command.argv[:-n]) == ["srun", "--ntasks=2", "--ntasks-per-node=1", "--gpus-per-node=4",
-                                         "--job-name=nvrx-qual-two-nodes"]
+    assert list(p.command.argv[:-n]) == ["srun", "--ntasks=2", "--ntasks-per-node=1", "--nodes=2",
+                                         "--nodelist=node001", "--gpus-per-node=4", "--job-name=nvrx-qual-two-nodes"]
     assert p.command.argv[-n:] == p.launcher.argv
     assert (p.command.cwd, p.command.env) == (p.launcher.cwd, p.launcher.env)
     assert "--label" not in p.command.argv  # NVRx >= 0.6 routes its own logs
@@ -146,8 +146,20 @@ def test_two_node_plan_for_an_old_launcher_labels_every_line(tmp_path):
     p = planning.build(spec(tmp_path), NvrxTarget("0.4.1"))
     assert p.srun is not None and p.captures_console
     n = len(p.launcher.argv)
-    assert list(p.command.argv[:-n]) == ["srun", "--ntasks=2", "--ntasks-per-node=1",
-                                         "--job-name=nvrx-qual-two-nodes", "--label"]
+    assert list(p.command.argv[:-n]) == ["srun", "--ntasks=2", "--ntasks-per-node=1", "--nodes=2",
+                                         "--nodelist=node001", "--job-name=nvrx-qual-two-nodes", "--label"]
+
+
+def test_the_srun_step_includes_the_node_that_hosts_the_rendezvous_store(tmp_path):
+    """The launcher on the endpoint's node hosts the store: srun, left to itself in a larger
+    allocation, placed a step on n2 and n3 with the endpoint on n1, and both launchers waited
+    for a store nobody hosted (local Slurm, 2026-12-05). An address names no node: no pin."""
+    with_spare = planning.build(spec(tmp_path, hot_spares=1), NvrxTarget("0.7.0")).command.argv
+    assert "--nodes=3" in with_spare and "--nodelist=node001" in with_spare
+    by_address = planning.build(spec(tmp_path, rdzv_endpoint="10.0.0.7:29400"), NvrxTarget("0.7.0")).command.argv
+    assert not any(a.startswith(("--nodes=", "--nodelist=")) for a in by_address)
+    assert [planning.store_node(e) for e in ("n1:29400", "10.1.2.3:1", "[fe80::1]:29400", "${RDZV_ENDPOINT}", None)] \
+        == ["n1", None, None, None, None]
 
 
 def test_one_node_plan_has_no_srun(tmp_path):

@@ -89,6 +89,7 @@ def test_srun_two_node_kill_qualifies(allocation, log_routing_launcher, scenario
     marker = (outcome.run_dir / "fault_injected.json").read_text()
     assert f'"host": "{allocation.nodes[1]}"' in marker, marker
     assert plan.spec.rdzv_endpoint.startswith(f"{allocation.first_host}:")
+    assert f"--nodelist={allocation.first_host}" in plan.command.argv  # the store's node is in the step
     assert our_steps(allocation, plan.spec.run_id) is None
     assert processes_of(outcome.run_dir) == []
 

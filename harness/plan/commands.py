@@ -17,6 +17,7 @@ same files. With more than one node the launcher command runs under
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -319,8 +320,29 @@ def launchers(spec: RunSpec) -> int:
     return spec.nnodes + spec.hot_spares
 
 
+def store_node(endpoint: str | None) -> str | None:
+    """The node name of a rendezvous endpoint (`n1:29400` -> `n1`); None for an address (an IP
+    is no Slurm node name), a shell variable, or no endpoint."""
+    if not endpoint or "$" in endpoint:
+        return None
+    host = endpoint.rsplit(":", 1)[0].strip("[]")
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        return host or None
+
+
 def srun_prefix(spec: RunSpec, nvrx: NvrxTarget, container: tuple[str, ...] = ()) -> list[str]:
     prefix = ["srun", f"--ntasks={launchers(spec)}", "--ntasks-per-node=1"]
+    node = store_node(spec.rdzv_endpoint)
+    if node is not None:
+        # The launcher on the endpoint's node hosts the rendezvous store: the step must run there.
+        # Left to itself, srun may place the tasks on other nodes of a larger allocation (or
+        # while that node's previous step still ends), and every launcher waits for a store
+        # nobody hosts until the setup deadline (local Slurm, 2026-12-05: a step on n2 and n3
+        # with the endpoint on n1).
+        prefix += [f"--nodes={launchers(spec)}", f"--nodelist={node}"]
     if spec.workload_type.on_gpu:  # a CPU workload asks for no GPUs
         prefix.append(f"--gpus-per-node={spec.gpus_per_node}")
     # A named step can be cancelled by name when the harness stops the job early.
