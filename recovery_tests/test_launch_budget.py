@@ -298,7 +298,7 @@ def note(what):
 
 
 def execute(plan, *, deadline_s=None, fail_fast=True, out=None, base_env=None, baseline=None):
-    note(f"launch {plan.spec.run_id}")
+    note(f"launch {plan.spec.run_id}" + (" PATCHED" if os.environ.get("PATCHED") else ""))
     if os.environ.get("PAIRS") and plan.spec.fault != "none" and not plan.spec.run_id.startswith("kill-9"):
         # wait (at most 20 s) for a second launch to start beside this one: with two slots and the
         # prefetch it does at once, so the two overlap whatever the machine's load
@@ -367,6 +367,90 @@ def test_no_prefetch_and_one_slot_is_the_serial_suite(pytester, monkeypatch):
     for n in range(4):  # each launched only when its test asked
         assert order.index(f"asks kill-{n}") < next(i for i, w in enumerate(order) if w.startswith(f"launch kill-{n}-"))
     assert sum(w.startswith("launch baseline-reference-") for w in order) == 1, order
+
+
+# A test that changes the process (monkeypatch) between tests whose scenarios are prefetched: it
+# waits (at most 3 s) for a launch to start while its change is in force. Background launches take
+# 2 s longer (BACKGROUND_SLOW), so one runs whenever a test starts.
+PATCHING = PREFETCHED.split("@pytest.mark.parametrize")[0] + '''
+def wait_for(prefix, within_s):
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        with open(os.environ["NOTES"]) as f:
+            if any(json.loads(line)[0].startswith(prefix) for line in f):
+                return
+        time.sleep(0.05)
+
+
+@launches(lambda: kill(0))
+def test_first(scenarios):
+    assert scenarios.outcome(kill(0)).verdict.qualified
+
+
+def test_patches(monkeypatch):
+    monkeypatch.setenv("PATCHED", "1")
+    note("patched")
+    wait_for("launch kill-2-", 3)
+    note("unpatching")
+
+
+@launches(lambda: kill(1))
+def test_after(scenarios):
+    assert scenarios.outcome(kill(1)).verdict.qualified
+    wait_for("launch kill-3-", 10)  # the prefetch resumed: a later test's launch starts in the background
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@launches(lambda n: kill(n))
+def test_last(n, scenarios):
+    assert scenarios.outcome(kill(n)).verdict.qualified
+'''
+
+BACKGROUND_SLOW = '''
+import threading
+import time
+
+_synthetic = runner.execute
+
+
+def slower_in_the_background(plan, **kw):
+    if threading.current_thread().name.startswith("nvrx-qual-prefetch-"):
+        time.sleep(2)
+    return _synthetic(plan, **kw)
+
+
+runner.execute = slower_in_the_background
+'''
+
+
+def test_a_test_that_changes_the_process_runs_while_no_background_launch_does(pytester, monkeypatch):
+    """test_patches sets an environment variable with monkeypatch while the prefetcher, one slot,
+    runs the next tests' scenarios: no background launch may run (let alone start, seeing the
+    variable) from its setup to its teardown, and the prefetch goes on after it."""
+    monkeypatch.delenv(launch.LEDGER_ENV, raising=False)
+    pytester.makeconftest(SYNTHETIC + BACKGROUND_SLOW)
+    pytester.makepyfile(test_patching=PATCHING)
+    pytester.makeini("[pytest]\nnvrx_qual_declared_launches = true\n")
+    notes_file = pytester.path / "notes.jsonl"
+    monkeypatch.setenv("NOTES", str(notes_file))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--work-dir", str(pytester.path / "work"),
+                                           "--launch-slots", "1", timeout=300)
+    result.assert_outcomes(passed=5)
+    notes = [json.loads(line) for line in notes_file.read_text().splitlines()]
+    assert not [what for what, _, _ in notes if what.endswith(" PATCHED")], notes
+    patched, unpatched = (next(t for what, _, t in notes if what == w) for w in ("patched", "unpatching"))
+    running = set()
+    for what, _, at in sorted(notes, key=lambda n: n[2]):
+        if at > unpatched:
+            break
+        if what.startswith("launch "):
+            running.add(what.split()[1])
+        elif what.startswith("ended "):
+            running.discard(what.split()[1])
+        if at >= patched:
+            assert not running, (running, notes)
+    assert [thread for what, thread, at in notes if what.startswith("launch kill-3-") and at > unpatched
+            ] == ["nvrx-qual-prefetch-0"], notes  # the prefetch went on
 
 
 # ---------------------------------------------------------------- the parts

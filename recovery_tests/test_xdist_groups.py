@@ -67,8 +67,8 @@ def test_on_the_cluster(i):
 '''
 
 
-def run_inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, **modules: str):
-    pytester.makeconftest(CONFTEST + NOTE)
+def run_inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, conftest: str = CONFTEST, **modules: str):
+    pytester.makeconftest(conftest + NOTE)
     pytester.makefile(".py", **modules)
     pytester.makeini("[pytest]\nmarkers =\n    e2e: e2e\n")
     notes = pytester.path / "notes.jsonl"
@@ -121,6 +121,57 @@ def test_a_slurm_test_outside_the_slurm_modules_is_refused(pytester, monkeypatch
     result, _ = run_inner(pytester, monkeypatch, test_a=MODULE, test_elsewhere=SLURM_MODULE)
     assert result.parseoutcomes().get("errors") == 3 and result.parseoutcomes().get("passed") == 6  # in setup
     result.stdout.fnmatch_lines(["*slurm-marked test outside fixtures.plugin.SLURM_MODULES (test_elsewhere.py)*"])
+
+
+# CONFTEST's synthetic launch without its autouse monkeypatch (which every test would then use)
+SESSION_WIDE_LAUNCH = '''
+import json
+
+from harness.launch import runner
+from harness.launch.job import LaunchResult
+from harness.report.verify import verify_run
+from recovery_tests import rundirs
+
+pytest_plugins = ["fixtures.plugin"]
+
+
+def execute(plan, **_):
+    root = plan.layout.root
+    rundirs.build(root, rundirs.Scenario(fault=plan.spec.fault))
+    result = LaunchResult(0, "2026-11-29T16:31:59.900Z", "2026-11-29T16:32:30.000Z", None, plan.nvrx.version, 0)
+    return runner.Outcome(plan, result, verify_run(root), None)
+
+
+runner.execute = execute
+'''
+
+MIXED_MODULE = SCENARIO_MODULE + '''
+
+@pytest.mark.launch
+def test_own_launch():
+    pass
+
+
+def test_plain():
+    pass
+
+
+@pytest.mark.launch
+def test_patches(monkeypatch):
+    monkeypatch.setenv("X", "1")
+'''
+
+
+def test_in_a_group_the_tests_that_do_not_launch_or_change_the_process_run_before_its_launches(pytester,
+                                                                                               monkeypatch):
+    """A background launch runs in its test process: a test that changes the process
+    (monkeypatch) waits for it (fixtures/launching.py), unless it runs before the group's
+    launches start, as do the tests that launch nothing."""
+    result, notes = run_inner(pytester, monkeypatch, SESSION_WIDE_LAUNCH, test_m=MIXED_MODULE)
+    result.assert_outcomes(passed=5)
+    order = [nodeid.split("::")[1] for nodeid, _ in notes]
+    assert order == ["test_plain", "test_patches", "test_criterion[optimizer_reload]", "test_criterion[clean_finish]",
+                     "test_own_launch"], notes
 
 
 @pytest.mark.parametrize(("nodeid", "group"), [
