@@ -236,6 +236,29 @@ def test_a_launch_without_the_launch_marker_fails_its_test_and_one_without_a_row
     quick.assert_outcomes(failed=1, deselected=2)
 
 
+def test_on_two_xdist_workers_each_launch_is_counted_once_and_the_budget_is_the_session_s(pytester, monkeypatch):
+    """Each worker launches the stand-in once: the controller's count is 2 (not its ledger's
+    lines plus its workers' counts), its budget check sees both (the row allows 1, each worker
+    alone stays within it), and the outer ledger (.ci/run's) gets each line once."""
+    outer = pytester.path / "outer.jsonl"
+    monkeypatch.setenv(launch.LEDGER_ENV, str(outer))
+    safe = GUARDED.split("def test_unmarked")[0] + "@pytest.mark.launch\ndef test_marked(tmp_path):\n" \
+        "    start(tmp_path, 'leftovers-kill')\n"
+    pytester.makeconftest('pytest_plugins = ["fixtures.plugin"]\n')
+    pytester.makepyfile(test_one=safe, test_two=safe)
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-o", "addopts=", "-n", "2", "--dist",
+                                           "loadgroup", timeout=300)
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert "launches of NVRx's launcher: 2 " in out, out[-3000:]
+    assert "`leftovers-kill` launched 2 times, its budget row allows 1" in out, out[-3000:]
+    lines = [json.loads(line) for line in outer.read_text().splitlines()]
+    assert sorted(d["test"].split(" ")[0] for d in lines if d.get("ft_launcher")) == [
+        "test_one.py::test_marked", "test_two.py::test_marked"], lines
+
+
 # ---------------------------------------------------------------- the prefetch, with synthetic launches
 
 PREFETCHED = '''
