@@ -130,3 +130,58 @@ def test_the_verdict_reuses_the_watchers_reader(tmp_path, monkeypatch):
     assert outcome.verdict.run_dir == str(outcome.run_dir)
     assert outcome.verdict.criterion("replacement_cycle").status == "pass"
     assert sum(read_bytes) == logs  # read once; a second full read would double it
+
+
+class _Threads:
+    """Stands in for runner.threading: records the threads the ticks would start."""
+
+    def __init__(self):
+        self.started: list[str] = []
+
+    def Thread(self, *, target, name, daemon):  # noqa: N802 - threading.Thread's name
+        started = self.started
+
+        class _Thread:
+            def start(self):
+                started.append(name)
+
+        return _Thread()
+
+
+class _Watcher:
+    def __init__(self):
+        self.compute_over = False
+        self.workers_started = False
+        self.reason = None
+
+    def __call__(self):
+        return self.reason
+
+
+@pytest.mark.parametrize(("steps_wait", "ticks_before"), [(True, 0), (False, 2)])
+def test_the_warm_up_waits_until_ranks_that_compute_through_the_run_are_done(monkeypatch, steps_wait, ticks_before):
+    """The verdict's imports (matplotlib) start in the background at the first tick where the
+    workload's ranks mostly wait between steps (the reference), else only once the workers are
+    done computing: on two cores they would take CPU from megatron-cpu's ranks."""
+    threads = _Threads()
+    monkeypatch.setattr(runner, "threading", threads)
+    watcher = _Watcher()
+    tick = runner._warming(watcher, steps_wait=steps_wait)
+    for _ in range(ticks_before):
+        assert tick() is None
+    assert threads.started == []
+    watcher.compute_over = True
+    for _ in range(2):
+        tick()
+    assert threads.started == ["nvrx-qual-warm-up"]  # once
+
+
+def test_the_warm_up_starts_when_the_job_is_being_stopped(monkeypatch):
+    threads = _Threads()
+    monkeypatch.setattr(runner, "threading", threads)
+    watcher = _Watcher()
+    tick = runner._warming(watcher, steps_wait=False)
+    tick()
+    watcher.reason = "no progress for 90 s"
+    assert tick() == "no progress for 90 s"
+    assert threads.started == ["nvrx-qual-warm-up"]

@@ -421,7 +421,8 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
         spec = plan.spec
         watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s)")
         result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
-                               watch=_warming(watcher, beside), base_env=base_env, on_stop=_step_canceller(plan, base_env),
+                               watch=_warming(watcher, beside, steps_wait=spec.workload_type.steps_wait),
+                               base_env=base_env, on_stop=_step_canceller(plan, base_env),
                                on_signal=watcher.say,  # Ctrl-C is acknowledged at once, as a progress line
                                cancel=cancel)
         if beside is not None:  # both launches have ended once this returns
@@ -459,21 +460,24 @@ def _warm_up() -> None:
     picturemod.warm_up()
 
 
-def _warming(watcher: Watcher, beside: Twin | None = None):
-    """The watcher, whose first tick (the launcher is running by then) starts importing what the
-    verdict needs after the launch (matplotlib for timeline.png, numpy) in the background: while
-    the job runs the harness mostly waits. With a twin `beside`, a tick that finds the fault run's
-    workers started tells it (Twin.workers_started). Not before the launch: a thread importing
-    while the launcher is forked holds the GIL and delays the job's start
+def _warming(watcher: Watcher, beside: Twin | None = None, *, steps_wait: bool = True):
+    """The watcher, whose ticks start importing what the verdict needs after the launch
+    (matplotlib for timeline.png, numpy) in the background, while the harness would only wait:
+    at the first tick where the workload's ranks mostly wait between steps (`steps_wait`, the
+    reference), else once the watcher has told that the workers are done computing (the
+    launcher's shutdown waits), so that the import does not take CPU from ranks that compute
+    through the run (megatron-cpu on two cores). With a twin `beside`, a tick that finds the fault
+    run's workers started tells it (Twin.workers_started). Never before the launch: a thread
+    importing while the launcher is forked holds the GIL and delays the job's start
     (bench/harness_overhead.py)."""
     started = False
 
     def tick() -> str | None:
         nonlocal started
-        if not started:
+        reason = watcher()
+        if not started and (steps_wait or watcher.compute_over or reason):
             started = True
             threading.Thread(target=_warm_up, name="nvrx-qual-warm-up", daemon=True).start()
-        reason = watcher()
         if beside is not None and watcher.workers_started:
             beside.workers_started()
         return reason

@@ -312,6 +312,12 @@ class Watcher:
         launches a twin then, harness.launch.baseline.twin_start)."""
         return any(key[0] == "started" for key in self._told)
 
+    @property
+    def compute_over(self) -> bool:
+        """A fact told: the job's workers are done computing (training done, the launcher
+        reported success or gave up): what is left of the launch is its shutdown, which waits."""
+        return any(key[0] in ("done", "succeeded", "gave_up") for key in self._told)
+
     def hang_wait(self) -> str:
         return hang_wait(self._spec)
 
