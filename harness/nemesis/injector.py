@@ -60,7 +60,6 @@ import socket
 import stat
 import sys
 import threading
-import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -215,25 +214,6 @@ def watch_trackers(trackers: Sequence[Path], baseline: int, interval: float, sto
                 return value, tracker
         stop.wait(interval)
     return None, trackers[0]
-
-
-def newer_saves(checkpoints: Path, iteration: int, since: float) -> list[int]:
-    """The iterations above `iteration` whose save directory under `checkpoints` changed at or
-    after `since` (a save begun in this cycle; older ones are an earlier cycle's leftovers)."""
-    found = []
-    try:
-        entries = list(os.scandir(checkpoints))
-    except OSError:
-        return []
-    for entry in entries:
-        n = parse_iter_name(entry.name)
-        try:
-            if n is not None and n > iteration and entry.is_dir(follow_symlinks=False) \
-                    and entry.stat(follow_symlinks=False).st_mtime >= since:
-                found.append(n)
-        except OSError:
-            continue
-    return sorted(found)
 
 
 @dataclass(frozen=True)
@@ -683,49 +663,24 @@ class Moment:
 
 
 class AfterCommit(Moment):
-    """The first tracker value above the startup baseline (unless it is the final one) while no
-    newer save has begun; where one had (holds), the next tracker value, and so on."""
+    """The first tracker value above the startup baseline (unless it is the final one)."""
 
     name = AFTER_COMMIT
-
-    def __init__(self, injector: Injector) -> None:
-        super().__init__(injector)
-        self._armed_at = time.time()  # a save directory changed since is this cycle's
-        self._passed: list[int] = []  # the commits whose moment passed before the fault could land
 
     def waits_for(self) -> str:
         return f"once {' or '.join(map(str, self.injector.trackers()))} passes iteration {self.injector.baseline}"
 
     def wait(self, stop: threading.Event) -> Trigger | None:
         inj = self.injector
-        above = max([inj.baseline, *self._passed])
-        iteration, inj.tracker = watch_trackers(inj.trackers(), above, inj.config.poll_interval, stop)
+        iteration, inj.tracker = watch_trackers(inj.trackers(), inj.baseline, inj.config.poll_interval, stop)
         final = inj.config.final_iteration
         if iteration is not None and final is not None and iteration >= final:
-            passed = (f" (the moments after checkpoints {', '.join(map(str, self._passed))} passed: a newer save had "
-                      "begun before the fault could land)" if self._passed else "")
-            inj.failure = (f"the first checkpoint newer than the baseline {inj.baseline} that the fault could follow "
-                           f"was the final one (iteration {iteration}, --train-iters {final}){passed}: a fault there "
-                           "leaves nothing to recover; use a save interval below the train iterations, or "
-                           "--fault-at last-iteration")
+            inj.failure = (f"the first checkpoint newer than the baseline {inj.baseline} was the final one "
+                           f"(iteration {iteration}, --train-iters {final}): a fault there leaves nothing to "
+                           "recover; use a save interval below the train iterations, or --fault-at last-iteration")
             log(f"rank {inj.rank}: not injecting: {inj.failure}")
             return None
         return None if iteration is None else Trigger(iteration)
-
-    def holds(self, trigger: Trigger) -> bool:
-        """The tracker still names the trigger's checkpoint and no newer save has begun in its
-        directory. Megatron finalizes an asynchronous save at a later step: on a loaded machine the
-        commit of 4 can come after the save of 8 has begun, and a fault then lands inside that
-        save, which the checkpoint worker may finish after the fault (CI, 2026-12-05: the
-        replacement loaded 8 where the marker said 4). Not the planned moment: wait for the next."""
-        tracker = self.injector.tracker
-        if read_tracker(tracker) != trigger.iteration:
-            return False
-        newer = newer_saves(tracker.parent, trigger.iteration, self._armed_at)
-        if newer:
-            self._passed.append(trigger.iteration)
-            return False
-        return True
 
 
 class InSave(Moment):
@@ -942,7 +897,7 @@ class Injector:
             if filled is not None:
                 inject.free_filesystem(self.layout.checkpoints)
             log(f"rank {rank}: the {self.moment.name} moment of iteration {iteration} passed before the fault could "
-                "land (a save committed or began meanwhile); waiting for the next one")
+                "land (committed meanwhile); waiting for the next one")
             return False
         try:
             claimed = claim_marker(marker, self._record(iteration, committed, poisoned,
