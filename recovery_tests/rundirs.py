@@ -136,6 +136,10 @@ class Scenario:
     # torch elastic's master-port race (harness.judge.findings): the first replacement cycle fails on
     # rank 0 at its start (EADDRINUSE), and cycle 2 is the replacement that recovers
     master_port_taken: bool = False
+    # a save the failed cycle began after K's commit and finished before the fault landed, its commit
+    # line cut by the fault (Megatron finalizes an async save at a later step): cycle 0 trains to this
+    # iteration, which saves, and the marker still names K; the checkpoint is complete on disk
+    finished_unlogged: int | None = None
 
 
 # what a rank-0 worker prints when its TCPStore cannot listen on the master port (torch 2.x)
@@ -506,11 +510,14 @@ def build(root: Path, s: Scenario = Scenario()) -> Built:  # noqa: C901 - one sc
         run.success(finish)
         return _finish(run, exit_code=0, ended_ms=finish + 1100)
 
-    end = run.train(0, built0 + 500, 1, k + 1)
+    last0 = k + 1 if s.finished_unlogged is None else s.finished_unlogged
+    end = run.train(0, built0 + 500, 1, last0)
+    if s.finished_unlogged is not None:
+        run.saves[s.finished_unlogged] = True  # finished on disk; its commit line never came
     commit_k = end - 100 + 20  # the commit line of K, printed after iteration K+1
     injected = commit_k + 40
     run.times["injected_at"] = injected / 1000
-    run.facts["last_before_fault"] = k + 1
+    run.facts["last_before_fault"] = last0
     run.facts["restored"] = k  # until a replacement loads something else
     signal = _signal_of(s)
     run.say(0, injected, s.fault_rank, f"[nemesis] rank {s.fault_rank} injecting {signal} after checkpoint iteration {k} (baseline 0)")

@@ -332,3 +332,22 @@ def test_a_peer_timeout_without_a_sigstop_marker_proves_nothing(tmp_path):
     marker.write_text(json.dumps({**record, "signal": "SIGTERM"}))
     c = verify_run(built.run_dir).criterion("replacement_cycle")
     assert c.status == FAIL and "not SIGSTOP" in c.detail, c.detail
+
+
+def test_a_save_finished_without_its_commit_line_before_the_restart_is_the_one_to_load(tmp_path):
+    """CI's run K: the commit of 4 came after the save of 8 had begun (Megatron finalizes an async
+    save at a later step), the kill after 4 landed while 8 was finished, and the killed rank's
+    commit line of 8 never reached the log. The replacement loaded 8, complete on disk: the
+    tracker named it at the restart, so loading it is right; the same load of an unfinished
+    checkpoint (no metadata.json) still fails."""
+    built = rundirs.build(tmp_path / "run", Scenario(finished_unlogged=15, load_iteration=15))
+    tl = read_history(built.run_dir)
+    a = analyze(tl)
+    assert a.closing.expected_k == 15 and any("no commit line of it was logged" in n for n in a.notes), a.notes
+    assert criteria.check("optimizer_reload", tl, a).status == PASS
+    assert criteria.qualified(evaluate(tl, a)), [(r.id, r.status, r.detail) for r in evaluate(tl, a) if r.status != PASS]
+
+    cut = read_history(rundirs.build(tmp_path / "cut", Scenario(finished_unlogged=15, load_iteration=15,
+                                                                  uncommitted=(15,))).run_dir)
+    result = criteria.check("optimizer_reload", cut, analyze(cut))
+    assert result.status == FAIL and "a newer one than 10" in result.detail, result.detail

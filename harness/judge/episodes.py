@@ -128,6 +128,8 @@ def episodes(timeline: Timeline, cycles: LauncherCycles | None = None) -> tuple[
                 notes.append(f"NVRx's in-process Wrapper restarted in cycle {cycle} (no new launcher cycle): the "
                              "lines after its first restart are judged as the replacement")
         k, k_evidence = _expected_k(timeline, marker, cycle, restarted_at, nemesis_lines, notes)
+        k, k_evidence = _finished_in_flight(timeline, marker, cycle, restarted_at, later[0] if later else None,
+                                            k, k_evidence, notes)
         out.append(Episode(
             number=n, of=len(markers), marker=marker, cycle=cycle, fault_start=same[-1] if same else None,
             failures=cycles.failures.get(cycle, ()), replacement_cycle=started[0] if started else None,
@@ -183,3 +185,44 @@ def _expected_k(timeline: Timeline, marker: ev.Injection, cycle: int, restarted_
             k = e.iteration
             evidence.append(e)
     return k, tuple(evidence)
+
+
+def _finished_in_flight(timeline: Timeline, marker: ev.Injection, cycle: int, restarted_at: ev.Event | None,
+                        replacement: AppStart | None, k: int | None, evidence: tuple[ev.Event, ...],
+                        notes: list[str]) -> tuple[int | None, tuple[ev.Event, ...]]:
+    """A save that began before the fault and was finished without its commit line: the latest
+    committed checkpoint is raised to the one the replacement loaded when the failed cycle (or one
+    before it) logged the start of its save, the checkpoint is complete on disk (Megatron's
+    metadata.json and torch's .metadata, which are written after every shard), the fault was not
+    aimed inside a save, and the replacement's --ckpt-step does not pin it (so the tracker named
+    it at the restart). Megatron finalizes an asynchronous save at a later step, so on a loaded
+    machine the commit of K can come after the save of K' has begun: a fault after K's commit
+    then lands while K' is finished, and the killed rank's last line (its commit line) can be cut.
+    Without all of that evidence a newer load still fails (a partial, foreign or pinned checkpoint)."""
+    if k is None or replacement is None or hits_a_save(marker.fault_at) or timeline.checkpoints is None:
+        return k, evidence
+    loaded = replacement.first(ev.CheckpointLoaded)
+    if loaded is None or loaded.iteration <= k:
+        return k, evidence
+    args = replacement.arguments
+    if args is not None and args.get("ckpt_step") not in (None, "None"):
+        return k, evidence
+    disk = timeline.checkpoints.get(loaded.iteration)
+    if disk is None or not (disk.committed and disk.has_dcp_metadata):
+        return k, evidence
+    began, began_in = None, cycle
+    for start in timeline.starts:
+        if start.cycle is None or start.cycle > cycle:
+            continue
+        for e in start.events:
+            if e is restarted_at:
+                break
+            if began is None and isinstance(e, (ev.SaveStarted, ev.SaveScheduled)) and e.iteration == loaded.iteration:
+                began, began_in = e, start.cycle
+    if began is None:
+        return k, evidence
+    notes.append(f"the save of checkpoint {loaded.iteration} began before the restart (cycle {began_in}) and no commit "
+                 f"line of it was logged, although the marker names {k}: the replacement loaded it complete ({disk.rel} "
+                 f"holds metadata.json and .metadata), so it was finished before the restart; expecting {loaded.iteration}")
+    return loaded.iteration, (*evidence, began)
+
