@@ -93,8 +93,8 @@ def test_a_stop_signal_stops_the_whole_launch_and_says_so_in_launch_json(tmp_pat
 
 
 def test_a_second_signal_does_not_interrupt_the_sweep(tmp_path, record, harness_proc):
-    # The launcher ignores SIGTERM, so the harness sits in the grace period when more signals come.
-    proc = start_driver(tmp_path, record, "--ignore-term")
+    # The launcher ignores SIGTERM, so the harness sits in the grace period (3 s) when more signals come.
+    proc = start_driver(tmp_path, record, "--grace=3", "--ignore-term")
     harness_proc(proc)
     doc = await_record(record)
     proc.send_signal(signal.SIGTERM)
@@ -111,9 +111,9 @@ def test_a_second_signal_does_not_interrupt_the_sweep(tmp_path, record, harness_
 
 def test_a_stop_signal_is_acknowledged_at_once_not_after_the_grace(tmp_path, record, harness_proc):
     """Ctrl-C: a line saying what is being stopped comes while the stop is still under way (the
-    launcher ignores SIGTERM here, so the harness is bound to wait out the 10 s grace before its
-    SIGKILL); then the stop ends as ever."""
-    proc = start_driver(tmp_path, record, "--ignore-term")
+    launcher ignores SIGTERM here, so the harness is bound to wait out the grace, 3 s here,
+    before its SIGKILL); then the stop ends as ever."""
+    proc = start_driver(tmp_path, record, "--grace=3", "--ignore-term")
     harness_proc(proc)
     doc = await_record(record)
     proc.send_signal(signal.SIGINT)
@@ -127,7 +127,7 @@ def test_a_stop_signal_is_acknowledged_at_once_not_after_the_grace(tmp_path, rec
     _out, err = proc.communicate(timeout=60)
     err = "".join(seen) + err
     assert first.startswith("launch_driver: SIGINT received: stopping run signal-test: SIGTERM to its launcher now, "
-                            "SIGKILL to whatever is left after 10 s"), first + err
+                            "SIGKILL to whatever is left after 3 s"), first + err
     assert still_stopping, "the acknowledgement came only after the stop"
     assert proc.returncode == 128 + signal.SIGINT and "stopped by SIGINT" in err
     assert pids_with_tag(doc["tag"]) == []

@@ -1,9 +1,11 @@
 """A harness process for the signal tests: `launch()` of the fake launcher, exactly as
 `nvrx-qual run` drives a launch (exit status through harness.cli.guard.guarded).
 
-    launch_driver.py WORK_DIR [--disk-full] [FAKE_LAUNCHER_ARGS...]
+    launch_driver.py WORK_DIR [--disk-full] [--grace=S] [FAKE_LAUNCHER_ARGS...]
 
 --disk-full: the plan is a disk-full run, so launch() mounts its tmpfs on the run's checkpoints/.
+--grace=S: the SIGTERM-to-SIGKILL grace of the stop (default 10 s, `nvrx-qual run`'s); a test
+that must wait it out shortens it.
 
 The test signals or SIGKILLs this process and then checks what is left.
 """
@@ -25,8 +27,10 @@ FAKE_LAUNCHER = Path(__file__).parent / "fake_launcher.py"
 
 def main(argv: list[str]) -> int:
     work = Path(argv[0])
-    rest = [a for a in argv[1:] if a != "--disk-full"]
-    fault = {"fault": "disk-full", "fault_at": "in-save"} if len(rest) < len(argv) - 1 else {}
+    grace = [float(a.partition("=")[2]) for a in argv[1:] if a.startswith("--grace=")]
+    rest = [a for a in argv[1:] if not a.startswith("--grace=")]
+    fault = {"fault": "disk-full", "fault_at": "in-save"} if "--disk-full" in rest else {}
+    rest = [a for a in rest if a != "--disk-full"]
     spec = RunSpec(workload="reference", work_dir=work, run_id="signal-test", gpus_per_node=2, **fault)
     if fault:
         spec.layout.checkpoints.mkdir(parents=True)  # what prepare() makes: a fresh, empty checkpoints/
@@ -36,7 +40,7 @@ def main(argv: list[str]) -> int:
     def acknowledge(text: str) -> None:  # as `nvrx-qual run` shows it (a progress line), here on stderr
         print(f"launch_driver: {text}", file=sys.stderr, flush=True)
 
-    return guarded(lambda: launch.launch(plan, deadline_s=60.0, tick_s=0.05, term_grace_s=10.0,
+    return guarded(lambda: launch.launch(plan, deadline_s=60.0, tick_s=0.05, term_grace_s=grace[-1] if grace else 10.0,
                                          on_signal=acknowledge).launcher_exit_code or 0, "launch_driver", debug=True)
 
 
