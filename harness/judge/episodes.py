@@ -167,24 +167,31 @@ def _expected_k(timeline: Timeline, marker: ev.Injection, cycle: int, restarted_
     if k is None:
         return k, tuple(evidence)
     injected_at = timeline.utc(marker)
+    for in_cycle, e in _before_the_restart(timeline, cycle, restarted_at):
+        if not isinstance(e, ev.SaveCommitted) or e.iteration <= k:
+            continue
+        t = timeline.utc(e)
+        when = (f" (stamped {iso_utc(t)}, the marker {iso_utc(injected_at)})"
+                if t is not None and injected_at is not None and not timeline.offset_how.startswith("assumed")
+                else "")
+        notes.append(f"checkpoint {e.iteration} was committed in cycle {in_cycle}{when}, before the restart, "
+                     f"although the marker names {k}: a save in flight when the nemesis fired, its commit logged "
+                     f"before the restart; expecting {e.iteration}")
+        k = e.iteration
+        evidence.append(e)
+    return k, tuple(evidence)
+
+
+def _before_the_restart(timeline: Timeline, cycle: int, restarted_at: ev.Event | None):
+    """(cycle, event) of every application line of the failed cycle and the cycles before it, in
+    order; for an in-process restart the failed cycle's lines end at the Wrapper's first restart."""
     for start in timeline.starts:
         if start.cycle is None or start.cycle > cycle:
             continue
         for e in start.events:
             if e is restarted_at:
                 break
-            if not isinstance(e, ev.SaveCommitted) or e.iteration <= k:
-                continue
-            t = timeline.utc(e)
-            when = (f" (stamped {iso_utc(t)}, the marker {iso_utc(injected_at)})"
-                    if t is not None and injected_at is not None and not timeline.offset_how.startswith("assumed")
-                    else "")
-            notes.append(f"checkpoint {e.iteration} was committed in cycle {start.cycle}{when}, before the restart, "
-                         f"although the marker names {k}: a save in flight when the nemesis fired, its commit logged "
-                         f"before the restart; expecting {e.iteration}")
-            k = e.iteration
-            evidence.append(e)
-    return k, tuple(evidence)
+            yield start.cycle, e
 
 
 def _finished_in_flight(timeline: Timeline, marker: ev.Injection, cycle: int, restarted_at: ev.Event | None,
@@ -210,15 +217,9 @@ def _finished_in_flight(timeline: Timeline, marker: ev.Injection, cycle: int, re
     disk = timeline.checkpoints.get(loaded.iteration)
     if disk is None or not (disk.committed and disk.has_dcp_metadata):
         return k, evidence
-    began, began_in = None, cycle
-    for start in timeline.starts:
-        if start.cycle is None or start.cycle > cycle:
-            continue
-        for e in start.events:
-            if e is restarted_at:
-                break
-            if began is None and isinstance(e, (ev.SaveStarted, ev.SaveScheduled)) and e.iteration == loaded.iteration:
-                began, began_in = e, start.cycle
+    began_in, began = next(((c, e) for c, e in _before_the_restart(timeline, cycle, restarted_at)
+                            if isinstance(e, (ev.SaveStarted, ev.SaveScheduled)) and e.iteration == loaded.iteration),
+                           (cycle, None))
     if began is None:
         return k, evidence
     notes.append(f"the save of checkpoint {loaded.iteration} began before the restart (cycle {began_in}) and no commit "
