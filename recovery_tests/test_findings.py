@@ -198,6 +198,35 @@ def test_a_replacement_that_could_not_listen_on_its_master_port_is_named_as_the_
     assert findings.known_defects(verdict, read.timeline.run, triage=injected) == ()
 
 
+# what both ranks of a disk-full run's injected cycle print (CI, 2026-12-05): the fault ends them with a traceback
+DISK_FULL_TRACEBACKS = {rank: (f"{rank}: Traceback (most recent call last):",
+                               f'{rank}:   File "/opt/harness/workloads/reference.py", line 672, in save',
+                               f"{rank}:     response = dcp.async_save(state, checkpoint_id=str(target))",
+                               f"{rank}: OSError: [Errno 28] No space left on device") for rank in (0, 1)}
+
+
+def test_the_port_race_is_named_after_a_fault_that_ends_its_cycle_with_a_traceback(tmp_path):
+    """CI, 2026-12-05 (run P): a reference disk-full run whose first replacement met the master
+    port race. The injected cycle's own tracebacks (ENOSPC on both ranks: the fault, as planned)
+    came first, so the triage named them and the race went unnamed: the suite did not relaunch
+    the spoiled run. The injected cycle is expected to fail, whatever it prints: a later cycle's
+    failure is the story."""
+    from harness.report import verify
+    from recovery_tests import rundirs
+
+    run = rundirs.build(tmp_path / "run", rundirs.Scenario(master_port_taken=True)).run_dir
+    log = run / "logs" / "train_cycle_cycle0.log"
+    lines = log.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "injecting" in line) + 1
+    lines[at:at] = [*DISK_FULL_TRACEBACKS[1], *DISK_FULL_TRACEBACKS[0]]
+    log.write_text("\n".join(lines) + "\n")
+    verdict, read = verify.judge_run(run, picture=False)
+    found, _sections = verify.triage(verdict, read)
+    assert found is not None and found.cycle == 1 and "EADDRINUSE" in (found.exception or ""), found
+    assert found.summary.startswith("After the fault the harness injected in cycle 0"), found.summary
+    assert ids(verify.known_defects(verdict, read, found)) == [findings.MASTER_PORT_RACE]
+
+
 def test_verify_names_the_master_port_race_first(tmp_path, capsys):
     from harness import cli
     from recovery_tests import rundirs

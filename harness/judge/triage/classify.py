@@ -377,17 +377,23 @@ def _decide(root: Path, scanner: _Scanner, facts: _RunFacts) -> Triage:
     marker = facts.marker or {}
     markers = facts.markers or ((marker,) if marker else ())
     after_injection = None
-    while chosen is not None and isinstance(chosen[0], _Event) and markers:
-        ev, category = chosen
-        hit = next((m for m in markers if _injected_rank(category, ev, global_rank(ev.rank, ev.local_rank), m)[0]), None)
-        if hit is None or ev.cycle is None:
+    while chosen is not None and markers:
+        item, category = chosen
+        if isinstance(item, _Event):  # the fault rank's own end, as the marker's kind ends it
+            hit = next((m for m in markers if _injected_rank(category, item, global_rank(item.rank, item.local_rank),
+                                                              m)[0]), None)
+        else:  # a traceback in the cycle a fault hit (a disk-full save's ENOSPC, an injected exception, a
+            # survivor's error): that cycle was bound to fail
+            hit = next((m for m in markers if item.cycle is not None
+                        and record_number(m.get("cycle"), "cycle") == item.cycle), None)
+        if hit is None or item.cycle is None:
             break
         marker = hit
         # the injected fault is expected: what broke in the cycles after it is the story
-        later = _choose_root(found.in_cycles_after(ev.cycle))
+        later = _choose_root(found.in_cycles_after(item.cycle))
         if later is None:
             break
-        after_injection, chosen = ev, later
+        after_injection, chosen = item, later
     config = _config(scanner, facts, chosen[0] if chosen else None)
     if chosen is None:
         summary = f"No failure found in {len(files)} log file(s)."
