@@ -157,7 +157,8 @@ def _expected_k(timeline: Timeline, marker: ev.Injection, cycle: int, restarted_
     failed cycle was written before its replacement started, so such a checkpoint is what the
     tracker named at the restart: loading it is right and loading the older one is not. The
     order of the lines decides, not their clocks. A load of a newer iteration than every commit
-    line (a partial or foreign checkpoint, a stale tracker) still fails. For an in-process
+    line (a partial or foreign checkpoint, a stale tracker) still fails, unless the evidence of
+    _finished_in_flight shows a save finished without its line. For an in-process
     restart, the fault cycle's lines end at the Wrapper's first restart."""
     k = committed_before(marker)
     evidence: list[ev.Event] = [marker]
@@ -197,7 +198,7 @@ def _before_the_restart(timeline: Timeline, cycle: int, restarted_at: ev.Event |
 def _finished_in_flight(timeline: Timeline, marker: ev.Injection, cycle: int, restarted_at: ev.Event | None,
                         replacement: AppStart | None, k: int | None, evidence: tuple[ev.Event, ...],
                         notes: list[str]) -> tuple[int | None, tuple[ev.Event, ...]]:
-    """A save that began before the fault and was finished without its commit line: the latest
+    """A save that began before the restart and was finished without its commit line: the latest
     committed checkpoint is raised to the one the replacement loaded when the failed cycle (or one
     before it) logged the start of its save, the checkpoint is complete on disk (Megatron's
     metadata.json and torch's .metadata, which are written after every shard), the fault was not
