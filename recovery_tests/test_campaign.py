@@ -16,6 +16,7 @@ from harness.plan import campaign
 from harness.vocab import faults
 from harness.nemesis import injector as nemesis
 from harness.plan import spec as specmod
+from harness.plan.commands import campaign_lines
 from harness.vocab.faults import CAMPAIGN, PlannedFault
 from harness.vocab.layout import TRACKER_NAME
 from harness.nemesis.injector import NemesisError, claim_marker, parse_command_line
@@ -109,6 +110,24 @@ def test_given_values_win_over_the_sizing(tmp_path: Path) -> None:
     spec = spec_of(tmp_path, faults="3", seed="5", train_iters="60", max_restarts="5")
     assert (spec.train_iters, spec.max_restarts) == (60, 5)
     specmod.validate(spec)
+
+
+def test_a_single_in_save_fault_is_sized_with_a_save_of_slack(tmp_path: Path) -> None:
+    """Megatron's loop saves every 4 of 12 by default: an in-save fault has one save to hit (8,
+    after the commit of 4), and a save that finished between two of the nemesis's polls on a
+    loaded machine left none (CI, 2026-12-05: the disk-full fault never happened). Sized as a
+    campaign of one, it trains to 16 and may hit 12; a given --train-iters wins, and `plan` says why."""
+    spec = spec_of(tmp_path, workload="megatron-cpu", fault="disk-full", fault_at="in-save")
+    assert (spec.train_iters, spec.max_restarts) == (16, specmod.RunSpec.max_restarts)
+    specmod.validate(spec)
+    assert spec_of(tmp_path, workload="megatron-cpu", fault="kill", fault_at="after-commit").train_iters == 12
+    assert spec_of(tmp_path, workload="megatron-cpu", fault="kill", fault_at="in-save", train_iters="12").train_iters == 12
+    assert spec_of(tmp_path, fault="kill", fault_at="in-save").train_iters == 30  # the reference's 30 is enough
+    line = campaign_lines(spec)
+    assert line == ["train iterations 16 (an in-save fault trains at least 16 unless --train-iters is given: the "
+                    "in-save fault waits for a committed checkpoint and the save after it (save interval 4: during "
+                    "the save at 8), the recovery commits one more checkpoint, and one save of slack (a save can "
+                    "finish between two of the nemesis's polls))"], line
 
 
 def test_a_restart_budget_below_the_faults_is_refused_not_launched(tmp_path: Path) -> None:

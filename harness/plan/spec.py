@@ -781,6 +781,12 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
     spec = RunSpec(**values)
     if spec.fault == CAMPAIGN and spec.schedule:
         return sized_campaign(spec, given=raw)
+    if "train_iters" not in raw and any(FAULT_MOMENTS[f.moment].hits_a_save for f in spec.schedule):
+        # One in-save fault is sized as a campaign of one: its save and one of slack (a save that
+        # finishes between two of the nemesis's polls on a loaded machine is missed; the next one
+        # is hit). The restart budget stays the user's.
+        size = campaign.sizing(spec.schedule, spec.save_interval)
+        return dataclasses.replace(spec, train_iters=max(spec.train_iters, size.train_iters))
     return spec
 
 
