@@ -393,8 +393,8 @@ def test_no_prefetch_and_one_slot_is_the_serial_suite(pytester, monkeypatch):
 
 
 # A test that changes the process (monkeypatch) between tests whose scenarios are prefetched: it
-# waits (at most 3 s) for a launch to start while its change is in force. Background launches take
-# 2 s longer (BACKGROUND_SLOW), so one runs whenever a test starts.
+# waits (at most 1.5 s) for a launch to start while its change is in force. Background launches take
+# 1 s longer (BACKGROUND_SLOW), so one runs whenever a test starts.
 PATCHING = PREFETCHED.split("@pytest.mark.parametrize")[0] + '''
 def wait_for(prefix, within_s):
     end = time.monotonic() + within_s
@@ -413,7 +413,7 @@ def test_first(scenarios):
 def test_patches(monkeypatch):
     monkeypatch.setenv("PATCHED", "1")
     note("patched")
-    wait_for("launch kill-2-", 3)
+    wait_for("launch kill-2-", 1.5)
     note("unpatching")
 
 
@@ -438,7 +438,7 @@ _synthetic = runner.execute
 
 def slower_in_the_background(plan, **kw):
     if threading.current_thread().name.startswith("nvrx-qual-prefetch-"):
-        time.sleep(2)
+        time.sleep(1)
     return _synthetic(plan, **kw)
 
 
