@@ -179,6 +179,19 @@ def test_check_names_the_installed_torch_build(tmp_path):
     assert "bootstrap:   torch " in proc.stdout and ("(the CPU build)" in proc.stdout or "CUDA" in proc.stdout)
 
 
+def test_check_names_a_cuda_build_from_its_version_file_without_importing_torch(tmp_path):
+    """The build line comes from torch/version.py (what torch.version is), not from `import torch`
+    (1.4 s on every bootstrap call): a torch whose import fails still has its build named."""
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise SystemExit('imported')\n")
+    (fake / "version.py").write_text("from typing import Optional\n__version__ = '2.13.0'\n"
+                                     "cuda: Optional[str] = '12.8'\n")
+    env = {**stand_ins(tmp_path), "PYTHONPATH": str(tmp_path / "site")}
+    proc = bootstrap("--check", env=env)
+    assert "bootstrap:   torch 2.13.0 (a CUDA 12.8 build)" in proc.stdout.splitlines(), proc.stdout + proc.stderr
+
+
 def check_report(env: dict[str, str]) -> list[tuple[str, str]]:
     """(step, what it would run) of each step line `tools/bootstrap --check` prints."""
     proc = run_in_session([str(BOOTSTRAP), "--check"], timeout_s=120, env=env)
