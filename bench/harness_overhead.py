@@ -22,6 +22,9 @@ workers and the twin's). Prints every round with the load average before each co
 medians, `first / bare` (issue 35's target: at most 1.3x) and `reused - bare` (at most 1 s on
 an idle machine).
 
+A command that exits 2 or 3 (refused, an internal error) is no timing of a run: its last
+lines of stderr are printed and it is left out of the medians.
+
 Asserts nothing; figures move with the machine's load (the load average is printed): run it
 when the machine is quiet for figures to keep. PYTHONDONTWRITEBYTECODE (set on some CI
 machines) makes every Python process of every command compile what it imports: the bench says
@@ -56,10 +59,13 @@ def timed(argv: list[str], cwd: Path) -> tuple[float, float, int]:
     """(wall s, CPU s of the process tree, exit status) of one command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    proc = subprocess.run(argv, cwd=cwd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.run(argv, cwd=cwd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if proc.returncode not in (0, 1):  # refused (2) or an internal error (3): no timing of a run; say why
+        for line in proc.stderr.decode(errors="replace").splitlines()[-4:]:
+            print(f"    stderr: {line[:300]}")
     return wall, cpu, proc.returncode
 
 
@@ -113,7 +119,8 @@ def bench_workload(workload: str, args: argparse.Namespace, root: Path) -> dict[
         for kind in order:
             load = os.getloadavg()[0]
             wall, cpu, code = timed(argv[kind], root)
-            got[kind].append((wall, cpu))
+            if code in (0, 1):  # a run that was refused or broke is no timing: left out of the medians
+                got[kind].append((wall, cpu))
             row[kind] = f"{wall:6.1f}s/{cpu:5.1f}s [{load:4.1f}]"
             if code != 0:
                 print(f"  {kind} exited {code}: {shlex.join(argv[kind])[:300]}")
@@ -122,6 +129,9 @@ def bench_workload(workload: str, args: argparse.Namespace, root: Path) -> dict[
 
 
 def summary(workload: str, got: dict[str, list[tuple[float, float]]]) -> None:
+    if not all(got.values()):
+        print(f"{workload}: no medians: no round of {', '.join(k for k, v in got.items() if not v)} ran to a verdict")
+        return
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in got.items()}
     (bw, bc), (fw, fc), (rw, rc) = med["bare"], med["first"], med["reused"]
     print(f"{workload} medians: bare {bw:.2f} s wall / {bc:.2f} s CPU; first run (twin included) {fw:.2f} s wall / "
