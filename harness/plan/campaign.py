@@ -117,16 +117,16 @@ def sizing(schedule: Sequence[PlannedFault], save_interval: int) -> Sizing:
     # (seen on megatron-cpu under load: the last fault never happened and the budget ran out).
     iters = -(-need // s) * s + in_save * s
     n = len(schedule)
-    if n == 1 and in_save:
-        train = (f"the in-save fault waits for a committed checkpoint and the save after it (save interval {s}: "
-                 f"during the save at {2 * s}), the recovery commits one more checkpoint, and one save of slack "
-                 "(a save can finish between two of the nemesis's polls)")
-        return Sizing(iters, n, train, f"--max-restarts {n} or more: one restart per fault")
-    train = (f"each of the {n} faults waits for a checkpoint committed after the previous "
-             f"recovery (save interval {s}: after-commit at the restored iteration + {s}"
-             + (f", in-save during the save at + {2 * s} ({in_save} of them)" if in_save else "")
-             + f"), and the last recovery commits one more checkpoint"
-             + (f"; one save of slack per in-save fault (a save can finish between two polls)" if in_save else ""))
+    if n == 1 and in_save:  # a single in-save fault, sized as a campaign of one (spec.from_sources)
+        train = (f"the {schedule[0].moment} fault waits for a committed checkpoint and the save after it (save "
+                 f"interval {s}: during the save at {2 * s}), the recovery commits one more checkpoint, and one save "
+                 "of slack (a save can finish between two of the nemesis's polls)")
+    else:
+        train = (f"each of the {n} faults waits for a checkpoint committed after the previous "
+                 f"recovery (save interval {s}: after-commit at the restored iteration + {s}"
+                 + (f", in-save during the save at + {2 * s} ({in_save} of them)" if in_save else "")
+                 + f"), and the last recovery commits one more checkpoint"
+                 + (f"; one save of slack per in-save fault (a save can finish between two polls)" if in_save else ""))
     restarts = f"--max-restarts {n}: one restart per fault; fewer is refused (the restart budget would run out)"
     return Sizing(iters, n, train, restarts)
 
