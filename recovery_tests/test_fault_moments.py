@@ -299,6 +299,35 @@ def test_an_in_save_fault_whose_save_committed_meanwhile_waits_for_the_next_save
     assert (marker["fault_at"], marker["iteration"], marker["committed_iteration"]) == ("in-save", 12, 8)
 
 
+def test_an_in_save_fault_whose_every_save_committed_meanwhile_says_so(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI, 2026-12-05: the save of 12, the last, committed while the poller filled; the fault never
+    happened, and the wrapper said "no checkpoint newer than the startup baseline appeared",
+    though 4, 8 and 12 had. The reason names the moment that passed."""
+    config, _ = nemesis.parse_command_line(["--fault", "disk-full", "--run-dir", str(tmp_path), "--", "x.py"],
+                                           {"RANK": "1", "WORLD_SIZE": "2", "NVRX_FAULT_AT": "in-save",
+                                            "NVRX_POLL_INTERVAL": "0.01"})
+    injector = nemesis.Injector(config, config.layout, 0, watch="in-save")
+    ck = config.layout.checkpoints
+    make_save(ck, 8, committed=True)
+    write_tracker(ck / TRACKER_NAME, "8")
+    make_save(ck, 12)
+
+    def fill(directory: Path):  # Megatron finalizes 12 while the poller fills; the entrypoint ends
+        (ck / "iter_0000012" / "metadata.json").write_text("{}")
+        write_tracker(ck / TRACKER_NAME, "12")
+        injector._stop.set()
+        return directory / "filler", 10, 100
+
+    monkeypatch.setattr(nemesis.inject, "fill_filesystem", fill)
+    monkeypatch.setattr(nemesis.inject, "free_filesystem", lambda directory: None)
+    injector.moment._poll()
+    assert not (tmp_path / MARKER_NAME).exists()
+    assert injector.why_not() == ("the in-save moment of iteration 12 passed before the fault could land (committed "
+                                  "meanwhile) and no later one came before the entrypoint ended; give the run more "
+                                  "saves (--train-iters)")
+
+
 def test_poison_truncates_the_largest_shard_to_half(tmp_path: Path) -> None:
     d = make_save(tmp_path, 5, committed=True)
     assert poison_checkpoint(d) == d / "__0_0.distcp"

@@ -785,6 +785,22 @@ def test_a_line_rule_makes_its_event_through_the_screen_and_the_dispatch(line: s
             assert made == [kind]
 
 
+def test_the_nemesis_lines_of_every_fault_kind_are_read():
+    """The nemesis names what it injects, or the fault that never happened, by the kind's signal
+    or its name: disk-full, gpu-hang and gpu-error carry a hyphen (CI, 2026-12-05: a disk-full
+    fault that never happened was judged without the nemesis's reason, its line unread)."""
+    from harness.vocab.faults import FAULT_KINDS, SIGNAL
+
+    for kind in FAULT_KINDS.values():
+        how = kind.signal if kind.injects == SIGNAL else kind.name
+        parser = LogParser("x.log", split_starts=True)
+        parser.feed((f"1: [nemesis] rank 1 injecting {how} after checkpoint iteration 10 (baseline 0)\n"
+                     f"1: nemesis: requested fault {kind.name} on rank 1 never happened: the moment passed\n").encode())
+        made = [e for s in parser.snapshot_starts() for e in s[0]]
+        assert [type(e).__name__ for e in made] == ["NemesisInjected", "NemesisNeverFired"], (kind.name, made)
+        assert made[1].reason == "the moment passed"
+
+
 def test_every_line_rule_has_a_line_the_reader_turns_into_its_event():
     """Adding a kind of log line is one entry of history.RULES and its line in RULE_LINES."""
     from harness.vocab.dialect import strip_prefix

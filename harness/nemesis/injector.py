@@ -808,7 +808,16 @@ class Injector:
         self._lock = threading.Lock()  # disarm() cannot slip between claim and signal
         self.disarmed = False
         self.failure: str | None = None  # why the fault did not happen, when we know
+        self.passed: list[int] = []  # the iterations whose moment passed before the fault could land
         self.tracker = layout.tracker  # the tracker whose commit fired (harness.vocab.tiers: any watched tier's)
+
+    def why_not(self) -> str | None:
+        """Why the fault did not happen, when known: a failure, else the moments that passed."""
+        if self.failure is not None or not self.passed:
+            return self.failure
+        return (f"the {self.moment.name} moment of iteration {', '.join(map(str, self.passed))} passed before the "
+                "fault could land (committed meanwhile) and no later one came before the entrypoint ended; give the "
+                "run more saves (--train-iters)")
 
     def trackers(self) -> list[Path]:
         """The trackers after-commit watches: those of the tiers --fault-after names."""
@@ -898,6 +907,7 @@ class Injector:
                 inject.free_filesystem(self.layout.checkpoints)
             log(f"rank {rank}: the {self.moment.name} moment of iteration {iteration} passed before the fault could "
                 "land (committed meanwhile); waiting for the next one")
+            self.passed.append(iteration)
             return False
         try:
             claimed = claim_marker(marker, self._record(iteration, committed, poisoned,
@@ -1147,7 +1157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         injector.at_normal_exit()  # last-iteration fires here, before the clean exit
     if injector is None or marker_present(injector.marker):
         return 0
-    reason = (injector.failure if injector is not None else None) or (
+    reason = (injector.why_not() if injector is not None else None) or (
         f"no checkpoint newer than the startup baseline appeared in {config.layout.tracker} before the entrypoint ended"
     )
     print(

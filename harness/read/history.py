@@ -390,9 +390,9 @@ CONFIG_KEYS = (
 # kind of line is adding an entry here (and its event type in harness.vocab.events).
 RULES: tuple[LineRule, ...] = (
     # the nemesis's own lines, before the checkpoint lines: they say "after checkpoint iteration N"
-    _rule("[nemesis]", r"\[nemesis\] rank (?P<target_rank>\d+) injecting (?P<signal>\w+) after checkpoint "
+    _rule("[nemesis]", r"\[nemesis\] rank (?P<target_rank>\d+) injecting (?P<signal>[\w-]+) after checkpoint "
           r"iteration (?P<iteration>\d+)", ev.NemesisInjected),
-    _rule("nemesis: requested", r"nemesis: requested fault \w+ on rank \d+ never happened: (?P<reason>.*)", ev.NemesisNeverFired),
+    _rule("nemesis: requested", r"nemesis: requested fault [\w-]+ on rank \d+ never happened: (?P<reason>.*)", ev.NemesisNeverFired),
     _rule("launcher identity", r"\[nemesis\] rank (?P<rank>\d+) launcher identity: nvidia_resiliency_ext (?P<rest>.*)$",
           ev.LauncherImported, _launcher_imported),
     # saves, as many as checkpoints: the fast path; in the order the screen tries them
