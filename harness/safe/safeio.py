@@ -123,10 +123,14 @@ def open_log(path: str | os.PathLike, buffer_size: int = LOG_BUFFER) -> io.Buffe
     the next read, so a log written without end cannot keep the reader reading)."""
     fd = open_regular(path)
     try:
-        size = os.fstat(fd).st_size
-        return io.BufferedReader(_UpToSize(fd, size), buffer_size)
+        raw = _UpToSize(fd, os.fstat(fd).st_size)
     except BaseException:
         os.close(fd)
+        raise
+    try:
+        return io.BufferedReader(raw, buffer_size)
+    except BaseException:
+        raw.close()  # it owns the descriptor now: closing fd as well would close it twice
         raise
 
 
@@ -332,14 +336,20 @@ def replacing_file(path: str | os.PathLike, *, binary: bool = False) -> Iterator
     `path` when the block succeeds, removed when it fails. A symlink, FIFO or directory at
     `path` is refused before anything is written."""
     with replacing(path) as (fd, _tmp):
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+        # closefd=False: `replacing` closes the descriptor, once. Closing it here too closed, in a
+        # process with other threads, whatever descriptor had taken its number meanwhile (CI,
+        # 2026-12-06: a launch thread's subprocess pipe, EBADF in Popen, while another thread
+        # wrote a verdict).
+        with os.fdopen(fd, "wb" if binary else "w", closefd=False,
+                       **({} if binary else {"encoding": "utf-8"})) as f:
             yield f
 
 
 @contextmanager
 def replacing(path: str | os.PathLike) -> Iterator[tuple[int, Path]]:
     """(descriptor, path) of a new file created exclusively (mkstemp: O_EXCL, unpredictable
-    name, same suffix) beside `path`; renamed over `path` when the block succeeds."""
+    name, same suffix) beside `path`; renamed over `path` when the block succeeds. The
+    descriptor is closed here, once: the block must not close it."""
     final = Path(path)
     _check_replaceable(final)
     fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=f".tmp{final.suffix}", dir=final.parent)
@@ -348,10 +358,7 @@ def replacing(path: str | os.PathLike) -> Iterator[tuple[int, Path]]:
         try:
             yield fd, tmp
         finally:
-            try:
-                os.close(fd)
-            except OSError:
-                pass  # already closed by the block's file object
+            os.close(fd)  # the one close of this descriptor (the block never closes it)
         os.chmod(tmp, 0o644)
         _check_replaceable(final)
         os.replace(tmp, final)  # rename never follows a link at the destination
