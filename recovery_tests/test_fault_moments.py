@@ -267,20 +267,26 @@ def test_an_in_flight_save_is_one_above_a_committed_checkpoint_with_data_and_no_
     assert find_in_flight_save(ck, 0) is None  # a directory without data yet is not a save being written
 
 
+def _disk_full_in_save(run_dir: Path, committed: int, in_flight: int) -> tuple["nemesis.Injector", Path]:
+    """Rank 1's disk-full in-save injector (not started) over `committed` and the save of
+    `in_flight` in flight; and its checkpoint directory."""
+    config, _ = nemesis.parse_command_line(["--fault", "disk-full", "--run-dir", str(run_dir), "--", "x.py"],
+                                           {"RANK": "1", "WORLD_SIZE": "2", "NVRX_FAULT_AT": "in-save",
+                                            "NVRX_POLL_INTERVAL": "0.01"})
+    ck = config.layout.checkpoints
+    make_save(ck, committed, committed=True)
+    write_tracker(ck / TRACKER_NAME, str(committed))
+    make_save(ck, in_flight)
+    return nemesis.Injector(config, config.layout, 0, watch="in-save"), ck
+
+
 def test_an_in_save_fault_whose_save_committed_meanwhile_waits_for_the_next_save(tmp_path: Path,
                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """CI, 2026-12-05: a megatron-cpu disk-full in-save poller found the save of 8 in flight but,
     on a loaded machine, landed 200 ms after Megatron committed it. The moment is checked again
     after the fill, before the marker: a save committed meanwhile takes the fill back and the
     fault lands in the next save."""
-    config, _ = nemesis.parse_command_line(["--fault", "disk-full", "--run-dir", str(tmp_path), "--", "x.py"],
-                                           {"RANK": "1", "WORLD_SIZE": "2", "NVRX_FAULT_AT": "in-save",
-                                            "NVRX_POLL_INTERVAL": "0.01"})
-    injector = nemesis.Injector(config, config.layout, 0, watch="in-save")
-    ck = config.layout.checkpoints
-    make_save(ck, 4, committed=True)
-    write_tracker(ck / TRACKER_NAME, "4")
-    make_save(ck, 8)
+    injector, ck = _disk_full_in_save(tmp_path, committed=4, in_flight=8)
     fills, freed = [], []
 
     def fill(directory: Path):
@@ -304,14 +310,7 @@ def test_an_in_save_fault_whose_every_save_committed_meanwhile_says_so(tmp_path:
     """CI, 2026-12-05: the save of 12, the last, committed while the poller filled; the fault never
     happened, and the wrapper said "no checkpoint newer than the startup baseline appeared",
     though 4, 8 and 12 had. The reason names the moment that passed."""
-    config, _ = nemesis.parse_command_line(["--fault", "disk-full", "--run-dir", str(tmp_path), "--", "x.py"],
-                                           {"RANK": "1", "WORLD_SIZE": "2", "NVRX_FAULT_AT": "in-save",
-                                            "NVRX_POLL_INTERVAL": "0.01"})
-    injector = nemesis.Injector(config, config.layout, 0, watch="in-save")
-    ck = config.layout.checkpoints
-    make_save(ck, 8, committed=True)
-    write_tracker(ck / TRACKER_NAME, "8")
-    make_save(ck, 12)
+    injector, ck = _disk_full_in_save(tmp_path, committed=8, in_flight=12)
 
     def fill(directory: Path):  # Megatron finalizes 12 while the poller fills; the entrypoint ends
         (ck / "iter_0000012" / "metadata.json").write_text("{}")
