@@ -164,10 +164,10 @@ def campaign_lines(spec: RunSpec) -> list[str]:
     """What `plan` says of a campaign: the seed to replay it, every planned fault, and why the
     run trains this long and allows this many restarts (harness.plan.campaign.sizing); of a single
     in-save fault, why it trains this long (it is sized as a campaign of one)."""
+    if spec.fault != CAMPAIGN and not any(FAULT_MOMENTS[f.moment].hits_a_save for f in spec.schedule):
+        return []
     size = campaign.sizing(spec.schedule, spec.save_interval)
     if spec.fault != CAMPAIGN:
-        if not any(FAULT_MOMENTS[f.moment].hits_a_save for f in spec.schedule):
-            return []
         return [f"train iterations {spec.train_iters} (an in-save fault trains at least {size.train_iters} unless --train-iters is given: {size.train_reason})"]
     lines = [f"campaign: seed {spec.seed} (replay: --faults {spec.faults} --seed {spec.seed}"
              + (f" --fault-kinds {','.join(spec.fault_kinds)}" if spec.fault_kinds else "")
