@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,61 @@ def test_execute_refuses_before_creating_anything(tmp_path):
     with pytest.raises(SpecError):
         runner.execute(plan, out=None)
     assert not plan.layout.root.exists()
+
+
+def _listening(port: int):
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("", port))
+    sock.listen()
+    return sock
+
+
+def test_a_port_the_harness_picked_and_found_taken_at_launch_is_picked_again(tmp_path, monkeypatch):
+    """A free port is free when picked, not reserved: a launch that waited (a slot of the suite's
+    pool, a twin run first) may find it taken. The harness picks again, says so, and launches the
+    new one; the plan it records and launches is the new one (CI: a pool launch was refused
+    with advice meant for a port the user gave)."""
+    import io
+    import json
+
+    from harness.launch import job as launch
+    from harness.plan import resolve
+
+    spec, target, _ = resolve.resolve_spec({"workload": "reference", "work_dir": tmp_path, "run_id": "taken"}, env={})
+    plan = planmod.build(spec, target)
+    old = ports.local_port(spec.rdzv_endpoint)
+    launched = []
+
+    def fake_launch(plan, **kwargs):
+        launched.append(plan)
+        raise RuntimeError("stop here: nothing is launched in this test")
+
+    monkeypatch.setattr(launch, "launch", fake_launch)
+    out = io.StringIO()
+    with _listening(old):
+        runner.preflight(plan, {})  # not refused: the harness picked it, the harness picks again
+        with pytest.raises(RuntimeError, match="stop here"):
+            runner.execute(plan, out=out)
+    [used] = launched
+    new = ports.local_port(used.spec.rdzv_endpoint)
+    assert new not in (None, old) and f"127.0.0.1:{new}" in used.launcher.argv
+    assert f"the rendezvous port {old} picked for this run was taken meanwhile" in out.getvalue()
+    recorded = json.loads((plan.layout.root / "run.json").read_text())
+    assert f"127.0.0.1:{old}" not in json.dumps(recorded) and f"127.0.0.1:{new}" in json.dumps(recorded)
+
+
+def test_a_taken_port_the_user_gave_is_refused_even_where_the_harness_had_picked_another(tmp_path):
+    from harness.plan import resolve
+
+    spec, target, _ = resolve.resolve_spec({"workload": "reference", "work_dir": tmp_path, "run_id": "given"}, env={})
+    with _listening(0) as sock:
+        given = f"127.0.0.1:{sock.getsockname()[1]}"
+        plan = planmod.build(dataclasses.replace(spec, rdzv_endpoint=given), target)
+        assert not plan.spec.was_picked("rdzv_endpoint")
+        assert "address already in use" in refusal(plan, {})
+        assert runner.repicked(plan) == (plan, None)
 
 
 def test_default_deadline_bounds_every_cycle_and_step():

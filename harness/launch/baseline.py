@@ -270,7 +270,8 @@ def twin_spec(spec: RunSpec) -> RunSpec:
         changes["rdzv_endpoint"] = f"127.0.0.1:{rdzv}"
     if spec.log_server_port is not None:
         changes["log_server_port"] = log_port
-    twin = dataclasses.replace(spec, **changes)
+    fresh = {k: changes[k] for k in ("rdzv_endpoint", "log_server_port") if k in changes}
+    twin = dataclasses.replace(spec, **changes, picked=spec.picked | frozenset(fresh.items()))
     specmod.validate(twin)
     return twin
 

@@ -4,6 +4,7 @@ Progress goes to the TextIO given as `out` (None: silent); the command layer pri
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import shutil
@@ -120,7 +121,9 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
     elif env.get("SLURM_JOB_ID") and not env.get("SLURM_PROCID") and plan.nvrx.has_no_restart_exit_code:
         problems.append(f"NVRx {plan.nvrx.version} exits at once when SLURM_JOB_ID is set without SLURM_PROCID: "
                         "run under srun --ntasks=1, or unset SLURM_JOB_ID for a single-node run")
-    rdzv_port = ports.local_port(spec.rdzv_endpoint) if spec.nnodes == 1 else None
+    # a port the harness picked and found taken since is picked again at launch (repicked)
+    rdzv_port = (ports.local_port(spec.rdzv_endpoint) if spec.nnodes == 1 and not spec.was_picked("rdzv_endpoint")
+                 else None)
     taken = ports.in_use(rdzv_port) if rdzv_port else None
     if taken:
         problems.append(f"{spec.say('rdzv_endpoint')}: {taken}: the launcher would wait on it for ever; leave "
@@ -134,6 +137,30 @@ def preflight(plan: Plan, env: Mapping[str, str]) -> None:
         problems.extend(tmpfs.problems())
     if problems:
         raise SpecError(problems)
+
+
+_PICKED_PORT = {"rdzv_endpoint": "rendezvous", "log_server_port": "NVRx log server"}
+
+
+def repicked(plan: Plan) -> tuple[Plan, str | None]:
+    """`plan` with every local port the harness picked for it (RunSpec.picked: the rendezvous
+    endpoint, NVRx's log server) picked again when something else holds it by now, and a line
+    that says so (None when nothing changed). A pick is free when made, not reserved: a launch
+    that waited (for a slot of the suite's pool, for a twin run first) may find it taken, and
+    the launcher would then wait on a stranger. A port the user gave is preflight's to refuse."""
+    spec, moved = plan.spec, {}
+    endpoint = ports.local_port(spec.rdzv_endpoint) if plan.srun is None else None
+    if endpoint is not None and spec.was_picked("rdzv_endpoint") and ports.in_use(endpoint):
+        moved["rdzv_endpoint"] = (endpoint, f"127.0.0.1:{ports.free_port()}")
+    if spec.log_server_port is not None and spec.was_picked("log_server_port") and ports.in_use(spec.log_server_port):
+        moved["log_server_port"] = (spec.log_server_port, ports.free_port())
+    if not moved:
+        return plan, None
+    values = {field: new for field, (_old, new) in moved.items()}
+    fresh = dataclasses.replace(spec, **values, picked=spec.picked | frozenset(values.items()))
+    said = "; ".join(f"the {_PICKED_PORT[field]} port {old} picked for this run was taken meanwhile: "
+                     f"{spec.knob(field)}={new} instead" for field, (old, new) in moved.items())
+    return planmod.build(fresh, plan.nvrx), said
 
 
 PASSED_OVER_SHOWN = 3  # earlier baselines of the configuration named with why they are not reused
@@ -403,6 +430,7 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
     (prepare.settle_baseline), and the run judged against it as against a twin run first.
     `cancel`: harness.launch.job.launch's. `shown_from`: the time.monotonic() its progress lines
     count their seconds from (a twin's: the fault run's start, so that the two columns agree)."""
+    plan, moved = repicked(plan)  # the last moment before its command is recorded and launched
     beside = baseline if isinstance(baseline, Twin) else None
     used = baseline if isinstance(baseline, BaselineUsed) else None
     promise = beside.promise() if beside is not None else _promise(plan, baseline)
@@ -419,6 +447,8 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
         watcher = Watcher(plan.spec, plan.layout.root, out=out, fail_fast=fail_fast, reader=reader,
                           shown_from=shown_from)
         spec = plan.spec
+        if moved:
+            watcher.say(moved)
         watcher.say(f"launching ft_launcher: {spec.world} ranks on {spec.nnodes} node(s)")
         result = launch.launch(plan, deadline_s=deadline_s if deadline_s is not None else default_deadline(plan.spec),
                                watch=_warming(watcher, beside, steps_wait=spec.workload_type.steps_wait),

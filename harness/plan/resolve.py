@@ -105,9 +105,11 @@ def resolve_spec(flags: Mapping[str, object], extra: tuple[str, ...] = (), env: 
         target = nvrx.newest() or nvrx.resolve(None, None)
         spec = dataclasses.replace(spec, nvrx_path=target.path)
     rdzv_port, log_port = ports.free_ports(2)
+    picked: dict[str, object] = {}
     if (spec.nnodes == 1 or spec.local_nodes) and not spec.rdzv_endpoint:
-        spec = dataclasses.replace(spec, rdzv_endpoint=f"127.0.0.1:{rdzv_port}")
+        picked["rdzv_endpoint"] = f"127.0.0.1:{rdzv_port}"
     if target.routes_logs and spec.log_server_port is None:
-        spec = dataclasses.replace(spec, log_server_port=log_port)
+        picked["log_server_port"] = log_port
+    spec = dataclasses.replace(spec, **picked, picked=spec.picked | frozenset(picked.items()))
     restored = specmod.validate(spec, needs_endpoint=not for_sbatch)
     return spec, target, restored

@@ -141,6 +141,11 @@ class RunSpec:
     # their environment name, every other knob by its flag (say). Not part of the plan: left out
     # of run.json, of equality and of the configuration hash.
     from_env: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False)
+    # (knob, value) of each value the harness picked on this machine rather than the user gave (a
+    # free local port: resolve_spec, the twin's): one found taken at launch is picked again
+    # (harness.launch.runner.repicked), where a value the user gave is refused. A value changed
+    # since no longer counts as picked. Not part of the plan, like from_env.
+    picked: frozenset[tuple[str, object]] = dataclasses.field(default=frozenset(), compare=False, repr=False)
 
     def knob(self, field: str) -> str:
         """The knob as the user gave it: its environment name if its value came from there, else its flag."""
@@ -150,6 +155,10 @@ class RunSpec:
         """`NAME=VALUE` for a message: the knob as the user gave it (knob) and its value, this
         spec's own unless `value` is given (the value a fix suggests)."""
         return f"{self.knob(field)}={shown_value(getattr(self, field) if value is None else value)}"
+
+    def was_picked(self, field: str) -> bool:
+        """The knob's value is one the harness picked here (a free port), not one the user gave."""
+        return (field, getattr(self, field)) in self.picked
 
     @property
     def workload_type(self) -> workloads.Workload:
