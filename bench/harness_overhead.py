@@ -18,7 +18,10 @@ so that a drift of the machine's load hits each alike:
           run of a configuration does: it still pays for judging against it.
 Each is timed from the start of its process to its end: wall time, and the CPU time of the
 whole process tree (user + system of the waited-for children, which includes the launchers'
-workers and the twin's). Prints every round with the load average before each command, the
+workers and the twin's). For the reused runs, launch.json's span splits the wall time into before
+the launch (the interpreter, planning, the run directory), the launch (the launcher's start to the
+sweep of its processes: compare with bare) and after it (the verdict, its files, the exit).
+Prints every round with the load average before each command, the
 medians, `first / bare` (issue 35's target: at most 1.3x) and `reused - bare` (at most 1 s on
 an idle machine).
 
@@ -34,6 +37,7 @@ whether it is set. Needs tools/install-megatron-cpu.sh for megatron-cpu.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import resource
@@ -55,18 +59,33 @@ def _env() -> dict[str, str]:
     return env
 
 
-def timed(argv: list[str], cwd: Path) -> tuple[float, float, int]:
-    """(wall s, CPU s of the process tree, exit status) of one command."""
+def timed(argv: list[str], cwd: Path) -> tuple[float, float, int, float, float]:
+    """(wall s, CPU s of the process tree, exit status, start and end on the wall clock) of one command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    began = time.time()
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=cwd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.monotonic() - start
+    ended = began + wall
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode not in (0, 1):  # refused (2) or an internal error (3): no timing of a run; say why
         for line in proc.stderr.decode(errors="replace").splitlines()[-4:]:
             print(f"    stderr: {line[:300]}")
-    return wall, cpu, proc.returncode
+    return wall, cpu, proc.returncode, began, ended
+
+
+def launch_span(run_dir: Path) -> tuple[float, float] | None:
+    """(started, ended) of the run's launch on the wall clock, from its launch.json: from just
+    before the launcher is started to the end of the sweep of its processes."""
+    from datetime import datetime
+
+    try:
+        record = json.loads((run_dir / "launch.json").read_text())
+        return tuple(datetime.fromisoformat(record[k].replace("Z", "+00:00")).timestamp()  # type: ignore[return-value]
+                     for k in ("started_at", "ended_at"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def bare_command(options: list[str], work: Path, run_id: str) -> str:
@@ -103,6 +122,7 @@ def bench_workload(workload: str, args: argparse.Namespace, root: Path) -> dict[
           f"(load average before each command in brackets)")
     print(f"{'round':>5}  {'bare wall/CPU':>20}  {'first wall/CPU':>20}  {'reused wall/CPU':>20}")
     got: dict[str, list[tuple[float, float]]] = {k: [] for k in KINDS}
+    split: list[tuple[float, float, float]] = []  # a reused run's (before, launch, after) in seconds
     for i in range(args.rounds):
         stamp = time.strftime("%H%M%S")
         first_dir = shared if i == 0 else root / f"{workload}-first-{i}"
@@ -118,13 +138,20 @@ def bench_workload(workload: str, args: argparse.Namespace, root: Path) -> dict[
         row: dict[str, str] = {}
         for kind in order:
             load = os.getloadavg()[0]
-            wall, cpu, code = timed(argv[kind], root)
+            wall, cpu, code, began, ended = timed(argv[kind], root)
             if code in (0, 1):  # a run that was refused or broke is no timing: left out of the medians
                 got[kind].append((wall, cpu))
+                span = launch_span(shared / "runs" / argv[kind][-1]) if kind == "reused" else None
+                if span is not None:
+                    split.append((span[0] - began, span[1] - span[0], ended - span[1]))
             row[kind] = f"{wall:6.1f}s/{cpu:5.1f}s [{load:4.1f}]"
             if code != 0:
                 print(f"  {kind} exited {code}: {shlex.join(argv[kind])[:300]}")
         print(f"{i + 1:>5}  {row['bare']:>20}  {row['first']:>20}  {row['reused']:>20}", flush=True)
+    if split:
+        before, during, after = (statistics.median(x[j] for x in split) for j in range(3))
+        print(f"  reused, median split (launch.json's span): {before:.2f} s before the launch, {during:.2f} s the "
+              f"launch, {after:.2f} s after it (the verdict, its files, the process's exit)")
     return got
 
 
