@@ -29,7 +29,7 @@ from harness.machine import slurm
 from harness.vocab import topology
 from harness.vocab.layout import RunLayout
 from harness.machine.nvrx import LAUNCHER_MODULE, NvrxTarget
-from harness.vocab.faults import CAMPAIGN, DEFAULT_FAULT_AT, FAULT_KINDS, FAULT_MOMENTS, schedule_text
+from harness.vocab.faults import CAMPAIGN, DEFAULT_FAULT_AT, FAULT_KINDS, schedule_text
 from harness.plan.spec import KNOBS_BY_FIELD, RunSpec, SpecError
 
 NEMESIS_MODULE = "harness.nemesis"
@@ -164,7 +164,7 @@ def campaign_lines(spec: RunSpec) -> list[str]:
     """What `plan` says of a campaign: the seed to replay it, every planned fault, and why the
     run trains this long and allows this many restarts (harness.plan.campaign.sizing); of a single
     in-save fault, why it trains this long (it is sized as a campaign of one)."""
-    if spec.fault != CAMPAIGN and not any(FAULT_MOMENTS[f.moment].hits_a_save for f in spec.schedule):
+    if spec.fault != CAMPAIGN and not spec.hits_a_save:
         return []
     size = campaign.sizing(spec.schedule, spec.save_interval)
     if spec.fault != CAMPAIGN:

@@ -194,6 +194,12 @@ class RunSpec:
         return single_schedule(self.fault, self.fault_rank, self.fault_at)
 
     @property
+    def hits_a_save(self) -> bool:
+        """A planned fault lands while a save is in flight (FaultMoment.hits_a_save): the plan
+        sizes the run to give it a save to hit, and one of slack (campaign.sizing)."""
+        return any(FAULT_MOMENTS[f.moment].hits_a_save for f in self.schedule)
+
+    @property
     def section_timeouts_arg(self) -> str:
         return ",".join(f"{name}:{_num(sec)}" for name, sec in self.section_timeouts)
 
@@ -790,7 +796,7 @@ def from_sources(flags: Mapping[str, Any], env: Mapping[str, str], extra_args: t
     spec = RunSpec(**values)
     if spec.fault == CAMPAIGN and spec.schedule:
         return sized_campaign(spec, given=raw)
-    if "train_iters" not in raw and any(FAULT_MOMENTS[f.moment].hits_a_save for f in spec.schedule):
+    if "train_iters" not in raw and spec.hits_a_save:
         # One in-save fault is sized as a campaign of one: its save and one of slack (a save that
         # finishes between two of the nemesis's polls on a loaded machine is missed; the next one
         # is hit). The restart budget stays the user's.
