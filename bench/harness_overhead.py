@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # launch.json's stamps are read as the harness reads them
 KINDS = ("bare", "first", "reused")
 
 
@@ -78,14 +79,15 @@ def timed(argv: list[str], cwd: Path) -> tuple[float, float, int, float, float]:
 def launch_span(run_dir: Path) -> tuple[float, float] | None:
     """(started, ended) of the run's launch on the wall clock, from its launch.json: from just
     before the launcher is started to the end of the sweep of its processes."""
-    from datetime import datetime
+    from harness.vocab.dialect import parse_iso_utc  # the stamps as the harness reads them
 
     try:
         record = json.loads((run_dir / "launch.json").read_text())
-        return tuple(datetime.fromisoformat(record[k].replace("Z", "+00:00")).timestamp()  # type: ignore[return-value]
-                     for k in ("started_at", "ended_at"))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError):
         return None
+    started, ended = (parse_iso_utc(record.get(k)) if isinstance(record, dict) else None
+                      for k in ("started_at", "ended_at"))
+    return (started, ended) if started is not None and ended is not None else None
 
 
 def bare_command(options: list[str], work: Path, run_id: str) -> str:
