@@ -266,12 +266,12 @@ def twin_spec(spec: RunSpec) -> RunSpec:
     changes: dict[str, object] = {"fault": "none", "fault_at": specmod.DEFAULT_FAULT_AT, "run_id": twin_run_id(spec),
                                   "baseline": NONE, "faults": 1, "seed": None, "fault_kinds": ()}
     rdzv, log_port = ports.free_ports(2)
+    picked: dict[str, object] = {}
     if (spec.nnodes == 1 or spec.local_nodes) and (spec.rdzv_endpoint or "").startswith("127.0.0.1:"):
-        changes["rdzv_endpoint"] = f"127.0.0.1:{rdzv}"
+        picked["rdzv_endpoint"] = f"127.0.0.1:{rdzv}"
     if spec.log_server_port is not None:
-        changes["log_server_port"] = log_port
-    fresh = {k: changes[k] for k in ("rdzv_endpoint", "log_server_port") if k in changes}
-    twin = dataclasses.replace(spec, **changes, picked=spec.picked | frozenset(fresh.items()))
+        picked["log_server_port"] = log_port
+    twin = dataclasses.replace(spec, **changes).with_picked(**picked)
     specmod.validate(twin)
     return twin
 

@@ -4,7 +4,6 @@ Progress goes to the TextIO given as `out` (None: silent); the command layer pri
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import os
 import shutil
@@ -156,8 +155,7 @@ def repicked(plan: Plan) -> tuple[Plan, str | None]:
         moved["log_server_port"] = (spec.log_server_port, ports.free_port())
     if not moved:
         return plan, None
-    values = {field: new for field, (_old, new) in moved.items()}
-    fresh = dataclasses.replace(spec, **values, picked=spec.picked | frozenset(values.items()))
+    fresh = spec.with_picked(**{field: new for field, (_old, new) in moved.items()})
     said = "; ".join(f"the {_PICKED_PORT[field]} port {old} picked for this run was taken meanwhile: "
                      f"{spec.knob(field)}={new} instead" for field, (old, new) in moved.items())
     return planmod.build(fresh, plan.nvrx), said

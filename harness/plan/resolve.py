@@ -110,6 +110,6 @@ def resolve_spec(flags: Mapping[str, object], extra: tuple[str, ...] = (), env: 
         picked["rdzv_endpoint"] = f"127.0.0.1:{rdzv_port}"
     if target.routes_logs and spec.log_server_port is None:
         picked["log_server_port"] = log_port
-    spec = dataclasses.replace(spec, **picked, picked=spec.picked | frozenset(picked.items()))
+    spec = spec.with_picked(**picked)
     restored = specmod.validate(spec, needs_endpoint=not for_sbatch)
     return spec, target, restored

@@ -160,6 +160,11 @@ class RunSpec:
         """The knob's value is one the harness picked here (a free port), not one the user gave."""
         return (field, getattr(self, field)) in self.picked
 
+    def with_picked(self, **values: object) -> "RunSpec":
+        """This spec with `values`, picked by the harness here (free ports), set and recorded as
+        picked (was_picked)."""
+        return dataclasses.replace(self, **values, picked=self.picked | frozenset(values.items()))
+
     @property
     def workload_type(self) -> workloads.Workload:
         """What this workload is (harness.workloads): asked instead of comparing its name."""
