@@ -7,8 +7,11 @@ NVRX_QUAL_CUDA_CPU_SHIM=1 and LOCAL_RANK both set."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import py_compile
+import struct
 import sys
 import types
 from pathlib import Path
@@ -113,6 +116,46 @@ def test_the_installed_sitecustomize_loads_the_shim_into_workers_only(extra, exp
     done = run_in_session([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"], timeout_s=60,
                           env=env)
     assert done.stdout.strip().splitlines()[-1] == expected, done.stdout + done.stderr
+
+
+def stale_bytecode(sources: list[Path]) -> list[str]:
+    """The sources among `sources` whose bytecode Python would not use: missing, or not written
+    for this interpreter and this source's mtime and size (the checks of a timestamp pyc)."""
+    stale = []
+    for source in sources:
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        try:
+            header = cached.read_bytes()[:16]
+        except FileNotFoundError:
+            stale.append(f"{source}: no {cached.name}")
+            continue
+        st = source.stat()
+        want = importlib.util.MAGIC_NUMBER + struct.pack("<III", 0, int(st.st_mtime) & 0xFFFFFFFF,
+                                                         st.st_size & 0xFFFFFFFF)
+        if header != want:
+            stale.append(f"{source}: {cached.name} is for another interpreter or another version of the file")
+    return stale
+
+
+def test_the_installed_megatron_carries_its_bytecode(tmp_path):
+    """tools/install-megatron-cpu.sh unpacks megatron-core's wheel by hand, so it writes the
+    bytecode pip would: without it every worker and checkpoint worker compiles Megatron from
+    source where PYTHONDONTWRITEBYTECODE is set (CI images, many containers)."""
+    where = _installed_megatron_cpu()
+    sources = [where / "sitecustomize.py", *sorted((where / "megatron").rglob("*.py")),
+               *sorted((where / "triton").rglob("*.py"))]
+    assert len(sources) > 500, "megatron-core's modules are not where the install puts them"
+    stale = stale_bytecode(sources)
+    assert not stale, f"{len(stale)} of {len(sources)} installed modules compile from source at every import " \
+                      f"(run tools/install-megatron-cpu.sh again); first: {stale[:3]}"
+    # the check can fail: a file without bytecode, and one changed since it was compiled
+    fresh = tmp_path / "fresh.py"
+    fresh.write_text("x = 1\n")
+    assert stale_bytecode([fresh])
+    py_compile.compile(str(fresh))
+    assert not stale_bytecode([fresh])
+    fresh.write_text("x = 22\n")
+    assert stale_bytecode([fresh])
 
 
 # ---------------------------------------------------------------- CPU-tier-only workarounds

@@ -16,6 +16,8 @@
 #                             into megatron-cpu workers
 #   megatron/core/datasets/   dataset helpers compiled for the running Python, and the Makefile that
 #                             Megatron's initialize runs `make` on (the wheel ships neither)
+#   __pycache__/              the bytecode of megatron/, triton/ and sitecustomize.py, as pip writes
+#                             it for the wheels it installs
 # NVRx's runtime dependencies (and pyyaml, which its config imports) go into the current
 # environment. Nothing from the CUDA stack is installed: the workers get a CUDA->CPU shim.
 set -euo pipefail
@@ -57,6 +59,7 @@ if os.environ.get("NVRX_QUAL_CUDA_CPU_SHIM") == "1" and "LOCAL_RANK" in os.envir
 
     megatron_cpu_worker.install_for_worker()
 EOF
+"$python" -m py_compile "$dir/sitecustomize.py"
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "$dir already holds $want"
@@ -102,6 +105,12 @@ default: \$(OUT)
 EOF
 rm -f "$datasets"/helpers_cpp*.so
 make --quiet -C "$datasets"
+
+# 4. Bytecode, as pip writes it for every wheel it installs: megatron/ and triton/ were unpacked
+# by hand above, so without this every worker (and every checkpoint worker it spawns) compiles
+# Megatron's ~550 modules from source where PYTHONDONTWRITEBYTECODE is set (CI images, many
+# containers): about 0.6 s of CPU per process (docs/figures.md).
+"$python" -m compileall -q -j 0 "$dir/megatron" "$dir/triton" >/dev/null
 
 echo "$want" > "$stamp"
 echo "Megatron for CPU installed in $dir ($want)"
