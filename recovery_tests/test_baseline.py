@@ -171,3 +171,19 @@ def test_twin_spec(tmp_path):
     assert (twin.fault, twin.run_id, twin.baseline, twin.fault_at) == ("none", "k-baseline", "none", "after-commit")
     assert twin.rdzv_endpoint != spec.rdzv_endpoint
     assert baseline.config_hash(twin) == baseline.config_hash(spec)
+    assert (twin.section_timeouts, twin.deadline_profile) == (spec.section_timeouts, spec.deadline_profile)
+
+
+def test_a_twin_at_a_lower_priority_gets_patient_deadlines(tmp_path):
+    """twin_spec(lowered=True), the twin beside a fault run at a lower CPU priority: no section or
+    out-of-section deadline shorter than the default profile's, the workload check interval and
+    the configuration hash as they were, a longer deadline of the run's kept."""
+    spec = dataclasses.replace(spec_of(tmp_path, run_id="p"), section_timeouts=(
+        ("setup", 90.0), ("step", 15.0), ("checkpointing", 1200.0)), out_of_section_timeout=15.0,
+        workload_check_interval=1.0, deadline_profile=specmod.CUSTOM_PROFILE)
+    twin = baseline.twin_spec(spec, lowered=True)
+    floor = specmod.DEADLINE_PROFILES[specmod.DEFAULT_DEADLINE_PROFILE]
+    assert twin.section_timeouts == (("setup", 900.0), ("step", 120.0), ("checkpointing", 1200.0))
+    assert twin.out_of_section_timeout == floor["out_of_section_timeout"] == 180.0
+    assert (twin.workload_check_interval, twin.deadline_profile) == (1.0, specmod.CUSTOM_PROFILE)
+    assert baseline.config_hash(twin) == baseline.config_hash(spec)

@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from harness.launch import job as launch
+from harness.machine import priority
 from harness.launch.job import ConsoleSplitter, LaunchResult
 from harness.vocab.layout import RunLayout
 from harness.machine.nvrx import NvrxTarget
@@ -356,6 +357,41 @@ def test_orphans_in_their_own_sessions_are_killed_after_a_normal_exit(tmp_path, 
     assert launch_json(plan)["leftover_processes_killed"] == result.leftover_processes_killed
     # the sleeping orphan wrote into the inherited pipe; its line was captured
     assert any(line.endswith(" out orphan sleeping") for line in read_lines(plan.layout.console_log))
+
+
+def cpu_priority(pid: int) -> tuple[int, int | None]:
+    """(nice value, its session group's nice value or None where the kernel has no autogroup)."""
+    try:
+        group = priority.autogroup_nice(Path(f"/proc/{pid}/autogroup").read_text())
+    except FileNotFoundError:
+        group = None
+    return os.getpriority(os.PRIO_PROCESS, pid), group
+
+
+@pytest.mark.e2e
+def test_a_launch_at_a_lower_priority_lowers_its_processes_in_every_session(tmp_path, record):
+    """nice > 0 (the twin beside a fault run): the launcher and the orphans it starts in sessions
+    of their own, as torch elastic starts workers, each get the nice value, and each session's
+    group (autogroup) too, which is what the scheduler weighs between sessions. The harness's own
+    priority is left as it was."""
+    plan = fake_plan(tmp_path, "--orphans", "--forever", "--record", str(record))
+    ours = cpu_priority(os.getpid())
+    seen: dict[int, tuple[int, int | None]] = {}
+    sessions: set[int] = set()
+
+    def watch() -> str | None:
+        doc = read_record(record)
+        if doc is None:  # the orphans are not started yet
+            return None
+        pids = (doc["pid"], *doc["orphans"])
+        sessions.update(os.getsid(pid) for pid in pids)
+        seen.update((pid, cpu_priority(pid)) for pid in pids)
+        return "all lowered" if all(nice == 7 and group in (7, None) for nice, group in seen.values()) else None
+
+    result = launch.launch(plan, deadline_s=10, tick_s=0.05, watch=watch, nice=7)
+    assert result.stopped_early == "all lowered", seen
+    assert len(seen) == 3 and len(sessions) == 3  # the launcher's session and one of each orphan's
+    assert cpu_priority(os.getpid()) == ours
 
 
 @pytest.mark.e2e

@@ -73,10 +73,14 @@ class StandInLaunches:
         self.contract_at_launch: dict[str, dict] = {}
         self.cancels: dict[str, object] = {}
         self.stop_reasons: dict[str, str | None] = {}
+        self.nice: dict[str, int] = {}  # the nice value each launch was given, by run ID
+        self.step_deadline: dict[str, float] = {}  # each launch's step deadline, by run ID
         self.events: list[str] = []
         self.lock = threading.Lock()
 
-    def __call__(self, plan, *, watch=None, cancel=None, **_kw) -> launch.LaunchResult:
+    def __call__(self, plan, *, watch=None, cancel=None, nice=0, **_kw) -> launch.LaunchResult:
+        self.nice[plan.spec.run_id] = nice
+        self.step_deadline[plan.spec.run_id] = dict(plan.spec.section_timeouts)["step"]
         root = plan.layout.root
         with self.lock:
             self.contract_at_launch[plan.spec.run_id] = contract_baseline(root)
@@ -329,7 +333,12 @@ def test_a_twin_whose_ranks_compute_launches_with_the_fault_run(tmp_path, monkey
     outcome = runner.execute_with_baseline(make_plan(tmp_path / "work"), out=out)
     assert stand_in.events.index("launched first-1-baseline") < stand_in.events.index("left first-1"), stand_in.events
     assert outcome.verdict.qualified
-    assert "beside the fault run: fault none" in out.getvalue().splitlines()[0]
+    assert (f"beside the fault run, at a lower CPU priority (nice {baselinemod.TWIN_NICE}): fault none, 30 iterations"
+            in out.getvalue().splitlines()[0])
+    # the twin yields the CPUs to the run under test (harness.launch.baseline.twin_nice), the run keeps its own
+    assert stand_in.nice == {"first-1": 0, "first-1-baseline": baselinemod.TWIN_NICE}
+    # with patient deadlines: a twin slowed by the priority is not taken for a hung one (baseline.patient)
+    assert stand_in.step_deadline["first-1-baseline"] == 120.0 > stand_in.step_deadline["first-1"]
 
 
 def test_where_it_cannot_the_twin_runs_first_and_the_contract_records_it_before_the_launch(

@@ -73,7 +73,7 @@ def printed_lines(tmp_path: Path, monkeypatch) -> dict[str, list[str]]:
                                                                   workload_type=spec.workload_type),
                                        nvrx=None, srun=None)
     monkeypatch.setattr(baselinemod, "choose", lambda _spec: baselinemod.Choice("auto", "7dc07569893a" + "0" * 52))
-    monkeypatch.setattr(baselinemod, "twin_spec", lambda _spec: _spec)
+    monkeypatch.setattr(baselinemod, "twin_spec", lambda _spec, **_kw: _spec)
     monkeypatch.setattr(runner.planmod, "build", lambda *_a: types.SimpleNamespace(
         spec=types.SimpleNamespace(run_id=twin_id, train_iters=30), layout=types.SimpleNamespace(root=Path("runs") / twin_id)))
     monkeypatch.setattr(runner, "preflight", lambda *_a: None)

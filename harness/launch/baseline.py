@@ -260,9 +260,10 @@ def twin_run_id(spec: RunSpec) -> str:
     return run_id
 
 
-def twin_spec(spec: RunSpec) -> RunSpec:
+def twin_spec(spec: RunSpec, *, lowered: bool = False) -> RunSpec:
     """The uninterrupted twin: fault none, a fresh run ID and fresh local ports, no baseline of
-    its own, everything else as planned. Validated (SpecError)."""
+    its own, everything else as planned; `lowered` (a twin at a lower CPU priority, twin_nice):
+    with patient deadlines. Validated (SpecError)."""
     changes: dict[str, object] = {"fault": "none", "fault_at": specmod.DEFAULT_FAULT_AT, "run_id": twin_run_id(spec),
                                   "baseline": NONE, "faults": 1, "seed": None, "fault_kinds": ()}
     rdzv, log_port = ports.free_ports(2)
@@ -272,8 +273,24 @@ def twin_spec(spec: RunSpec) -> RunSpec:
     if spec.log_server_port is not None:
         picked["log_server_port"] = log_port
     twin = dataclasses.replace(spec, **changes).with_picked(**picked)
+    if lowered:
+        twin = patient(twin)
     specmod.validate(twin)
     return twin
+
+
+def patient(spec: RunSpec) -> RunSpec:
+    """`spec` with each section deadline and the out-of-section deadline at least the default
+    profile's (Megatron's own, minutes), its workload check interval kept: a twin at a lower CPU
+    priority may wait behind other work for a while, and no deadline may take that for a hang.
+    Deadlines are not part of the configuration hash; the twin has no fault to detect."""
+    floor = specmod.DEADLINE_PROFILES[specmod.DEFAULT_DEADLINE_PROFILE]
+    floor_sections = dict(floor["section_timeouts"])
+    values: dict[str, object] = {
+        "section_timeouts": tuple((name, max(sec, floor_sections.get(name, sec))) for name, sec in spec.section_timeouts),
+        "out_of_section_timeout": max(spec.out_of_section_timeout, floor["out_of_section_timeout"]),
+        "workload_check_interval": spec.workload_check_interval}
+    return dataclasses.replace(spec, **values, deadline_profile=specmod.deadline_profile_of(values))
 
 
 def twin_beside(plan: "Plan") -> bool:
@@ -286,6 +303,24 @@ def twin_beside(plan: "Plan") -> bool:
 # When the twin beside the fault run launches (twin_start).
 AT_ONCE = "with the fault run"
 AFTER_START = "once the fault run's workers have started"
+
+
+# The nice value of a twin that launches with the fault run (twin_nice): the lowest, so that where
+# both want a CPU the run's processes get it (Linux's weights: 15 against 1024) and the twin takes
+# what the run leaves idle. bench/harness_overhead.py measured 10 too: the twin then still slowed
+# the run (docs/figures.md).
+TWIN_NICE = 19
+
+
+def twin_nice(plan: "Plan") -> int:
+    """The CPU priority, as a nice value, of the twin of `plan`: TWIN_NICE for a twin beside the
+    fault run that launches with it (twin_start AT_ONCE: ranks that compute through the run), so
+    that the run under test, and the recovery latencies it measures, keep the CPUs and the twin
+    takes what they leave idle (the launcher's start, the restart, the shutdown's waits); 0 for a
+    twin run first or launched once the run's workers started, which mostly waits. Only the twin's
+    share of the CPUs changes, never what it computes; its deadlines are patient ones (patient:
+    where other work keeps the CPUs busy, a twin at the lowest priority is slow, not hung)."""
+    return TWIN_NICE if twin_beside(plan) and twin_start(plan) == AT_ONCE else 0
 
 
 def twin_start(plan: "Plan") -> str:
@@ -312,7 +347,9 @@ def cost(plan: "Plan", choice: Choice) -> str:
     found = find_reusable(spec.work_dir, choice.config_hash)
     if found is not None:
         return f"baseline: auto: reuses {found.name} (config hash {h}): no extra run"
-    adds = (f"one more launch of the job on this machine, {twin_start(plan)}" if twin_beside(plan)
+    nice = twin_nice(plan)
+    adds = (f"one more launch of the job on this machine, {twin_start(plan)}"
+            + (f" at a lower CPU priority (nice {nice})" if nice else "") if twin_beside(plan)
             else "one extra run of the job's length before it")
     return (f"baseline: auto: runs the uninterrupted twin {when} (fault none, {spec.train_iters} iterations, "
             f"config hash {h}): {adds}; later runs of this configuration in {spec.work_dir} reuse it")

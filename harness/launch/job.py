@@ -51,7 +51,7 @@ import psutil
 
 from harness import HOME
 from harness.safe import atomic, safeio
-from harness.machine import ports, tmpfs
+from harness.machine import ports, priority, tmpfs
 from harness.vocab.faults import FAULT_KINDS
 from harness.vocab.dialect import LABEL_RE, RENDEZVOUS_JOINED_RE, console_prefix, label_prefix, tee_headers
 from harness.vocab.dialect import format_iso_utc as utc_iso
@@ -467,7 +467,7 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
            tick_s: float = 0.5, term_grace_s: float = 10.0, on_line: Callable[[str], None] | None = None,
            base_env: dict[str, str] | None = None, on_stop: Callable[[], object] | None = None,
            on_signal: Callable[[str], None] | None = None,
-           cancel: Callable[[], str | None] | None = None) -> LaunchResult:
+           cancel: Callable[[], str | None] | None = None, nice: int = 0) -> LaunchResult:
     """Run the plan's command to its end, the deadline, or the first reason `watch` returns.
 
     `watch` is called about every `tick_s` seconds while the job runs; returning a string
@@ -479,8 +479,10 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
     is being stopped, since the stop itself can take the whole grace. `cancel`, called every
     tick like `watch`, returns why the harness itself no longer wants the job (the run it was
     launched beside ended by an error): the job is stopped the same way, `ended_by` "cancelled".
-    A watchdog process kills the launch if the harness itself is killed. Writes launch.json on
-    every path.
+    `nice` > 0: every process of the launch, in whatever session it starts, runs at that lower
+    CPU priority (harness.machine.priority), from the launcher's start and then from the tick after
+    each one's start. A watchdog process kills the launch if the harness itself is killed. Writes
+    launch.json on every path.
     """
     layout = plan.layout
     commands = [c for _, c in plan.commands]  # one, or one launcher per node with --local-nodes
@@ -532,6 +534,9 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                                                   start_new_session=True))
             finally:
                 os.close(write_fd)
+            lowered = priority.Lowered(nice) if nice > 0 else None
+            if lowered is not None:
+                lowered.catch_up(p.pid for p in procs)
             capture = _Capture(os.fdopen(read_fd, "rb"), console, splitter, on_line, clock)
             read_fd = -1
             capture.start()
@@ -547,6 +552,8 @@ def launch(plan: Plan, *, deadline_s: float | None, watch: Callable[[], str | No
                     pass
                 capture.flush()  # the watcher reads the split logs
                 clock.stamp()  # a tick without output still notices a jump
+                if lowered is not None:
+                    lowered.catch_up(p.pid for p in running)
                 if signals.first is not None:
                     name = signal.Signals(signals.first).name
                     stopped_early, ended_by = f"interrupted: the harness received {name}", f"signal {name}"

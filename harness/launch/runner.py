@@ -274,7 +274,8 @@ class Twin:
 
     `beside` (harness.launch.baseline.twin_beside): it starts in a thread of its own and the run
     launches beside it, the twin at once or once the fault run's workers have started (`start`,
-    harness.launch.baseline.twin_start: the fault run's ticks call workers_started()); the block
+    harness.launch.baseline.twin_start: the fault run's ticks call workers_started()), the one that
+    launches at once at a lower CPU priority (`nice`, harness.launch.baseline.twin_nice); the block
     takes the process's stop signals for both launches (harness.launch.job.SignalHold: Ctrl-C
     stops both), and on any exit that is not result()'s a
     twin still running is cancelled (stopped the normal way, launch.json ended_by `cancelled`)
@@ -288,7 +289,8 @@ class Twin:
     def __init__(self, plan: Plan, *, deadline_s: float | None, out: TextIO | None,
                  base_env: dict[str, str] | None):
         self.config_hash = baselinemod.choose(plan.spec).config_hash
-        self.plan = planmod.build(baselinemod.twin_spec(plan.spec), plan.nvrx)
+        self.nice = baselinemod.twin_nice(plan)
+        self.plan = planmod.build(baselinemod.twin_spec(plan.spec, lowered=self.nice > 0), plan.nvrx)
         self.beside = baselinemod.twin_beside(plan)
         self._for = plan.spec.run_id
         self._deadline_s, self._base_env = deadline_s, base_env
@@ -324,7 +326,8 @@ class Twin:
     def __enter__(self) -> "Twin":
         preflight(self.plan, os.environ if self._base_env is None else self._base_env)
         spec = self.plan.spec
-        where = (("beside the fault run" + ("" if self.start == baselinemod.AT_ONCE else f", {self.start}"))
+        where = (("beside the fault run" + ("" if self.start == baselinemod.AT_ONCE else f", {self.start}")
+                  + (f", at a lower CPU priority (nice {self.nice})" if self.nice else ""))
                  if self.beside else "before the fault run")
         self._say(f"baseline: running the uninterrupted twin {spec.run_id} (config hash "
                   f"{baselinemod.short(self.config_hash)}) {where}: fault none, {spec.train_iters} iterations"
@@ -357,7 +360,8 @@ class Twin:
         try:
             self._outcome = execute_preflighted(self.plan, deadline_s=self._deadline_s, fail_fast=True,
                                                 out=self.twin_out, base_env=self._base_env,
-                                                cancel=lambda: self._cancel, shown_from=self._started)
+                                                cancel=lambda: self._cancel, shown_from=self._started,
+                                                nice=self.nice)
         except BaseException as exc:  # noqa: BLE001 - raised in the run's thread by result() (or on entry)
             self._error = exc
         finally:
@@ -421,13 +425,14 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
                         out: TextIO | None = None, base_env: dict[str, str] | None = None,
                         baseline: Path | BaselineUsed | Twin | None = None,
                         cancel: Callable[[], str | None] | None = None,
-                        shown_from: float | None = None) -> Outcome:
+                        shown_from: float | None = None, nice: int = 0) -> Outcome:
     """execute() after its preflight passed (the caller announced the run in between). With a
     Twin running beside it for `baseline`, the contract names the twin before the launch, and
     once the launch ended the twin is awaited, its end recorded in the contract
     (prepare.settle_baseline), and the run judged against it as against a twin run first.
     `cancel`: harness.launch.job.launch's. `shown_from`: the time.monotonic() its progress lines
-    count their seconds from (a twin's: the fault run's start, so that the two columns agree)."""
+    count their seconds from (a twin's: the fault run's start, so that the two columns agree).
+    `nice`: harness.launch.job.launch's (the twin's lower CPU priority, Twin)."""
     plan, moved = repicked(plan)  # the last moment before its command is recorded and launched
     beside = baseline if isinstance(baseline, Twin) else None
     used = baseline if isinstance(baseline, BaselineUsed) else None
@@ -452,7 +457,7 @@ def execute_preflighted(plan: Plan, *, deadline_s: float | None = None, fail_fas
                                watch=_warming(watcher, beside, steps_wait=spec.workload_type.steps_wait),
                                base_env=base_env, on_stop=_step_canceller(plan, base_env),
                                on_signal=watcher.say,  # Ctrl-C is acknowledged at once, as a progress line
-                               cancel=cancel)
+                               cancel=cancel, nice=nice)
         if beside is not None:  # both launches have ended once this returns
             used = beside.result()
             baseline = used.path if used.problem is None else None

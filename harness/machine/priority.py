@@ -1,0 +1,69 @@
+"""A lower CPU priority for every process of one launch: the uninterrupted twin that launches
+with a fault run yields the CPUs to the run under test (harness.launch.baseline.twin_nice).
+
+Linux weighs CPU time at two levels, so both are set. Each process has a nice value, which what it
+starts inherits. Where the kernel groups processes by session (autogroup, on by default in most
+distributions' kernels: /proc/sys/kernel/sched_autogroup_enabled), the scheduler first shares the
+CPUs between the sessions' groups, each weighted by its own nice value (/proc/PID/autogroup), and a
+process's nice value counts only within its group. A launcher starts its workers in sessions of
+their own (torch elastic does), so a nice value set on the launcher alone would leave its workers
+at full weight. `Lowered.catch_up`, called once the launcher is started and then at each tick of
+the launch, gives every process of the tree it has not seen yet the nice value, and every session
+it has not seen yet the group's. Only ever raises a nice value (no privilege is needed); a process
+that is gone, or that the kernel does not let this one change, is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import psutil
+
+
+class Lowered:
+    """The processes of one launch, lowered to `nice` as they appear (catch_up)."""
+
+    def __init__(self, nice: int):
+        self.nice = nice
+        self._seen: set[int] = set()
+        self._sessions: set[int] = set()
+
+    def catch_up(self, roots: Iterable[int]) -> None:
+        """Lower each process of the trees under `roots` (the launchers) not seen yet."""
+        for root in roots:
+            try:
+                parent = psutil.Process(root)
+                tree = [parent, *parent.children(recursive=True)]
+            except psutil.Error:
+                continue
+            for proc in tree:
+                if proc.pid not in self._seen:
+                    self._seen.add(proc.pid)
+                    self._lower(proc.pid)
+
+    def _lower(self, pid: int) -> None:
+        try:
+            if os.getpriority(os.PRIO_PROCESS, pid) < self.nice:
+                os.setpriority(os.PRIO_PROCESS, pid, self.nice)
+            session = os.getsid(pid)
+        except OSError:  # gone, or not ours to change
+            return
+        if session in self._sessions:
+            return
+        self._sessions.add(session)
+        try:  # the session's group; absent where the kernel has no autogroup
+            with open(f"/proc/{pid}/autogroup", "r+", encoding="ascii") as f:
+                if autogroup_nice(f.read()) < self.nice:
+                    f.seek(0)
+                    f.write(str(self.nice))
+        except (OSError, ValueError):
+            return
+
+
+def autogroup_nice(text: str) -> int:
+    """The nice value of /proc/PID/autogroup's `/autogroup-N nice V` (ValueError otherwise)."""
+    parts = text.split()
+    if len(parts) != 3 or parts[1] != "nice":
+        raise ValueError(f"not an autogroup line: {text!r}")
+    return int(parts[2])
