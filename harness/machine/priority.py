@@ -26,7 +26,7 @@ class Lowered:
 
     def __init__(self, nice: int):
         self.nice = nice
-        self._seen: set[int] = set()
+        self._seen: set[tuple[int, float]] = set()  # (pid, start time): a reused pid is a new process
         self._sessions: set[int] = set()
 
     def catch_up(self, roots: Iterable[int]) -> None:
@@ -38,8 +38,12 @@ class Lowered:
             except psutil.Error:
                 continue
             for proc in tree:
-                if proc.pid not in self._seen:
-                    self._seen.add(proc.pid)
+                try:
+                    key = (proc.pid, proc.create_time())
+                except psutil.Error:  # gone since the walk
+                    continue
+                if key not in self._seen:
+                    self._seen.add(key)
                     self._lower(proc.pid)
 
     def _lower(self, pid: int) -> None:
