@@ -55,14 +55,14 @@ class Lowered:
             return
         if session in self._sessions:
             return
-        self._sessions.add(session)
         try:  # the session's group; absent where the kernel has no autogroup
             with open(f"/proc/{pid}/autogroup", "r+", encoding="ascii") as f:
                 if autogroup_nice(f.read()) < self.nice:
                     f.seek(0)
                     f.write(str(self.nice))
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # gone meanwhile, or no autogroup: the session's next process tries again
             return
+        self._sessions.add(session)
 
 
 def autogroup_nice(text: str) -> int:
