@@ -361,11 +361,54 @@ def test_orphans_in_their_own_sessions_are_killed_after_a_normal_exit(tmp_path, 
 
 def cpu_priority(pid: int) -> tuple[int, int | None]:
     """(nice value, its session group's nice value or None where the kernel has no autogroup)."""
-    try:
+    try:  # None also where the file reads empty: the process's CPU group is a control group of its own
         group = priority.autogroup_nice(Path(f"/proc/{pid}/autogroup").read_text())
     except FileNotFoundError:
         group = None
     return os.getpriority(os.PRIO_PROCESS, pid), group
+
+
+def test_an_autogroup_line_is_read_and_an_empty_one_means_no_group():
+    assert priority.autogroup_nice("/autogroup-5700 nice 3\n") == 3
+    assert priority.autogroup_nice("") is None  # what a process in a control group of its own reads
+    with pytest.raises(ValueError, match="not an autogroup line"):
+        priority.autogroup_nice("/autogroup-5700 3\n")
+
+
+@pytest.mark.parametrize("leader_reads, follower_written", [
+    ("", False),  # no group to set: the session is done, its other processes are not tried again
+    ("garbled\n", True),  # not understood: the session's next process tries again
+    ("/autogroup-8 nice 0\n", False),  # set through the leader, once for the session
+])
+def test_a_session_is_lowered_once_and_never_where_its_group_does_not_apply(
+        tmp_path, leader_reads, follower_written):
+    """Lowered against a stand-in /proc for the autogroup files (the nice values are real): a shell
+    leading a session of its own, with a child in it. The leader's file is met first."""
+    shell = subprocess.Popen(["sh", "-c", "sleep 60 & wait"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not (children := psutil.Process(shell.pid).children()):
+            assert time.monotonic() < deadline, "the shell never started its child"
+            time.sleep(0.02)  # poll interval of the wait, not a fixed delay
+        (child,) = children
+        for pid, text in ((shell.pid, leader_reads), (child.pid, "/autogroup-8 nice 0\n")):
+            (tmp_path / str(pid)).mkdir()
+            (tmp_path / str(pid) / "autogroup").write_text(text)
+        nice = max(os.getpriority(os.PRIO_PROCESS, shell.pid) + 2, 5)
+        if nice > 19:
+            pytest.skip("this session already runs at the lowest priorities: nothing lower to set")
+
+        priority.Lowered(nice, proc=tmp_path).catch_up([shell.pid])
+
+        assert os.getpriority(os.PRIO_PROCESS, shell.pid) == nice
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == nice
+        follower = (tmp_path / str(child.pid) / "autogroup").read_text()
+        assert follower.startswith(str(nice)) is follower_written, follower
+        if leader_reads.startswith("/autogroup"):
+            assert (tmp_path / str(shell.pid) / "autogroup").read_text().startswith(str(nice))
+    finally:
+        os.killpg(shell.pid, signal.SIGKILL)
+        shell.wait()
 
 
 @pytest.mark.e2e

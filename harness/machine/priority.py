@@ -5,18 +5,21 @@ Linux weighs CPU time at two levels, so both are set. Each process has a nice va
 starts inherits. Where the kernel groups processes by session (autogroup, on by default in most
 distributions' kernels: /proc/sys/kernel/sched_autogroup_enabled), the scheduler first shares the
 CPUs between the sessions' groups, each weighted by its own nice value (/proc/PID/autogroup), and a
-process's nice value counts only within its group. A launcher starts its workers in sessions of
-their own (torch elastic does), so a nice value set on the launcher alone would leave its workers
-at full weight. `Lowered.catch_up`, called once the launcher is started and then at each tick of
-the launch, gives every process of the tree it has not seen yet the nice value, and every session
-it has not seen yet the group's. Only ever raises a nice value (no privilege is needed); a process
-that is gone, or that the kernel does not let this one change, is skipped.
+process's nice value counts only within its group (a process in a control group of its own, as in
+most containers, is weighed by that group instead: its autogroup file reads empty and only its nice
+value applies). A launcher starts its workers in sessions of their own (torch elastic does), so a
+nice value set on the launcher alone would leave its workers at full weight. `Lowered.catch_up`,
+called once the launcher is started and then at each tick of the launch, gives every process of the
+tree it has not seen yet the nice value, and every session it has not seen yet the group's. Only
+ever raises a nice value (no privilege is needed); a process that is gone, or that the kernel does
+not let this one change, is skipped.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from pathlib import Path
 
 import psutil
 
@@ -24,8 +27,9 @@ import psutil
 class Lowered:
     """The processes of one launch, lowered to `nice` as they appear (catch_up)."""
 
-    def __init__(self, nice: int):
+    def __init__(self, nice: int, proc: Path = Path("/proc")):
         self.nice = nice
+        self._proc = proc
         self._seen: set[tuple[int, float]] = set()  # (pid, start time): a reused pid is a new process
         self._sessions: set[int] = set()
 
@@ -55,9 +59,10 @@ class Lowered:
             return
         if session in self._sessions:
             return
-        try:  # the session's group; absent where the kernel has no autogroup
-            with open(f"/proc/{pid}/autogroup", "r+", encoding="ascii") as f:
-                if autogroup_nice(f.read()) < self.nice:
+        try:  # the session's group; no file where the kernel has no autogroup
+            with open(self._proc / str(pid) / "autogroup", "r+", encoding="ascii") as f:
+                group = autogroup_nice(f.read())
+                if group is not None and group < self.nice:
                     f.seek(0)
                     f.write(str(self.nice))
         except (OSError, ValueError):  # gone meanwhile, or no autogroup: the session's next process tries again
@@ -65,9 +70,13 @@ class Lowered:
         self._sessions.add(session)
 
 
-def autogroup_nice(text: str) -> int:
-    """The nice value of /proc/PID/autogroup's `/autogroup-N nice V` (ValueError otherwise)."""
+def autogroup_nice(text: str) -> int | None:
+    """The nice value of /proc/PID/autogroup's `/autogroup-N nice V`; None for an empty file, which
+    the kernel prints for a process whose CPU group is not its session's (a control group of its
+    own, as in most containers): the session's nice value does not apply there. ValueError otherwise."""
     parts = text.split()
+    if not parts:
+        return None
     if len(parts) != 3 or parts[1] != "nice":
         raise ValueError(f"not an autogroup line: {text!r}")
     return int(parts[2])
