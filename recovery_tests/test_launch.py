@@ -361,7 +361,7 @@ def test_orphans_in_their_own_sessions_are_killed_after_a_normal_exit(tmp_path, 
 
 def cpu_priority(pid: int) -> tuple[int, int | None]:
     """(nice value, its session group's nice value or None where the kernel has no autogroup)."""
-    try:  # None also where the file reads empty: the process's CPU group is a control group of its own
+    try:  # None also where the file reads empty: the process is in the kernel's default group
         group = priority.autogroup_nice(Path(f"/proc/{pid}/autogroup").read_text())
     except FileNotFoundError:
         group = None
@@ -370,13 +370,13 @@ def cpu_priority(pid: int) -> tuple[int, int | None]:
 
 def test_an_autogroup_line_is_read_and_an_empty_one_means_no_group():
     assert priority.autogroup_nice("/autogroup-5700 nice 3\n") == 3
-    assert priority.autogroup_nice("") is None  # what a process in a control group of its own reads
+    assert priority.autogroup_nice("") is None  # what a process in the kernel's default group reads
     with pytest.raises(ValueError, match="not an autogroup line"):
         priority.autogroup_nice("/autogroup-5700 3\n")
 
 
 @pytest.mark.parametrize("leader_reads, follower_written", [
-    ("", False),  # no group to set: the session is done, its other processes are not tried again
+    ("", False),  # the default group, not the session's to set: the session is done, its other processes are not tried again
     ("garbled\n", True),  # not understood: the session's next process tries again
     ("/autogroup-8 nice 0\n", False),  # set through the leader, once for the session
 ])

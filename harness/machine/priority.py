@@ -5,14 +5,14 @@ Linux weighs CPU time at two levels, so both are set. Each process has a nice va
 starts inherits. Where the kernel groups processes by session (autogroup, on by default in most
 distributions' kernels: /proc/sys/kernel/sched_autogroup_enabled), the scheduler first shares the
 CPUs between the sessions' groups, each weighted by its own nice value (/proc/PID/autogroup), and a
-process's nice value counts only within its group (a process in a control group of its own, as in
-most containers, is weighed by that group instead: its autogroup file reads empty and only its nice
-value applies). A launcher starts its workers in sessions of their own (torch elastic does), so a
-nice value set on the launcher alone would leave its workers at full weight. `Lowered.catch_up`,
-called once the launcher is started and then at each tick of the launch, gives every process of the
-tree it has not seen yet the nice value, and every session it has not seen yet the group's. Only
-ever raises a nice value (no privilege is needed); a process that is gone, or that the kernel does
-not let this one change, is skipped.
+process's nice value counts only within its group. (A process in a control group other than the root
+one is weighed by that group instead, and one left in the kernel's default group, whose autogroup
+file reads empty, shares the root group: for both only the nice value applies.) A launcher starts
+its workers in sessions of their own (torch elastic does), so a nice value set on the launcher alone
+would leave its workers at full weight. `Lowered.catch_up`, called once the launcher is started and
+then at each tick of the launch, gives every process of the tree it has not seen yet the nice value,
+and every session it has not seen yet the group's. Only ever raises a nice value (no privilege is
+needed); a process that is gone, or that the kernel does not let this one change, is skipped.
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ class Lowered:
 
 def autogroup_nice(text: str) -> int | None:
     """The nice value of /proc/PID/autogroup's `/autogroup-N nice V`; None for an empty file, which
-    the kernel prints for a process whose CPU group is not its session's (a control group of its
-    own, as in most containers): the session's nice value does not apply there. ValueError otherwise."""
+    the kernel prints for a process left in its default group (no session group of its own: a
+    container's first process, and what it starts without a new session). ValueError otherwise."""
     parts = text.split()
     if not parts:
         return None
