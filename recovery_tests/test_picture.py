@@ -257,6 +257,55 @@ def test_no_legend_covers_a_panel(tmp_path: Path, scenario: Scenario):
         assert box.x1 <= fig.bbox.x1 + 1  # and it is not cut off at the edge of the picture
 
 
+def _pictures(tmp_path: Path, long_run: rundirs.Built):
+    """A picture of each shape: a kill, a failed recovery (and one with three checks failed: a
+    long legend entry, title and subtitle), no fault, a 5.5-hour run (and the same at a billion
+    iterations: wide numbers on the iteration axes), a campaign."""
+    import dataclasses
+
+    for name, scenario in (("kill", Scenario()), ("random", Scenario(restart_from_random=True)),
+                           ("none", Scenario(fault="none"))):
+        p = verify.verify_run(rundirs.build(tmp_path / name, scenario).run_dir).picture
+        yield name, p
+        if name == "random":
+            failed = ("optimizer_reload", "loss_continuity", "state_equivalence")
+            yield "three failed", dataclasses.replace(p, did_not_hold=failed,
+                                                      subtitle=f"{p.subtitle} · did not hold: {', '.join(failed)}")
+    long = verify.verify_run(long_run.run_dir).picture
+    yield "long", long
+    scaled = tuple(dataclasses.replace(c, points=tuple(dataclasses.replace(q, iteration=q.iteration * 10_000)
+                                                       for q in c.points)) for c in long.curves)
+    yield "a billion iterations", dataclasses.replace(long, curves=scaled, checkpoints=tuple(
+        dataclasses.replace(m, iteration=m.iteration * 10_000) for m in long.checkpoints))
+    yield "campaign", _campaign_picture(tmp_path / "campaign")
+
+
+def test_every_title_and_label_stays_inside_the_picture_and_off_the_other_panels(tmp_path: Path, long_run):
+    """The titles and axis labels are wrapped to the room they have: none runs past the
+    picture's edge (a label once lost both its ends there), and none lies on another panel."""
+    pytest.importorskip("matplotlib", reason="timeline.png needs the plot extra: pip install -e '.[plot]'")
+    from matplotlib.text import Text
+
+    for name, p in _pictures(tmp_path, long_run):
+        fig = picture.render(p)
+        renderer = fig.canvas.get_renderer()
+        # each panel with everything drawn for it (title, tick labels, axis labels, legend), and the title
+        boxes = [(ax.get_title(loc="left"), ax.get_tightbbox(renderer)) for ax in fig.axes]
+        boxes += [(t.get_text(), t.get_window_extent(renderer)) for t in fig.texts]
+        for what, box in boxes:
+            assert fig.bbox.x0 - 1 <= box.x0 and box.x1 <= fig.bbox.x1 + 1, (name, what, box)
+            assert fig.bbox.y0 - 1 <= box.y0 and box.y1 <= fig.bbox.y1 + 1, (name, what, box)
+        for ax in fig.axes:
+            title = ax.get_title(loc="left")  # the panels' titles are set on the left
+            for text in [t for t in ax.findobj(Text) if title and t.get_text() == title] + [ax.xaxis.label]:
+                if not text.get_text():
+                    continue
+                box = text.get_window_extent(renderer)
+                for other in fig.axes:
+                    if other is not ax:
+                        assert not box.overlaps(other.get_window_extent(renderer)), (name, text.get_text())
+
+
 def _campaign_picture(tmp_path: Path, faults: int = 6):
     """A built kill's picture stretched into a campaign: `faults` faults, each starting a new
     cycle whose curve runs a few iterations past the last checkpoint (the shape of the 6-fault
@@ -320,7 +369,7 @@ def test_failed_recovery_is_drawn_as_failed(tmp_path: Path):
         run = rundirs.build(tmp_path / scenario_name(scenario), scenario).run_dir
         fig = picture.render(verify.verify_run(run).picture)
         top = fig.axes[0]
-        labels = [t.get_text() for t in top.get_legend().get_texts()]
+        labels = [" ".join(t.get_text().split()) for t in top.get_legend().get_texts()]  # a long one is wrapped
         return [(p.get_hatch(), p.get_facecolor()) for p in top.patches if p.get_hatch() or p.get_alpha()], labels, fig
 
     def scenario_name(s: Scenario) -> str:

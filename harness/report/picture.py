@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from bisect import bisect_left
 from pathlib import Path
 from typing import Sequence
@@ -222,7 +223,8 @@ def _colour(cycle: int | None) -> str:
 
 def draw(picture: TimelinePicture, path: str | os.PathLike) -> Path:
     """Render the picture to a PNG at path (atomically). PictureUnavailable without matplotlib.
-    savefig lays the figure out itself: one draw, not two (bench/harness_overhead.py)."""
+    The panels are placed by `_place`, so savefig draws the figure once (a layout engine would
+    draw it a second time, without output, to measure it: bench/timeline_picture.py)."""
     fig = render(picture, laid_out=False)
     with atomic.replacing_file(path, binary=True) as f:  # never through a link at path
         fig.savefig(f, dpi=DPI, format="png")
@@ -230,7 +232,7 @@ def draw(picture: TimelinePicture, path: str | os.PathLike) -> Path:
 
 
 def render(picture: TimelinePicture, *, laid_out: bool = True):
-    """The matplotlib Figure of the picture (laid out unless laid_out=False; not saved): the
+    """The matplotlib Figure of the picture (placed; drawn unless laid_out=False; not saved): the
     whole run, its goodput bar, and the recovery window with its latency split. Every legend
     stands beside its panel, never on the data, and names only marks it cannot write on them."""
     try:
@@ -242,23 +244,107 @@ def render(picture: TimelinePicture, *, laid_out: bool = True):
         raise PictureUnavailable(f"matplotlib is not installed ({exc}): {INSTALL_HINT}") from exc
 
     # Figure + Agg canvas, not pyplot: no global state, no display backend, safe in any process.
-    fig = Figure(figsize=FIGSIZE_IN, dpi=DPI, layout="constrained")
+    fig = Figure(figsize=FIGSIZE_IN, dpi=DPI)
     FigureCanvasAgg(fig)
     zoom = picture.has_recovery and len(picture.moments) > 1
-    fig.suptitle(f"{picture.title}\n{picture.subtitle}", fontsize=12)
+    suptitle = fig.suptitle(f"{picture.title}\n{picture.subtitle}", fontsize=TITLE_FONT,
+                            y=1 - _EDGE_IN / FIGSIZE_IN[1], va="top")
     rows = [("whole", 3.0)] + ([("goodput", 0.45)] if picture.goodput is not None else []) + (
         [("window", 2.0), ("bars", 0.5)] if zoom else [])
-    axes = dict(zip((name for name, _ in rows), fig.subplots(len(rows), 1, height_ratios=[h for _, h in rows],
-                                                               squeeze=False)[:, 0]))
+    axes = {name: fig.add_axes((0.0, 0.0, 1.0, 1.0)) for name, _ in rows}  # placed by _place, below
     _whole_run(picture, axes["whole"], Line2D, Patch)
     if picture.goodput is not None:
         _goodput_bar(picture.goodput, axes["goodput"])
     if zoom:
         axes["bars"].sharex(axes["window"])
         _recovery_window(picture, axes["window"], axes["bars"], Line2D)
+    _place(fig, suptitle, [(axes[name], weight) for name, weight in rows])
     if laid_out:
-        fig.canvas.draw()  # lay out now, so that callers (and tests) see the final positions
+        fig.canvas.draw()  # draw now, so that callers (and tests) see the final positions
     return fig
+
+
+TITLE_FONT = 12
+_EDGE_IN = 0.08  # between the picture's edge and anything on it
+_LEFT_IN = 0.8  # at least, for the iteration axis's label and numbers (and the latency bar's name)
+_YLABEL_IN = 0.36  # the iteration axis's label, rotated, and the ticks beside its numbers
+TICK_FONT = 10  # matplotlib's default, which the numbers on the axes keep
+_LINE_IN = 0.19  # one line of a panel's title or axis label (9-10 pt)
+_TICKS_IN = 0.24  # a row of tick labels under a panel
+_GAP_IN = 0.12  # between a panel's axis label and the next panel's title
+_MIN_PANEL_SHARE = 0.6  # of the picture's width: a wide legend never squeezes the panels below it
+LEGEND_CHARS = 48  # a legend entry longer than this is wrapped: the legends' column stays narrow
+PANEL_TITLE_FONT = 10
+
+
+def _place(fig, suptitle, rows) -> None:
+    """Place the panels (axes, weight) top to bottom under the suptitle: each panel's title above
+    it and its tick labels and axis label below it, every long title and label wrapped to the
+    room it has, and the legends in a column on the right as wide as the widest. The weights share
+    the height left over. Sizes in inches; only text is measured (the legends, and the lines that
+    are wrapped), never the whole figure, so that it is drawn once."""
+    from matplotlib.font_manager import FontProperties
+
+    width_in, height_in = fig.get_size_inches()
+    renderer = fig.canvas.get_renderer()
+
+    def width(text: str, size: float) -> float:
+        return renderer.get_text_width_height_descent(text, FontProperties(size=size), ismath=False)[0] / fig.dpi
+
+    # the iteration axes' numbers: as wide as the largest iteration (or below zero, with its sign)
+    numbers = max((f"{round(v):d}" for ax, _ in rows for v in ax.get_ylim() if math.isfinite(v)), key=len, default="")
+    left_in = max(_LEFT_IN, width(numbers, TICK_FONT) + _YLABEL_IN)
+    legends = [ax.get_legend() for ax, _ in rows if ax.get_legend() is not None]
+    column_in = max((legend.get_window_extent(renderer).width / fig.dpi for legend in legends), default=0.0)
+    right_in = min(column_in + 0.12 + _EDGE_IN, width_in * (1 - _MIN_PANEL_SHARE) - left_in) if legends \
+        else _LEFT_IN / 2
+    panel_in = width_in - left_in - right_in
+
+    def wrapped(text: str, size: float, room_in: float) -> str:
+        """text broken at spaces into lines that each fit room_in inches at font size `size`."""
+
+        def fits(line: str) -> bool:
+            return width(line, size) <= room_in
+
+        lines = []
+        for line in text.split("\n"):
+            if fits(line):  # most do: one measurement
+                lines.append(line)
+                continue
+            current = ""
+            for word in line.split(" "):
+                joined = f"{current} {word}" if current else word
+                if current and not fits(joined):
+                    lines.append(current)
+                    joined = word
+                current = joined
+            lines.append(current)
+        return "\n".join(lines)
+
+    suptitle.set_text(wrapped(suptitle.get_text(), TITLE_FONT, width_in - 2 * _EDGE_IN))
+    above, below = [], []
+    for ax, _ in rows:
+        title = wrapped(ax.get_title(loc="left"), PANEL_TITLE_FONT, width_in - left_in - _EDGE_IN)
+        ax.set_title(title, fontsize=PANEL_TITLE_FONT, loc="left")
+        label = ax.xaxis.label
+        label.set_text(wrapped(label.get_text(), label.get_fontsize(), panel_in))
+        above.append(_lines(title) * _LINE_IN)
+        ticks = _TICKS_IN if ax.xaxis.get_tick_params().get("labelbottom", True) else 0.06
+        below.append(ticks + _lines(label.get_text()) * _LINE_IN)
+    top_in = _EDGE_IN + _lines(suptitle.get_text()) * TITLE_FONT * 1.25 / 72 + 0.08
+    gaps = sum(above) + sum(below) + _GAP_IN * (len(rows) - 1)
+    free_in = max(height_in - top_in - _EDGE_IN - gaps, 0.5 * len(rows))
+    total = sum(weight for _, weight in rows)
+    y = height_in - top_in
+    for (ax, weight), room_above, room_below in zip(rows, above, below):
+        h = free_in * weight / total
+        y -= room_above + h
+        ax.set_position((left_in / width_in, y / height_in, panel_in / width_in, h / height_in))
+        y -= room_below + _GAP_IN
+
+
+def _lines(text: str) -> int:
+    return len(text.split("\n")) if text else 0
 
 
 def warm_up() -> None:
@@ -287,6 +373,8 @@ def _vline(ax, x: float, style: dict, mark: str | None = None, gid: str | None =
 
 def _legend(ax, handles) -> None:
     if handles:
+        for handle in handles:  # a long entry on two lines rather than a column that squeezes the panels
+            handle.set_label("\n".join(textwrap.wrap(handle.get_label(), LEGEND_CHARS)))
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=LEGEND_FONT,
                   borderaxespad=0, handlelength=1.8, labelspacing=0.35, frameon=False)
 
@@ -359,11 +447,11 @@ def _whole_run(p: TimelinePicture, ax, Line2D, Patch) -> None:
                        color=_PART_COLOURS.get(seg.label, "#777777"), lw=0, gid="badput")
     since = "the launch started, as on the console" if p.origin is not None and t0 == p.origin else iso_utc(t0)
     ax.set_xlabel(f"time ({unit}) since {since}" + (f" ({iso_utc(t0)})" if since != iso_utc(t0) else "")
-                  + ("; the coloured foot: where the badput lay" if p.goodput is not None and p.goodput.segments else ""),
+                  + ("\nthe coloured foot: where the badput lay" if p.goodput is not None and p.goodput.segments else ""),
                   fontsize=9)
     ax.set_ylabel("iteration")
     _plain_integer_axis(ax)
-    ax.set_title("whole run", fontsize=10, loc="left")
+    ax.set_title("whole run", fontsize=PANEL_TITLE_FONT, loc="left")
     ax.grid(True, alpha=0.3)
     _legend(ax, handles)
 
@@ -375,7 +463,7 @@ def _goodput_bar(band: GoodputBand, ax) -> None:
     """The goodput as a share of the wall time: one bar, 100 % = the launch's wall time, split
     into the productive training (first) and each badput part; each part's name and seconds on
     it where they fit, else listed below."""
-    ax.set_title(band.label, fontsize=10, loc="left")
+    ax.set_title(band.label, fontsize=PANEL_TITLE_FONT, loc="left")
     ax.set_xlim(0, 100)
     ax.set_ylim(0, 1)
     ax.set_yticks([])
@@ -453,7 +541,7 @@ def _recovery_window(p: TimelinePicture, ax, bars, Line2D) -> None:
         title += f": failure → first committed step {p.recovery_s:.2f} s"
     if not p.qualified:
         title += " — FAILED" + (f" ({', '.join(p.did_not_hold)})" if p.did_not_hold else "")
-    ax.set_title(title, fontsize=10, loc="left")
+    ax.set_title(title, fontsize=PANEL_TITLE_FONT, loc="left")
     ax.set_ylabel("iteration")
     _plain_integer_axis(ax)
     ax.tick_params(labelbottom=False)
